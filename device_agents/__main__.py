@@ -1,0 +1,65 @@
+"""``python3 -m edgeopt_agent VERB [--request FILE | JSON on stdin]`` -> one JSON object on stdout.
+
+Every reply has ``{"schema": SCHEMA_VERSION, "agent": AGENT_VERSION, "verb": ..., "ok": bool}``
+and, when ``ok`` is false, ``"error": {"type", "message"}``.  See SCHEMA.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any
+
+from . import AGENT_VERSION, SCHEMA_VERSION
+from .verbs import VERBS
+
+
+def _read_request(argv: list[str]) -> dict[str, Any]:
+    if "--request" in argv:
+        path = argv[argv.index("--request") + 1]
+        with open(path) as f:
+            return json.load(f)
+    if not sys.stdin or sys.stdin.isatty():
+        return {}
+    text = sys.stdin.read()
+    return json.loads(text) if text.strip() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip() + "\n\nverbs: " + ", ".join(sorted(VERBS)))
+        return 0
+    verb = argv[0]
+    reply: dict[str, Any] = {"schema": SCHEMA_VERSION, "agent": AGENT_VERSION, "verb": verb}
+    try:
+        if verb not in VERBS:
+            raise ValueError(f"unknown verb {verb!r}; verbs: {', '.join(sorted(VERBS))}")
+        request = _read_request(argv[1:])
+        reply.update(VERBS[verb](request))
+        reply.setdefault("ok", True)
+    except Exception as exc:  # every failure becomes a JSON reply, never a bare traceback
+        reply["ok"] = False
+        reply["error"] = {"type": type(exc).__name__, "message": str(exc),
+                          "traceback": traceback.format_exc(limit=6)}
+    json.dump(reply, sys.stdout, default=_json_default)
+    sys.stdout.write("\n")
+    return 0 if reply["ok"] else 1
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:
+        pass
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Runtime runners: one class per runtime, registered by dotted path (imported on use).
+
+A runner loads one bundle's artifact and runs feeds that are already in the artifact's names,
+layouts and dtypes (``edgeopt_agent.bundle.to_artifact``), so that layout conversion never sits
+inside a timed loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RUNNERS: dict[str, str] = {
+    "onnxruntime": "edgeopt_agent.runners.onnxruntime:OnnxRuntimeRunner",
+    "openvino": "edgeopt_agent.runners.openvino:OpenVinoRunner",
+    "tflite": "edgeopt_agent.runners.tflite:TfliteRunner",
+    "coreml": "edgeopt_agent.runners.coreml:CoreMlRunner",
+    "tensorrt": "edgeopt_agent.runners.tensorrt:TensorRtRunner",
+}
+
+
+class RunnerUnavailable(Exception):
+    """The runtime a bundle needs is not installed on this machine."""
+
+
+class Runner:
+    """Base class: ``load()`` once (timed as cold start), then ``run(feed)`` many times."""
+
+    runtime = "base"
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+        self.bundle = Path(bundle)
+        self.manifest = manifest
+        self.options = dict(options or {})
+        self.artifact = self.bundle / manifest["runtime"]["artifact"]
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        """Runtime name, version and the settings in force (threads, delegates, device)."""
+        return {"runtime": self.runtime}
+
+    def close(self) -> None:
+        pass
+
+
+def get_runner(name: str) -> type[Runner]:
+    if name not in RUNNERS:
+        raise RunnerUnavailable(f"no runner for runtime {name!r}")
+    module, _, cls = RUNNERS[name].partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:  # the runtime itself is missing
+        raise RunnerUnavailable(f"runtime {name!r} is not usable here: {exc}") from None
+    return getattr(mod, cls)

@@ -1,0 +1,44 @@
+"""ONNX Runtime runner (CPU execution provider unless the bundle or options ask for another)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import Runner, RunnerUnavailable
+
+
+class OnnxRuntimeRunner(Runner):
+    runtime = "onnxruntime"
+
+    def load(self) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise RunnerUnavailable(f"onnxruntime is not installed: {exc}") from None
+        self._ort = ort
+        so = ort.SessionOptions()
+        threads = self.options.get("threads")
+        if threads:
+            so.intra_op_num_threads = int(threads)
+        # The artifact is already optimized at build time; don't redo it at every load.
+        level = self.manifest["runtime"].get("options", {}).get("graph_optimization_level", "all")
+        so.graph_optimization_level = {
+            "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        }.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        providers = self.options.get("providers") or ["CPUExecutionProvider"]
+        self._so = so
+        self.session = ort.InferenceSession(str(self.artifact), so, providers=providers)
+        self._outputs = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = self.session.run(self._outputs, feed)
+        return dict(zip(self._outputs, values))
+
+    def info(self) -> dict[str, Any]:
+        return {"runtime": self.runtime, "version": self._ort.__version__,
+                "providers": self.session.get_providers(),
+                "threads": self._so.intra_op_num_threads or "default"}

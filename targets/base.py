@@ -1,0 +1,221 @@
+"""The common interface of every backend.  The base class owns the verbs.
+
+``Target.build(job)`` validates the job, times the conversion, runs the host check, hashes every
+file and writes the manifest; a backend implements ``_build(job) -> BuildOutput`` (and, where the
+ops it takes are known, ``supported_ops``).  Heavy imports happen inside ``_build`` through
+``require()``, which turns a missing package into "install edgeopt[extra]".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import MissingDependency
+
+MANIFEST_SCHEMA = 1
+
+
+def require(module: str, extra: str):
+    """Import a heavy module or raise a clear 'install edgeopt[extra]' error."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(f"{module} is needed for this target but is not installed ({exc})",
+                                hint=f"pip install 'edgeopt[{extra}]'") from None
+
+
+def package_versions(names: list[str]) -> dict[str, str]:
+    """Installed versions from metadata (no import), ``"missing"`` for absent ones."""
+    out = {}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            out[n] = "missing"
+    return out
+
+
+@dataclass
+class BuildJob:
+    """Everything one (target, precision) build needs. Plain data: it crosses a process boundary."""
+
+    model_name: str
+    model_path: str  # the user's model
+    model_sha256: str
+    prepared_path: str  # static-shape FP32 model (shapes fixed, inferred)
+    target: dict[str, Any]  # TargetSpec.as_dict()
+    precision: str
+    bundle_dir: str  # write everything here (a temp dir renamed by the caller when complete)
+    io: dict[str, list[dict[str, Any]]]  # {"inputs": [...], "outputs": [...]} ONNX layout, static shapes
+    calib_path: str | None  # npz in0.. stacked calibration samples
+    validation_path: str  # npz in0.. stacked validation samples
+    reference_path: str  # npz out0.. FP32 reference outputs on the validation samples
+    data_source: dict[str, Any]  # {"kind": "images"|"npz"|"random", ...}
+    options: dict[str, Any] = field(default_factory=dict)
+    cache_key: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BuildJob:
+        return cls(**d)
+
+
+@dataclass
+class BuildOutput:
+    """What a backend's ``_build`` returns."""
+
+    runtime: dict[str, Any]  # {"name": runner name, "artifact": relpath, "options": {...}}
+    options: dict[str, Any] = field(default_factory=dict)  # settings chosen (recorded in the manifest)
+    io: dict[str, list[dict[str, Any]]] | None = None  # IO spec as the artifact sees it (layouts...)
+    check: str = "numeric"  # numeric | structural | device
+    structural: dict[str, Any] | None = None  # result of a structural check, when check == structural
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    extra_manifest: dict[str, Any] = field(default_factory=dict)
+
+
+class Target:
+    """One backend.  Subclasses set the class attributes and implement ``_build``."""
+
+    backend = "base"
+    extra = ""  # the pip extra that brings the backend's packages
+    packages: list[str] = []  # distributions whose versions go into the manifest and cache key
+    check_kind = "numeric"  # what the host check can do: numeric | structural | device
+
+    # --- capabilities -------------------------------------------------------------------
+    def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
+        """ONNX op types (default domain) this backend takes; None when it has no list."""
+        return None
+
+    def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
+        """Every (op_type, node name) of the model the backend cannot take."""
+        ops = self.supported_ops(spec)
+        if ops is None:
+            return []
+        return [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
+                if (dom not in ("", "ai.onnx")) or op not in ops]
+
+    def toolchain(self) -> dict[str, str]:
+        return package_versions(["onnx", "onnxruntime", "numpy", *self.packages])
+
+    def available(self) -> str | None:
+        """None when the backend can build here, else why not."""
+        missing = [p for p, v in package_versions(self.packages).items() if v == "missing"]
+        return f"missing {', '.join(missing)} (pip install 'edgeopt[{self.extra}]')" if missing else None
+
+    # --- the verb -----------------------------------------------------------------------
+    def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
+        raise NotImplementedError
+
+    def build(self, job: BuildJob, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+        """Convert, check, hash, write ``manifest.json``; return the manifest."""
+        bundle = Path(job.bundle_dir)
+        (bundle / "validation").mkdir(parents=True, exist_ok=True)
+        _link_or_copy(job.validation_path, bundle / "validation" / "inputs.npz")
+        _link_or_copy(job.reference_path, bundle / "validation" / "reference.npz")
+        t0 = time.perf_counter()
+        out = self._build(job, progress)
+        build_s = time.perf_counter() - t0
+        manifest = self._manifest(job, out, build_s)
+        write_manifest(bundle, manifest)  # the check reads it
+        if out.check == "numeric":
+            progress("host check")
+            manifest["host_check"] = host_check(bundle, job.options.get("check_timeout", 600))
+        elif out.check == "structural":
+            manifest["host_check"] = {"kind": "structural", **(out.structural or {}),
+                                      "numeric": "on device"}
+        else:
+            manifest["host_check"] = {"kind": "device", "passed": None,
+                                      "note": "this host cannot run the artifact; the check runs on the device"}
+        write_manifest(bundle, manifest)
+        return manifest
+
+    def _manifest(self, job: BuildJob, out: BuildOutput, build_s: float) -> dict[str, Any]:
+        from edgeopt import __version__
+
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "kind": "edgeopt.bundle",
+            "edgeopt_version": __version__,
+            "model": {"name": job.model_name, "sha256": job.model_sha256, "source": os.path.basename(job.model_path)},
+            "target": job.target["name"],
+            "target_spec": job.target,
+            "backend": self.backend,
+            "precision": job.precision,
+            "options": {**{k: v for k, v in job.options.items() if k not in ("check_timeout",)}, **out.options},
+            "toolchain": self.toolchain(),
+            "io": out.io or job.io,
+            "runtime": out.runtime,
+            "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz",
+                           "source": job.data_source,
+                           "reference_runtime": package_versions(["onnxruntime"])},
+            "notes": out.notes,
+            "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else []),
+            "build": {"time_s": round(build_s, 3), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "host": {"machine": platform.machine(), "system": platform.system(),
+                               "python": platform.python_version()},
+                      "cache_key": job.cache_key},
+            **out.extra_manifest,
+        }
+
+
+def host_check(bundle: Path, timeout: float = 600) -> dict[str, Any]:
+    """Run the agent's ``check`` verb on the bundle in a child process (a crash is a failure)."""
+    cmd = [sys.executable, "-m", "edgeopt_agent", "check"]
+    try:
+        proc = subprocess.run(cmd, input=json.dumps({"bundle": str(bundle)}), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"kind": "numeric", "passed": False, "error": f"host check hung (> {timeout:.0f}s) and was killed"}
+    try:
+        reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        why = f"exit code {proc.returncode}" + (f" (signal {-proc.returncode})" if proc.returncode < 0 else "")
+        tail = (proc.stderr or "").strip().splitlines()[-3:]
+        return {"kind": "numeric", "passed": False, "error": f"runtime crashed during the host check: {why}",
+                "stderr_tail": tail}
+    if not reply.get("ok"):
+        return {"kind": "numeric", "passed": False, "error": reply.get("error", {}).get("message", "check failed")}
+    check = reply["check"]
+    return {"kind": "numeric", **check}
+
+
+def file_table(bundle: Path) -> dict[str, dict[str, Any]]:
+    from edgeopt.model import sha256_file
+
+    files = {}
+    for p in sorted(bundle.rglob("*")):
+        if p.is_file() and p.name != "manifest.json":
+            rel = p.relative_to(bundle).as_posix()
+            files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    return files
+
+
+def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
+    manifest["files"] = file_table(bundle)
+    tmp = bundle / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    os.replace(tmp, bundle / "manifest.json")
+
+
+def _link_or_copy(src: str, dst: Path) -> None:
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def as_plain(obj: Any) -> Any:
+    return asdict(obj)

@@ -1,0 +1,278 @@
+"""Calibration and validation data: a folder of images with declared preprocessing, .npy/.npz
+files, or (with a loud warning) random data.
+
+The result is two lists of feeds (``{input name: array}``) in the model's ONNX layout: the
+calibration set (for INT8) and a held-out validation set (for the host and device checks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from edgeopt.errors import CalibrationError, UsageError
+
+IMAGE_EXT = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".ppm"}
+PRESETS = {
+    "imagenet": {"scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    "unit": {"scale": 1 / 255, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
+    "pm1": {"scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+    "raw": {"scale": 1.0, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
+}
+RANDOM_WARNING = ("calibration/validation data is RANDOM: INT8 ranges and accuracy figures are not "
+                  "representative of real inputs; pass --calib with real data")
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes a tensor: resize (short side), centre crop, scale, mean/std, order, layout."""
+
+    preset: str = "imagenet"
+    resize: int | None = None  # short side; None = resize straight to the input's H x W
+    crop: bool = False
+    order: str = "rgb"
+    layout: str = "nchw"
+    scale: float | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> Preprocess:
+        """``"preset=imagenet resize=256 crop=1 order=bgr layout=nchw mean=0.5,0.5,0.5 std=..."``."""
+        if not text:
+            return cls()
+        kw: dict[str, Any] = {}
+        for part in text.replace(";", " ").split():
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise UsageError(f"bad --preprocess item {part!r}", hint="use key=value, e.g. preset=imagenet resize=256")
+            try:
+                if key == "preset":
+                    if value not in PRESETS:
+                        raise UsageError(f"unknown preprocess preset {value!r}", hint=f"one of {sorted(PRESETS)}")
+                    kw["preset"] = value
+                elif key == "resize":
+                    kw["resize"] = int(value)
+                elif key == "crop":
+                    kw["crop"] = value.lower() in ("1", "true", "yes", "center")
+                elif key in ("order", "layout"):
+                    kw[key] = value.lower()
+                elif key == "scale":
+                    kw["scale"] = float(eval_fraction(value))
+                elif key in ("mean", "std"):
+                    kw[key] = tuple(float(v) for v in value.split(","))
+                else:
+                    raise UsageError(f"unknown --preprocess key {key!r}",
+                                     hint="keys: preset, resize, crop, order, layout, scale, mean, std")
+            except ValueError:
+                raise UsageError(f"bad --preprocess value {part!r}") from None
+        p = cls(**kw)
+        if p.order not in ("rgb", "bgr", "gray") or p.layout not in ("nchw", "nhwc"):
+            raise UsageError("--preprocess order must be rgb|bgr|gray and layout nchw|nhwc")
+        return p
+
+    def resolved(self) -> dict[str, Any]:
+        base = PRESETS[self.preset]
+        return {"preset": self.preset, "resize": self.resize, "crop": self.crop, "order": self.order,
+                "layout": self.layout, "scale": self.scale if self.scale is not None else base["scale"],
+                "mean": list(self.mean if self.mean is not None else base["mean"]),
+                "std": list(self.std if self.std is not None else base["std"])}
+
+
+def eval_fraction(v: str) -> float:
+    if "/" in v:
+        a, b = v.split("/", 1)
+        return float(a) / float(b)
+    return float(v)
+
+
+@dataclass
+class DataSet:
+    calibration: list[dict[str, np.ndarray]]
+    validation: list[dict[str, np.ndarray]]
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list[int]], counts: tuple[int, int],
+                seed: int) -> str:
+    """A cheap identity of the data source (names, sizes, mtimes; no decoding) for the cache key."""
+    h = hashlib.sha256(repr((preprocess.resolved(), sorted(shapes.items()), counts, seed)).encode())
+    if path:
+        p = Path(path)
+        files = sorted(p.rglob("*")) if p.is_dir() else [p]
+        for f in files:
+            if f.is_file():
+                st = f.stat()
+                h.update(f"{f.relative_to(p) if p.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Preprocess,
+              n_calib: int = 32, n_val: int = 8, seed: int = 0) -> DataSet:
+    """Calibration + validation feeds from ``path`` (or random data when path is None)."""
+    if path is None:
+        rng = np.random.default_rng(seed)
+        samples = [_random_feed(inputs, rng) for _ in range(n_calib + n_val)]
+        return DataSet(samples[:n_calib], samples[n_calib:],
+                       {"kind": "random", "seed": seed, "warning": RANDOM_WARNING})
+    p = Path(path)
+    if not p.exists():
+        raise CalibrationError(f"calibration data not found: {p}")
+    if p.is_dir():
+        images = sorted(f for f in p.rglob("*") if f.suffix.lower() in IMAGE_EXT)
+        arrays = sorted(f for f in p.rglob("*") if f.suffix.lower() in (".npy", ".npz"))
+        if images:
+            skipped: list[str] = []
+            samples = _from_images(images, inputs, preprocess, skipped)
+            source = {"kind": "images", "path": str(p), "count": len(samples), "preprocess": preprocess.resolved()}
+            if skipped:
+                source["skipped_unreadable"] = skipped
+        elif arrays:
+            samples = [s for f in arrays for s in _from_arrays(f, inputs)]
+            source = {"kind": "npz", "path": str(p), "files": len(arrays)}
+        else:
+            raise CalibrationError(f"{p} holds no images ({', '.join(sorted(IMAGE_EXT))}) and no .npy/.npz files")
+    elif p.suffix.lower() in (".npy", ".npz"):
+        samples = _from_arrays(p, inputs)
+        source = {"kind": "npz", "path": str(p)}
+    elif p.suffix.lower() in IMAGE_EXT:
+        samples = _from_images([p], inputs, preprocess)
+        source = {"kind": "images", "path": str(p), "count": 1, "preprocess": preprocess.resolved()}
+    else:
+        raise CalibrationError(f"{p}: calibration data must be a folder of images, a .npy or a .npz file")
+    if not samples:
+        raise CalibrationError(f"{p}: no samples found")
+    if len(samples) >= n_val + 2:
+        val = samples[-n_val:]
+        cal = samples[:-n_val][:n_calib]
+    else:
+        val, cal = samples[:n_val], samples[:n_calib]
+        source["note"] = "fewer samples than calibration + validation need: the two sets overlap"
+    source.update({"calibration_samples": len(cal), "validation_samples": len(val)})
+    return DataSet(cal, val, source)
+
+
+def _random_feed(inputs: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    feed = {}
+    for t in inputs:
+        dt = np.dtype(t["dtype"])
+        if dt.kind == "f":
+            feed[t["name"]] = rng.standard_normal(t["shape"]).astype(dt)
+        elif dt.kind == "b":
+            feed[t["name"]] = rng.integers(0, 2, t["shape"]).astype(dt)
+        else:
+            feed[t["name"]] = rng.integers(0, 4, t["shape"]).astype(dt)
+    return feed
+
+
+def _from_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
+    """A .npy (single-input models) or .npz keyed by input name; a leading sample axis is optional."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise CalibrationError(f"{path} is not a readable .npy/.npz file ({exc})") from None
+    if isinstance(data, np.ndarray):
+        if len(inputs) != 1:
+            raise CalibrationError(f"{path}: a .npy file only fits a single-input model; this one has "
+                                   f"{[t['name'] for t in inputs]}; use a .npz keyed by input name")
+        arrays = {inputs[0]["name"]: data}
+    else:
+        names = [t["name"] for t in inputs]
+        missing = [n for n in names if n not in data.files]
+        if missing:
+            raise CalibrationError(f"{path} lacks array(s) for input(s) {missing}", hint=f"keys found: {data.files}")
+        arrays = {n: data[n] for n in names}
+    count = None
+    for t in inputs:
+        a = arrays[t["name"]]
+        shape = list(t["shape"])
+        if list(a.shape) == shape:
+            a = a[None]
+        elif list(a.shape[1:]) != shape:
+            raise CalibrationError(f"{path}: array for input {t['name']!r} has shape {list(a.shape)}; "
+                                   f"expected {shape} or [N, {', '.join(map(str, shape))}]")
+        arrays[t["name"]] = a.astype(t["dtype"])
+        if count is not None and a.shape[0] != count:
+            raise CalibrationError(f"{path}: inputs have different sample counts")
+        count = a.shape[0]
+    return [{n: arrays[n][i] for n in arrays} for i in range(count or 0)]
+
+
+def _from_images(files: list[Path], inputs: list[dict[str, Any]], pre: Preprocess,
+                 skipped: list[str] | None = None) -> list[dict[str, np.ndarray]]:
+    """One feed per readable image; unreadable files go to ``skipped`` (or raise when it is None)."""
+    image_inputs = [t for t in inputs if len(t["shape"]) == 4]
+    if len(inputs) != 1 or not image_inputs:
+        raise CalibrationError("a folder of images fits a model with one 4-D image input; this model's inputs are "
+                               f"{[(t['name'], t['shape']) for t in inputs]}; use a .npz keyed by input name")
+    t = image_inputs[0]
+    cfg = pre.resolved()
+    n, a, b, c = t["shape"]
+    if cfg["layout"] == "nchw":
+        ch, h, w = a, b, c
+    else:
+        h, w, ch = a, b, c
+    if ch not in (1, 3):
+        raise CalibrationError(f"input {t['name']!r} {t['shape']} does not look like an image in layout "
+                               f"{cfg['layout']}", hint="set --preprocess layout=nhwc or nchw")
+    samples = []
+    for f in files:
+        try:
+            img = _load_image(f, h, w, cfg, gray=(ch == 1 or cfg["order"] == "gray"))
+        except CalibrationError:
+            if skipped is None:
+                raise
+            skipped.append(f.name)
+            continue
+        if cfg["layout"] == "nchw":
+            img = img.transpose(2, 0, 1)
+        batch = np.repeat(img[None], n, axis=0).astype(t["dtype"])
+        samples.append({t["name"]: batch})
+    return samples
+
+
+def _load_image(path: Path, h: int, w: int, cfg: dict[str, Any], gray: bool) -> np.ndarray:
+    try:
+        from PIL import Image
+    except ImportError:
+        raise CalibrationError("reading images needs Pillow", hint="pip install 'edgeopt[images]'") from None
+    try:
+        im = Image.open(path)
+        im = im.convert("L" if gray else "RGB")
+    except Exception as exc:
+        raise CalibrationError(f"cannot read image {path}: {exc}") from None
+    if cfg["resize"]:
+        s = cfg["resize"] / min(im.size)
+        im = im.resize((max(w, round(im.size[0] * s)), max(h, round(im.size[1] * s))), Image.BILINEAR)
+        if cfg["crop"]:
+            left, top = (im.size[0] - w) // 2, (im.size[1] - h) // 2
+            im = im.crop((left, top, left + w, top + h))
+        else:
+            im = im.resize((w, h), Image.BILINEAR)
+    else:
+        im = im.resize((w, h), Image.BILINEAR)
+    arr = np.asarray(im, dtype=np.float32)
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if cfg["order"] == "bgr":
+        arr = arr[..., ::-1]
+    arr = arr * cfg["scale"]
+    mean = np.asarray(cfg["mean"][: arr.shape[-1]], np.float32)
+    std = np.asarray(cfg["std"][: arr.shape[-1]], np.float32)
+    return (arr - mean) / std
+
+
+def save_stacked(path: str | os.PathLike, feeds: list[dict[str, np.ndarray]], names: list[str], prefix: str) -> None:
+    """Write feeds as ``{prefix}{i}`` arrays stacked on a new axis 0 (the bundle's npz format)."""
+    np.savez(path, **{f"{prefix}{i}": np.stack([f[n] for f in feeds]) for i, n in enumerate(names)})
+
+
+def load_stacked(path: str | os.PathLike, names: list[str], prefix: str) -> list[dict[str, np.ndarray]]:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = [data[f"{prefix}{i}"] for i in range(len(names))]
+    count = arrays[0].shape[0] if arrays else 0
+    return [{n: a[i] for n, a in zip(names, arrays)} for i in range(count)]

@@ -1,0 +1,82 @@
+"""The ``edgeopt`` command line: a thin skin over the API.  ``main(argv) -> exit code``.
+
+Each command lives in ``edgeopt.commands.<name>`` with ``add_parser(subparsers)`` and
+``run(args) -> int``; modules there import nothing heavy at module level, so ``--help`` is fast
+and works without any backend installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from edgeopt import __version__
+from edgeopt.errors import EXIT_INTERNAL, EdgeoptError
+
+# Order is the order in --help.
+COMMANDS = ["inspect", "build", "targets", "export", "push", "bench", "report", "run", "devices"]
+
+EPILOG = """\
+examples:
+  edgeopt inspect model.onnx
+  edgeopt build model.onnx --targets jetson,h100,cpu --precision auto
+  edgeopt build model.onnx --targets cpu,intel-cpu --precision fp32,int8 --calib images/ --shape x:1x3x224x224
+  edgeopt run model.onnx --targets cpu --devices local
+
+exit codes: 0 ok, 1 internal error, 2 bad input (model, flag, data), 3 a target failed to build or
+its check failed, 4 a device was unreachable or failed, 5 a regression gate tripped.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="edgeopt",
+        description="Compile one ONNX model for every target (ONNX Runtime, OpenVINO, TFLite, Core ML, "
+                    "TensorRT), prove each artifact faithful, and measure it on the real devices.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"edgeopt {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"edgeopt.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"edgeopt.commands.{name}":
+                continue  # command not present in this build
+            raise
+        mod.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except EdgeoptError as exc:
+        print(f"edgeopt: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("edgeopt: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print("edgeopt: internal error (the traceback above is a bug; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

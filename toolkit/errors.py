@@ -1,0 +1,78 @@
+"""One exception tree, mapped to exit codes in one place (``edgeopt.cli``).
+
+User errors (bad model, bad flag, unknown target, unreachable device) print one clear
+message and no traceback.  Anything else is an internal error and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+# Exit codes: what each one means is part of the CLI's contract (README, --help).
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2  # bad input: model, flag, config, calibration data
+EXIT_BUILD_FAILED = 3  # a target failed to build or its host check failed
+EXIT_DEVICE_FAILED = 4  # a device was unreachable or a run on it failed
+EXIT_GATE_FAILED = 5  # a regression gate tripped
+
+
+class EdgeoptError(Exception):
+    """A user-facing error: one message, an optional hint, no traceback."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+
+class ModelError(EdgeoptError):
+    """The model file is missing, not ONNX, truncated or invalid."""
+
+
+class UsageError(EdgeoptError):
+    """A flag, target name, precision, shape or config value is wrong."""
+
+
+class CalibrationError(EdgeoptError):
+    """Calibration data is missing, unreadable or does not match the model's inputs."""
+
+
+class MissingDependency(EdgeoptError):
+    """A backend's packages are not installed; the hint names the pip command."""
+
+
+class UnsupportedOps(EdgeoptError):
+    """Some nodes of the model cannot be handled by a target. Lists all of them."""
+
+    def __init__(self, target: str, nodes: list[tuple[str, str]]) -> None:
+        lines = [f"  {op} (node {name!r})" for op, name in nodes]
+        super().__init__(
+            f"target {target!r} cannot take {len(nodes)} node(s) of this model:\n" + "\n".join(lines),
+            hint="drop the target, or run `edgeopt inspect MODEL` for the full support matrix",
+        )
+        self.target = target
+        self.nodes = nodes
+
+
+class BuildFailed(EdgeoptError):
+    """One or more targets failed to build or failed their host check."""
+
+    exit_code = EXIT_BUILD_FAILED
+
+
+class DeviceError(EdgeoptError):
+    """A device could not be reached, refused us, or failed a run."""
+
+    exit_code = EXIT_DEVICE_FAILED
+
+
+class HostKeyError(DeviceError):
+    """A host key is unknown (and trust-on-first-use was not asked for) or has changed."""
+
+
+class GateFailed(EdgeoptError):
+    exit_code = EXIT_GATE_FAILED

@@ -1,0 +1,318 @@
+"""Loading, validating and inspecting an ONNX model (``ModelInfo``).
+
+Every bad model is a ``ModelError`` with one clear line: missing file, not ONNX, truncated,
+failing the ONNX checker, external data missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import ModelError, UsageError
+
+DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+          10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list[int | str | None]  # int, a named dynamic dim, or None for an unnamed one
+    dtype: str
+
+    @property
+    def dynamic_dims(self) -> list[str]:
+        return [f"{self.name}[{i}]" + (f"={d}" if isinstance(d, str) else "")
+                for i, d in enumerate(self.shape) if not isinstance(d, int)]
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    sha256: str
+    size_bytes: int
+    ir_version: int
+    opsets: dict[str, int]
+    producer: str
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    op_histogram: dict[str, int]
+    nodes: list[tuple[str, str, str]]  # (domain, op_type, node name) incl. subgraphs
+    parameters: int
+    parameter_bytes: int
+    flops: int | None
+    external_data: list[str]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def opset(self) -> int:
+        return self.opsets.get("", self.opsets.get("ai.onnx", 0))
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).stem
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("nodes")
+        d["metadata"] = {k: (v if len(v) < 200 else v[:200] + f"... ({len(v)} chars)") for k, v in self.metadata.items()}
+        return d
+
+
+def _value_info(vi) -> TensorInfo:
+    t = vi.type.tensor_type
+    dims: list[int | str | None] = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorInfo(vi.name, dims, DTYPES.get(t.elem_type, f"type{t.elem_type}"))
+
+
+def load(path: str | os.PathLike, load_external: bool = True):
+    """Load and check an ONNX model, or raise a ModelError saying what is wrong with it."""
+    import onnx
+
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"{p} is a directory, not an ONNX model file")
+    if p.stat().st_size == 0:
+        raise ModelError(f"{p} is empty")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise ModelError(f"{p} is not a readable ONNX model ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'parse error'}); "
+                         "is the file truncated or of another format?") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{p} parsed as protobuf but holds no ONNX graph; is it an ONNX file?")
+    missing = [t for t in _external_files(model) if not (p.parent / t).is_file()]
+    if missing:
+        raise ModelError(f"{p}: external data file(s) missing next to the model: {', '.join(missing)}")
+    try:
+        onnx.checker.check_model(str(p)) if missing == [] and _external_files(model) else onnx.checker.check_model(model)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"{p} fails the ONNX checker: {first}") from None
+    if load_external and _external_files(model):
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(p.parent))
+    return model
+
+
+def _external_files(model) -> list[str]:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    files = []
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            for kv in t.external_data:
+                if kv.key == "location" and kv.value not in files:
+                    files.append(kv.value)
+    return files
+
+
+def _walk_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g and attr.g.node:
+                yield from _walk_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _walk_nodes(g)
+
+
+def _flops(model) -> int | None:
+    """Rough multiply-accumulate x2 for Conv/ConvTranspose/MatMul/Gemm, from inferred shapes."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        return None
+    shapes: dict[str, list[int]] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
+        shapes[vi.name] = dims
+    for init in inferred.graph.initializer:
+        shapes[init.name] = list(init.dims)
+    del numpy_helper
+    total = 0
+    known = False
+    for node in inferred.graph.node:
+        out = shapes.get(node.output[0]) if node.output else None
+        if not out or 0 in out:
+            continue
+        out_elems = 1
+        for d in out:
+            out_elems *= d
+        if node.op_type in ("Conv", "ConvTranspose"):
+            w = shapes.get(node.input[1])
+            if not w or 0 in w:
+                continue
+            kernel = 1
+            for d in w[2:]:
+                kernel *= d
+            group = next((a.i for a in node.attribute if a.name == "group"), 1)
+            cin = w[1] if node.op_type == "Conv" else w[0] // max(group, 1)
+            if node.op_type == "ConvTranspose":
+                in_shape = shapes.get(node.input[0]) or []
+                n_in = 1
+                for d in in_shape:
+                    n_in *= d
+                total += 2 * n_in * (w[1] * kernel)
+            else:
+                total += 2 * out_elems * cin * kernel
+            known = True
+        elif node.op_type in ("MatMul", "Gemm"):
+            a = shapes.get(node.input[0])
+            if not a or 0 in a:
+                continue
+            k = a[-1] if not (node.op_type == "Gemm" and any(x.name == "transA" and x.i for x in node.attribute)) else a[0]
+            total += 2 * out_elems * k
+            known = True
+    return total if known else None
+
+
+def inspect(path: str | os.PathLike) -> ModelInfo:
+    """Everything ``edgeopt inspect`` shows, as data."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    model = load(path)
+    graph = model.graph
+    init_names = {i.name for i in graph.initializer}
+    nodes = [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>")
+             for i, n in enumerate(_walk_nodes(graph))]
+    params = 0
+    pbytes = 0
+    for init in graph.initializer:
+        arr_elems = 1
+        for d in init.dims:
+            arr_elems *= d
+        params += arr_elems
+        try:
+            pbytes += numpy_helper.to_array(init).nbytes
+        except Exception:
+            pass
+    # Many exporters (paddle2onnx, tf2onnx) keep weights in Constant nodes, not initializers.
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and attr.t.dims and int(np.prod(attr.t.dims)) > 1:
+                    params += int(np.prod(attr.t.dims))
+                    pbytes += int(np.prod(attr.t.dims)) * (2 if attr.t.data_type in (10, 16) else 4)
+    return ModelInfo(
+        path=str(path),
+        sha256=sha256_file(path),
+        size_bytes=Path(path).stat().st_size,
+        ir_version=model.ir_version,
+        opsets={(o.domain or ""): o.version for o in model.opset_import},
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        inputs=[_value_info(v) for v in graph.input if v.name not in init_names],
+        outputs=[_value_info(v) for v in graph.output],
+        op_histogram=dict(Counter(op if not d else f"{d}::{op}" for d, op, _ in nodes).most_common()),
+        nodes=nodes,
+        parameters=params,
+        parameter_bytes=pbytes,
+        flops=_flops(model),
+        external_data=_external_files(model),
+        metadata={p.key: p.value for p in model.metadata_props},
+    )
+
+
+def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
+    """``["x:1x3x224x224", "y:1,16"]`` -> ``{"x": [1, 3, 224, 224], ...}``."""
+    shapes: dict[str, list[int]] = {}
+    for item in items or []:
+        name, sep, dims = item.rpartition(":")
+        if not sep or not name or not dims:
+            raise UsageError(f"bad --shape {item!r}", hint="use NAME:1x3x224x224")
+        try:
+            values = [int(d) for d in dims.replace(",", "x").split("x")]
+        except ValueError:
+            raise UsageError(f"bad --shape {item!r}: dims must be integers", hint="use NAME:1x3x224x224") from None
+        if any(v <= 0 for v in values):
+            raise UsageError(f"bad --shape {item!r}: dims must be positive")
+        shapes[name] = values
+    return shapes
+
+
+def static_input_shapes(info: ModelInfo, given: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Every input's concrete shape; dynamic dims must be given with --shape (all named at once)."""
+    names = {t.name for t in info.inputs}
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise UsageError(f"--shape names unknown input(s) {unknown}", hint=f"the model's inputs are {sorted(names)}")
+    out: dict[str, list[int]] = {}
+    missing: list[TensorInfo] = []
+    for t in info.inputs:
+        if t.name in given:
+            shape = given[t.name]
+            if len(shape) != len(t.shape):
+                raise UsageError(f"--shape {t.name}: the model's input has rank {len(t.shape)}, got {len(shape)} dims")
+            clash = [(i, d, s) for i, (d, s) in enumerate(zip(t.shape, shape)) if isinstance(d, int) and d != s]
+            if clash:
+                i, d, s = clash[0]
+                raise UsageError(f"--shape {t.name}: dim {i} is fixed at {d} in the model, got {s}")
+            out[t.name] = list(shape)
+        elif all(isinstance(d, int) for d in t.shape):
+            out[t.name] = list(t.shape)  # type: ignore[arg-type]
+        else:
+            missing.append(t)
+    if missing:
+        dims = "; ".join(f"{t.name} {_fmt_shape(t.shape)}" for t in missing)
+        example = " ".join(f"--shape {t.name}:" + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
+                           for t in missing)
+        raise UsageError(f"the model has dynamic dimensions with no shape given: {dims}",
+                         hint=f"give concrete sizes, e.g. {example} (replace each N)")
+    return out
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ",".join(str(d) if d is not None else "?" for d in shape) + "]"
+
+
+def make_static(model, shapes: dict[str, list[int]]):
+    """A copy of the model with the given input shapes fixed and shapes re-inferred."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            for d, v in zip(dims, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = v
+    # Output/value_info dims are recomputed; stale symbolic ones would confuse converters.
+    del m.graph.value_info[:]
+    for vi in m.graph.output:
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value"):
+                d.Clear()
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:
+        pass
+    return m

@@ -1,0 +1,355 @@
+"""The build pipeline: inspect -> plan -> build (per target, in worker processes) -> host check -> bundle.
+
+Bundles are written to a temp dir under ``--out`` and renamed into place only when complete, so a
+failed or interrupted build never leaves a half-written bundle.  Finished bundles are kept in a
+content-addressed cache (``$EDGEOPT_CACHE_DIR`` or ``~/.cache/edgeopt``): the same model, options,
+data and toolchain give the same key and no rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt import __version__
+from edgeopt.errors import BuildFailed, UsageError
+
+STATUS_OK = ("built", "cached", "up-to-date")
+
+
+@dataclass
+class TargetResult:
+    target: str
+    precision: str
+    backend: str
+    status: str  # built | cached | up-to-date | failed | check-failed | unsupported | unavailable
+    bundle: str | None = None
+    time_s: float | None = None
+    check: str = ""  # a one-line summary of the host check
+    error: str | None = None
+    manifest: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in STATUS_OK
+
+
+@dataclass
+class BuildReport:
+    model: str
+    out: str
+    results: list[TargetResult]
+    warnings: list[str]
+    time_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for r in d["results"]:
+            r.pop("manifest", None)
+        d["ok"] = self.ok
+        return d
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGEOPT_CACHE_DIR") or Path.home() / ".cache" / "edgeopt")
+
+
+def _key(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _check_summary(manifest: dict[str, Any]) -> str:
+    hc = manifest.get("host_check") or {}
+    if hc.get("kind") == "structural":
+        return "structural " + ("ok" if hc.get("passed") else "FAILED") + "; numeric on device"
+    if hc.get("kind") == "device":
+        return "on device"
+    if "error" in hc:
+        return "FAILED: " + hc["error"]
+    worst = []
+    for name, o in (hc.get("outputs") or {}).items():
+        m = o.get("metrics", {})
+        bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"top1 {m['top1']:.0%}" if "top1" in m else ""]
+        worst.append(f"{name}: " + " ".join(b for b in bits if b) + ("" if o.get("passed") else " FAIL"))
+    head = "passed" if hc.get("passed") else "FAILED"
+    return head + (" (" + "; ".join(worst[:2]) + (" …" if len(worst) > 2 else "") + ")" if worst else "")
+
+
+def _writable(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".edgeopt-probe-"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {str(out)!r} is not writable: {exc.strerror or exc}") from None
+
+
+def build(
+    model: str | os.PathLike,
+    targets: str | list[str],
+    precisions: list[str] | None = None,
+    shapes: dict[str, list[int]] | None = None,
+    calib: str | None = None,
+    preprocess: str | None = None,
+    out: str | os.PathLike = "dist",
+    jobs: int = 2,
+    force: bool = False,
+    allow_mismatch: bool = False,
+    config: str | None = None,
+    options: dict[str, Any] | None = None,
+    timeout: float = 1800,
+    n_calib: int = 32,
+    n_val: int = 8,
+    progress: Callable[[str], None] = lambda s: None,
+) -> BuildReport:
+    """Build a bundle for every (target, precision); see ``edgeopt build --help``."""
+    from edgeopt import calib as calibmod
+    from edgeopt import model as modelmod
+    from edgeopt.targets.registry import get_backend, resolve_precisions, resolve_targets
+
+    t_start = time.perf_counter()
+    specs = resolve_targets(targets, config)
+    plans = [(s, p) for s in specs for p in resolve_precisions(s, precisions or ["auto"])]
+    pre = calibmod.Preprocess.parse(preprocess)
+    options = dict(options or {})
+    info = modelmod.inspect(model)
+    static = modelmod.static_input_shapes(info, shapes or {})
+    out = Path(out)
+    _writable(out)
+    progress(f"model {info.name}: opset {info.opset}, {len(info.nodes)} nodes, inputs "
+             + ", ".join(f"{n}{static[n]}" for n in static))
+
+    io = {"inputs": [{"name": t.name, "shape": static[t.name], "dtype": t.dtype, "layout": _layout(static[t.name])}
+                     for t in info.inputs],
+          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs]}
+    data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
+    results: list[TargetResult] = []
+    todo: list[tuple[Any, str, str, Path]] = []
+    for spec, prec in plans:
+        backend = get_backend(spec.backend)
+        res = TargetResult(spec.name, prec, spec.backend, "pending")
+        results.append(res)
+        why = backend.available()
+        if why:
+            res.status, res.error = "unavailable", why
+            continue
+        bad = backend.unsupported_nodes(info, spec.as_dict())
+        if bad:
+            res.status = "unsupported"
+            res.error = f"{len(bad)} unsupported node(s): " + ", ".join(f"{op} ({name})" for op, name in bad)
+            continue
+        key = _key({"model": info.sha256, "target": spec.as_dict(), "precision": prec, "shapes": static,
+                    "data": data_fp, "options": options, "allow_mismatch": allow_mismatch,
+                    "toolchain": backend.toolchain(), "edgeopt": __version__})
+        final = out / info.name / f"{spec.name}-{prec}"
+        if not force and _bundle_key(final) == key:
+            res.status, res.bundle, res.time_s = "up-to-date", str(final), 0.0
+            res.manifest = json.loads((final / "manifest.json").read_text())
+            res.check = _check_summary(res.manifest)
+            continue
+        cached = cache_dir() / key[:2] / key
+        if not force and _bundle_key(cached) == key:
+            _install(cached, final, copy=True)
+            res.status, res.bundle, res.time_s = "cached", str(final), 0.0
+            res.manifest = json.loads((final / "manifest.json").read_text())
+            res.check = _check_summary(res.manifest)
+            continue
+        todo.append((res, spec, key, final))
+
+    warnings: list[str] = []
+    if todo:
+        work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out))
+        try:
+            data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress)
+            if data_source.get("warning"):
+                warnings.append(data_source["warning"])
+                progress("WARNING: " + data_source["warning"])
+            jobs_list = []
+            for res, spec, key, final in todo:
+                job = {
+                    "model_name": info.name, "model_path": str(Path(model).resolve()), "model_sha256": info.sha256,
+                    "prepared_path": str(work / "prepared.onnx"), "target": spec.as_dict(), "precision": res.precision,
+                    "bundle_dir": str(work / f"{spec.name}-{res.precision}"), "io": io,
+                    "calib_path": str(work / "calib.npz"), "validation_path": str(work / "validation.npz"),
+                    "reference_path": str(work / "reference.npz"), "data_source": data_source,
+                    "options": {**options, "allow_mismatch": allow_mismatch}, "cache_key": key,
+                }
+                jobs_list.append((res, job, final))
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                list(pool.map(lambda a: _run_job(*a, work=work, timeout=timeout, allow_mismatch=allow_mismatch,
+                                                 progress=progress), jobs_list))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start)
+
+
+def _layout(shape: list[int]) -> str | None:
+    if len(shape) == 4 and shape[1] in (1, 3) and shape[2] > 4 and shape[3] > 4:
+        return "NCHW"
+    return None
+
+
+def _bundle_key(path: Path) -> str | None:
+    try:
+        return json.loads((path / "manifest.json").read_text())["build"]["cache_key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _install(src: Path, final: Path, copy: bool) -> None:
+    """Put a complete bundle at ``final`` atomically (temp sibling, then rename)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    if copy:
+        shutil.copytree(src, tmp, copy_function=_hardlink_or_copy)
+    else:
+        os.replace(src, tmp)
+    old = None
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{os.getpid()}-{threading.get_ident()}"
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _hardlink_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, options, progress) -> dict[str, Any]:
+    """Static-shape model, calibration/validation data and FP32 reference outputs, shared by all jobs."""
+    import onnx
+    from edgeopt import calib as calibmod
+    from edgeopt import model as modelmod
+
+    progress("preparing: static shapes, data, FP32 reference")
+    m = modelmod.make_static(modelmod.load(model), static)
+    onnx.save(m, str(work / "prepared.onnx"))
+    names = [t["name"] for t in io["inputs"]]
+    data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
+    calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
+    calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
+    refs = reference_outputs(work / "prepared.onnx", data.validation)
+    for o in io["outputs"]:
+        o["shape"] = list(refs[0][o["name"]].shape)
+    out_names = [o["name"] for o in io["outputs"]]
+    calibmod.save_stacked(work / "reference.npz", refs, out_names, "out")
+    return data.source
+
+
+def reference_outputs(model_path: Path, feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ONNX Runtime FP32 outputs with graph optimisations off: the reference every artifact is held to."""
+    import onnxruntime as ort
+    from edgeopt.errors import CalibrationError
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    outs = []
+    for i, feed in enumerate(feeds):
+        try:
+            values = sess.run(names, feed)
+        except Exception as exc:
+            raise CalibrationError(f"the reference run failed on validation sample {i}: "
+                                   f"{str(exc).splitlines()[0]}") from None
+        outs.append(dict(zip(names, values)))
+    return outs
+
+
+def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, timeout: float,
+             allow_mismatch: bool, progress: Callable[[str], None]) -> None:
+    tag = f"{res.target} {res.precision}"
+    job_file = work / f"job-{res.target}-{res.precision}.json"
+    result_file = work / f"result-{res.target}-{res.precision}.json"
+    job_file.write_text(json.dumps(job))
+    progress(f"{tag}: building ({res.backend})")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "edgeopt.worker", str(job_file), str(result_file)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+
+    def relay() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            line = line.rstrip()
+            if line.startswith("progress: "):
+                progress(f"{tag}: {line[10:]}")
+            elif line:
+                tail.append(line)
+                del tail[:-20]
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        res.status, res.error = "failed", f"converter hung (> {timeout:.0f}s) and was killed"
+        progress(f"{tag}: {res.error}")
+        return
+    finally:
+        reader.join(timeout=5)
+    res.time_s = time.perf_counter() - t0
+    if proc.returncode != 0 or not result_file.exists():
+        sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
+        last = next((t for t in reversed(tail) if t.strip()), "")
+        res.status, res.error = "failed", f"converter crashed: exit code {proc.returncode}{sig}" + (
+            f"; last output: {last[:300]}" if last else "")
+        progress(f"{tag}: {res.error}")
+        return
+    result = json.loads(result_file.read_text())
+    if not result["ok"]:
+        res.status, res.error = "failed", result["error"]
+        progress(f"{tag}: FAILED: {result['error'].splitlines()[0]}")
+        if result.get("traceback"):
+            res.error += "\n" + result["traceback"]
+        return
+    manifest = result["manifest"]
+    res.manifest = manifest
+    res.check = _check_summary(manifest)
+    hc = manifest.get("host_check") or {}
+    passed = hc.get("passed") is not False
+    if not passed and not allow_mismatch:
+        res.status = "check-failed"
+        res.error = "host check failed: " + res.check + " (use --allow-mismatch to keep it)"
+        progress(f"{tag}: {res.error}")
+        return
+    bundle = Path(job["bundle_dir"])
+    if passed:  # only faithful bundles are cached
+        key = job["cache_key"]
+        cached = cache_dir() / key[:2] / key
+        try:
+            _install(bundle, cached, copy=True)
+        except OSError as exc:
+            progress(f"{tag}: could not write the cache ({exc}); continuing")
+    _install(bundle, final, copy=False)
+    res.status, res.bundle = "built", str(final)
+    progress(f"{tag}: done in {res.time_s:.1f}s, host check {res.check}")
+
+
+def raise_if_failed(report: BuildReport) -> None:
+    if not report.ok:
+        bad = [f"{r.target} {r.precision}: {r.status}" for r in report.results if not r.ok]
+        raise BuildFailed("some targets failed: " + "; ".join(bad))
