@@ -196,6 +196,10 @@ def build(
                                                  progress=progress), jobs_list))
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    for r in results:  # bundles taken from the cache carry their warnings too
+        for w in (r.manifest or {}).get("warnings", []):
+            if w not in warnings:
+                warnings.append(w)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start)
 
 
