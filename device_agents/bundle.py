@@ -87,7 +87,7 @@ def validation_inputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> li
     specs = manifest["io"]["inputs"]
     arrays = _stacked(Path(bundle) / safe_relpath(rel), "in", len(specs))
     n = arrays[0].shape[0] if arrays else 0
-    return [{s["name"]: a[i] for s, a in zip(specs, arrays)} for i in range(n)]
+    return [{s["name"]: np.asarray(a[i]) for s, a in zip(specs, arrays)} for i in range(n)]
 
 
 def reference_outputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -39,12 +39,17 @@ def tolerance_for(precision: str, override: dict[str, float] | None = None) -> d
 
 
 def _is_classifier_like(ref: np.ndarray) -> bool:
-    """Scores over classes: float, last axis of 2..100000 classes, few positions per sample."""
-    if ref.dtype.kind != "f" or ref.ndim < 2:
+    """Scores over classes: [batch, classes] logits/probabilities, or [batch, steps, classes]
+    probabilities (rows summing to 1, e.g. a CTC recogniser). Recurrent states and feature maps are not."""
+    if ref.dtype.kind != "f" or ref.ndim < 2 or not 2 <= ref.shape[-1] <= 100_000:
         return False
-    classes = ref.shape[-1]
-    positions = int(np.prod(ref.shape[1:-1])) if ref.ndim > 2 else 1
-    return 2 <= classes <= 100_000 and positions <= 512
+    per_sample = ref.shape[1:]  # axis 0 stacks the validation samples
+    if len(per_sample) == 2 and per_sample[0] == 1:
+        return True  # [1, classes] per sample
+    if len(per_sample) == 3 and per_sample[0] == 1 and per_sample[1] <= 512:
+        rows = ref.reshape(-1, ref.shape[-1])
+        return bool(np.all(rows >= 0) and np.allclose(rows.sum(-1), 1.0, atol=1e-3))
+    return False
 
 
 def tensor_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:

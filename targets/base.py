@@ -159,7 +159,7 @@ class Target:
             "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz",
                            "source": job.data_source,
                            "reference_runtime": package_versions(["onnxruntime"])},
-            "notes": out.notes,
+            "notes": job.data_source.get("prepare_notes", []) + out.notes,
             "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else []),
             "build": {"time_s": round(build_s, 3), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "host": {"machine": platform.machine(), "system": platform.system(),

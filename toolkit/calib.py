@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from edgeopt.errors import CalibrationError, UsageError
 
 IMAGE_EXT = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff", ".ppm"}
@@ -199,7 +200,7 @@ def _from_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.
         if count is not None and a.shape[0] != count:
             raise CalibrationError(f"{path}: inputs have different sample counts")
         count = a.shape[0]
-    return [{n: arrays[n][i] for n in arrays} for i in range(count or 0)]
+    return [{n: np.asarray(arrays[n][i]) for n in arrays} for i in range(count or 0)]
 
 
 def _from_images(files: list[Path], inputs: list[dict[str, Any]], pre: Preprocess,
@@ -275,4 +276,4 @@ def load_stacked(path: str | os.PathLike, names: list[str], prefix: str) -> list
     with np.load(path, allow_pickle=False) as data:
         arrays = [data[f"{prefix}{i}"] for i in range(len(names))]
     count = arrays[0].shape[0] if arrays else 0
-    return [{n: a[i] for n, a in zip(names, arrays)} for i in range(count)]
+    return [{n: np.asarray(a[i]) for n, a in zip(names, arrays)} for i in range(count)]

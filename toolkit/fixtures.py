@@ -62,3 +62,61 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# --- real calibration/validation data for the audio fixtures (from beckett.wav, real speech) ----------
+
+def speech(sr_expected: int = 16000):
+    """beckett.wav as float32 in [-1, 1] (10 s, 16 kHz mono PCM16)."""
+    import wave
+
+    import numpy as np
+
+    with wave.open(str(path("speech")), "rb") as w:
+        assert w.getframerate() == sr_expected and w.getnchannels() == 1 and w.getsampwidth() == 2
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    return pcm.astype(np.float32) / 32768.0
+
+
+def audio_data(name: str, out: str | Path, count: int = 48) -> Path:
+    """Write an .npz of real inputs for an audio fixture model (keys = input names, leading sample axis).
+
+    - ``silero-vad*``: consecutive 576-sample windows (64 context + 512 new) with the LSTM state
+      carried over by running the FP32 model itself, as a streaming VAD does.
+    - ``oww-melspec``: 1 s chunks of speech, shape [1, 16000].
+    - ``oww-embedding``: 76-frame windows of openwakeword's melspectrogram of the speech
+      (its own transform ``x / 10 + 2``), shape [1, 76, 32, 1].
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    audio = speech()
+    out = Path(out)
+    if name.startswith("silero-vad"):
+        sess = ort.InferenceSession(str(path(name)), providers=["CPUExecutionProvider"])
+        state = np.zeros((2, 1, 128), np.float32)
+        sr = np.array(16000, np.int64)
+        context = np.zeros(64, np.float32)
+        xs, states = [], []
+        total = len(audio) // 512
+        step = max(1, total // count)
+        for i in range(total):
+            chunk = audio[i * 512:(i + 1) * 512]
+            x = np.concatenate([context, chunk])[None].astype(np.float32)
+            if i % step == 0 and len(xs) < count:  # spread over the clip, with the real carried state
+                xs.append(x)
+                states.append(state)
+            _, state = sess.run(None, {"input": x, "state": state, "sr": sr})
+            context = chunk[-64:]
+        np.savez(out, input=np.stack(xs), state=np.stack(states), sr=np.full(len(xs), 16000, np.int64))
+    elif name == "oww-melspec":
+        chunks = [audio[i:i + 16000] for i in range(0, len(audio) - 16000 + 1, 4000)][:count]
+        np.savez(out, input=np.stack([c[None] for c in chunks]).astype(np.float32))
+    elif name == "oww-embedding":
+        mel = ort.InferenceSession(str(path("oww-melspec")), providers=["CPUExecutionProvider"])
+        spec = mel.run(None, {"input": audio[None].astype(np.float32)})[0].squeeze() / 10 + 2  # [frames, 32]
+        wins = [spec[i:i + 76] for i in range(0, spec.shape[0] - 76 + 1, 8)][:count]
+        np.savez(out, input_1=np.stack([w[None, :, :, None] for w in wins]).astype(np.float32))
+    else:
+        raise KeyError(f"no audio data recipe for {name!r}")
+    return out

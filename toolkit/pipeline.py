@@ -243,12 +243,21 @@ def _hardlink_or_copy(src: str, dst: str) -> None:
 def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, options, progress) -> dict[str, Any]:
     """Static-shape model, calibration/validation data and FP32 reference outputs, shared by all jobs."""
     import onnx
+
     from edgeopt import calib as calibmod
     from edgeopt import model as modelmod
 
     progress("preparing: static shapes, data, FP32 reference")
-    m = modelmod.make_static(modelmod.load(model), static)
-    onnx.save(m, str(work / "prepared.onnx"))
+    original = modelmod.load(model)
+    m = modelmod.make_static(original, static)
+    onnx.save(m, str(work / "prepared.onnx"), save_as_external_data=m.ByteSize() > 1_900_000_000)
+    notes = []
+    if not _ort_loads(work / "prepared.onnx"):
+        # Fixing the input dims can break shape inference inside control flow (If branches whose
+        # untaken side reshapes differently); then keep the model's own dims and feed static data.
+        onnx.save(original, str(work / "prepared.onnx"), save_as_external_data=original.ByteSize() > 1_900_000_000)
+        notes.append("input dims left dynamic in prepared.onnx: fixing them broke ONNX Runtime's shape "
+                     "inference; the bundle's data has the static shapes")
     names = [t["name"] for t in io["inputs"]]
     data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
@@ -258,12 +267,26 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
         o["shape"] = list(refs[0][o["name"]].shape)
     out_names = [o["name"] for o in io["outputs"]]
     calibmod.save_stacked(work / "reference.npz", refs, out_names, "out")
-    return data.source
+    return {**data.source, **({"prepare_notes": notes} if notes else {})}
+
+
+def _ort_loads(path: Path) -> bool:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.log_severity_level = 3
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return True
+    except Exception:
+        return False
 
 
 def reference_outputs(model_path: Path, feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """ONNX Runtime FP32 outputs with graph optimisations off: the reference every artifact is held to."""
     import onnxruntime as ort
+
     from edgeopt.errors import CalibrationError
 
     so = ort.SessionOptions()
