@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         if verb not in VERBS:
             raise ValueError(f"unknown verb {verb!r}; verbs: {', '.join(sorted(VERBS))}")
         request = _read_request(argv[1:])
+        if not isinstance(request, dict):
+            raise ValueError(f"the request must be a JSON object, got {type(request).__name__}")
         reply.update(VERBS[verb](request))
         reply.setdefault("ok", True)
     except Exception as exc:  # every failure becomes a JSON reply, never a bare traceback

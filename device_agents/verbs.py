@@ -1,4 +1,9 @@
-"""The agent's verbs, each ``request dict -> reply dict``. Registered in ``VERBS``."""
+"""The agent's verbs, each ``request dict -> reply dict``. Registered in ``VERBS`` (see SCHEMA.md).
+
+A verb returns the reply's body (``{"ok": ..., "<verb>": {...}}``); a failure it can describe
+returns ``"ok": False`` with ``"error": {"type", "message"}``, anything else raises and
+``__main__`` turns the exception into the same shape.  Heavy work is imported inside each verb.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,98 @@ from .bundle import load_manifest, verify
 def verb_check(req: dict[str, Any]) -> dict[str, Any]:
     """Accuracy of a bundle's artifact against its reference outputs (no timing loop)."""
     from .check import check_bundle
+    from .store import resolve_bundle
 
-    result = check_bundle(req["bundle"], req.get("options"))
+    result = check_bundle(resolve_bundle(req), req.get("options"))
     return {"ok": True, "check": result}
 
 
 def verb_verify(req: dict[str, Any]) -> dict[str, Any]:
     """A bundle's files against its manifest's sha256."""
-    bundle = req["bundle"]
+    from .store import resolve_bundle
+
+    bundle = resolve_bundle(req)
     result = verify(bundle, load_manifest(bundle))
-    return {"ok": result["ok"], "verify": result}
+    reply: dict[str, Any] = {"ok": result["ok"], "verify": result}
+    if not result["ok"]:
+        reply["error"] = {"type": "VerifyFailed", "message": f"{len(result['problems'])} problem(s): " + "; ".join(
+            f"{p['file']}: {p['problem']}" for p in result["problems"][:5])}
+    return reply
+
+
+def verb_probe(req: dict[str, Any]) -> dict[str, Any]:
+    """The device: OS, CPU, memory, disk, GPUs, Jetson, runtimes (no runtime imported in-process)."""
+    from .probe import probe
+    from .store import agent_root
+
+    return {"ok": True, "probe": probe(agent_root(req), import_fallback=req.get("import_fallback", True))}
+
+
+def verb_bench(req: dict[str, Any]) -> dict[str, Any]:
+    """Latency, memory and accuracy of a bundle, measured in a child process with a timeout."""
+    from .bench import bench
+    from .store import resolve_bundle
+
+    return bench(resolve_bundle(req), req.get("options"))
+
+
+def verb_install(req: dict[str, Any]) -> dict[str, Any]:
+    """Verify an uploaded bundle in ``<root>/staging/`` and move it into the store."""
+    from .store import InstallRejected, agent_root, install
+
+    try:
+        return {"ok": True, "install": install(agent_root(req), req.get("staging"), req.get("bundle_id"))}
+    except InstallRejected as exc:
+        return {"ok": False, "install": {"bundle_id": req.get("bundle_id"), "problems": exc.problems,
+                                         "staging_removed": True},
+                "error": {"type": "InstallRejected", "message": str(exc)}}
+
+
+def verb_has(req: dict[str, Any]) -> dict[str, Any]:
+    """Which bundle ids are installed."""
+    from .store import agent_root, has
+
+    return {"ok": True, "has": has(agent_root(req), req.get("bundle_ids"))}
+
+
+def verb_activate(req: dict[str, Any]) -> dict[str, Any]:
+    """Point a slot's ``current`` at an installed bundle."""
+    from .store import activate, agent_root
+
+    return {"ok": True, "activate": activate(agent_root(req), req.get("bundle_id"), req.get("slot"))}
+
+
+def verb_rollback(req: dict[str, Any]) -> dict[str, Any]:
+    """A slot's current <- previous."""
+    from .store import agent_root, rollback
+
+    return {"ok": True, "rollback": rollback(agent_root(req), req.get("slot"))}
+
+
+def verb_gc(req: dict[str, Any]) -> dict[str, Any]:
+    """Remove store entries no slot keeps."""
+    from .store import agent_root, gc
+
+    return {"ok": True, "gc": gc(agent_root(req), req.get("keep", 3), req.get("grace_s", 3600),
+                                 bool(req.get("dry_run", False)))}
+
+
+def verb_list(req: dict[str, Any]) -> dict[str, Any]:
+    """Installed bundles and slots."""
+    from .store import agent_root, listing
+
+    return {"ok": True, "list": listing(agent_root(req))}
 
 
 VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "probe": verb_probe,
     "check": verb_check,
     "verify": verb_verify,
+    "bench": verb_bench,
+    "install": verb_install,
+    "has": verb_has,
+    "activate": verb_activate,
+    "rollback": verb_rollback,
+    "gc": verb_gc,
+    "list": verb_list,
 }

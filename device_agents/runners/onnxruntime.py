@@ -10,6 +10,8 @@ from . import Runner, RunnerUnavailable
 
 
 class OnnxRuntimeRunner(Runner):
+    """An ``InferenceSession``; options ``threads``, ``inter_op_threads``, ``providers``."""
+
     runtime = "onnxruntime"
 
     def load(self) -> None:
@@ -22,6 +24,8 @@ class OnnxRuntimeRunner(Runner):
         threads = self.options.get("threads")
         if threads:
             so.intra_op_num_threads = int(threads)
+        if self.options.get("inter_op_threads"):
+            so.inter_op_num_threads = int(self.options["inter_op_threads"])
         # The artifact is already optimized at build time; don't redo it at every load.
         level = self.manifest["runtime"].get("options", {}).get("graph_optimization_level", "all")
         so.graph_optimization_level = {
@@ -31,6 +35,7 @@ class OnnxRuntimeRunner(Runner):
         }.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         providers = self.options.get("providers") or ["CPUExecutionProvider"]
         self._so = so
+        self._level = level
         self.session = ort.InferenceSession(str(self.artifact), so, providers=providers)
         self._outputs = [o.name for o in self.session.get_outputs()]
 
@@ -39,6 +44,9 @@ class OnnxRuntimeRunner(Runner):
         return dict(zip(self._outputs, values))
 
     def info(self) -> dict[str, Any]:
+        # 0 threads means ONNX Runtime's default: one per physical core.
         return {"runtime": self.runtime, "version": self._ort.__version__,
                 "providers": self.session.get_providers(),
-                "threads": self._so.intra_op_num_threads or "default"}
+                "threads": self._so.intra_op_num_threads or "default",
+                "inter_op_threads": self._so.inter_op_num_threads or "default",
+                "graph_optimization_level": self._level}

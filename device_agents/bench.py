@@ -1,0 +1,582 @@
+"""The bench: load a bundle's artifact in a child process, time it, check its accuracy.
+
+The ``bench`` verb never runs a runtime in the agent's own process: it starts
+``python -m edgeopt_agent.bench JOB`` with a timeout, so a runtime that crashes (a signal) or hangs
+becomes a JSON failure (``RuntimeCrashed`` / ``RuntimeHung``) and the agent still answers.
+
+In the child (``run_bench``, also callable in-process by a benchmark harness):
+
+1. the validation samples are grouped into batches and converted once to the artifact's names,
+   layouts and dtypes (``bundle.to_artifact``): nothing is converted inside the timed loop;
+2. ``runner.load()`` is timed (cold start), then the first inference separately;
+3. one pass over every batch gives the outputs that are compared with the reference outputs by
+   the host check's rule (``compare.compare_outputs``, precision-aware);
+4. warm-up, then ``timed_loop``: rotating over the batches, each iteration timing only
+   ``runner.run(feed)`` with ``perf_counter_ns`` into a preallocated list, until both the minimum
+   duration and the minimum count are reached.
+
+Standard library + numpy only; the runtime is imported by its runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bundle import (
+    MANIFEST,
+    BundleError,
+    from_artifact,
+    load_manifest,
+    reference_outputs,
+    sha256_file,
+    to_artifact,
+    validation_inputs,
+    verify,
+)
+from .compare import compare_outputs
+from .runners import get_runner
+
+DEFAULTS: dict[str, Any] = {
+    "duration_s": 3.0,  # minimum timed duration
+    "min_iters": 50,  # minimum timed iterations
+    "max_iters": None,  # stop after this many even if duration_s is not reached
+    "warmup": 10,
+    "threads": None,  # the runner's thread count (None: the runtime's default)
+    "batch": 1,
+    "timeout_s": 300.0,  # the whole child: load + accuracy + warm-up + timed loop
+    "return_samples": False,
+    "runner": {},  # runner options, passed through (providers, delegates, device...)
+    "limits": {},  # resource limits of the child: memory_mb, cpu_s, core_dumps
+    "verify": True,  # check the bundle's files against the manifest first
+}
+LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
+MAX_SAMPLES = 2000
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+              "TF_NUM_INTEROP_THREADS", "OV_CPU_THREADS_NUM", "ORT_NUM_THREADS")
+
+
+class BenchError(Exception):
+    """A bench request that cannot be run as asked (bad option, batch the artifact cannot take)."""
+
+
+class RuntimeCrashed(Exception):
+    """The child running the runtime died (a signal or an exit without a result)."""
+
+
+class RuntimeHung(Exception):
+    """The child running the runtime did not finish within ``timeout_s`` and was killed."""
+
+
+# ---- options ----------------------------------------------------------------------------------
+
+
+def _number(opts: dict[str, Any], key: str, minimum: float, integer: bool = False, allow_none: bool = False) -> None:
+    v = opts[key]
+    if v is None and allow_none:
+        return
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= minimum
+    if ok and integer:
+        ok = float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise BenchError(f"option {key} must be {kind} >= {minimum}" + (" or null" if allow_none else "")
+                         + f", got {v!r}")
+    opts[key] = int(v) if integer else float(v)
+
+
+def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The bench options with defaults filled in; unknown keys and bad values are refused."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise BenchError(f"unknown bench option(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+    opts = {**DEFAULTS, **options}
+    _number(opts, "duration_s", 0)
+    _number(opts, "min_iters", 1, integer=True)
+    _number(opts, "max_iters", 1, integer=True, allow_none=True)
+    _number(opts, "warmup", 0, integer=True)
+    _number(opts, "threads", 1, integer=True, allow_none=True)
+    _number(opts, "batch", 1, integer=True)
+    _number(opts, "timeout_s", 0.1)
+    if opts["max_iters"] is not None and opts["max_iters"] < opts["min_iters"]:
+        raise BenchError(f"max_iters {opts['max_iters']} is below min_iters {opts['min_iters']}")
+    if opts["duration_s"] >= opts["timeout_s"]:
+        raise BenchError(f"duration_s {opts['duration_s']:g} must be below timeout_s {opts['timeout_s']:g} "
+                         "(which also covers loading and the accuracy pass)")
+    for key in ("runner", "limits"):
+        if not isinstance(opts[key], dict):
+            raise BenchError(f"option {key} must be an object, got {opts[key]!r}")
+    bad = sorted(set(opts["limits"]) - set(LIMIT_KEYS))
+    if bad:
+        raise BenchError(f"unknown limit(s) {', '.join(bad)}; known: {', '.join(LIMIT_KEYS)}")
+    for key in ("memory_mb", "cpu_s"):
+        if opts["limits"].get(key) is not None:
+            lim = {key: opts["limits"][key]}
+            _number(lim, key, 1)
+            opts["limits"] = {**opts["limits"], **lim}
+    opts["return_samples"] = bool(opts["return_samples"])
+    opts["verify"] = bool(opts["verify"])
+    return opts
+
+
+# ---- batches ----------------------------------------------------------------------------------
+
+
+def _dynamic(dim: Any) -> bool:
+    """A manifest dimension that is null, a name or <= 0 is dynamic."""
+    return dim is None or isinstance(dim, str) or (isinstance(dim, (int, float)) and dim <= 0)
+
+
+def check_batch(manifest: dict[str, Any], batch: int) -> None:
+    """Refuse a batch the artifact cannot take (a static leading dimension other than ``batch``)."""
+    if batch == 1:
+        return
+    for spec in manifest["io"]["inputs"]:
+        shape = spec.get("shape")
+        if not shape:
+            raise BenchError(f"batch {batch}: input {spec['name']!r} has no batch axis (a scalar)")
+        if not _dynamic(shape[0]) and int(shape[0]) != batch:
+            raise BenchError(
+                f"batch {batch}: this bundle's input {spec['name']!r} has a static batch of {shape[0]} "
+                f"(shape {list(shape)}); build the bundle with a dynamic batch (or batch {batch}) to bench it")
+
+
+def make_batches(samples: list[dict[str, np.ndarray]], batch: int) -> tuple[list[list[int]], list[dict[str, np.ndarray]]]:
+    """Group the validation samples into feeds of ``batch`` along axis 0, wrapping around.
+
+    Returns the sample indices of each group and the concatenated ONNX-layout feeds.  A sample
+    already carries its leading dimension (usually 1); ``batch`` must be a multiple of it.
+    """
+    if not samples:
+        raise BenchError("the bundle has no validation samples to run")
+    first = next(iter(samples[0].values()))
+    lead = int(first.shape[0]) if first.ndim else 1
+    if batch == lead:
+        return [[i] for i in range(len(samples))], list(samples)
+    if first.ndim == 0 or batch % lead:
+        raise BenchError(f"batch {batch} is not a multiple of the validation samples' leading dimension {lead}")
+    per = batch // lead
+    n = len(samples)
+    groups = [[(g * per + j) % n for j in range(per)] for g in range(math.ceil(n / per))]
+    feeds = [{name: np.concatenate([samples[i][name] for i in idx], axis=0) for name in samples[0]}
+             for idx in groups]
+    return groups, feeds
+
+
+def _split_outputs(out: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
+    if parts == 1:
+        return [out]
+    pieces = {}
+    for name, a in out.items():
+        if a.ndim == 0 or a.shape[0] % parts:
+            raise BenchError(f"output {name!r} of shape {list(a.shape)} cannot be split into {parts} samples "
+                             "along axis 0")
+        pieces[name] = np.split(a, parts, axis=0)
+    return [{name: pieces[name][j] for name in out} for j in range(parts)]
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+
+def timed_loop(run: Callable[[Any], Any], feeds: Sequence[Any], min_iters: int = 50, duration_s: float = 3.0,
+               max_iters: int | None = None, capacity: int | None = None) -> np.ndarray:
+    """Call ``run(feeds[i % len(feeds)])`` until ``min_iters`` calls and ``duration_s`` seconds are
+    both reached (or ``max_iters``); returns each call's latency in ns (int64).
+
+    Only ``run`` sits between the two clock reads; the timings list is preallocated (``capacity``,
+    grown by doubling in the rare case it fills), the feeds are prebuilt by the caller.
+    """
+    n = len(feeds)
+    if n == 0:
+        raise BenchError("timed_loop needs at least one feed")
+    limit = max_iters if max_iters else sys.maxsize
+    cap = max(int(capacity or 0), min_iters, 16)
+    cap = min(cap, limit)
+    times = [0] * cap
+    clock = time.perf_counter_ns
+    i = k = 0
+    deadline = clock() + int(duration_s * 1e9)
+    while True:
+        feed = feeds[k]
+        t0 = clock()
+        run(feed)
+        t1 = clock()
+        times[i] = t1 - t0
+        i += 1
+        k += 1
+        if k == n:
+            k = 0
+        if (i >= min_iters and t1 >= deadline) or i >= limit:
+            break
+        if i == cap:
+            times.extend([0] * cap)
+            cap *= 2
+    return np.asarray(times[:i], dtype=np.int64)
+
+
+def latency_stats(ns: np.ndarray) -> dict[str, float]:
+    """p50/p90/p95/p99/p99.9, mean, std (population), min, max in milliseconds."""
+    ms = ns.astype(np.float64) / 1e6
+    q = np.percentile(ms, [50, 90, 95, 99, 99.9])
+    return {"p50": float(q[0]), "p90": float(q[1]), "p95": float(q[2]), "p99": float(q[3]), "p99_9": float(q[4]),
+            "mean": float(ms.mean()), "std": float(ms.std()), "min": float(ms.min()), "max": float(ms.max())}
+
+
+def subsample(ns: np.ndarray, limit: int = MAX_SAMPLES) -> list[float]:
+    """At most ``limit`` latencies in ms, evenly spaced over the run (order kept: drift stays visible)."""
+    if ns.size > limit:
+        ns = ns[np.linspace(0, ns.size - 1, limit).round().astype(np.int64)]
+    return [round(float(v) / 1e6, 4) for v in ns]
+
+
+# ---- memory and environment -------------------------------------------------------------------
+
+
+def current_rss_mb() -> float | None:
+    """Resident memory now (Linux /proc), else the peak so far."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 2)
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
+def peak_rss_mb() -> float | None:
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1024), 2)  # bytes on macOS, KiB on Linux
+
+
+def _address_space_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def apply_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    """Resource limits on this (child) process: address space, CPU seconds, no core dumps."""
+    try:
+        import resource
+    except ImportError:
+        return {"applied": False, "why": "no resource module on this OS"}
+    applied: dict[str, Any] = {}
+    if not limits.get("core_dumps"):  # a crashing runtime must not fill a small device's disk with cores
+        _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    if limits.get("cpu_s"):  # SIGXCPU at the soft limit (counted from the child's start), SIGKILL at the hard
+        soft = math.ceil(limits["cpu_s"])
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        new_hard = soft + 5 if hard == resource.RLIM_INFINITY else min(hard, soft + 5)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, new_hard))
+        applied["cpu_s"] = soft
+    if limits.get("memory_mb"):
+        want = int(limits["memory_mb"] * (1 << 20))
+        now = _address_space_mb()
+        if now is not None and limits["memory_mb"] <= now:
+            raise BenchError(f"limits.memory_mb {limits['memory_mb']:g} is below the agent's own address space "
+                             f"before the runtime loads ({now:.0f} MB); give at least {math.ceil(now) + 64}")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (want, hard if hard == resource.RLIM_INFINITY else min(hard, want)))
+        applied["memory_mb"] = limits["memory_mb"]
+    return applied
+
+
+def environment(threads: Any) -> dict[str, Any]:
+    """The machine and settings a measurement was taken with."""
+    from . import probe
+
+    cpu = probe.cpu_info()
+    return {
+        "cpu_model": cpu["model"], "cores": cpu["cores"], "cores_usable": cpu["cores_usable"],
+        "threads": threads, **probe.sample_environment(),
+        "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
+        "runtimes": probe.runtime_versions(import_fallback=False), "numpy": np.__version__,
+        "python": platform.python_version(), "os": platform.system(), "kernel": platform.release(),
+        "arch": platform.machine(), "hostname": platform.node(),
+    }
+
+
+# ---- the bench itself -------------------------------------------------------------------------
+
+
+def _digest(feed: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha1()
+    for name in sorted(feed):
+        h.update(np.ascontiguousarray(feed[name]).tobytes())
+    return h.hexdigest()
+
+
+def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
+              stage: Callable[[str, dict[str, Any]], None] | None = None,
+              before_load: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Bench a bundle in this process (the verb calls it in a child). See the module docstring."""
+    stage = stage or (lambda name, data: None)
+    opts = parse_options(options)
+    bundle = Path(bundle)
+    manifest = load_manifest(bundle)
+    io = manifest["io"]
+    check_batch(manifest, opts["batch"])
+    stage("prepare", {})
+    samples = validation_inputs(bundle, manifest)
+    groups, onnx_feeds = make_batches(samples, opts["batch"])
+    feeds = [to_artifact(f, io["inputs"]) for f in onnx_feeds]
+    del onnx_feeds
+    runner_opts = dict(opts["runner"])
+    if opts["threads"] is not None:
+        runner_opts["threads"] = opts["threads"]
+    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, runner_opts)
+    stage("limits", {})
+    limits = before_load() if before_load else None
+    env = environment(opts["threads"])
+    rss_before = current_rss_mb()
+
+    try:
+        stage("load", {})
+        t0 = time.perf_counter()
+        runner.load()
+        load_s = time.perf_counter() - t0
+        rss_loaded = current_rss_mb()
+        stage("first_inference", {"load_s": load_s})
+        t0 = time.perf_counter()
+        first = runner.run(feeds[0])
+        first_s = time.perf_counter() - t0
+
+        stage("accuracy", {"load_s": load_s, "first_inference_s": first_s})
+        accuracy = _accuracy(runner, manifest, bundle, groups, feeds, first)
+
+        stage("warmup", {})
+        t0 = time.perf_counter()
+        for j in range(opts["warmup"]):
+            runner.run(feeds[j % len(feeds)])
+        per_iter = (time.perf_counter() - t0) / opts["warmup"] if opts["warmup"] else first_s
+        capacity = min(int(opts["duration_s"] / max(per_iter, 1e-6) * 1.5) + opts["min_iters"], 2_000_000)
+
+        stage("timed", {})
+        t0 = time.perf_counter()
+        ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
+        wall = time.perf_counter() - t0
+        stage("report", {})
+        from . import probe
+
+        after = probe.sample_environment()
+        info = runner.info()
+        env["threads"] = info.get("threads", opts["threads"])
+        env["after"] = {k: after[k] for k in ("freq_mhz", "temperature_c", "loadavg")}
+        if limits is not None:
+            env["limits"] = limits
+        used = min(len(ns), len(feeds))
+        result = {
+            "bundle_id": sha256_file(bundle / MANIFEST), "bundle": str(bundle),
+            "model": manifest.get("model", {}).get("name"), "target": manifest.get("target"),
+            "precision": manifest.get("precision"), "backend": manifest.get("backend"),
+            "load_s": load_s, "first_inference_s": first_s,
+            "latency_ms": latency_stats(ns), "iterations": int(ns.size), "duration_s": wall,
+            "throughput_ips": ns.size * opts["batch"] / wall if wall > 0 else None,
+            "peak_rss_mb": peak_rss_mb(), "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,
+            "accuracy": accuracy,
+            "inputs": {"validation_samples": len(samples), "batch": opts["batch"], "feeds": len(feeds),
+                       "distinct_in_loop": len({_digest(feeds[j]) for j in range(used)})},
+            "runner": info, "environment": env, "options": opts,
+        }
+        if opts["return_samples"]:
+            result["samples_ms"] = subsample(ns)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first failure is the one to report
+            runner.close()
+        raise
+    runner.close()
+    return result
+
+
+def _accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[int]],
+              feeds: list[dict[str, np.ndarray]], first: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One pass over every batch, outputs mapped back per sample, compared with the reference."""
+    io = manifest["io"]
+    per_sample: dict[int, dict[str, np.ndarray]] = {}
+    for g, (idx, feed) in enumerate(zip(groups, feeds)):
+        raw = first if g == 0 else runner.run(feed)
+        for i, out in zip(idx, _split_outputs(from_artifact(raw, io["outputs"]), len(idx))):
+            if i not in per_sample:  # a copy: a runner may hand out views of buffers it reuses
+                per_sample[i] = {k: np.array(v, copy=True) for k, v in out.items()}
+    names = [o["name"] for o in io["outputs"]]
+    outputs = {name: np.stack([per_sample[i][name] for i in sorted(per_sample)]) for name in names}
+    result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
+                             manifest.get("tolerance_override"))
+    result["samples"] = len(per_sample)
+    return result
+
+
+# ---- the child process ------------------------------------------------------------------------
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m edgeopt_agent.bench JOB.json``: run one bench, write the result file."""
+    job = json.loads(Path(argv[0]).read_text())
+    status = open(job["stage_file"], "a", buffering=1)  # line-buffered: the parent reads it after a crash
+
+    def stage(name: str, data: dict[str, Any]) -> None:
+        status.write(json.dumps({"stage": name, "t": time.time(), **data}) + "\n")
+
+    try:
+        result = {"ok": True, "bench": run_bench(job["bundle"], job["options"], stage,
+                                                 before_load=lambda: apply_limits(job["options"]["limits"]))}
+    except Exception as exc:  # reported to the parent as JSON; a signal is the parent's to see
+        result = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc).strip()[:4000]}}
+    tmp = job["result_file"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, default=_json_default)
+    os.replace(tmp, job["result_file"])
+    status.close()
+    return 0
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+_SIGNAL_HINTS = {
+    "SIGXCPU": "it used up limits.cpu_s",
+    "SIGKILL": "often the kernel's out-of-memory killer; check dmesg",
+    "SIGSEGV": "a segmentation fault in the runtime",
+    "SIGABRT": "the runtime aborted",
+    "SIGBUS": "a bus error (a truncated memory-mapped file?)",
+    "SIGILL": "an illegal instruction: the runtime was built for a CPU with features this one lacks",
+}
+
+
+def _tail(path: Path, lines: int = 8) -> list[str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [t for t in text.strip().splitlines() if t.strip()][-lines:]
+
+
+def _stages(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in _tail(path, 100):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+_STAGE_WORDS = {"start": "start-up", "prepare": "data preparation", "limits": "applying limits", "load": "model load",
+                "first_inference": "the first inference", "accuracy": "the accuracy pass",
+                "warmup": "warm-up", "timed": "the timed loop", "report": "reporting"}
+
+
+def bench_in_child(bundle: Path, opts: dict[str, Any]) -> dict[str, Any]:
+    """Run ``run_bench`` in a child process with ``opts["timeout_s"]``; a reply dict (ok or not)."""
+    work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-"))
+    try:
+        job = {"bundle": str(bundle.absolute()), "options": opts, "result_file": str(work / "result.json"),
+               "stage_file": str(work / "stages.jsonl")}
+        (work / "job.json").write_text(json.dumps(job))
+        env = dict(os.environ)
+        pkg_parent = Path(__file__).resolve().parent.parent
+        if Path(__file__).resolve().parent.name == "edgeopt_agent":  # a plain copy on a device
+            env["PYTHONPATH"] = os.pathsep.join([str(pkg_parent), *filter(None, [env.get("PYTHONPATH")])])
+        t0 = time.perf_counter()
+        with open(work / "stdout.txt", "wb") as out, open(work / "stderr.txt", "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "edgeopt_agent.bench", str(work / "job.json")],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                    start_new_session=True)  # its own group: a hang is killed with its helpers
+            try:
+                rc = proc.wait(timeout=opts["timeout_s"])
+                hung = False
+            except subprocess.TimeoutExpired:
+                hung = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, AttributeError):
+                    proc.kill()
+                rc = proc.wait()
+        elapsed = time.perf_counter() - t0
+        stages = _stages(work / "stages.jsonl")
+        last = stages[-1]["stage"] if stages else "start"
+        detail = {"stage": last, "elapsed_s": round(elapsed, 3), "returncode": rc,
+                  "stderr_tail": _tail(work / "stderr.txt") + _tail(work / "stdout.txt", 4)}
+        for s in stages:
+            detail.update({k: v for k, v in s.items() if k.endswith("_s")})
+        where = _STAGE_WORDS.get(last, last)
+        if hung:
+            return {"ok": False, "bench": detail, "error": {
+                "type": RuntimeHung.__name__,
+                "message": f"no result after timeout_s={opts['timeout_s']:g}s (stuck in {where}); "
+                           "the runtime process was killed"}}
+        result_file = work / "result.json"
+        if result_file.is_file():
+            result = json.loads(result_file.read_text())
+            if not result["ok"]:
+                result["error"]["message"] = f"{result['error']['message']} (during {where})"
+                result["bench"] = detail
+            return result
+        if rc < 0:
+            name = _signal_name(-rc)
+            hint = _SIGNAL_HINTS.get(name)
+            msg = f"the runtime process died from signal {-rc} ({name}) during {where}" + (f": {hint}" if hint else "")
+        else:
+            msg = f"the runtime process exited with code {rc} during {where} without a result"
+        if detail["stderr_tail"]:
+            msg += "; last output: " + detail["stderr_tail"][-1][:300]
+        return {"ok": False, "bench": {**detail, "signal": -rc if rc < 0 else None},
+                "error": {"type": RuntimeCrashed.__name__, "message": msg}}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(bundle: Path, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The verb's work: check the request, verify the bundle, run the bench in a child."""
+    opts = parse_options(options)
+    manifest = load_manifest(bundle)
+    check_batch(manifest, opts["batch"])
+    if opts["verify"]:
+        v = verify(bundle, manifest)
+        if not v["ok"]:
+            raise BundleError(f"bundle {bundle} fails verification: "
+                              + "; ".join(f"{p['file']}: {p['problem']}" for p in v["problems"][:5]))
+    return bench_in_child(bundle, opts)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

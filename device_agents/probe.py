@@ -1,0 +1,330 @@
+"""What this device is: OS, CPU, memory, disk, GPUs/NPUs, Jetson release, runtimes and their versions.
+
+Standard library only (numpy is reported, not needed).  Everything is read from ``/proc``, ``/sys``,
+``sysctl`` or ``nvidia-smi`` where present; anything unreadable is ``null`` rather than an error, so
+the probe works on any Linux board, a Jetson, a Mac or a cloud VM.  Runtime versions come from
+package metadata without importing the runtime; only when a runtime has no metadata (a vendor
+install) is it imported, in a child process, so a broken runtime cannot take the probe down.
+
+The sampling helpers (governor, frequency, temperature, load) are shared with ``bench`` to record
+the environment a measurement was taken in.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import AGENT_VERSION
+
+# runtime key -> (distributions that provide it, module name for the import fallback)
+RUNTIMES: dict[str, tuple[tuple[str, ...], str]] = {
+    "onnxruntime": (("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml",
+                     "onnxruntime-qnn", "onnxruntime-silicon", "ort-nightly"), "onnxruntime"),
+    "openvino": (("openvino", "openvino-nightly"), "openvino"),
+    "tflite_runtime": (("tflite-runtime",), "tflite_runtime"),
+    "ai_edge_litert": (("ai-edge-litert", "ai-edge-litert-nightly"), "ai_edge_litert"),
+    "tensorrt": (("tensorrt", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-cu13", "tensorrt-lean",
+                  "tensorrt-cu12-bindings"), "tensorrt"),
+    "coremltools": (("coremltools",), "coremltools"),
+    # tf.lite.Interpreter is the last-resort TFLite interpreter on a device with full TensorFlow.
+    "tensorflow": (("tensorflow", "tensorflow-cpu", "tensorflow-aarch64", "tf-nightly"), "tensorflow"),
+}
+
+# CPU features that decide which kernels a runtime uses (VNNI/AMX for INT8, fp16/dotprod on ARM).
+_FLAGS = {
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+    "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
+    "neon", "asimd", "asimdhp", "asimddp", "asimdfhm", "fphp", "sve", "sve2", "i8mm", "bf16",
+}
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _run(cmd: list[str], timeout: float = 10) -> str | None:
+    """stdout of a command, or None when it is absent, fails or hangs."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _cpuinfo() -> list[dict[str, str]]:
+    """/proc/cpuinfo as one dict per processor block (plus the trailing ARM header block)."""
+    text = _read("/proc/cpuinfo") or ""
+    blocks = []
+    for chunk in text.split("\n\n"):
+        d = {}
+        for line in chunk.splitlines():
+            k, sep, v = line.partition(":")
+            if sep:
+                d[k.strip()] = v.strip()
+        if d:
+            blocks.append(d)
+    return blocks
+
+
+def _sysctl(name: str) -> str | None:
+    return _run(["sysctl", "-n", name]) if sys.platform == "darwin" else None
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU model, logical/usable/physical core counts and the feature flags that matter to runtimes."""
+    blocks = _cpuinfo()
+    model = None
+    for key in ("model name", "Hardware", "Processor", "cpu model", "uarch"):
+        model = next((b[key] for b in blocks if b.get(key)), None)
+        if model:
+            break
+    model = model or _sysctl("machdep.cpu.brand_string") or platform.processor() or None
+    flags: set[str] = set()
+    for b in blocks:
+        flags |= set((b.get("flags") or b.get("Features") or "").split())
+    if sys.platform == "darwin":  # Apple silicon: hw.optional.arm.FEAT_* = 1
+        for line in (_run(["sysctl", "hw.optional"]) or "").splitlines():
+            k, _, v = line.partition(":")
+            if v.strip() == "1":
+                flags.add(k.strip().rsplit(".", 1)[-1].lower())
+    physical = {(b.get("physical id"), b.get("core id")) for b in blocks if "core id" in b}
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    board = _read("/proc/device-tree/model")
+    return {
+        "model": model,
+        "cores": os.cpu_count(),
+        "cores_usable": usable,
+        "cores_physical": len(physical) or None,
+        "flags_subset": sorted(flags & _FLAGS | {f for f in flags if f.startswith("feat_")}),
+        "board": board.rstrip("\x00") if board else None,
+    }
+
+
+def memory_mb() -> dict[str, int | None]:
+    """Total and available memory in MiB."""
+    info = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        k, _, v = line.partition(":")
+        if v.strip().endswith("kB"):
+            info[k] = int(v.split()[0]) // 1024
+    total = info.get("MemTotal")
+    if total is None and (b := _sysctl("hw.memsize")):
+        total = int(b) // (1 << 20)
+    return {"total": total, "available": info.get("MemAvailable")}
+
+
+def disk_free_mb(path: str | Path) -> int | None:
+    """Free space where ``path`` is (or would be: its nearest existing parent)."""
+    p = Path(path).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free // (1 << 20)
+    except OSError:
+        return None
+
+
+def gpus() -> list[dict[str, Any]]:
+    """NVIDIA GPUs from nvidia-smi, then other GPUs seen in /sys/class/drm (Intel, AMD)."""
+    found: list[dict[str, Any]] = []
+    if shutil.which("nvidia-smi"):
+        fields = "index,name,memory.total,driver_version,compute_cap"
+        out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+        if out is None:  # drivers older than ~510 lack compute_cap
+            fields = "index,name,memory.total,driver_version"
+            out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+        for line in (out or "").splitlines():
+            vals = [v.strip() for v in line.split(",")]
+            row = dict(zip(fields.split(","), vals))
+            found.append({"vendor": "nvidia", "index": _int(row.get("index")), "name": row.get("name"),
+                          "memory_mb": _int(row.get("memory.total")), "driver": row.get("driver_version"),
+                          "compute_capability": row.get("compute_cap")})
+    vendors = {"0x8086": "intel", "0x1002": "amd", "0x10de": "nvidia"}
+    for card in sorted(Path("/sys/class/drm").glob("card[0-9]*")):
+        if "-" in card.name:  # connectors such as card0-HDMI-A-1
+            continue
+        vendor = vendors.get(_read(card / "device" / "vendor") or "")
+        if vendor is None or (vendor == "nvidia" and any(g["vendor"] == "nvidia" for g in found)):
+            continue
+        found.append({"vendor": vendor, "index": _int(card.name[4:]), "name": None,
+                      "device_id": _read(card / "device" / "device"), "drm": card.name})
+    return found
+
+
+def npus() -> list[dict[str, Any]]:
+    """Accelerators under /sys/class/accel (Intel NPU on Core Ultra, others)."""
+    out = []
+    for acc in sorted(Path("/sys/class/accel").glob("accel*")):
+        out.append({"name": acc.name, "vendor_id": _read(acc / "device" / "vendor"),
+                    "device_id": _read(acc / "device" / "device")})
+    return out
+
+
+def jetson() -> dict[str, Any] | None:
+    """L4T release and board model on an NVIDIA Jetson, else None."""
+    release = _read("/etc/nv_tegra_release")
+    if release is None:
+        return None
+    first = release.splitlines()[0] if release else ""
+    m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", first)
+    model = _read("/proc/device-tree/model")
+    return {"l4t": f"{m.group(1)}.{m.group(2)}" if m else None, "release": first.lstrip("# "),
+            "model": model.rstrip("\x00") if model else None,
+            "chip_id": _read("/sys/module/tegra_fuse/parameters/tegra_chip_id")}
+
+
+def _int(s: Any) -> int | None:
+    try:
+        return int(float(s))
+    except (TypeError, ValueError):
+        return None
+
+
+def runtime_versions(import_fallback: bool = True) -> dict[str, str | None]:
+    """Version of each runtime (``None`` when absent), from metadata; no runtime is imported here."""
+    versions: dict[str, str | None] = {}
+    for key, (dists, module) in RUNTIMES.items():
+        version = None
+        for dist in dists:
+            try:
+                version = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        if version is None and import_fallback and importlib.util.find_spec(module) is not None:
+            version = _version_by_import(module)
+        versions[key] = version
+    return versions
+
+
+def _version_by_import(module: str) -> str | None:
+    """Import in a child process: a runtime without metadata (apt, vendor SDK) may also be broken."""
+    code = f"import {module} as m; print(getattr(m, '__version__', None) or 'unknown')"
+    out = _run([sys.executable, "-c", code], timeout=60)
+    return out.splitlines()[-1] if out else None
+
+
+def numpy_version() -> str | None:
+    try:
+        return importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def os_release() -> str | None:
+    """The distribution's PRETTY_NAME (or macOS product version)."""
+    for line in (_read("/etc/os-release") or "").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    if sys.platform == "darwin":
+        return "macOS " + platform.mac_ver()[0]
+    return None
+
+
+# ---- environment sampling, shared with bench ------------------------------------------------
+
+
+def governors() -> str | dict[str, str] | None:
+    """The cpufreq governor: one string when all CPUs agree, else per CPU; None when not exposed."""
+    found = {}
+    for p in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")):
+        if (g := _read(p)) is not None:
+            found[p.parent.parent.name] = g
+    if not found:
+        return None
+    values = set(found.values())
+    return values.pop() if len(values) == 1 else found
+
+
+def freq_mhz() -> dict[str, float | None]:
+    """Current CPU frequency (mean, min and max over CPUs) from cpufreq, else /proc/cpuinfo."""
+    vals = []
+    for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq"):
+        if (v := _int(_read(p))) is not None:
+            vals.append(v / 1000.0)
+    if not vals:
+        vals = [float(b["cpu MHz"]) for b in _cpuinfo() if _float(b.get("cpu MHz")) is not None]
+    if not vals:
+        return {"mean": None, "min": None, "max": None}
+    return {"mean": round(sum(vals) / len(vals), 1), "min": round(min(vals), 1), "max": round(max(vals), 1)}
+
+
+def _float(s: Any) -> float | None:
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def temperatures_c() -> dict[str, float]:
+    """Thermal zones (type -> degrees C) where readable."""
+    out = {}
+    for zone in sorted(Path("/sys/class/thermal").glob("thermal_zone*")):
+        t = _int(_read(zone / "temp"))
+        if t is None:
+            continue
+        name = _read(zone / "type") or zone.name
+        if name in out:
+            name = f"{name}.{zone.name}"
+        out[name] = round(t / 1000.0, 1)
+    return out
+
+
+def loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def sample_environment() -> dict[str, Any]:
+    """What can change between runs: governor, frequency, temperature, load."""
+    temps = temperatures_c()
+    freq = freq_mhz()
+    return {"governor": governors(), "freq_mhz": freq["mean"], "freq_mhz_range": freq,
+            "temperature_c": max(temps.values()) if temps else None, "temperatures_c": temps,
+            "loadavg": loadavg()}
+
+
+def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
+    """The whole probe reply (see SCHEMA.md)."""
+    cpu = cpu_info()
+    mem = memory_mb()
+    return {
+        "os": platform.system(),
+        "os_release": os_release(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "hostname": socket.gethostname(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "numpy": numpy_version(),
+        "cpu": cpu,
+        "memory_mb": mem["total"],
+        "memory_available_mb": mem["available"],
+        "root": str(Path(root).expanduser().absolute()),
+        "disk_free_mb": disk_free_mb(root),
+        "gpus": gpus(),
+        "npus": npus(),
+        "jetson": jetson(),
+        "runtimes": runtime_versions(import_fallback),
+        "environment": sample_environment(),
+        "agent": AGENT_VERSION,
+        "agent_path": str(Path(__file__).resolve().parent),
+    }

@@ -1,0 +1,396 @@
+"""The device's content-addressed bundle store: install, has, activate, rollback, gc.
+
+Layout under the agent root (request key ``root``, else ``$EDGEOPT_AGENT_ROOT``, else ``~/.edgeopt``)::
+
+    staging/<anything>/            uploads in progress (written by the host)
+    store/<bundle_id>/             installed bundles; bundle_id = sha256(manifest.json), 64 hex chars
+    slots/<model>/<target>/state.json   {"current": id, "history": [previous ids, newest first]}
+    slots/<model>/<target>/current -> ../../../store/<id>   (and ``previous``), for applications
+    .lock                          serialises every verb that changes the store
+
+An install is atomic: the staging directory is checked file by file against its manifest, and the
+manifest against the bundle id, then renamed into ``store/``.  A bundle that fails is deleted, so
+the store never holds a half-written or tampered bundle.  ``state.json`` is the truth about a slot
+(replaced atomically); the ``current``/``previous`` links are refreshed from it after every change.
+Standard library only (plus ``bundle`` for hashing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .bundle import MANIFEST, BundleError, load_manifest, sha256_file, verify
+
+ID_RE = re.compile(r"^[0-9a-f]{64}$")
+_SLOT_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}$")
+STATE = "state.json"
+MANIFEST_SCHEMAS = (1,)  # manifest schema versions this agent can run
+LOCK_TIMEOUT_S = 60.0
+
+
+class StoreError(Exception):
+    """A store request that cannot be done: bad id, path outside the root, bundle not installed."""
+
+
+class InstallRejected(StoreError):
+    """An uploaded bundle failed verification; it has been deleted."""
+
+    def __init__(self, message: str, problems: list[dict[str, str]]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+
+def agent_root(req: dict[str, Any]) -> Path:
+    """The store root of a request: ``root``, ``$EDGEOPT_AGENT_ROOT`` or ``~/.edgeopt`` (absolute)."""
+    root = req.get("root") or os.environ.get("EDGEOPT_AGENT_ROOT") or "~/.edgeopt"
+    if not isinstance(root, str):
+        raise StoreError(f"root must be a path string, got {type(root).__name__}")
+    return Path(root).expanduser().absolute()
+
+
+def check_id(bundle_id: Any) -> str:
+    """A bundle id is the sha256 of a manifest: exactly 64 lowercase hex characters."""
+    if not isinstance(bundle_id, str) or not ID_RE.match(bundle_id.lower()):
+        raise StoreError(f"bad bundle id {bundle_id!r}: expected 64 hex characters (sha256 of manifest.json)")
+    return bundle_id.lower()
+
+
+def check_slot(slot: Any) -> str:
+    """``<model>/<target>``: 1 to 4 parts of letters, digits and ``._+-``; never ``..`` or absolute."""
+    if not isinstance(slot, str) or not slot:
+        raise StoreError(f"bad slot {slot!r}: expected '<model>/<target>'")
+    parts = slot.split("/")
+    if not 1 <= len(parts) <= 4 or not all(_SLOT_PART.match(p) and p not in (".", "..") for p in parts):
+        raise StoreError(f"bad slot {slot!r}: expected '<model>/<target>' made of letters, digits and ._+-")
+    return slot
+
+
+def _slot_part(name: Any) -> str:
+    """A manifest value made safe for a default slot name."""
+    s = re.sub(r"[^A-Za-z0-9._+-]", "_", str(name or "unnamed"))[:128]
+    return "_" + s if s.startswith((".", "-", "+")) else s
+
+
+def _within(path: Path, parent: Path) -> bool:
+    try:
+        path.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def store_path(root: Path, bundle_id: str) -> Path:
+    return root / "store" / check_id(bundle_id)
+
+
+def installed(root: Path, bundle_id: str) -> bool:
+    return (store_path(root, bundle_id) / MANIFEST).is_file()
+
+
+def resolve_bundle(req: dict[str, Any]) -> Path:
+    """The bundle a request names: ``bundle`` (a path) or ``bundle_id`` (installed in the store)."""
+    if req.get("bundle"):
+        path = Path(str(req["bundle"])).expanduser()
+        if not path.is_dir():
+            raise BundleError(f"bundle {str(path)!r} is not a directory")
+        return path
+    if req.get("bundle_id"):
+        root = agent_root(req)
+        bid = check_id(req["bundle_id"])
+        if not installed(root, bid):
+            raise StoreError(f"bundle {bid[:12]}… is not installed in {root / 'store'}; install it first")
+        return store_path(root, bid)
+    raise StoreError("the request needs 'bundle' (a path) or 'bundle_id' (installed in the store)")
+
+
+@contextlib.contextmanager
+def locked(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the store's lock (an flock on ``<root>/.lock``); several agents may run at once."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no concurrent agents to guard against there
+        yield
+        return
+    with open(root / ".lock", "a+") as f:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the store {root} is locked by another agent for > {timeout_s:.0f}s") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _remove_tree(path: Path) -> None:
+    """Move aside first (one rename), then delete: a half-deleted bundle never keeps its name."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    trash = path.with_name(f".trash-{path.name}-{os.getpid()}")
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+# ---- install / has ----------------------------------------------------------------------------
+
+
+def _staging_dir(root: Path, staging: Any) -> Path:
+    """The upload to install; it must lie inside ``<root>/staging/`` (symlinks and ``..`` resolved)."""
+    if not isinstance(staging, str) or not staging:
+        raise StoreError("install needs 'staging': the directory the bundle was uploaded to")
+    base = (root / "staging").resolve()
+    p = Path(staging).expanduser()
+    p = (p if p.is_absolute() else root / p).resolve()
+    if not _within(p, base) or p == base:
+        raise StoreError(f"staging {staging!r} is not inside {base}; uploads must go under <root>/staging/")
+    return p
+
+
+def _inspect_upload(staging: Path, bundle_id: str) -> list[dict[str, str]]:
+    """Every problem with an upload: id, manifest, each file's hash and size, symlinks, extra files."""
+    mpath = staging / MANIFEST
+    if not mpath.is_file():
+        return [{"file": MANIFEST, "problem": "missing"}]
+    actual = sha256_file(mpath)
+    if actual != bundle_id:
+        return [{"file": MANIFEST, "problem": f"sha256 {actual[:12]}… is not the bundle id {bundle_id[:12]}…"}]
+    try:
+        manifest = load_manifest(staging)
+    except BundleError as exc:
+        return [{"file": MANIFEST, "problem": str(exc)}]
+    if manifest.get("schema") not in MANIFEST_SCHEMAS:
+        return [{"file": MANIFEST, "problem": f"manifest schema {manifest.get('schema')!r} is not one this "
+                                              f"agent runs ({', '.join(map(str, MANIFEST_SCHEMAS))}); update the agent"}]
+    problems = verify(staging, manifest)["problems"]
+    listed = set(manifest.get("files", {})) | {MANIFEST}
+    for dirpath, dirnames, filenames in os.walk(staging):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = p.relative_to(staging).as_posix()
+            if p.is_symlink():
+                problems.append({"file": rel, "problem": "symlink (a bundle holds plain files only)"})
+            elif p.is_file() and rel not in listed:
+                problems.append({"file": rel, "problem": "not in the manifest"})
+    return problems
+
+
+def install(root: Path, staging: Any, bundle_id: Any) -> dict[str, Any]:
+    """Verify an upload and rename it into ``store/<bundle_id>``; delete it when it fails."""
+    bid = check_id(bundle_id)
+    src = _staging_dir(root, staging)
+    dest = store_path(root, bid)
+    with locked(root):
+        if installed(root, bid):
+            if src.exists():  # a redundant upload of what is already there
+                shutil.rmtree(src, ignore_errors=True)
+            return {"bundle_id": bid, "path": str(dest), "present": True}
+        if not src.is_dir():
+            raise StoreError(f"staging directory {str(src)!r} does not exist")
+        problems = _inspect_upload(src, bid)
+        if problems:
+            shutil.rmtree(src, ignore_errors=True)
+            raise InstallRejected(f"bundle {bid[:12]}… failed verification ({len(problems)} problem(s): "
+                                  + "; ".join(f"{p['file']}: {p['problem']}" for p in problems[:5])
+                                  + "); the upload was deleted", problems)
+        for dirpath, _, filenames in os.walk(src):
+            for name in filenames:  # installed content never changes: read-only files
+                os.chmod(Path(dirpath) / name, 0o444)
+        os.utime(src)  # the install time, which gc's grace period counts from
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dest)
+    manifest = load_manifest(dest)
+    return {"bundle_id": bid, "path": str(dest), "present": False, "files": len(manifest.get("files", {})),
+            "model": manifest.get("model", {}).get("name"), "target": manifest.get("target"),
+            "precision": manifest.get("precision")}
+
+
+def has(root: Path, bundle_ids: Any) -> dict[str, bool]:
+    """Which of these bundles are installed."""
+    if not isinstance(bundle_ids, list):
+        raise StoreError("has needs 'bundle_ids': a list of bundle ids")
+    return {check_id(b): installed(root, b) for b in bundle_ids}
+
+
+# ---- slots ------------------------------------------------------------------------------------
+
+
+def _slot_dir(root: Path, slot: str) -> Path:
+    return root / "slots" / check_slot(slot)
+
+
+def read_slot(root: Path, slot: str) -> dict[str, Any]:
+    """``{"current": id|None, "history": [ids]}`` of a slot (empty when it was never activated)."""
+    path = _slot_dir(root, slot) / STATE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"current": None, "history": []}
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"slot state {path} is unreadable: {exc}") from None
+    return {"current": state.get("current"), "history": list(state.get("history") or [])}
+
+
+def _link(slot_dir: Path, name: str, root: Path, bundle_id: str | None) -> None:
+    """Point ``slot_dir/name`` at the store entry (relative, so the root can move), atomically."""
+    link = slot_dir / name
+    if bundle_id is None:
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+        return
+    tmp = slot_dir / f".{name}.tmp-{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.symlink(os.path.relpath(store_path(root, bundle_id), slot_dir), tmp)
+        os.replace(tmp, link)
+    except OSError:  # a filesystem without symlinks (FAT): state.json stays the truth
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _write_slot(root: Path, slot: str, current: str | None, history: list[str]) -> dict[str, Any]:
+    d = _slot_dir(root, slot)
+    d.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(d / STATE, {"current": current, "history": history,
+                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _link(d, "previous", root, history[0] if history else None)
+    _link(d, "current", root, current)
+    return {"slot": slot, "current": current, "previous": history[0] if history else None, "history": history}
+
+
+def default_slot(root: Path, bundle_id: str) -> str:
+    m = load_manifest(store_path(root, bundle_id))
+    return f"{_slot_part(m.get('model', {}).get('name'))}/{_slot_part(m.get('target'))}"
+
+
+def activate(root: Path, bundle_id: Any, slot: Any = None) -> dict[str, Any]:
+    """Make an installed bundle the slot's current one; the one it replaces becomes ``previous``."""
+    bid = check_id(bundle_id)
+    if not installed(root, bid):
+        raise StoreError(f"bundle {bid[:12]}… is not installed; install it before activating")
+    slot = check_slot(slot) if slot is not None else default_slot(root, bid)
+    with locked(root):
+        state = read_slot(root, slot)
+        cur = state["current"]
+        if cur == bid:
+            return {**_write_slot(root, slot, cur, state["history"]), "changed": False}
+        history = ([cur] if cur else []) + [h for h in state["history"] if h not in (bid, cur)]
+        return {**_write_slot(root, slot, bid, history), "changed": True}
+
+
+def rollback(root: Path, slot: Any) -> dict[str, Any]:
+    """current <- previous; the rolled-back bundle leaves the history (gc may then remove it)."""
+    slot = check_slot(slot)
+    with locked(root):
+        state = read_slot(root, slot)
+        if state["current"] is None:
+            raise StoreError(f"slot {slot!r} has never been activated")
+        history = [h for h in state["history"] if installed(root, h)]
+        if not history:
+            raise StoreError(f"slot {slot!r} has no previous version to roll back to")
+        res = _write_slot(root, slot, history[0], history[1:])
+    return {**res, "rolled_back": state["current"]}
+
+
+def slots(root: Path) -> dict[str, dict[str, Any]]:
+    """Every slot's state, keyed by slot name."""
+    base = root / "slots"
+    out = {}
+    for state in sorted(base.rglob(STATE)) if base.is_dir() else []:
+        name = state.parent.relative_to(base).as_posix()
+        out[name] = read_slot(root, name)
+    return out
+
+
+def _size_mb(path: Path) -> float:
+    total = sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    return round(total / (1 << 20), 3)
+
+
+def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) -> dict[str, Any]:
+    """Keep each slot's current + ``keep - 1`` previous versions; remove store entries nothing refers
+    to (older than ``grace_s``: a bundle just installed for a bench is not yet in any slot) and
+    stale uploads in ``staging/``."""
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+        raise StoreError(f"keep must be an integer >= 1 (versions kept per slot, current included), got {keep!r}")
+    if not isinstance(grace_s, (int, float)) or isinstance(grace_s, bool) or grace_s < 0:
+        raise StoreError(f"grace_s must be a number >= 0, got {grace_s!r}")
+    now = time.time()
+    removed, kept, staging_removed = [], [], []
+    freed = 0.0
+    with locked(root):
+        referenced = set()
+        for name, state in slots(root).items():
+            history = state["history"][: keep - 1]
+            if history != state["history"] and not dry_run:
+                _write_slot(root, name, state["current"], history)
+            referenced |= {state["current"], *history} - {None}
+        store = root / "store"
+        for entry in sorted(store.iterdir()) if store.is_dir() else []:
+            if entry.name.startswith(".trash-"):  # an earlier gc was interrupted
+                if not dry_run:
+                    shutil.rmtree(entry, ignore_errors=True)
+                continue
+            if not ID_RE.match(entry.name):
+                continue
+            if entry.name in referenced or now - entry.stat().st_mtime < grace_s:
+                kept.append(entry.name)
+                continue
+            freed += _size_mb(entry)
+            removed.append(entry.name)
+            if not dry_run:
+                _remove_tree(entry)
+        staging = root / "staging"
+        for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
+            if now - entry.stat().st_mtime >= grace_s:
+                staging_removed.append(entry.name)
+                if not dry_run:
+                    _remove_tree(entry)
+    return {"removed": removed, "kept": kept, "staging_removed": staging_removed,
+            "freed_mb": round(freed, 3), "dry_run": bool(dry_run), "keep": keep}
+
+
+def listing(root: Path) -> dict[str, Any]:
+    """Installed bundles (id, model, target, precision, size, install time) and every slot."""
+    bundles = []
+    store = root / "store"
+    for entry in sorted(store.iterdir()) if store.is_dir() else []:
+        if not ID_RE.match(entry.name) or not (entry / MANIFEST).is_file():
+            continue
+        try:
+            m = load_manifest(entry)
+        except BundleError:
+            m = {}
+        bundles.append({"bundle_id": entry.name, "model": m.get("model", {}).get("name"),
+                        "target": m.get("target"), "precision": m.get("precision"), "size_mb": _size_mb(entry),
+                        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.stat().st_mtime))})
+    return {"root": str(root), "bundles": bundles, "slots": slots(root)}
