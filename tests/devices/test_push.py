@@ -1,0 +1,141 @@
+"""Push over real SSH: agent and bundles installed once, re-push sends nothing, an interrupted push
+leaves no half-installed bundle, a corrupted file on the device is caught by verify and repaired."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from edgeopt.inventory import local_device, make_device
+from edgeopt.push import DeviceSession, load_bundle, push
+
+from .conftest import device_entry, known_hosts
+
+
+def _dev(ssh_env, server, tmp_path, name="box"):
+    return make_device(name, device_entry(ssh_env, server, tmp_path / f"root-{name}",
+                                          known_hosts(tmp_path / f"kh-{name}", server), target="cpu"))
+
+
+def test_push_installs_then_second_push_sends_no_bundle_bytes(ssh_env, sshd, tmp_path, cls_bundle):
+    dev, b = _dev(ssh_env, sshd, tmp_path), load_bundle(cls_bundle)
+    first = push([dev], [b])[0]
+    assert first.ok and first.bundles[0].status == "installed", first
+    assert first.bytes_sent >= b.size and first.agent["uploaded"]
+    store = tmp_path / "root-box" / "store" / b.bundle_id
+    assert (store / "manifest.json").read_bytes() == (cls_bundle / "manifest.json").read_bytes()
+    t0 = time.perf_counter()
+    second = push([dev], [b])[0]
+    assert second.ok and second.bundles[0].status == "present"
+    assert second.bytes_sent == 0 and second.bundles[0].files_sent == 0 and not second.agent["uploaded"]
+    print(f"\nfirst push {first.bytes_sent} bytes in {first.time_s:.2f}s; second push "
+          f"{second.bytes_sent} bytes in {time.perf_counter() - t0:.2f}s")
+    with DeviceSession.open(dev) as s:  # the agent runs from its versioned copy on the device
+        rc, out, _ = s.transport.run([*s.python, "-c", "import edgeopt_agent; print(edgeopt_agent.__file__)"],
+                                     cwd=s.agent_dir)
+        assert rc == 0 and out.strip().startswith(s.agent_dir + "/edgeopt_agent/")
+        assert s.has([b.bundle_id]) == {b.bundle_id: True}
+
+
+def test_push_interrupted_by_dropped_connection_leaves_nothing_installed(ssh_env, tmp_path, big_bundle):
+    server = ssh_env.make("interrupt")
+    dev, b = _dev(ssh_env, server, tmp_path), load_bundle(big_bundle)
+    root = tmp_path / "root-box"
+    killed = threading.Event()
+
+    def kill_mid_upload():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for f in (root / "staging").rglob("*.onnx") if (root / "staging").is_dir() else []:
+                try:
+                    if f.stat().st_size > 4 << 20:  # some MB of the artifact are on the device
+                        server.kill()
+                        killed.set()
+                        return
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=kill_mid_upload, daemon=True)
+    watcher.start()
+    res = push([dev], [b])[0]
+    watcher.join(5)
+    assert killed.is_set(), "the upload finished before it could be interrupted"
+    assert not res.ok and "connection lost" in res.error, res
+    assert not (root / "store" / b.bundle_id).exists()  # nothing half-installed
+    partial = [p for p in (root / "staging").rglob("*.onnx")]
+    assert partial and all(p.stat().st_size < b.size for p in partial)  # only the dead upload's temp file
+    server.start()  # the device is back: a re-run completes
+    again = push([dev], [b])[0]
+    assert again.ok and again.bundles[0].status == "installed"
+    with DeviceSession.open(dev) as s:
+        assert s.verify(b.bundle_id)["ok"]
+
+
+def test_push_corrupted_file_detected_by_verify_and_repaired(ssh_env, sshd, tmp_path, cls_bundle):
+    dev, b = _dev(ssh_env, sshd, tmp_path, "corrupt"), load_bundle(cls_bundle)
+    assert push([dev], [b])[0].ok
+    model = tmp_path / "root-corrupt" / "store" / b.bundle_id / "model.onnx"
+    os.chmod(model, 0o644)  # installed files are read-only; a disk error or a careless user does not care
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    with DeviceSession.open(dev) as s:
+        v = s.verify(b.bundle_id)
+        assert not v["ok"] and v["problems"] == [{"file": "model.onnx", "problem": "sha256 mismatch"}]
+    plain = push([dev], [b])[0]
+    assert plain.bundles[0].status == "present"  # without --verify, `has` trusts the store
+    fixed = push([dev], [b], verify=True)[0]
+    assert fixed.ok and fixed.bundles[0].status == "repaired" and fixed.bytes_sent >= b.size
+    with DeviceSession.open(dev) as s:
+        assert s.verify(b.bundle_id)["ok"]
+
+
+def test_push_local_device_shares_the_code_path(tmp_path, cls_bundle):
+    dev, b = local_device(root=str(tmp_path / "local-root")), load_bundle(cls_bundle)
+    r = push([dev], [b])[0]
+    assert r.ok and r.bundles[0].status == "installed"
+    assert (Path(tmp_path) / "local-root" / "store" / b.bundle_id / "model.onnx").is_file()
+    again = push([dev], [b], activate=True)[0]
+    assert again.bytes_sent == 0 and again.bundles[0].activated == f"{b.model}/cpu"
+    current = Path(tmp_path) / "local-root" / "slots" / b.model / "cpu" / "current"
+    assert current.resolve() == (Path(tmp_path) / "local-root" / "store" / b.bundle_id).resolve()
+
+
+def test_push_refuses_manifest_with_unsafe_path(tmp_path, cls_bundle):
+    import json
+    import shutil
+
+    import pytest
+
+    from edgeopt.push import BundleNotValid
+
+    bad = tmp_path / "bad"
+    shutil.copytree(cls_bundle, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["files"]["../../etc/evil"] = {"sha256": "0" * 64, "size": 1}
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(BundleNotValid, match="unsafe path"):
+        load_bundle(bad)
+
+
+def test_push_to_root_with_spaces_and_shell_characters(ssh_env, sshd, tmp_path, cls_bundle):
+    root = tmp_path / "my root $HOME; touch pwned"
+    entry = device_entry(ssh_env, sshd, root, known_hosts(tmp_path / "kh", sshd), target="cpu")
+    r = push([make_device("odd", entry)], [load_bundle(cls_bundle)])[0]
+    assert r.ok and (root / "store" / r.bundles[0].bundle_id / "manifest.json").is_file()
+    assert not list(tmp_path.rglob("pwned"))
+
+
+def test_missing_python_on_device_is_one_clear_error(ssh_env, sshd, tmp_path):
+    import pytest
+
+    from edgeopt.errors import DeviceError
+
+    entry = device_entry(ssh_env, sshd, tmp_path / "r", known_hosts(tmp_path / "kh", sshd),
+                         python="/nonexistent/python3")
+    with DeviceSession.open(make_device("nopy", entry)) as s, pytest.raises(DeviceError) as e:
+        s.probe()
+    assert "gave no reply" in str(e.value) and "python:" in str(e.value)

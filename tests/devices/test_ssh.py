@@ -1,0 +1,103 @@
+"""The SSH transport against a real OpenSSH server: host keys, authentication, ~/.ssh/config, quoting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from edgeopt.errors import DeviceError, HostKeyError
+from edgeopt.inventory import make_device
+from edgeopt.transport import AuthFailed, SshTransport, connect
+
+from .conftest import device_entry, keygen, known_hosts
+
+
+def _dev(ssh_env, sshd, tmp_path, known, **extra):
+    return make_device("box", device_entry(ssh_env, sshd, tmp_path / "root", known, **extra))
+
+
+def test_ssh_connects_with_known_host_key_and_runs_quoted_command(ssh_env, sshd, tmp_path):
+    dev = _dev(ssh_env, sshd, tmp_path, known_hosts(tmp_path / "known_hosts", sshd))
+    t0 = time.perf_counter()
+    with connect(dev) as tr:
+        connect_s = time.perf_counter() - t0
+        weird = "it's $HOME; `id` && echo pwned | cat"
+        rc, out, err = tr.run(["printf", "%s|", weird, "a b"], stdin=None)
+        assert (rc, out) == (0, f"{weird}|a b|"), err  # nothing was expanded or executed by the shell
+        rc, out, _ = tr.run(["cat"], stdin="from stdin\n")
+        assert (rc, out) == (0, "from stdin\n")
+        rc, _, _ = tr.run(["sh", "-c", "exit 7"])
+        assert rc == 7
+    print(f"paramiko connect + auth: {connect_s:.3f}s")
+
+
+def test_ssh_unknown_host_key_refused_unless_trusted_then_recorded(ssh_env, sshd, tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    dev = _dev(ssh_env, sshd, tmp_path, known)
+    with pytest.raises(HostKeyError) as e:
+        connect(dev)
+    assert "not in" in str(e.value) and "--trust-new-host-keys" in str(e.value) and "SHA256:" in str(e.value)
+    assert known.read_text() == ""  # refusing records nothing
+    tr = SshTransport(dev, trust_new_host_keys=True).connect()
+    tr.close()
+    assert tr.new_host_key and known.read_text() == sshd.host_key_line  # recorded exactly
+    connect(dev).close()  # and now trusted without the flag
+
+
+def test_ssh_changed_host_key_always_refused(ssh_env, sshd, tmp_path):
+    other = keygen(tmp_path / "other_host_key")
+    kind, b64 = (tmp_path / "other_host_key.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {kind} {b64}\n")
+    dev = _dev(ssh_env, sshd, tmp_path, known)
+    for trust in (False, True):
+        with pytest.raises(HostKeyError, match="CHANGED") as e:
+            SshTransport(dev, trust_new_host_keys=trust).connect()
+        assert "ssh-keygen -R" in str(e.value)
+    assert known.read_text() == f"[127.0.0.1]:{sshd.port} {kind} {b64}\n"
+    assert other.exists()
+
+
+def test_ssh_wrong_key_refused(ssh_env, sshd, tmp_path):
+    dev = _dev(ssh_env, sshd, tmp_path, known_hosts(tmp_path / "kh", sshd), key_file=str(ssh_env.wrong_key))
+    said: list[str] = []
+    with pytest.raises(AuthFailed, match="authentication") as e:
+        connect(dev, retries=2, progress=said.append)
+    assert said == []  # an auth failure is final: no "retrying" (unlike a network error)
+    assert e.value.exit_code == 4 and "authorized_keys" in str(e.value)
+
+
+def test_ssh_unreachable_port_is_a_device_error(ssh_env, sshd, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dev = make_device("gone", {"host": "127.0.0.1", "port": port, "ssh_config": "none", "connect_timeout": 2,
+                               "known_hosts": str(tmp_path / "kh")})
+    said: list[str] = []
+    with pytest.raises(DeviceError, match="cannot connect"):
+        connect(dev, retries=1, progress=said.append)
+    assert len(said) == 1 and "retrying" in said[0]  # network errors are retried
+
+
+def test_ssh_config_supplies_hostname_port_user_key(ssh_env, sshd, tmp_path):
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host labbox\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {ssh_env.user}\n"
+                   f"  IdentityFile {ssh_env.user_key}\n  UserKnownHostsFile {known_hosts(tmp_path / 'kh', sshd)}\n")
+    dev = make_device("labbox", {"host": "labbox", "ssh_config": str(cfg)})
+    with connect(dev) as tr:
+        assert tr.params.port == sshd.port and tr.params.hostname == "127.0.0.1"
+        assert tr.run(["true"])[0] == 0
+
+
+def test_ssh_command_timeout(ssh_env, sshd, tmp_path):
+    from edgeopt.transport import DeviceTimeout
+
+    dev = _dev(ssh_env, sshd, tmp_path, known_hosts(tmp_path / "kh", sshd))
+    with connect(dev) as tr:
+        with pytest.raises(DeviceTimeout, match="ran past 1s"):
+            tr.run(["sleep", "30"], timeout=1)
+        assert tr.run(["true"])[0] == 0  # the connection is still usable

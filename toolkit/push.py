@@ -1,0 +1,392 @@
+"""Putting the agent and bundles on a device, the same way for ``local`` and SSH devices.
+
+The agent goes to ``<root>/agent/<version>-<hash of its files>/edgeopt_agent/`` (uploaded to a temp
+name, then renamed), so several versions live side by side and a device never runs a half-copied
+agent.  A bundle goes to ``<root>/staging/<id>.<random>/`` and the agent's ``install`` verb checks
+every file's sha256 against the manifest before renaming it into ``<root>/store/<id>``: an
+interrupted push never leaves a half-installed bundle, and a re-run skips what is already there.
+A bundle's id is the sha256 of its ``manifest.json`` (which holds the sha256 of every other file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import DeviceError, UsageError
+from edgeopt.inventory import DEFAULT_ROOT, Device
+from edgeopt.transport import ConnectionLost, Transport, connect
+
+Progress = Callable[[str], None]
+
+
+class BundleNotValid(UsageError):
+    """A local bundle is incomplete or its manifest names unsafe paths."""
+
+
+# --- local bundles --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LocalBundle:
+    """A built bundle on this host, identified by the sha256 of its manifest."""
+
+    path: Path
+    bundle_id: str
+    model: str
+    target: str
+    precision: str
+    backend: str
+    check_kind: str  # what the host check could do: numeric | structural | device
+    files: tuple[tuple[str, int], ...]  # (relpath, size), manifest.json excluded
+
+    @property
+    def size(self) -> int:
+        return sum(s for _, s in self.files)
+
+    def describe(self) -> dict[str, Any]:
+        return {"bundle_id": self.bundle_id, "path": str(self.path), "model": self.model, "target": self.target,
+                "precision": self.precision, "backend": self.backend}
+
+
+def _safe_rel(rel: str, bundle: Path) -> str:
+    p = Path(rel)
+    if not rel or p.is_absolute() or ".." in p.parts or "\\" in rel or "\x00" in rel or rel.startswith("/"):
+        raise BundleNotValid(f"{bundle}: manifest names an unsafe path {rel!r}",
+                             hint="a manifest lists relative paths inside the bundle only; rebuild it")
+    return p.as_posix()
+
+
+def load_bundle(path: str | Path) -> LocalBundle:
+    """Read and check a bundle directory: manifest present, every listed file present, safe, right size."""
+    path = Path(path)
+    mpath = path / "manifest.json"
+    if not mpath.is_file():
+        raise BundleNotValid(f"{path} is not a bundle (no manifest.json)", hint="build it with `edgeopt build`")
+    raw = mpath.read_bytes()
+    try:
+        m = json.loads(raw)
+    except ValueError as exc:
+        raise BundleNotValid(f"{mpath} is not valid JSON: {exc}") from None
+    if not isinstance(m, dict) or m.get("kind") != "edgeopt.bundle" or not isinstance(m.get("files"), dict):
+        raise BundleNotValid(f"{mpath} is not an edgeopt bundle manifest")
+    base = path.resolve()
+    files = []
+    for rel, meta in m["files"].items():
+        rel = _safe_rel(rel, path)
+        fp = path / rel
+        if fp.is_symlink() or (fp.exists() and not fp.resolve().is_relative_to(base)):
+            raise BundleNotValid(f"{path}: {rel} is a link (to outside the bundle)",
+                                 hint="a bundle holds plain files only; rebuild it")
+        if not fp.is_file():
+            raise BundleNotValid(f"{path}: {rel} is listed in the manifest but missing",
+                                 hint="the bundle is incomplete; rebuild it")
+        size = fp.stat().st_size
+        if meta.get("size") is not None and size != meta["size"]:
+            raise BundleNotValid(f"{path}: {rel} is {size} bytes, the manifest says {meta['size']}",
+                                 hint="the bundle was changed after it was built; rebuild it")
+        files.append((rel, size))
+    hc = m.get("host_check") or {}
+    return LocalBundle(path=path, bundle_id=hashlib.sha256(raw).hexdigest(), model=str(m["model"]["name"]),
+                       target=str(m["target"]), precision=str(m["precision"]), backend=str(m.get("backend")),
+                       check_kind=str(hc.get("kind", "numeric")), files=tuple(files))
+
+
+def find_bundles(dist: str | Path) -> list[LocalBundle]:
+    """Every bundle under ``dist`` (found by its manifest; temp and hidden folders skipped)."""
+    dist = Path(dist)
+    if not dist.is_dir():
+        raise UsageError(f"--dist {str(dist)!r} is not a folder", hint="build first: edgeopt build MODEL --out DIR")
+    if (dist / "manifest.json").is_file():
+        return [load_bundle(dist)]
+    out = []
+    for mpath in sorted(dist.rglob("manifest.json")):
+        rel = mpath.parent.relative_to(dist)
+        if any(part.startswith(".") for part in rel.parts):
+            continue  # a build in progress or the pipeline's temp dirs
+        out.append(load_bundle(mpath.parent))
+    return out
+
+
+# --- the agent's own files ------------------------------------------------------------------
+@dataclass(frozen=True)
+class AgentPackage:
+    version: str
+    digest: str  # sha256 over (relpath, sha256) of every file
+    files: tuple[tuple[str, Path], ...]  # (relpath under edgeopt_agent/, local path)
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.version}-{self.digest[:12]}"
+
+
+def agent_package() -> AgentPackage:
+    """The agent as it would be copied: the ``edgeopt_agent`` package's sources, no caches."""
+    import edgeopt_agent
+
+    base = Path(edgeopt_agent.__file__).parent
+    files, h = [], hashlib.sha256()
+    for p in sorted(base.rglob("*")):
+        rel = p.relative_to(base).as_posix()
+        if not p.is_file() or "__pycache__" in p.parts or p.suffix not in (".py", ".md", ".json"):
+            continue
+        files.append((rel, p))
+        h.update(rel.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return AgentPackage(edgeopt_agent.AGENT_VERSION, h.hexdigest(), tuple(files))
+
+
+# --- results --------------------------------------------------------------------------------
+@dataclass
+class BundlePush:
+    bundle_id: str
+    path: str
+    model: str
+    target: str
+    precision: str
+    status: str  # present | installed | repaired | failed
+    bytes_sent: int = 0
+    files_sent: int = 0
+    time_s: float = 0.0
+    error: str | None = None
+    activated: str | None = None  # the slot it is now current in, with --activate
+
+
+@dataclass
+class PushResult:
+    device: str
+    ok: bool = True
+    agent: dict[str, Any] = field(default_factory=dict)
+    bundles: list[BundlePush] = field(default_factory=list)
+    error: str | None = None
+    time_s: float = 0.0
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(b.bytes_sent for b in self.bundles)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["bytes_sent"] = self.bytes_sent
+        return d
+
+
+# --- one device, connected --------------------------------------------------------------------
+class DeviceSession:
+    """A connected device with the agent on it: run verbs, push bundles."""
+
+    def __init__(self, device: Device, transport: Transport, progress: Progress = lambda s: None) -> None:
+        self.device = device
+        self.transport = transport
+        self.progress = progress
+        self.root = transport.expand(_root_of(device))
+        self.package = agent_package()
+        self.agent_dir = posixpath.join(self.root, "agent", self.package.dirname)
+        self.python = _python_argv(device)
+        self.agent_bytes_sent = 0
+        self.agent_uploaded = False
+        self.connect_s = 0.0
+
+    @classmethod
+    def open(cls, device: Device, trust_new_host_keys: bool = False, retries: int = 2,
+             progress: Progress = lambda s: None) -> DeviceSession:
+        """Connect (network errors retried), resolve the store root and make sure the agent is there."""
+        t0 = time.perf_counter()
+        tr = connect(device, trust_new_host_keys=trust_new_host_keys, retries=retries, progress=progress)
+        try:
+            sess = cls(device, tr, progress)
+            sess.connect_s = time.perf_counter() - t0
+            sess.ensure_agent()
+        except BaseException:
+            tr.close()
+            raise
+        return sess
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> DeviceSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # the agent ----------------------------------------------------------------------------
+    def ensure_agent(self) -> None:
+        """Upload this version of the agent unless the device has it (a complete copy, renamed into place)."""
+        tr = self.transport
+        if tr.stat(posixpath.join(self.agent_dir, "edgeopt_agent", "__main__.py")) is not None:
+            return
+        self.progress(f"{self.device.name}: installing agent {self.package.dirname} in {self.agent_dir}")
+        parent = posixpath.dirname(self.agent_dir)
+        tmp = posixpath.join(parent, f".tmp-{self.package.dirname}-{secrets.token_hex(4)}")
+        try:
+            for rel, local in self.package.files:
+                dest = posixpath.join(tmp, "edgeopt_agent", rel)
+                tr.mkdir(posixpath.dirname(dest))
+                self.agent_bytes_sent += tr.put(local, dest)  # SFTP put confirms the size it wrote
+            try:
+                tr.rename(tmp, self.agent_dir)
+            except OSError:
+                if tr.stat(self.agent_dir) is None:  # not a concurrent push that won the race
+                    raise
+                tr.remove_tree(tmp)
+        except ConnectionLost:
+            raise
+        except OSError as exc:
+            raise DeviceError(f"{self.device.name}: cannot install the agent in {self.agent_dir}: {exc}",
+                              hint="check that the user can write the agent root (`root:` in the inventory)") from None
+        self.agent_uploaded = True
+
+    def agent(self, verb: str, request: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """Run one agent verb; returns its reply (``ok`` may be false). Raises when there is no valid reply."""
+        argv = [*self.python, "-m", "edgeopt_agent", verb]
+        rc, out, err = self.transport.run(argv, stdin=json.dumps(request or {}), cwd=self.agent_dir,
+                                          timeout=timeout)
+        reply = None
+        for line in reversed(out.strip().splitlines()):
+            try:
+                reply = json.loads(line)
+                break
+            except ValueError:
+                continue
+        if not isinstance(reply, dict) or "ok" not in reply:
+            tail = " | ".join((err or out).strip().splitlines()[-3:])[:400]
+            hint = None
+            if rc == 127 or "not found" in err:
+                hint = f"is {self.python[0]!r} installed on the device? set `python:` in the inventory"
+            elif "No module named" in err:
+                hint = "the device's python lacks a module the agent needs (numpy, or the runtime)"
+            raise DeviceError(f"{self.device.name}: agent {verb} gave no reply (exit code {rc}): {tail}", hint=hint)
+        return reply
+
+    def probe(self) -> dict[str, Any]:
+        reply = self.agent("probe", {"root": self.root}, timeout=min(120.0, self.device.command_timeout))
+        if not reply.get("ok"):
+            raise DeviceError(f"{self.device.name}: probe failed: {reply_error(reply)}")
+        return reply.get("probe", {})
+
+    def store_path(self, bundle_id: str) -> str:
+        return posixpath.join(self.root, "store", bundle_id)
+
+    # bundles ------------------------------------------------------------------------------
+    def has(self, ids: list[str]) -> dict[str, bool]:
+        if not ids:
+            return {}
+        reply = self.agent("has", {"root": self.root, "bundle_ids": ids})
+        if not reply.get("ok"):
+            raise DeviceError(f"{self.device.name}: has failed: {reply_error(reply)}")
+        return {k: bool(v) for k, v in reply.get("has", {}).items()}
+
+    def verify(self, bundle_id: str) -> dict[str, Any]:
+        """The agent's verify of an installed bundle: ``{"ok", "files", "problems"}``."""
+        reply = self.agent("verify", {"root": self.root, "bundle": self.store_path(bundle_id)})
+        if "verify" in reply:
+            return reply["verify"]
+        raise DeviceError(f"{self.device.name}: verify failed: {reply_error(reply)}")
+
+    def push(self, bundles: list[LocalBundle], verify: bool = False, activate: bool = False) -> PushResult:
+        """Install every bundle the device lacks; with ``verify``, re-check present ones and repair them;
+        with ``activate``, make each the current version of its slot (``<model>/<target>``) on the device."""
+        t0 = time.perf_counter()
+        res = PushResult(self.device.name, agent={"path": self.agent_dir, "uploaded": self.agent_uploaded,
+                                                  "bytes_sent": self.agent_bytes_sent})
+        present = self.has([b.bundle_id for b in bundles])
+        for b in bundles:
+            bp = BundlePush(b.bundle_id, str(b.path), b.model, b.target, b.precision, "present")
+            res.bundles.append(bp)
+            tb = time.perf_counter()
+            try:
+                if present.get(b.bundle_id) and verify:
+                    v = self.verify(b.bundle_id)
+                    if not v.get("ok"):
+                        what = "; ".join(f"{p['file']}: {p['problem']}" for p in v.get("problems", [])[:3])
+                        self.progress(f"{self.device.name}: {b.model} {b.target}-{b.precision} is corrupted on "
+                                      f"the device ({what}); re-installing")
+                        self.transport.remove_tree(self.store_path(b.bundle_id))
+                        present[b.bundle_id] = False
+                        bp.status = "repaired"
+                if not present.get(b.bundle_id):
+                    if bp.status != "repaired":
+                        bp.status = "installed"
+                    self._upload(b, bp)
+                if activate:
+                    reply = self.agent("activate", {"root": self.root, "bundle_id": b.bundle_id})
+                    if not reply.get("ok"):
+                        raise DeviceError(f"{self.device.name}: activate failed: {reply_error(reply)}")
+                    bp.activated = (reply.get("activate") or {}).get("slot")
+            except ConnectionLost:
+                raise
+            except DeviceError as exc:
+                bp.status, bp.error = "failed", exc.message
+                res.ok = False
+            bp.time_s = round(time.perf_counter() - tb, 3)
+        res.time_s = round(time.perf_counter() - t0, 3)
+        return res
+
+    def _upload(self, b: LocalBundle, bp: BundlePush) -> None:
+        tr, name = self.transport, self.device.name
+        staging = posixpath.join(self.root, "staging", f"{b.bundle_id}.{secrets.token_hex(6)}")
+        self.progress(f"{name}: uploading {b.model} {b.target}-{b.precision} ({b.size / 1e6:.1f} MB)")
+        for rel, _size in [*b.files, ("manifest.json", 0)]:
+            dest = posixpath.join(staging, rel)
+            tr.mkdir(posixpath.dirname(dest))
+            bp.bytes_sent += tr.put(b.path / rel, dest)
+            bp.files_sent += 1
+        reply = self.agent("install", {"root": self.root, "staging": staging, "bundle_id": b.bundle_id})
+        if not reply.get("ok"):
+            tr.remove_tree(staging)  # the agent deletes a rejected upload; this covers other failures
+            raise DeviceError(f"{name}: install of {b.model} {b.target}-{b.precision} failed: {reply_error(reply)}")
+        if (reply.get("install") or {}).get("present"):
+            bp.status = "present"  # another push installed it meanwhile
+
+
+def _root_of(device: Device) -> str:
+    if device.root:
+        return device.root
+    if device.is_local:
+        import os
+
+        return os.environ.get("EDGEOPT_AGENT_ROOT") or DEFAULT_ROOT
+    return DEFAULT_ROOT
+
+
+def _python_argv(device: Device) -> list[str]:
+    """The interpreter as argv (``python: "python3 -X faulthandler"`` is allowed); each part is quoted later."""
+    import shlex
+
+    if device.python:
+        return shlex.split(device.python)
+    return [sys.executable] if device.is_local else ["python3"]
+
+
+def reply_error(reply: dict[str, Any]) -> str:
+    """One line from an agent reply's ``error``: ``Type: message``."""
+    e = reply.get("error") or {}
+    return f"{e.get('type', 'error')}: {e.get('message', 'no message')}" if e else "no error given"
+
+
+def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys: bool = False,
+         verify: bool = False, activate: bool = False, jobs: int = 4,
+         progress: Progress = lambda s: None) -> list[PushResult]:
+    """Push bundles to several devices at once; a failing device is reported, the others go on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(dev: Device) -> PushResult:
+        t0 = time.perf_counter()
+        try:
+            with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
+                r = s.push(bundles, verify=verify, activate=activate)
+        except DeviceError as exc:
+            r = PushResult(dev.name, ok=False, error=str(exc))
+            progress(f"{dev.name}: FAILED: {exc.message}")
+        r.time_s = round(time.perf_counter() - t0, 3)
+        return r
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(devices) or 1))) as pool:
+        return list(pool.map(one, devices))

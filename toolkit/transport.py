@@ -1,0 +1,489 @@
+"""How the host reaches a device: one interface, two transports (``local`` subprocess, SSH).
+
+``Transport.run(argv, stdin) -> (rc, out, err)`` runs a command (each argument quoted with
+``shlex.quote`` on SSH), and ``put / stat / mkdir / rename / listdir / remove_tree`` move files.
+Everything above this module (push, bench) is shared by both transports.
+
+SSH (paramiko): host keys are checked against known_hosts; an unknown key is refused unless trust
+on first use was asked for (then it is recorded), a changed key is always refused.  Authentication
+is by key file or ssh-agent, never by password.  ``~/.ssh/config`` is honoured (HostName, Port,
+User, IdentityFile, UserKnownHostsFile, ProxyCommand, ConnectTimeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeopt.errors import DeviceError, HostKeyError
+from edgeopt.inventory import Device
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[int, int], None]  # (bytes sent so far, total)
+
+
+class DeviceTimeout(DeviceError):
+    """A command on the device ran past its timeout."""
+
+
+class ConnectionLost(DeviceError):
+    """The connection dropped in the middle of an operation."""
+
+
+class AuthFailed(DeviceError):
+    """The device refused our key (or the key cannot be used): retrying will not help."""
+
+
+@dataclass(frozen=True)
+class RemoteStat:
+    size: int
+    is_dir: bool
+    mtime: float
+
+
+class Transport:
+    """The common interface; paths are POSIX paths on the device."""
+
+    device: Device
+
+    def run(self, argv: list[str], stdin: str | bytes | None = None, cwd: str | None = None,
+            timeout: float | None = None) -> tuple[int, str, str]:
+        """Run ``argv`` (in ``cwd``) and return ``(exit code, stdout, stderr)``; raises DeviceTimeout."""
+        raise NotImplementedError
+
+    def put(self, local: str | os.PathLike, remote: str, callback: Callback | None = None) -> int:
+        """Copy one file to the device; returns the bytes sent."""
+        raise NotImplementedError
+
+    def stat(self, remote: str) -> RemoteStat | None:
+        raise NotImplementedError
+
+    def mkdir(self, remote: str) -> None:
+        """Create a directory and its parents (no error when it exists)."""
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic rename on the device; fails when ``dst`` exists."""
+        raise NotImplementedError
+
+    def listdir(self, remote: str) -> list[str]:
+        raise NotImplementedError
+
+    def remove_tree(self, remote: str) -> None:
+        raise NotImplementedError
+
+    def home(self) -> str:
+        raise NotImplementedError
+
+    def expand(self, path: str) -> str:
+        """An absolute path on the device (``~`` expanded): quoted paths are never expanded by a shell."""
+        if path == "~" or path.startswith("~/"):
+            path = self.home() + path[1:]
+        if not path.startswith("/"):
+            path = posixpath.join(self.home(), path)
+        return posixpath.normpath(path)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def shell_command(argv: list[str], cwd: str | None = None) -> str:
+    """One POSIX shell line with every argument quoted."""
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    return f"cd {shlex.quote(cwd)} && {cmd}" if cwd else cmd
+
+
+# --- local ----------------------------------------------------------------------------------
+class LocalTransport(Transport):
+    """The ``local`` device: commands are subprocesses of this host, files are copied."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    def run(self, argv, stdin=None, cwd=None, timeout=None):
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        limit = timeout or self.device.command_timeout
+        if cwd and not os.path.isdir(cwd):
+            return 1, "", f"cd: {cwd}: No such file or directory"  # what a shell would say
+        try:
+            proc = subprocess.run(argv, input=data, cwd=cwd, capture_output=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise DeviceTimeout(f"{self.device.name}: `{shell_command(argv)}` ran past {limit:.0f}s "
+                                "and was killed") from None
+        except FileNotFoundError as exc:
+            return 127, "", f"{argv[0]}: {exc.strerror}: not found"
+        return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+
+    def put(self, local, remote, callback=None):
+        shutil.copyfile(local, remote)
+        size = os.path.getsize(remote)
+        if callback:
+            callback(size, size)
+        return size
+
+    def stat(self, remote):
+        try:
+            st = os.stat(remote)
+        except FileNotFoundError:
+            return None
+        import stat as st_mod
+
+        return RemoteStat(st.st_size, st_mod.S_ISDIR(st.st_mode), st.st_mtime)
+
+    def mkdir(self, remote):
+        os.makedirs(remote, exist_ok=True)
+
+    def rename(self, src, dst):
+        if os.path.exists(dst):
+            raise FileExistsError(dst)
+        os.rename(src, dst)
+
+    def listdir(self, remote):
+        return sorted(os.listdir(remote))
+
+    def remove_tree(self, remote):
+        shutil.rmtree(remote, ignore_errors=True)
+
+    def home(self):
+        return str(Path.home())
+
+
+# --- SSH ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SshParams:
+    """Where and how to connect, after ``~/.ssh/config`` has filled what the inventory left out."""
+
+    hostname: str
+    port: int
+    user: str
+    key_files: tuple[str, ...]
+    known_hosts: str
+    connect_timeout: float
+    proxy_command: str | None = None
+
+
+def ssh_params(device: Device) -> SshParams:
+    """Merge the inventory entry with ``~/.ssh/config`` (the inventory wins, as ``ssh -p`` would)."""
+    import getpass
+
+    cfg: dict = {}
+    cfg_path = device.ssh_config or "~/.ssh/config"
+    if cfg_path != "none" and Path(cfg_path).expanduser().is_file():
+        import paramiko
+
+        try:
+            cfg = paramiko.SSHConfig.from_path(str(Path(cfg_path).expanduser())).lookup(device.host or "")
+        except Exception as exc:  # paramiko raises several kinds on a malformed file
+            raise DeviceError(f"cannot read ssh config {cfg_path}: {exc}") from None
+    hostname = cfg.get("hostname") or device.host or ""
+    try:
+        port = device.port or int(cfg.get("port", 22))
+    except ValueError:
+        raise DeviceError(f"{device.name}: bad Port in {cfg_path}") from None
+    keys = [device.key_file] if device.key_file else list(cfg.get("identityfile") or [])
+    known = device.known_hosts or (cfg.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
+    timeout = device.connect_timeout
+    if "connecttimeout" in cfg and device.connect_timeout == Device.connect_timeout:
+        timeout = float(cfg["connecttimeout"])
+    return SshParams(hostname=hostname, port=port, user=device.user or cfg.get("user") or getpass.getuser(),
+                     key_files=tuple(str(Path(k).expanduser()) for k in keys),
+                     known_hosts=str(Path(known).expanduser()), connect_timeout=timeout,
+                     proxy_command=cfg.get("proxycommand"))
+
+
+def _known_name(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+def _fingerprint(key) -> str:
+    import base64
+    import hashlib
+
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+class SshTransport(Transport):
+    """A device over SSH: one connection for commands (exec channels) and files (SFTP)."""
+
+    def __init__(self, device: Device, trust_new_host_keys: bool = False) -> None:
+        self.device = device
+        self.params = ssh_params(device)
+        self.trust_new = trust_new_host_keys
+        self.new_host_key: str | None = None  # the fingerprint recorded on first use, if any
+        self._client = None
+        self._sftp = None
+        self._home: str | None = None
+
+    # connection ---------------------------------------------------------------------------
+    def connect(self) -> SshTransport:
+        """Open the connection; host key and authentication failures raise at once (no retry)."""
+        import paramiko
+
+        p, name = self.params, self.device.name
+        client = paramiko.SSHClient()
+        if os.path.isfile(p.known_hosts):
+            try:
+                client.load_host_keys(p.known_hosts)
+            except Exception as exc:
+                raise HostKeyError(f"{name}: cannot read known_hosts {p.known_hosts}: {exc}") from None
+        client.set_missing_host_key_policy(_TrustOnFirstUse(self) if self.trust_new else _Refuse(self))
+        sock = paramiko.ProxyCommand(p.proxy_command) if p.proxy_command else None
+        t0 = time.perf_counter()
+        try:
+            client.connect(p.hostname, port=p.port, username=p.user, key_filename=list(p.key_files) or None,
+                           timeout=p.connect_timeout, banner_timeout=p.connect_timeout,
+                           auth_timeout=p.connect_timeout, channel_timeout=p.connect_timeout,
+                           allow_agent=True, look_for_keys=not p.key_files, sock=sock)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyError(
+                f"{name}: the host key of {_known_name(p.hostname, p.port)} has CHANGED "
+                f"(now {exc.key.get_name()} {_fingerprint(exc.key)}); refusing to connect",
+                hint=f"if the device was really reinstalled, remove its old line from {p.known_hosts} "
+                     f"(ssh-keygen -R '{_known_name(p.hostname, p.port)}' -f {p.known_hosts}); "
+                     "otherwise someone may be intercepting the connection") from None
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.PasswordRequiredException:
+            client.close()
+            raise AuthFailed(f"{name}: the key file {', '.join(p.key_files)} is encrypted",
+                              hint="load it into ssh-agent (ssh-add); edgeopt never asks for passphrases") from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise AuthFailed(f"{name}: authentication as {p.user!r} on {p.hostname}:{p.port} failed ({exc})",
+                              hint="check key_file / ansible_ssh_private_key_file and the device's "
+                                   "authorized_keys, or load the key into ssh-agent") from None
+        except TimeoutError as exc:
+            client.close()
+            raise DeviceError(f"{name}: no answer from {p.hostname}:{p.port} within {p.connect_timeout:.0f}s "
+                              f"({exc or 'timed out'})", hint="is the device on and reachable?") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            client.close()
+            raise DeviceError(f"{name}: cannot connect to {p.hostname}:{p.port}: {exc}",
+                              hint="is the device on, is sshd running, is the port right?") from None
+        log.debug("%s: connected in %.3fs", name, time.perf_counter() - t0)
+        tr = client.get_transport()
+        if tr is not None:
+            tr.set_keepalive(15)
+        self._client = client
+        return self
+
+    def close(self) -> None:
+        for obj in (self._sftp, self._client):
+            try:
+                if obj is not None:
+                    obj.close()
+            except Exception:  # closing a dead connection must not mask the real error
+                pass
+        self._sftp = self._client = None
+
+    def abort(self) -> None:
+        """Drop the connection at once (used to interrupt an upload from another thread)."""
+        if self._client is not None and self._client.get_transport() is not None:
+            self._client.get_transport().close()
+
+    @property
+    def sftp(self):
+        if self._client is None:
+            raise ConnectionLost(f"{self.device.name}: not connected")
+        if self._sftp is None:
+            try:
+                self._sftp = self._client.open_sftp()
+            except Exception as exc:
+                raise ConnectionLost(f"{self.device.name}: cannot open SFTP: {exc}",
+                                     hint="the device's sshd needs the sftp subsystem") from None
+        return self._sftp
+
+    def _lost(self, what: str, exc: BaseException) -> ConnectionLost:
+        return ConnectionLost(f"{self.device.name}: connection lost during {what}: {exc or type(exc).__name__}",
+                              hint="re-run: finished parts are skipped, unfinished ones were never installed")
+
+    # commands -----------------------------------------------------------------------------
+    def run(self, argv, stdin=None, cwd=None, timeout=None):
+        import paramiko
+
+        timeout = timeout or self.device.command_timeout
+        cmd = shell_command(argv, cwd)
+        if self._client is None or self._client.get_transport() is None:
+            raise ConnectionLost(f"{self.device.name}: not connected")
+        try:
+            chan = self._client.get_transport().open_session(timeout=self.params.connect_timeout)
+            chan.settimeout(0.2)
+            chan.exec_command(cmd)
+            if stdin is not None:
+                chan.sendall(stdin.encode() if isinstance(stdin, str) else stdin)
+            chan.shutdown_write()
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not got:
+                    break
+                if time.monotonic() > deadline:
+                    chan.close()
+                    raise DeviceTimeout(f"{self.device.name}: `{cmd}` ran past {timeout:.0f}s; gave up on it",
+                                        hint="raise command_timeout for this device or --timeout")
+                if not got:
+                    time.sleep(0.01)
+            rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            chan.close()
+        except DeviceError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(f"`{cmd}`", exc) from None
+        return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+    # files --------------------------------------------------------------------------------
+    def put(self, local, remote, callback=None):
+        size = os.path.getsize(local)
+        try:
+            self.sftp.put(str(local), remote, callback=callback, confirm=True)
+        except DeviceError:
+            raise
+        except Exception as exc:  # paramiko/socket errors of many kinds: the connection is gone
+            raise self._lost(f"the upload of {os.path.basename(str(local))}", exc) from None
+        return size
+
+    def stat(self, remote):
+        import stat as st_mod
+
+        try:
+            st = self.sftp.stat(remote)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if getattr(exc, "errno", None) == 2:
+                return None
+            raise self._lost(f"stat {remote}", exc) from None
+        except Exception as exc:
+            raise self._lost(f"stat {remote}", exc) from None
+        return RemoteStat(st.st_size or 0, st_mod.S_ISDIR(st.st_mode or 0), float(st.st_mtime or 0))
+
+    def mkdir(self, remote):
+        parts, path = [], remote
+        while path not in ("", "/") and self.stat(path) is None:
+            parts.append(path)
+            path = posixpath.dirname(path)
+        for p in reversed(parts):
+            try:
+                self.sftp.mkdir(p)
+            except OSError:
+                if self.stat(p) is None or not self.stat(p).is_dir:
+                    raise DeviceError(f"{self.device.name}: cannot create {p}",
+                                      hint="check the permissions of the agent root (`root:` in the inventory)") from None
+            except Exception as exc:
+                raise self._lost(f"mkdir {p}", exc) from None
+
+    def rename(self, src, dst):
+        try:
+            self.sftp.rename(src, dst)  # SFTP rename refuses an existing target: what we want
+        except OSError:
+            raise
+        except Exception as exc:
+            raise self._lost(f"rename {src}", exc) from None
+
+    def listdir(self, remote):
+        try:
+            return sorted(self.sftp.listdir(remote))
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._lost(f"listdir {remote}", exc) from None
+
+    def remove_tree(self, remote):
+        import stat as st_mod
+
+        try:
+            for attr in self.sftp.listdir_attr(remote):
+                child = posixpath.join(remote, attr.filename)
+                if st_mod.S_ISDIR(attr.st_mode or 0):
+                    self.remove_tree(child)
+                else:
+                    self.sftp.remove(child)
+            self.sftp.rmdir(remote)
+        except FileNotFoundError:
+            pass
+
+    def home(self):
+        if self._home is None:
+            try:
+                self._home = self.sftp.normalize(".")
+            except Exception as exc:
+                raise self._lost("the home-directory lookup", exc) from None
+        return self._home
+
+
+class _Refuse:
+    """known_hosts is strict: an unknown key is refused with the fingerprint and how to accept it."""
+
+    def __init__(self, tr: SshTransport) -> None:
+        self.tr = tr
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        p = self.tr.params
+        raise HostKeyError(
+            f"{self.tr.device.name}: host {hostname} is not in {p.known_hosts} "
+            f"(it offers {key.get_name()} {_fingerprint(key)}); refusing an unknown host key",
+            hint="check the fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then re-run "
+                 "with --trust-new-host-keys to record it, or add it with ssh-keyscan")
+
+
+class _TrustOnFirstUse:
+    """Asked for explicitly: record an unknown key in known_hosts (a changed one is still refused)."""
+
+    def __init__(self, tr: SshTransport) -> None:
+        self.tr = tr
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        path = Path(self.tr.params.known_hosts)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(path, "a") as f:  # append: never rewrite the user's file (comments, hashed entries)
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.tr.new_host_key = f"{key.get_name()} {_fingerprint(key)}"
+        log.warning("%s: recorded new host key %s for %s in %s", self.tr.device.name, self.tr.new_host_key,
+                    hostname, path)
+
+
+def connect(device: Device, trust_new_host_keys: bool = False, retries: int = 2,
+            progress: Callable[[str], None] = lambda s: None) -> Transport:
+    """A connected transport for ``device``; network errors are retried, key errors are not."""
+    if device.is_local:
+        return LocalTransport(device)
+    delay = 1.0
+    for attempt in range(retries + 1):
+        try:
+            return SshTransport(device, trust_new_host_keys).connect()
+        except (HostKeyError, AuthFailed):
+            raise
+        except DeviceError as exc:
+            if attempt == retries:
+                raise
+            progress(f"{device.name}: {exc.message.split(': ', 1)[-1]}; retrying in {delay:.0f}s")
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
