@@ -18,9 +18,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are touched: install/has/verify stay fast
+    import numpy as np
 
 MANIFEST = "manifest.json"
 
@@ -77,12 +78,16 @@ def verify(bundle: str | os.PathLike, manifest: dict[str, Any] | None = None) ->
 
 
 def _stacked(path: Path, prefix: str, count: int) -> list[np.ndarray]:
+    import numpy as np
+
     with np.load(path, allow_pickle=False) as data:
         return [data[f"{prefix}{i}"] for i in range(count)]
 
 
 def validation_inputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> list[dict[str, np.ndarray]]:
     """The validation samples as a list of feeds {input name: array} in the ONNX layout."""
+    import numpy as np
+
     rel = manifest["validation"]["inputs"]
     specs = manifest["io"]["inputs"]
     arrays = _stacked(Path(bundle) / safe_relpath(rel), "in", len(specs))
@@ -100,6 +105,8 @@ def reference_outputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> di
 
 def to_artifact(feed: dict[str, np.ndarray], specs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Map an ONNX-layout feed to the artifact's names, layouts and dtypes."""
+    import numpy as np
+
     out = {}
     for s in specs:
         a = feed[s["name"]]
@@ -118,6 +125,8 @@ def to_artifact(feed: dict[str, np.ndarray], specs: list[dict[str, Any]]) -> dic
 
 def from_artifact(outputs: dict[str, np.ndarray], specs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Map an artifact's outputs back to the ONNX names, layout and dtype."""
+    import numpy as np
+
     res = {}
     for s in specs:
         a = np.asarray(outputs[s.get("artifact_name") or s["name"]])
