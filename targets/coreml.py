@@ -1,9 +1,195 @@
-"""PLACEHOLDER: being written (see the issue). Replaced by the real backend before landing."""
+"""``apple`` (alias ``coreml``) -> a Core ML ML Program (``model.mlpackage``), FP16 by default.
 
-from .base import Target
+coremltools has had no ONNX frontend for years, so the graph is translated here, op by op
+(``coreml_ops*``), into coremltools' MIL builder; ``ct.convert`` turns the program into an ML
+Program with FP16 (or FP32) compute and the minimum deployment target the user picks
+(``--option min_deployment_target=iOS17``; default from the target profile).
+
+The host check: Core ML predicts only on macOS.  On Linux the check is *structural* and says so:
+the saved package loads (its MIL program is re-read from disk with its weights and every op's
+types re-inferred), its inputs/outputs match the ONNX model's names, shapes and dtypes, and the
+output shapes Core ML infers equal the shapes ONNX Runtime produced on the validation inputs.
+The numeric check runs on the device (the agent's ``coreml`` runner).  On macOS the build runs
+the numeric host check through that same runner.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BuildFailed, UsageError
+
+from .base import BuildJob, BuildOutput, Target, require
+
+ARTIFACT = "model.mlpackage"
+COMPUTE_UNITS = ("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
+NOTE = "Core ML cannot predict on Linux: numeric check on device"
+
+
+def import_coremltools() -> Any:
+    """coremltools, imported without its TensorFlow/PyTorch/scikit-learn frontends.
+
+    ``import coremltools`` imports TensorFlow, torch and scikit-learn when they are installed
+    (~15 s and ~1 GB here) only to offer converters we never call.  Those not loaded yet are hidden
+    for the duration of the import and restored right after, so later imports of them work normally.
+    """
+    if "coremltools" in sys.modules:
+        return sys.modules["coremltools"]
+    hidden = [m for m in ("tensorflow", "torch", "sklearn") if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]  # makes `import m` raise ImportError
+    try:
+        return require("coremltools", "coreml")
+    finally:
+        for m in hidden:
+            if sys.modules.get(m) is None:
+                del sys.modules[m]
+
+
+def deployment_target(ct: Any, name: str) -> tuple[Any, str]:
+    """``"ios17"`` -> (``ct.target.iOS17``, ``"iOS17"``); ML Program-capable targets only.
+
+    ``macOS13`` and the other OS names are aliases of the iOS members with the same spec version.
+    """
+    members = ct.target.__members__  # includes the aliases, which iterating the enum skips
+    first = int(ct.target.iOS15)  # ML Programs start at spec version 6 (iOS15/macOS12)
+    valid = [k for k, v in members.items() if int(v) >= first]
+    key = next((k for k in valid if k.lower() == str(name).strip().lower()), None)
+    if key is None:
+        raise UsageError(f"min_deployment_target {name!r} is not a Core ML ML Program target",
+                         hint="one of " + ", ".join(valid))
+    return members[key], key
+
+
+def compute_units(value: Any) -> str:
+    """Validate ``compute_units`` (the agent's runner option)."""
+    v = str(value or "ALL").upper()
+    if v not in COMPUTE_UNITS:
+        raise UsageError(f"compute_units {value!r} is not one of {', '.join(COMPUTE_UNITS)}")
+    return v
 
 
 class CoreMlTarget(Target):
+    """ONNX -> MIL -> ML Program; structural host check on Linux, numeric on macOS."""
+
     backend = "coreml"
     extra = "coreml"
-    packages = ["__not_yet__"]
+    packages = ["coremltools"]
+    check_kind = "structural"
+
+    def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
+        from .coreml_ops import supported_op_types
+
+        return set(supported_op_types())
+
+    def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
+        import onnx
+
+        from .coreml_ops import convert
+
+        opts = job.options
+        profile = job.target.get("profile", {})
+        units = compute_units(opts.get("compute_units"))
+        ct = import_coremltools()
+        target, target_name = deployment_target(ct, opts.get("min_deployment_target")
+                                                or profile.get("minimum_deployment_target") or "iOS16")
+        precision = {"fp16": ct.precision.FLOAT16, "fp32": ct.precision.FLOAT32}.get(job.precision)
+        if precision is None:
+            raise UsageError(f"Core ML takes fp16 or fp32, not {job.precision}")
+
+        progress(f"translating ONNX -> MIL ({target_name})")
+        conv = convert(onnx.load(job.prepared_path), ct, target, job.target["name"])
+        progress(f"{conv.translated} ops translated, {conv.folded} folded, {conv.fused} LayerNorms fused; "
+                 f"ct.convert to ML Program ({job.precision})")
+        model = ct.convert(conv.program, convert_to="mlprogram", compute_precision=precision,
+                           minimum_deployment_target=target, skip_model_load=True)
+        package = Path(job.bundle_dir) / ARTIFACT
+        model.save(str(package))
+
+        io = artifact_io(job.io, conv)
+        progress("structural check")
+        structural = structural_check(ct, package, io)
+        if not structural["passed"] and not opts.get("allow_mismatch"):
+            raise BuildFailed("Core ML structural check failed: " + "; ".join(structural["problems"]),
+                              hint="use --allow-mismatch to keep the bundle anyway")
+        on_mac = sys.platform == "darwin"
+        notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "
+                 f"{conv.folded} constant-folded, {conv.fused} decomposed LayerNorms fused",
+                 "numeric check: on host (Core ML runner)" if on_mac else "numeric check: on device"]
+        return BuildOutput(
+            runtime={"name": "coreml", "artifact": ARTIFACT, "options": {"compute_units": units}},
+            options={"min_deployment_target": target_name, "compute_precision": job.precision,
+                     "compute_units": units},
+            io=io, check="numeric" if on_mac else "structural", structural=structural, notes=notes,
+            extra_manifest={"structural_check": structural} if on_mac else {})
+
+
+def artifact_io(io: dict[str, list[dict[str, Any]]], conv: Any) -> dict[str, list[dict[str, Any]]]:
+    """The job's ONNX IO spec plus the package's names and dtypes (``artifact_name``/``artifact_dtype``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind, mapped in (("inputs", conv.inputs), ("outputs", conv.outputs)):
+        by_name = {m["name"]: m for m in mapped}
+        out[kind] = [{**t, "artifact_name": by_name[t["name"]]["artifact_name"],
+                      "artifact_dtype": by_name[t["name"]]["artifact_dtype"]} for t in io[kind]]
+    return out
+
+
+_SPEC_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "INT32": "int32", "DOUBLE": "float64"}
+
+
+def _feature(f: Any) -> tuple[str, list[int], str]:
+    from coremltools.proto import FeatureTypes_pb2
+
+    arr = f.type.multiArrayType
+    dt = FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(arr.dataType)
+    return f.name, [int(d) for d in arr.shape], _SPEC_DTYPES.get(dt, dt.lower())
+
+
+def structural_check(ct: Any, package: Path, io: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """What can be proven about a package without running it (see the module docstring)."""
+    from coremltools.converters.mil.frontend.milproto.load import load as load_mil
+
+    problems: list[str] = []
+    try:
+        model = ct.models.MLModel(str(package), skip_model_load=True)
+        spec = model.get_spec()
+        # Re-reading the program from disk re-infers every op's output type, weights included.
+        prog = load_mil(spec, spec.specificationVersion, model.weights_dir)
+        mil_out = {v.name: [int(d) for d in v.shape] for v in prog.functions["main"].outputs}
+    except Exception as exc:
+        return {"passed": False, "loads": False, "inputs_match": False, "outputs_match": False, "output_shapes": {},
+                "problems": [f"the package does not load: {type(exc).__name__}: {exc}"], "note": NOTE}
+
+    inputs = [_feature(f) for f in spec.description.input]
+    if len(inputs) != len(io["inputs"]):
+        problems.append(f"{len(inputs)} package inputs for {len(io['inputs'])} ONNX inputs")
+    for t, (name, shape, dtype) in zip(io["inputs"], inputs):
+        want = (t["artifact_name"], list(t["shape"]), t["artifact_dtype"])
+        if (name, shape, dtype) != want:
+            problems.append(f"input {t['name']!r}: package has {name} {shape} {dtype}, expected {want[0]} "
+                            f"{want[1]} {want[2]}")
+    inputs_match = not problems
+
+    outputs = [_feature(f) for f in spec.description.output]
+    before_outputs = len(problems)
+    shapes: dict[str, Any] = {}
+    if len(outputs) != len(io["outputs"]):
+        problems.append(f"{len(outputs)} package outputs for {len(io['outputs'])} ONNX outputs")
+    for t, (name, spec_shape, dtype) in zip(io["outputs"], outputs):
+        inferred = mil_out.get(name)
+        ort = list(t["shape"]) if t.get("shape") is not None else None
+        ok = inferred == ort and (not spec_shape or spec_shape == ort)
+        shapes[t["name"]] = {"coreml": inferred, "onnxruntime": ort, "match": ok}
+        if name != t["artifact_name"]:
+            problems.append(f"output {t['name']!r}: package names it {name!r}, expected {t['artifact_name']!r}")
+        if not ok:
+            problems.append(f"output {t['name']!r}: Core ML infers {inferred} (spec {spec_shape}), "
+                            f"ONNX Runtime gives {ort}")
+        if dtype != t["artifact_dtype"]:
+            problems.append(f"output {t['name']!r}: package dtype {dtype}, expected {t['artifact_dtype']}")
+    return {"passed": not problems, "loads": True, "inputs_match": inputs_match,
+            "outputs_match": len(problems) == before_outputs,
+            "output_shapes": shapes, "spec_version": spec.specificationVersion, "problems": problems, "note": NOTE}
