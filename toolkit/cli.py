@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     except EdgeoptError as exc:
         print(f"edgeopt: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # `edgeopt inspect m.onnx | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("edgeopt: interrupted", file=sys.stderr)
         return 130
