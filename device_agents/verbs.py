@@ -99,6 +99,14 @@ def verb_list(req: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "list": listing(agent_root(req))}
 
 
+def verb_compile(req: dict[str, Any]) -> dict[str, Any]:
+    """Build (or reuse from the engine cache) a TensorRT bundle's engine on this device."""
+    from .store import resolve_bundle
+    from .trt_compile import compile_bundle
+
+    return {"ok": True, "compile": compile_bundle(resolve_bundle(req), req.get("options"))}
+
+
 VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "probe": verb_probe,
     "check": verb_check,
@@ -110,4 +118,5 @@ VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "rollback": verb_rollback,
     "gc": verb_gc,
     "list": verb_list,
+    "compile": verb_compile,
 }

@@ -1,9 +1,342 @@
-"""PLACEHOLDER: being written (see the issue). Replaced by the real backend before landing."""
+"""jetson-orin, jetson-xavier, a100, h100, l4, nvidia -> TensorRT, engine built on the device.
 
-from .base import Target
+TensorRT engines are tied to the GPU model and the TensorRT version (INT8 calibration caches do not
+move between GPUs either), so the host never builds one.  It builds a *bundle* that the agent's
+``compile`` verb turns into an engine on the device (``edgeopt_agent.trt_compile``):
+
+- ``model.onnx``: the prepared ONNX (static shapes or profiled dynamic dims, an opset TensorRT's
+  parser takes, constants folded, simplified); for int8/fp8 the explicit-quantization Q/DQ model
+  calibrated here on the user's data (``edgeopt.targets.trt_prep``);
+- ``trt_build.json``: the build spec -- builder flags per precision, workspace, optimization
+  profiles, DLA core, timing-cache use, builder optimization level;
+- ``validation/``: the inputs and the ONNX Runtime FP32 reference outputs.
+
+The engine cannot run here, but the prepared ONNX can: it is checked in ONNX Runtime on the host
+and recorded as ``prepared_onnx_check`` -- a check of the ONNX handed to TensorRT, not of the
+engine (``host_check`` stays ``kind: device``: the engine is checked on the device).
+
+Options (``--option KEY=VALUE``): ``trt_profile`` (``x:1x3x224x224/8x3x224x224/32x3x224x224``),
+``trt_workspace_mb``, ``trt_opt_level`` (0-5), ``trt_dla_core``, ``trt_gpu_fallback``,
+``trt_timing_cache``, ``trt_calibration`` (auto|max|mse|percentile[-99.99]), ``trt_fp16_fallback``,
+``trt_strongly_typed``, ``trt_simplify``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
+
+from .base import BuildJob, BuildOutput, Target, host_check, package_versions, require
+
+ENGINE_NOTE = "engine is built on the device (TensorRT engines are tied to the GPU model and TensorRT version)"
+SPEC_FILE = "trt_build.json"
+SPEC_SCHEMA = 1
+ARTIFACT = "model.onnx"
+
+# trt_* option -> (default, one-line help).  Anything else starting with trt_ is refused.
+OPTIONS: dict[str, tuple[Any, str]] = {
+    "trt_profile": (None, "optimization profile: NAME:MIN/OPT/MAX (or NAME:MIN/MAX, opt = --shape); ';' between inputs"),
+    "trt_workspace_mb": (None, "builder workspace limit in MiB (default: the target profile's)"),
+    "trt_opt_level": (3, "builder optimization level 0-5 (higher: longer builds, maybe faster engines)"),
+    "trt_dla_core": (None, "run on this DLA core (Jetson); layers DLA cannot take fall back to the GPU"),
+    "trt_gpu_fallback": (True, "with trt_dla_core: let layers DLA cannot run fall back to the GPU"),
+    "trt_timing_cache": (True, "reuse and update the device's timing cache across builds"),
+    "trt_calibration": ("auto", "int8/fp8 activation ranges: auto, max, mse, percentile, percentile-99.999"),
+    "trt_fp16_fallback": (True, "int8/fp8: let layers left unquantized run in FP16 (else FP32)"),
+    "trt_strongly_typed": (False, "int8/fp8: strongly typed network (types from the ONNX, no precision flags)"),
+    "trt_simplify": (True, "constant folding and simplification with onnxsim"),
+}
+# TensorRT releases that first took each precision's ONNX form (explicit Q/DQ: 8.0; FP8 Q/DQ: 9.0 [8.6 on Hopper
+# only through plugins]).
+MIN_TENSORRT = {"fp32": "8.0", "fp16": "8.0", "int8": "8.0", "fp8": "9.0"}
+
+
+def _bool(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int | float) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "false", "yes", "no", "on", "off", "1", "0"):
+        return v.lower() in ("true", "yes", "on", "1")
+    raise UsageError(f"--option {key}={v!r}: expected true or false")
+
+
+def _int(key: str, v: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise UsageError(f"--option {key}={v!r}: expected an integer")
+    try:
+        n = int(v)
+    except ValueError:
+        raise UsageError(f"--option {key}={v!r}: expected an integer") from None
+    if n < lo or (hi is not None and n > hi):
+        raise UsageError(f"--option {key}={n}: must be in {lo}..{'' if hi is None else hi}")
+    return n
+
+
+def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: str) -> dict[str, Any]:
+    """The trt_* options with defaults, validated against the target profile and precision."""
+    unknown = [k for k in options if k.startswith("trt_") and k not in OPTIONS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(OPTIONS), n=1)
+        raise UsageError(f"unknown TensorRT option(s) {unknown}",
+                         hint=(f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(OPTIONS)}")
+    o = {k: options.get(k, d) for k, (d, _) in OPTIONS.items()}
+    profile = spec.get("profile", {})
+    for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify"):
+        o[k] = _bool(k, o[k])
+    o["trt_opt_level"] = _int("trt_opt_level", o["trt_opt_level"], 0, 5)
+    ws = o["trt_workspace_mb"] if o["trt_workspace_mb"] is not None else profile.get("workspace_mb", 4096)
+    o["trt_workspace_mb"] = _int("trt_workspace_mb", ws, 16)
+    if o["trt_dla_core"] is not None and str(o["trt_dla_core"]).lower() not in ("none", "", "-1"):
+        cores = int(profile.get("dla_cores") or 0)
+        core = _int("trt_dla_core", o["trt_dla_core"], 0)
+        if cores == 0:
+            raise UsageError(f"target {spec['name']!r} has no DLA (dla_cores is 0 in its profile)",
+                             hint="drop trt_dla_core, or target a Jetson (jetson-orin, jetson-xavier)")
+        if core >= cores:
+            raise UsageError(f"trt_dla_core={core}: {spec['name']} has {cores} DLA core(s) (0..{cores - 1})")
+        if precision not in ("fp16", "int8"):
+            raise UsageError(f"DLA runs fp16 or int8, not {precision}", hint="use --precision fp16 or int8")
+        o["trt_dla_core"] = core
+    else:
+        o["trt_dla_core"] = None
+    if precision == "fp8" and not profile.get("fp8"):
+        raise UsageError(f"target {spec['name']!r} has no FP8 (its profile says fp8: false)",
+                         hint="FP8 needs Ada or Hopper (l4, h100)")
+    if o["trt_strongly_typed"] and precision not in ("int8", "fp8"):
+        raise UsageError("trt_strongly_typed applies to int8/fp8 Q/DQ models only",
+                         hint="fp16 is chosen with builder flags on the FP32 ONNX")
+    return o
+
+
+def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shapes: dict[str, list[int]],
+               profiles: dict[str, Any]) -> dict[str, Any]:
+    """What the device's ``compile`` needs, as plain data (``trt_build.json``)."""
+    flags: list[str] = []
+    clear: list[str] = []
+    if o["trt_strongly_typed"]:
+        pass  # types come from the Q/DQ ONNX; precision flags are not allowed on strongly typed networks
+    elif precision == "fp16":
+        flags = ["FP16"]
+    elif precision == "int8":
+        flags = ["INT8"] + (["FP16"] if o["trt_fp16_fallback"] else [])
+    elif precision == "fp8":
+        flags = ["FP8"] + (["FP16"] if o["trt_fp16_fallback"] else [])
+    else:  # fp32 is checked with fp32 bounds: TF32 tensor-core math would not meet them
+        clear = ["TF32"]
+    if o["trt_dla_core"] is not None and o["trt_gpu_fallback"]:
+        flags.append("GPU_FALLBACK")
+    profile = spec.get("profile", {})
+    return {
+        "schema": SPEC_SCHEMA,
+        "onnx": ARTIFACT,
+        "precision": precision,
+        "quantization": "explicit Q/DQ in the ONNX" if precision in ("int8", "fp8") else None,
+        "flags": flags,
+        "clear_flags": clear,
+        "strongly_typed": o["trt_strongly_typed"],
+        "workspace_mb": o["trt_workspace_mb"],
+        "builder_optimization_level": o["trt_opt_level"],
+        "io_shapes": io_shapes,
+        "profiles": [{n: p.as_dict() for n, p in profiles.items()}] if profiles else [],
+        "dla": None if o["trt_dla_core"] is None else {"core": o["trt_dla_core"], "gpu_fallback": o["trt_gpu_fallback"]},
+        "timing_cache": o["trt_timing_cache"],
+        "min_tensorrt": MIN_TENSORRT[precision],
+        "target": {"name": spec["name"], "compute_capability": profile.get("compute_capability"),
+                   "dla_cores": profile.get("dla_cores", 0), "fp8": bool(profile.get("fp8")),
+                   "jetson": bool(profile.get("jetson"))},
+    }
 
 
 class TensorRtTarget(Target):
+    """NVIDIA GPUs through TensorRT: a prepared-ONNX bundle; the engine is compiled on the device."""
+
     backend = "tensorrt"
     extra = "tensorrt"
-    packages = ["__not_yet__"]
+    packages = ["onnxsim"]  # the host needs onnx, onnxruntime and onnxsim; never tensorrt
+    check_kind = "device"
+
+    def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
+        from .trt_prep import ops_table
+
+        return set(ops_table().supported())
+
+    def toolchain(self) -> dict[str, str]:
+        from .trt_prep import ops_table
+
+        return {**package_versions(["onnx", "onnxruntime", "numpy", *self.packages]),
+                "tensorrt": "on the device", "tensorrt_ops_table": ops_table().tensorrt_version}
+
+    def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
+        import onnx
+
+        from . import trt_prep
+
+        require("onnxsim", self.extra)
+        spec, prec = job.target, job.precision
+        o = resolve_options(job.options, spec, prec)
+        static = {t["name"]: list(t["shape"]) for t in job.io["inputs"]}
+        declared = _declared_dims(job.model_path)
+        profiles = trt_prep.parse_profiles(o["trt_profile"], static, declared)
+        bundle = Path(job.bundle_dir)
+        warnings: list[str] = []
+
+        progress("preparing the ONNX for TensorRT" + (" (dynamic: " + ", ".join(
+            f"{n}{p.dynamic_axes}" for n, p in profiles.items() if p.dynamic_axes) + ")" if profiles else ""))
+        if profiles:  # keep the profiled dims dynamic: start from the user's model, not the static one
+            from edgeopt.model import load
+
+            source = load(job.model_path)
+        else:
+            source = onnx.load(job.prepared_path)
+        prepared = trt_prep.prepare(source, static, profiles, trt_prep.QDQ_MIN_OPSET.get(prec, 0),
+                                    simplify=o["trt_simplify"], progress=progress)
+        warnings += prepared.warnings
+        bad = trt_prep.preflight(trt_prep.model_nodes(prepared.model))
+        if bad:
+            raise UnsupportedOps(spec["name"], bad)
+        model = prepared.model
+        quant = None
+        if prec == "fp16":
+            try:
+                over = trt_prep.fp16_overflow(model, _feeds(job, "validation"))
+            except Exception as exc:  # ONNX Runtime refusing extra outputs must not stop the build
+                over = []
+                warnings.append(f"FP16 range check skipped: {str(exc).strip().splitlines()[0][:200]}")
+            if over:
+                warnings.append("FP16 overflow ahead: " + ", ".join(f"{t} reaches {v:.3g}" for t, v in over[:5])
+                                + (f" (+{len(over) - 5} more)" if len(over) > 5 else "")
+                                + "; FP16 tops out at 65504 -- expect Inf/NaN on the device unless those "
+                                  "layers run in FP32")
+        if prec in ("int8", "fp8"):
+            feeds = _feeds(job, "calib")
+            if job.data_source.get("kind") == "random":
+                warnings.append(f"{prec} ranges were calibrated on RANDOM data: pass --calib with real inputs")
+            quant = trt_prep.quantize(model, feeds, prec, str(o["trt_calibration"]), progress=progress)
+            model = quant.model
+        files = trt_prep.save_model(model, bundle / ARTIFACT)
+
+        bspec = build_spec(prec, o, spec, static, profiles)
+        (bundle / SPEC_FILE).write_text(json.dumps(bspec, indent=2) + "\n")
+
+        progress("checking the prepared ONNX in ONNX Runtime (the engine is checked on the device)")
+        check = prepared_check(bundle, files, job, prec, job.options.get("check_timeout", 600))
+        summary = _summary(check)
+        if not check.get("passed") and not job.options.get("allow_mismatch"):
+            raise BuildFailed(f"the prepared {prec} ONNX fails its check in ONNX Runtime on the host: {summary}",
+                              hint="use --allow-mismatch to keep it, another --option trt_calibration, or fp16")
+        if not check.get("passed"):
+            warnings.append(f"the prepared ONNX fails its host check ({summary}); kept by --allow-mismatch")
+
+        table = trt_prep.ops_table()
+        restricted = trt_prep.restricted_ops(n[1] for n in trt_prep.model_nodes(model))
+        notes = [ENGINE_NOTE,
+                 f"{spec['name']} {prec}: prepared ONNX checked in ONNX Runtime on the host (not the engine): {summary}"]
+        options = {k: v for k, v in o.items() if k != "trt_profile"}
+        options["trt_profile"] = {n: p.as_dict() for n, p in profiles.items()} or None
+        tensorrt = {
+            "build_spec": SPEC_FILE,
+            "engine": "built on the device by `python3 -m edgeopt_agent compile`",
+            "engine_cache_key": "sha256 of (bundle sha256 over model.onnx + trt_build.json, GPU name, "
+                                "compute capability, TensorRT version)",
+            "ops_table": {"tensorrt_version": table.tensorrt_version, "opsets": [table.opset_min, table.opset_max],
+                          "source": table.source},
+            "preparation": prepared.report,
+            "restricted_ops": restricted,
+        }
+        if quant is not None:
+            tensorrt["quantization"] = {k: v for k, v in quant.report.items() if k != "activation_amax"}
+        progress(ENGINE_NOTE)
+        return BuildOutput(
+            runtime={"name": "tensorrt", "artifact": ARTIFACT, "options": {"build_spec": SPEC_FILE}},
+            options=options, check="device", notes=notes, warnings=warnings,
+            extra_manifest={"tensorrt": tensorrt, "prepared_onnx_check": check})
+
+
+def _declared_dims(model_path: str) -> dict[str, list[int | str | None]]:
+    """Input dims as the user's model declares them (no weights loaded)."""
+    import onnx
+
+    m = onnx.load(model_path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    out: dict[str, list[int | str | None]] = {}
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        dims: list[int | str | None] = []
+        for d in vi.type.tensor_type.shape.dim:
+            dims.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0
+                        else (d.dim_param or None))
+        out[vi.name] = dims
+    return out
+
+
+def _feeds(job: BuildJob, which: str) -> list[dict[str, Any]]:
+    from edgeopt.calib import load_stacked
+
+    names = [t["name"] for t in job.io["inputs"]]
+    path = job.calib_path if which == "calib" else job.validation_path
+    if not path:
+        raise UsageError("int8/fp8 needs calibration data", hint="pass --calib with real inputs")
+    return load_stacked(path, names, "in")
+
+
+def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str, timeout: float) -> dict[str, Any]:
+    """Run the agent's ``check`` with ONNX Runtime on the prepared ONNX, in a staging copy of the bundle.
+
+    The staging bundle (hard links, removed afterwards) says ``runtime: onnxruntime`` so the agent
+    checks the ONNX exactly as it checks any ORT bundle; FP32/FP16 bundles are held to FP32 bounds
+    (the prepared ONNX is FP32: preparation must not change the numbers), INT8/FP8 to theirs.
+    """
+    check_prec = precision if precision in ("int8", "fp8") else "fp32"
+    # Run as the reference was computed, without graph rewrites: Q/DQ then run as written (what
+    # TensorRT's arithmetic is closest to; ORT's QDQ fusions also do not type-check FP8), and ORT's
+    # optimizer cannot stand in for a difference the preparation made.
+    level = "disabled"
+    stage = Path(tempfile.mkdtemp(prefix=".trt-check-", dir=bundle.parent))
+    try:
+        (stage / "validation").mkdir()
+        for rel in files + ["validation/inputs.npz", "validation/reference.npz"]:
+            _link(bundle / rel, stage / rel)
+        manifest = {"schema": 1, "kind": "edgeopt.bundle", "target": job.target["name"], "precision": check_prec,
+                    "io": job.io, "runtime": {"name": "onnxruntime", "artifact": ARTIFACT,
+                                              "options": {"graph_optimization_level": level}},
+                    "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz"},
+                    "files": {}}
+        (stage / "manifest.json").write_text(json.dumps(manifest))
+        result = host_check(stage, timeout)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    result["kind"] = "prepared-onnx"
+    result["what"] = "the prepared ONNX in ONNX Runtime on the host, not the TensorRT engine"
+    result["precision_bounds"] = check_prec
+    return result
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _summary(check: dict[str, Any]) -> str:
+    if "error" in check:
+        return "FAILED: " + str(check["error"])
+    parts = []
+    for name, out in (check.get("outputs") or {}).items():
+        m = out.get("metrics", {})
+        bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"rel_l2 {m['rel_l2']:.3g}" if "rel_l2" in m else "",
+                f"top1 {m['top1']:.0%}" if "top1" in m else ""]
+        parts.append(f"{name}: " + " ".join(b for b in bits if b)
+                     + ("" if out.get("passed") else " FAIL (" + "; ".join(out.get("reasons", [])) + ")"))
+    head = "passed" if check.get("passed") else "FAILED"
+    return f"{head} at {check.get('precision_bounds')} bounds" + (" (" + "; ".join(parts[:2]) + ")" if parts else "")

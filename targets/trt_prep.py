@@ -1,0 +1,726 @@
+"""Host-side preparation of an ONNX model for TensorRT, and INT8/FP8 explicit quantization (Q/DQ).
+
+TensorRT engines are built on the device (they are tied to the GPU and the TensorRT version), so
+everything that does not need the GPU happens here, where it can be checked:
+
+- **Preflight**: every node is checked against the operators TensorRT's ONNX parser takes
+  (``data/tensorrt_onnx_ops.txt``, with the TensorRT version it came from); *all* refused nodes are
+  reported at once.
+- **Preparation**: static shapes (or named dynamic dims for the inputs that have an optimization
+  profile), an opset TensorRT's parser takes, constant folding and simplification (onnxsim).
+- **Explicit quantization**: a Q/DQ model placed the way TensorRT fuses best -- the activation and
+  weight inputs of Conv/ConvTranspose/Gemm/MatMul, the residual input of ``Add`` nodes that follow
+  a Conv; symmetric INT8 (zero points 0), per-channel weights on the output-channel axis, no bias
+  and no output quantization -- with activation ranges calibrated here on the user's data, so the
+  device never needs calibration data (INT8 calibration caches do not move between GPUs anyway).
+  FP8 (E4M3) uses the same placement with FP8 Q/DQ (ONNX opset 19).
+
+Heavy imports (onnx, onnxruntime, onnxsim) happen inside functions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import EdgeoptError, UsageError
+
+OPS_FILE = Path(__file__).with_name("data") / "tensorrt_onnx_ops.txt"
+
+# Ops whose inputs get Q/DQ (TensorRT runs them in INT8/FP8 when both inputs are quantized).
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# The ONNX opsets the Q/DQ forms need: per-channel `axis` (13), FP8 types (19).
+QDQ_MIN_OPSET = {"int8": 13, "fp8": 19}
+# Symmetric ranges: weights use the narrow INT8 range [-127, 127]; FP8 E4M3's largest finite is 448.
+QMAX = {"int8": 127.0, "fp8": 448.0}
+CALIBRATION_METHODS = ("max", "percentile", "mse")
+HIST_BINS = 2048
+
+
+class PreparationError(EdgeoptError):
+    """The model could not be prepared for TensorRT (opset conversion, simplification, quantization)."""
+
+    exit_code = 3
+
+
+# --------------------------------------------------------------------------------------------
+# The operator table and the preflight
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpsTable:
+    """TensorRT's ONNX parser support matrix for one TensorRT version."""
+
+    tensorrt_version: str
+    opset_min: int
+    opset_max: int
+    source: str
+    ops: dict[str, tuple[bool, str, str]] = field(hash=False)  # op -> (parsed, types, restrictions)
+
+    def supported(self) -> frozenset[str]:
+        return frozenset(op for op, (ok, _, _) in self.ops.items() if ok)
+
+    def restriction(self, op: str) -> str:
+        return self.ops.get(op, (False, "", ""))[2]
+
+    def why_not(self, op: str) -> str:
+        """Why an op is refused: marked N in the table, or absent from it."""
+        if op in self.ops:
+            return f"not supported by TensorRT {self.tensorrt_version}'s ONNX parser"
+        close = difflib.get_close_matches(op, list(self.ops), n=1)
+        return (f"not in TensorRT {self.tensorrt_version}'s ONNX operator table"
+                + (f" (did you mean {close[0]}?)" if close else ""))
+
+
+@functools.lru_cache(maxsize=4)
+def ops_table(path: str | None = None) -> OpsTable:
+    """Parse ``data/tensorrt_onnx_ops.txt`` (``# key: value`` header, then ``op | Y/N | types | notes``)."""
+    text = Path(path or OPS_FILE).read_text()
+    meta: dict[str, str] = {}
+    ops: dict[str, tuple[bool, str, str]] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = re.match(r"#\s*(tensorrt_version|opset_min|opset_max|source)\s*:\s*(\S+)", line)
+            if m:
+                meta[m.group(1)] = m.group(2)
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 4 or parts[1] not in ("Y", "N"):
+            raise ValueError(f"{path or OPS_FILE}:{lineno}: expected 'op | Y/N | types | restrictions'")
+        ops[parts[0]] = (parts[1] == "Y", parts[2], parts[3])
+    missing = {"tensorrt_version", "opset_min", "opset_max"} - set(meta)
+    if missing:
+        raise ValueError(f"{path or OPS_FILE}: header lacks {sorted(missing)}")
+    return OpsTable(meta["tensorrt_version"], int(meta["opset_min"]), int(meta["opset_max"]),
+                    meta.get("source", ""), ops)
+
+
+def preflight(nodes: Iterable[tuple[str, str, str]], table: OpsTable | None = None) -> list[tuple[str, str]]:
+    """Every (op, node name) TensorRT's parser refuses, all at once; ``nodes`` are (domain, op, name)."""
+    table = table or ops_table()
+    ok = table.supported()
+    bad = []
+    for dom, op, name in nodes:
+        if dom not in ("", "ai.onnx"):
+            bad.append((f"{dom}::{op}", name))
+        elif op not in ok:
+            bad.append((op, name))
+    return bad
+
+
+def restricted_ops(op_types: Iterable[str], table: OpsTable | None = None) -> dict[str, str]:
+    """The model's ops that TensorRT takes only under conditions, with those conditions."""
+    table = table or ops_table()
+    return {op: table.restriction(op) for op in sorted(set(op_types)) if table.restriction(op)}
+
+
+def _walk(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g and attr.g.node:
+                yield from _walk(attr.g)
+            for g in attr.graphs:
+                yield from _walk(g)
+
+
+def model_nodes(model) -> list[tuple[str, str, str]]:
+    """(domain, op, name) of every node, subgraphs included."""
+    return [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>") for i, n in enumerate(_walk(model.graph))]
+
+
+def opset_of(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def ensure_opset(model, minimum: int = 0, table: OpsTable | None = None):
+    """The model at an opset TensorRT's parser takes (and at least ``minimum``): (model, note or None)."""
+    from onnx import version_converter
+
+    table = table or ops_table()
+    have = opset_of(model)
+    if have > table.opset_max:
+        raise UsageError(
+            f"the model uses ONNX opset {have}; TensorRT {table.tensorrt_version}'s parser takes opsets "
+            f"{table.opset_min}..{table.opset_max}",
+            hint=f"export the model at opset {table.opset_max} or lower (or, for a device with a newer "
+                 "TensorRT, update targets/data/tensorrt_onnx_ops.txt from onnx-tensorrt's operators.md)")
+    want = max(have, table.opset_min, minimum)
+    if want == have:
+        return model, None
+    try:
+        converted = version_converter.convert_version(model, want)
+    except Exception as exc:  # the converter raises bare RuntimeErrors with C++ messages
+        raise PreparationError(f"could not convert the model from opset {have} to {want}: "
+                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
+                               hint=f"export the model at opset {want} or newer") from None
+    return converted, f"opset converted {have} -> {want}"
+
+
+# --------------------------------------------------------------------------------------------
+# Optimization profiles (dynamic dims that stay dynamic in the engine)
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InputProfile:
+    """min/opt/max shapes of one input: the engine takes any shape in between."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    @property
+    def dynamic_axes(self) -> list[int]:
+        return [i for i, (a, b) in enumerate(zip(self.min, self.max)) if a != b]
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+PROFILE_SYNTAX = "NAME:MIN/OPT/MAX or NAME:MIN/MAX with shapes like 1x3x224x224, inputs separated by ';'"
+
+
+def _shape(text: str, where: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.strip().lower().split("x"))
+    except ValueError:
+        raise UsageError(f"{where}: {text!r} is not a shape", hint=f"trt_profile={PROFILE_SYNTAX}") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"{where}: dims must be positive integers, got {text!r}")
+    return dims
+
+
+def parse_profiles(text: str | None, static: dict[str, list[int]],
+                   model_dims: dict[str, list[int | str | None]]) -> dict[str, InputProfile]:
+    """Parse ``trt_profile``; ``static`` are the --shape shapes (validation data and default opt),
+    ``model_dims`` the inputs' dims as the model declares them (int = fixed)."""
+    if text is None or str(text).strip() == "":
+        return {}
+    out: dict[str, InputProfile] = {}
+    for item in str(text).split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, shapes = item.rpartition(":")
+        where = f"trt_profile {item!r}"
+        if not sep or not name:
+            raise UsageError(f"{where}: expected {PROFILE_SYNTAX}")
+        if name not in model_dims:
+            raise UsageError(f"{where}: the model has no input {name!r}", hint=f"its inputs are {sorted(model_dims)}")
+        parts = [_shape(s, where) for s in shapes.split("/")]
+        if len(parts) == 2:
+            lo, hi = parts
+            opt = tuple(static[name])
+        elif len(parts) == 3:
+            lo, opt, hi = parts
+        else:
+            raise UsageError(f"{where}: expected {PROFILE_SYNTAX}")
+        rank = len(model_dims[name])
+        if any(len(p) != rank for p in (lo, opt, hi)):
+            raise UsageError(f"{where}: input {name!r} has rank {rank}")
+        val = static[name]
+        if any(not (a <= v <= c) for a, v, c in zip(lo, val, hi)):
+            raise UsageError(f"{where}: the validation shape {'x'.join(map(str, val))} (--shape) lies outside "
+                             "min..max", hint="widen the profile or change --shape")
+        if any(not (a <= b <= c) for a, b, c in zip(lo, opt, hi)):
+            raise UsageError(f"{where}: need min <= opt <= max in every dim")
+        for i, d in enumerate(model_dims[name]):
+            if isinstance(d, int) and d > 0 and not (lo[i] == opt[i] == hi[i] == d):
+                raise UsageError(f"{where}: dim {i} of {name!r} is fixed at {d} in the model")
+        out[name] = InputProfile(name, lo, opt, hi)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Preparation
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Prepared:
+    """The prepared model and what was done to it (recorded in the manifest)."""
+
+    model: Any  # onnx.ModelProto
+    report: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+TWO_GB = 2**31 - 1
+
+
+def set_input_dims(model, static: dict[str, list[int]], profiles: dict[str, InputProfile]) -> None:
+    """Fix every input dim to its static size, except the profiled dynamic ones (named ``<input>_d<i>``)."""
+    for vi in model.graph.input:
+        if vi.name not in static:
+            continue
+        dyn = set(profiles[vi.name].dynamic_axes) if vi.name in profiles else set()
+        for i, (d, v) in enumerate(zip(vi.type.tensor_type.shape.dim, static[vi.name])):
+            d.Clear()
+            if i in dyn:
+                d.dim_param = f"{vi.name}_d{i}"
+            else:
+                d.dim_value = v
+    del model.graph.value_info[:]
+    for vi in model.graph.output:
+        for d in vi.type.tensor_type.shape.dim:
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+
+
+def prepare(model, static: dict[str, list[int]], profiles: dict[str, InputProfile], min_opset: int = 0,
+            simplify: bool = True, progress: Callable[[str], None] = lambda s: None) -> Prepared:
+    """Shapes, opset, constant folding + simplification; the result runs in ONNX Runtime."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    before = len(m.graph.node)
+    opset_before = opset_of(m)
+    set_input_dims(m, static, profiles)
+    warnings: list[str] = []
+    m, note = ensure_opset(m, min_opset)
+    simplified, why = False, None
+    if simplify and m.ByteSize() >= TWO_GB:
+        why = "model over 2 GB (protobuf limit): onnxsim skipped, TensorRT folds constants itself"
+    elif simplify:
+        progress("constant folding and simplification (onnxsim)")
+        try:
+            import onnxsim
+
+            test_shapes = {p.name: list(p.opt) for p in profiles.values()} or None
+            sim, simplified = onnxsim.simplify(m, check_n=0, test_input_shapes=test_shapes)
+            if simplified:
+                m = sim
+            else:
+                why = "onnxsim could not verify its result; the unsimplified graph is kept"
+        except Exception as exc:  # onnxsim raises plain RuntimeErrors from C++
+            why = f"onnxsim failed ({str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__}); " \
+                  "the unsimplified graph is kept"
+    if why:
+        warnings.append(why)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception:
+        pass  # shapes are a convenience here; TensorRT infers its own
+    for vi in m.graph.output:  # exporters write -1 for unknown dims; TensorRT wants them unset
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.Clear()
+    report = {"nodes_before": before, "nodes_after": len(m.graph.node), "opset": opset_of(m),
+              "opset_source": opset_before, "simplified": bool(simplified),
+              "dynamic_inputs": {n: p.dynamic_axes for n, p in profiles.items() if p.dynamic_axes}}
+    if note:
+        report["opset_note"] = note
+    return Prepared(m, report, warnings)
+
+
+def save_model(model, path: Path) -> list[str]:
+    """Save ``model`` (weights in ``<name>.data`` beside it when over 2 GB); the files written."""
+    import onnx
+
+    path = Path(path)
+    if model.ByteSize() >= TWO_GB:
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=1024)
+        return [path.name, path.name + ".data"]
+    onnx.save_model(model, str(path))
+    return [path.name]
+
+
+# --------------------------------------------------------------------------------------------
+# Explicit quantization: placement
+# --------------------------------------------------------------------------------------------
+@dataclass
+class QdqPlan:
+    """Where Q/DQ goes: activation tensors (-> their quantized consumers) and weights."""
+
+    activations: dict[str, list[int]] = field(default_factory=dict)  # tensor -> indices of consumer nodes
+    weights: list[tuple[int, int, int | None]] = field(default_factory=list)  # (node index, input index, axis)
+    residual_adds: list[str] = field(default_factory=list)  # names of Add nodes given a quantized residual
+
+    def add_activation(self, tensor: str, node_index: int) -> None:
+        users = self.activations.setdefault(tensor, [])
+        if node_index not in users:
+            users.append(node_index)
+
+
+def constant_tensors(graph) -> dict[str, np.ndarray]:
+    """Initializers and Constant-node outputs of the top graph, as arrays."""
+    from onnx import numpy_helper
+
+    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = numpy_helper.to_array(a.t)
+    return out
+
+
+def _attr(node, name: str, default: Any) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def weight_axis(node, weight: np.ndarray) -> int | None:
+    """The output-channel axis of a weight (per-channel scales), or None for one per-tensor scale."""
+    op = node.op_type
+    if op == "Conv":
+        return 0  # [Cout, Cin/g, k...]
+    if op == "ConvTranspose":
+        return 1 if _attr(node, "group", 1) == 1 else None  # [Cin, Cout/g, k...]: axis 1 is Cout only if g == 1
+    if op == "Gemm":
+        return 0 if _attr(node, "transB", 0) else 1
+    if op == "MatMul":
+        return 1 if weight.ndim == 2 else None  # [K, N]
+    return None
+
+
+def plan_qdq(model) -> QdqPlan:
+    """TensorRT-friendly Q/DQ placement (see the module docstring)."""
+    graph = model.graph
+    consts = constant_tensors(graph)
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    plan = QdqPlan()
+    for i, node in enumerate(graph.node):
+        if node.op_type not in WEIGHTED_OPS or len(node.input) < 2:
+            continue
+        x, w = node.input[0], node.input[1]
+        if node.op_type == "Gemm" and _attr(node, "transA", 0):
+            continue  # rare; keep it in float rather than guess a layout
+        if w not in consts or x in consts or consts[w].dtype.kind != "f":
+            continue  # activation x activation products (attention) stay in float: accuracy first
+        if node.op_type == "MatMul" and consts[w].ndim < 2:
+            continue
+        plan.add_activation(x, i)
+        plan.weights.append((i, 1, weight_axis(node, consts[w])))
+    # Residual Adds: TensorRT fuses Conv + Add(+ReLU) into one INT8 kernel when the Add's other
+    # input (the skip branch) is quantized too.
+    for i, node in enumerate(graph.node):
+        if node.op_type != "Add" or len(node.input) != 2 or any(t in consts for t in node.input):
+            continue
+        srcs = [producer.get(t) for t in node.input]
+        conv_inputs = [k for k, s in enumerate(srcs) if s is not None and graph.node[s].op_type == "Conv"]
+        if not conv_inputs:
+            continue
+        fused = max(conv_inputs, key=lambda k: srcs[k])  # the conv computed last is the one fused
+        other = node.input[1 - fused]
+        plan.add_activation(other, i)
+        plan.residual_adds.append(node.name or f"Add#{i}")
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# Explicit quantization: calibration
+# --------------------------------------------------------------------------------------------
+def _session_with_outputs(model, tensors: list[str]):
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in have:
+            m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+    so = ort.SessionOptions()
+    # As the reference is computed: no graph rewrites (they also trip on some If/Loop models).
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _mse_amax(hist: np.ndarray, edges: np.ndarray, qmax: float) -> float:
+    """The clipping value that minimises the expected squared error of symmetric quantization."""
+    centers = (edges[:-1] + edges[1:]) / 2
+    best, best_err = float(edges[-1]), np.inf
+    # Candidates from 1/16 of the observed range up to all of it, ~128 of them.
+    start = max(1, len(edges) // 16)
+    for k in np.unique(np.linspace(start, len(edges) - 1, 128).astype(int)):
+        amax = float(edges[k])
+        scale = amax / qmax
+        q = np.minimum(np.round(centers / scale), qmax) * scale
+        err = float(np.sum(hist * (q - centers) ** 2))
+        if err < best_err:
+            best, best_err = amax, err
+    return best
+
+
+@dataclass
+class ActivationStats:
+    """Per-tensor |x| maxima and histograms over the calibration set (2048 bins on [0, absmax])."""
+
+    absmax: dict[str, float]
+    hists: dict[str, np.ndarray]
+
+
+def activation_stats(model, tensors: list[str], feeds: list[dict[str, np.ndarray]],
+                     histograms: bool = True) -> ActivationStats:
+    """Run the FP32 model over the calibration feeds; two passes (maxima, then histograms)."""
+    if not feeds:
+        raise UsageError("INT8/FP8 calibration needs calibration samples", hint="pass --calib with real data")
+    sess = _session_with_outputs(model, tensors)
+    absmax = dict.fromkeys(tensors, 0.0)
+    for feed in feeds:
+        for t, v in zip(tensors, sess.run(tensors, feed)):
+            if v.size:
+                absmax[t] = max(absmax[t], float(np.max(np.abs(v))))
+    hists = {t: np.zeros(HIST_BINS, np.float64) for t in tensors}
+    if histograms:
+        for feed in feeds:
+            for t, v in zip(tensors, sess.run(tensors, feed)):
+                if absmax[t] > 0:
+                    hists[t] += np.histogram(np.abs(v), bins=HIST_BINS, range=(0.0, absmax[t]))[0]
+    return ActivationStats(absmax, hists)
+
+
+def amax_for(stats: ActivationStats, method: str, qmax: float = 127.0) -> dict[str, float]:
+    """Clipping values by ``method``: ``max``, ``mse`` or ``percentile`` / ``percentile-99.999``."""
+    name, _, pct = method.partition("-")
+    if name not in CALIBRATION_METHODS:
+        raise UsageError(f"unknown calibration method {method!r}",
+                         hint=f"one of auto, {', '.join(CALIBRATION_METHODS)}, percentile-99.999")
+    if name == "max":
+        return dict(stats.absmax)
+    try:
+        percentile = float(pct) if pct else 99.99
+    except ValueError:
+        raise UsageError(f"bad percentile in {method!r}", hint="e.g. percentile-99.99") from None
+    amax = {}
+    for t, top in stats.absmax.items():
+        h = stats.hists[t]
+        if top <= 0 or h.sum() == 0:
+            amax[t] = top
+            continue
+        edges = np.linspace(0.0, top, HIST_BINS + 1)
+        if name == "percentile":
+            cdf = np.cumsum(h) / h.sum()
+            amax[t] = float(edges[min(int(np.searchsorted(cdf, percentile / 100.0)) + 1, HIST_BINS)])
+        else:
+            amax[t] = _mse_amax(h, edges, qmax)
+    return amax
+
+
+# --------------------------------------------------------------------------------------------
+# Explicit quantization: rewriting the graph
+# --------------------------------------------------------------------------------------------
+def _unique(name: str, taken: set[str]) -> str:
+    out, k = name, 1
+    while out in taken:
+        out, k = f"{name}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+def insert_qdq(model, plan: QdqPlan, amax: dict[str, float], kind: str = "int8"):
+    """A copy of ``model`` with Q/DQ per ``plan`` (activations: shared pairs; weights: per-channel pairs)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if kind not in QMAX:
+        raise ValueError(kind)
+    qmax = QMAX[kind]
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    consts = constant_tensors(g)
+    taken = {t for n in g.node for t in list(n.input) + list(n.output)} | {i.name for i in g.initializer} \
+        | {i.name for i in g.input}
+    zp_type = TensorProto.INT8 if kind == "int8" else TensorProto.FLOAT8E4M3FN
+    new_inits: list[Any] = []
+    before: dict[int, list[Any]] = {}  # node index -> Q/DQ nodes to emit right before it
+
+    def zero_point(name: str, n: int | None) -> str:
+        dims = [] if n is None else [n]
+        vals = [0] * (1 if n is None else n)
+        new_inits.append(helper.make_tensor(name, zp_type, dims, vals))
+        return name
+
+    # Activations: one shared Q/DQ pair per tensor, before its first quantized consumer.
+    for tensor, users in plan.activations.items():
+        a = max(float(amax.get(tensor, 0.0)), 1e-8)
+        s = _unique(f"{tensor}_scale", taken)
+        new_inits.append(numpy_helper.from_array(np.array(a / qmax, np.float32), s))
+        z = zero_point(_unique(f"{tensor}_zp", taken), None)
+        q, dq = _unique(f"{tensor}_q", taken), _unique(f"{tensor}_dq", taken)
+        first = min(users)
+        before.setdefault(first, []).extend([
+            helper.make_node("QuantizeLinear", [tensor, s, z], [q], name=_unique(f"{tensor}_QuantizeLinear", taken)),
+            helper.make_node("DequantizeLinear", [q, s, z], [dq], name=_unique(f"{tensor}_DequantizeLinear", taken)),
+        ])
+        for u in users:
+            node = g.node[u]
+            for k, t in enumerate(node.input):
+                if t == tensor:
+                    node.input[k] = dq
+
+    # Weights: per-channel symmetric scales on the output-channel axis.
+    done: dict[tuple[str, int | None], str] = {}
+    for idx, inp, axis in plan.weights:
+        node = g.node[idx]
+        wname = node.input[inp]
+        if (wname, axis) in done:
+            node.input[inp] = done[(wname, axis)]
+            continue
+        w = consts[wname].astype(np.float32)
+        if axis is None:
+            wmax = np.array(float(np.max(np.abs(w))) if w.size else 0.0, np.float32)
+        else:
+            wmax = np.max(np.abs(w), axis=tuple(d for d in range(w.ndim) if d != axis)).astype(np.float32)
+        scale = np.where(wmax > 0, wmax / qmax, 1.0).astype(np.float32)
+        s = _unique(f"{wname}_wscale", taken)
+        new_inits.append(numpy_helper.from_array(scale, s))
+        z = zero_point(_unique(f"{wname}_wzp", taken), None if axis is None else int(w.shape[axis]))
+        dq = _unique(f"{wname}_dq", taken)
+        ax = {} if axis is None else {"axis": axis}
+        # The FP32 weight goes through its own Q -> DQ pair (TensorRT folds Q into INT8/FP8 weights at
+        # build time).  Pre-quantized int8 initializers + DQ are leaner, but the Q/DQ pair is the form
+        # every TensorRT release since 8.0 takes (and NVIDIA's own exporters emit).
+        src = _unique(f"{wname}_q", taken)
+        before.setdefault(idx, []).extend([
+            helper.make_node("QuantizeLinear", [wname, s, z], [src], name=_unique(f"{wname}_QuantizeLinear", taken), **ax),
+            helper.make_node("DequantizeLinear", [src, s, z], [dq], name=_unique(f"{wname}_DequantizeLinear", taken), **ax),
+        ])
+        node.input[inp] = dq
+        done[(wname, axis)] = dq
+
+    ordered = []
+    for i, node in enumerate(g.node):
+        ordered.extend(before.get(i, []))
+        ordered.append(node)
+    del g.node[:]
+    g.node.extend(ordered)
+    g.initializer.extend(new_inits)
+    # Constant-node weights that moved to the Q/DQ path may be left unused: drop unused initializers.
+    used = {t for n in g.node for t in n.input} | {o.name for o in g.output}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return m
+
+
+@dataclass
+class Quantized:
+    model: Any
+    report: dict[str, Any]
+
+
+# Clipping rules tried by ``calibration="auto"``; FP8's wide exponent range rarely gains from clipping.
+AUTO_METHODS = {"int8": ("max", "percentile-99.999", "percentile-99.99", "mse"), "fp8": ("max", "percentile-99.999")}
+
+
+def _outputs(model, feeds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Outputs stacked over the feeds, run as the host check runs them (no graph rewrites: Q/DQ as written)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    runs = [sess.run(names, f) for f in feeds]
+    return {n: np.stack([r[i] for r in runs]) for i, n in enumerate(names)}
+
+
+def _score(out: dict[str, np.ndarray], ref: dict[str, np.ndarray], kind: str) -> tuple[int, float]:
+    """(outputs failing the precision's bounds, worst rel_l2): lower is better."""
+    from edgeopt_agent.compare import compare_outputs
+
+    res = compare_outputs(out, ref, kind)
+    failed = sum(not o["passed"] for o in res["outputs"].values())
+    worst = max((o["metrics"].get("rel_l2", 0.0) for o in res["outputs"].values()), default=0.0)
+    return failed, round(float(worst), 6)
+
+
+def quantize(model, feeds: list[dict[str, np.ndarray]], kind: str = "int8", method: str = "auto",
+             progress: Callable[[str], None] = lambda s: None) -> Quantized:
+    """Place, calibrate and insert Q/DQ; ``model`` must already be at ``QDQ_MIN_OPSET[kind]``.
+
+    ``method="auto"`` derives every candidate clipping rule from one set of statistics and keeps the
+    one whose Q/DQ model is closest to FP32 on the *calibration* samples (the validation samples stay
+    unseen until the check).
+    """
+    import onnx
+
+    if kind not in QMAX:
+        raise UsageError(f"explicit quantization is int8 or fp8, not {kind!r}")
+    if opset_of(model) < QDQ_MIN_OPSET[kind]:
+        raise ValueError(f"{kind} Q/DQ needs opset >= {QDQ_MIN_OPSET[kind]}; prepare() the model with min_opset")
+    plan = plan_qdq(model)
+    if not plan.weights:
+        raise PreparationError(
+            f"no Conv/ConvTranspose/Gemm/MatMul with constant weights found: {kind} would quantize nothing",
+            hint="build this model in fp16 instead")
+    tensors = list(plan.activations)
+    candidates = AUTO_METHODS[kind] if method == "auto" else (method,)
+    progress(f"calibrating {len(tensors)} activation ranges on {len(feeds)} samples")
+    stats = activation_stats(model, tensors, feeds, histograms=any(c != "max" for c in candidates))
+    tried: dict[str, dict[str, float]] = {}
+    best = None
+    ref = _outputs(model, feeds) if len(candidates) > 1 else None
+    for cand in candidates:
+        amax = amax_for(stats, cand, QMAX[kind])
+        q = insert_qdq(model, plan, amax, kind)
+        score = (0, 0.0)
+        if ref is not None:
+            # Judged on the calibration samples by the same bounds the check applies: first the
+            # outputs that fail them, then the worst relative error.
+            score = _score(_outputs(q, feeds), ref, kind)
+            tried[cand] = {"outputs_failing": score[0], "rel_l2": score[1]}
+            progress(f"calibration {cand}: rel_l2 {score[1]:.4f}, {score[0]} output(s) off bounds "
+                     "on the calibration samples")
+        if best is None or score < best[0]:
+            best = (score, cand, q, amax)
+    assert best is not None
+    _, chosen, q, amax = best
+    try:
+        onnx.checker.check_model(q)
+    except Exception as exc:
+        raise PreparationError(f"the {kind} Q/DQ model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
+    per_channel = sum(1 for _, _, ax in plan.weights if ax is not None)
+    report = {"kind": kind, "calibration": chosen, "calibration_requested": method,
+              "calibration_candidates": tried, "calibration_samples": len(feeds),
+              "quantized_activations": len(tensors), "quantized_weights": len(plan.weights),
+              "per_channel_weights": per_channel, "residual_adds": len(plan.residual_adds),
+              "scheme": "symmetric, zero point 0; weights per output channel; activations per tensor; "
+                        "bias and layer outputs not quantized",
+              "activation_amax": {t: round(float(v), 6) for t, v in amax.items()}}
+    return Quantized(q, report)
+
+
+FP16_MAX = 65504.0
+
+
+def fp16_overflow(model, feeds: list[dict[str, np.ndarray]], samples: int = 4) -> list[tuple[str, float]]:
+    """Float tensors whose magnitude exceeds FP16's range on the given inputs, largest first.
+
+    TensorRT's FP16 mode keeps tensors in FP16 between layers; a value past 65504 becomes Inf there,
+    so these are the layers to keep in FP32.  Only the top graph's node outputs are watched.
+    """
+    consts = set(constant_tensors(model.graph))
+    tensors = [o for n in model.graph.node if n.op_type != "Constant" for o in n.output if o and o not in consts]
+    if not tensors or not feeds:
+        return []
+    import onnx
+
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(model.graph.value_info) + list(model.graph.output)}
+    tensors = [t for t in tensors if types.get(t, onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT]
+    sess = _session_with_outputs(model, tensors)
+    peak = dict.fromkeys(tensors, 0.0)
+    for feed in feeds[:samples]:
+        for t, v in zip(tensors, sess.run(tensors, feed)):
+            if v.size and v.dtype.kind == "f":
+                peak[t] = max(peak[t], float(np.max(np.abs(v))))
+    return sorted(((t, v) for t, v in peak.items() if v > FP16_MAX), key=lambda x: -x[1])
