@@ -119,7 +119,8 @@ def to_artifact(feed: dict[str, np.ndarray], specs: list[dict[str, Any]]) -> dic
                 info = np.iinfo(dt)
                 a = np.clip(np.round(a / scale + zp), info.min, info.max)
             a = a.astype(dt)
-        out[s.get("artifact_name") or s["name"]] = np.ascontiguousarray(a)
+        # np.require keeps 0-d scalars 0-d (ascontiguousarray would make them shape [1])
+        out[s.get("artifact_name") or s["name"]] = np.require(a, requirements="C")
     return out
 
 

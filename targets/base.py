@@ -82,6 +82,7 @@ class BuildOutput:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     extra_manifest: dict[str, Any] = field(default_factory=dict)
+    check_options: dict[str, Any] = field(default_factory=dict)  # runner options for the host check only
 
 
 class Target:
@@ -130,7 +131,7 @@ class Target:
         write_manifest(bundle, manifest)  # the check reads it
         if out.check == "numeric":
             progress("host check")
-            manifest["host_check"] = host_check(bundle, job.options.get("check_timeout", 600))
+            manifest["host_check"] = host_check(bundle, job.options.get("check_timeout", 600), out.check_options)
         elif out.check == "structural":
             manifest["host_check"] = {"kind": "structural", **(out.structural or {}),
                                       "numeric": "on device"}
@@ -169,11 +170,12 @@ class Target:
         }
 
 
-def host_check(bundle: Path, timeout: float = 600) -> dict[str, Any]:
+def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the agent's ``check`` verb on the bundle in a child process (a crash is a failure)."""
     cmd = [sys.executable, "-m", "edgeopt_agent", "check"]
+    request = {"bundle": str(bundle), **({"options": options} if options else {})}
     try:
-        proc = subprocess.run(cmd, input=json.dumps({"bundle": str(bundle)}), capture_output=True, text=True,
+        proc = subprocess.run(cmd, input=json.dumps(request), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"kind": "numeric", "passed": False, "error": f"host check hung (> {timeout:.0f}s) and was killed"}

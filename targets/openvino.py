@@ -1,9 +1,283 @@
-"""PLACEHOLDER: being written (see the issue). Replaced by the real backend before landing."""
+"""``intel-cpu`` / ``intel-gpu`` / ``intel-npu`` -> OpenVINO IR (``model.xml`` + ``model.bin``).
 
-from .base import Target
+FP32: ``ov.convert_model`` of the prepared (static) model, weights kept FP32, and the bundle pins
+``INFERENCE_PRECISION_HINT=f32`` (OpenVINO's CPU plugin otherwise runs in bf16 on CPUs with AMX or
+AVX512-BF16, which an FP32 bundle must not do silently).  FP16: weights compressed to FP16 and
+the hint ``f16`` (on a CPU without FP16 arithmetic the runner asks for f32 rather than let the
+plugin keep its bf16 default; GPUs run FP16 anyway).  INT8: NNCF post-training quantization
+searched against the FP32 reference, see ``edgeopt.targets.openvino_int8``.
+
+The GPU and NPU plugins compile the IR on the device at load time.  When the build host lacks
+that device (``ov.Core().available_devices``), the IR is still built for it and checked
+numerically on the CPU plugin; the notes say so.
+
+What OpenVINO cannot take is asked of OpenVINO itself: its ONNX frontend converts the model
+partially and every node it left unconverted is listed with its name (cached per model sha).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BuildFailed, UnsupportedOps
+
+from .base import BuildJob, BuildOutput, Target, package_versions, require
+
+log = logging.getLogger(__name__)
+
+# The runtime precision a bundle pins, per build precision (None: the device plugin's default).
+INFERENCE_PRECISION = {"fp32": "f32", "fp16": "f16", "int8": None}
+
+_support_cache: dict[str, list[tuple[str, str, bool]]] = {}  # model sha + openvino version -> report
 
 
 class OpenVinoTarget(Target):
     backend = "openvino"
     extra = "openvino"
-    packages = ["__not_yet__"]
+    packages = ["openvino", "nncf"]
+
+    # --- capabilities -------------------------------------------------------------------
+    def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
+        """Every node OpenVINO's ONNX frontend cannot convert; [] when openvino is not installed.
+
+        Ops with no conversion rule are refused whatever the shapes.  A conversion that fails on
+        a model with dynamic inputs may well succeed once the build fixes the shapes (silero-vad's
+        opset-15 export does), so those are left to the build, which names them if they persist.
+        """
+        version = package_versions(["openvino"])["openvino"]
+        if version == "missing":
+            return []
+        key = f"{info.sha256}-{version}"
+        if key not in _support_cache:
+            _support_cache[key] = _cached_on_disk(key, lambda: frontend_report(info.path))
+        dynamic = any(not isinstance(d, int) for t in info.inputs for d in t.shape)
+        return [(op, name) for op, name, failed in _support_cache[key] if not (failed and dynamic)]
+
+    # --- the build ----------------------------------------------------------------------
+    def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
+        ov = require("openvino", self.extra)
+        bundle = Path(job.bundle_dir)
+        device = str(job.target.get("profile", {}).get("device") or "CPU")
+        present = device_on_host(ov, device)
+        check_device = device if present else "CPU"
+        notes: list[str] = []
+        warnings: list[str] = []
+        options: dict[str, Any] = {"device": device}
+
+        progress("converting ONNX -> OpenVINO IR")
+        with no_telemetry():
+            try:
+                # convert_model (not read_model): it also folds BatchNorm and shape subgraphs (MOC),
+                # which gives a smaller IR and a graph NNCF quantizes better.
+                model = ov.convert_model(job.prepared_path)
+            except Exception as exc:
+                bad = frontend_unsupported(job.prepared_path)
+                if bad:
+                    raise UnsupportedOps(job.target["name"], bad) from None
+                raise BuildFailed(f"OpenVINO could not convert the model: {_first_line(exc)}") from None
+        runtime_options: dict[str, Any] = {"device": device, "hint": "LATENCY"}
+        extra_manifest: dict[str, Any] = {}
+        if job.precision == "int8":
+            from .openvino_int8 import quantize_searched
+
+            with no_telemetry():
+                result = quantize_searched(ov, model, job, check_device, present, progress)
+            model = result.model
+            options["int8"] = result.record
+            notes += result.notes
+            warnings += result.warnings
+            if result.tolerance_override:
+                # The host check (and the device's) must judge by the bound the search used.
+                extra_manifest["tolerance_override"] = result.tolerance_override
+            if result.inference_precision:
+                runtime_options["inference_precision"] = result.inference_precision
+        precision_hint = INFERENCE_PRECISION.get(job.precision)
+        if precision_hint and device.split(".")[0] in ("CPU", "GPU"):  # the NPU plugin takes no such hint
+            runtime_options["inference_precision"] = precision_hint
+        progress("saving the IR" + (" (FP16-compressed weights)" if job.precision == "fp16" else ""))
+        ov.save_model(model, str(bundle / "model.xml"), compress_to_fp16=(job.precision == "fp16"))
+        options["weights"] = {"fp32": "FP32", "fp16": "FP16 (compressed)", "int8": "INT8 (NNCF)"}[job.precision]
+
+        check_options: dict[str, Any] = {}
+        if not present:
+            # The IR's own numerics (FP16 arithmetic for fp16, as GPU and NPU run it), not the CPU
+            # plugin's bf16 default; the INT8 search judged its candidates the same way.
+            check_options = {"device": "CPU", "inference_precision": "f16" if job.precision == "fp16" else "f32"}
+            notes.append(f"{job.target['name']}: this build host has no OpenVINO {device} device "
+                         f"(OpenVINO sees {', '.join(ov.Core().available_devices) or 'none'}): the IR was "
+                         f"checked numerically on the CPU plugin; the {device} plugin compiles it on the device "
+                         f"at load time, so numerics on the {device} itself are proven only by a check on the device")
+            options["host_check_device"] = "CPU"
+        return BuildOutput(runtime={"name": "openvino", "artifact": "model.xml", "options": runtime_options},
+                           options=options, notes=notes, warnings=warnings, extra_manifest=extra_manifest,
+                           check_options=check_options)
+
+
+@contextlib.contextmanager
+def no_telemetry():
+    """Keep OpenVINO's converter and NNCF from sending usage telemetry during a build.
+
+    Both send it by default without asking (their opt-in dialog is off) unless they believe they
+    run in CI; a build tool must not phone home, so the build worker says it is one.  ``NNCF_CI``
+    only switches NNCF's telemetry off; ``CI=true`` is what openvino-telemetry checks.  The worker
+    is a child process per build, so the variables go no further.
+    """
+    saved = {k: os.environ.get(k) for k in ("CI", "NNCF_CI")}
+    os.environ["CI"], os.environ["NNCF_CI"] = "true", "1"
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def device_on_host(ov, device: str) -> bool:
+    """Whether OpenVINO on this machine has the device (``GPU`` matches ``GPU.0``)."""
+    from edgeopt_agent.runners.openvino import device_present
+
+    return device_present(list(ov.Core().available_devices), device)
+
+
+# --- what the ONNX frontend cannot take ---------------------------------------------------
+def frontend_unsupported(model_path: str) -> list[tuple[str, str]]:
+    """(op, node name) of every node OpenVINO's ONNX frontend cannot convert (see frontend_report)."""
+    return [(op, name) for op, name, _ in frontend_report(model_path)]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("Check ")]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def frontend_report(model_path: str) -> list[tuple[str, str, bool]]:
+    """(op, node name, conversion failed) of every node OpenVINO's ONNX frontend cannot convert.
+
+    The flag is False for an op with no conversion rule at all, True for a node whose conversion
+    failed (an unsupported attribute, or shapes it cannot handle).
+
+    A full conversion is tried first (the usual, cheap answer: nothing).  When it fails, the
+    frontend's report names the op types with no conversion rule and, per failed node, its output
+    tensor and the reason; a partial conversion keeps the unconverted top-level nodes as framework
+    nodes, whose output names lead back to the ONNX nodes.  Nodes inside If/Loop bodies are found
+    by the report's output names (failed conversions) or op types (no rule).  A node that failed
+    only because an input comes untyped from another unconvertible node is a consequence, not a
+    cause, and is left out.
+    """
+    import onnx
+    from openvino.frontend import FrontEndManager
+
+    fe = FrontEndManager().load_by_framework("onnx")
+    try:
+        fe.convert(fe.load(model_path))
+        return []
+    except Exception as exc:
+        if "OpConversionFailure" not in type(exc).__name__ and "wasn't fully converted" not in str(exc):
+            # Not an op-support problem: let the build report the frontend's own error.
+            log.debug("OpenVINO frontend failed on %s: %s", model_path, exc)
+            return []
+        message = str(exc)
+    no_rule, reasons = _parse_report(message)
+    top_outputs: set[str] = set()
+    for op in fe.convert_partially(fe.load(model_path)).get_ordered_ops():
+        # Only name accessors here: other accessors of a framework node crash the process.
+        if op.get_type_name() in ("ONNXFrameworkNode", "NotSupportedONNXNode"):
+            for out in op.outputs():
+                top_outputs |= set(out.get_names())
+    found: list[tuple[str, str, bool]] = []
+    graphs = [(onnx.load(model_path, load_external_data=False).graph, False)]
+    while graphs:
+        graph, inner = graphs.pop(0)
+        bad = {}
+        for i, node in enumerate(graph.node):
+            for attr in node.attribute:
+                graphs += [(g, True) for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)]
+            if {node.op_type, f"{node.domain}.{node.op_type}"} & no_rule:
+                bad[i] = None
+            elif any(o in reasons or (not inner and o in top_outputs) for o in node.output):
+                bad[i] = next((reasons[o] for o in node.output if o in reasons), "")
+        for i in _causes(graph, bad):
+            node = graph.node[i]
+            label = _label(node.domain, node.op_type) + (" (in a subgraph)" if inner else "")
+            if bad[i] is not None:
+                why = bad[i] if len(bad[i] or "") <= 90 else bad[i][:87] + "..."  # type: ignore[index]
+                label += f" [conversion failed: {why}]" if why else " [conversion failed]"
+            found.append((label, node.name or f"<unnamed {node.op_type}, output {node.output[0]}>",
+                          bad[i] is not None))
+    if not found:  # the frontend failed but named nothing we can map: say so rather than pass
+        first = next((ln for ln in message.splitlines() if ln.startswith("--")), message.splitlines()[-1])
+        found.append(("(model)", f"OpenVINO's ONNX frontend: {first.strip('- ')}", True))
+    return found
+
+
+def _causes(graph, bad: dict[int, str | None]) -> list[int]:
+    """The failing nodes (index -> reason; None = no rule) that no other failing node feeds."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+
+    def fed_by_bad(i: int) -> bool:
+        seen, stack = set(), [producer[t] for t in graph.node[i].input if t in producer]
+        while stack:
+            j = stack.pop()
+            if j in bad:
+                return True
+            if j not in seen:
+                seen.add(j)
+                stack += [producer[t] for t in graph.node[j].input if t in producer]
+        return False
+
+    def untyped_input(reason: str) -> bool:
+        # An unconverted node's outputs have no type or rank: the downstream failure says so.
+        return not reason or any(w in reason.lower() for w in ("dynamic", "rank"))
+
+    # No conversion rule is always a cause; a failure over an untyped input fed by one is not.
+    return [i for i in sorted(bad) if bad[i] is None or not (untyped_input(bad[i] or "") and fed_by_bad(i))]
+
+
+def _label(domain: str, op_type: str) -> str:
+    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+
+
+def _parse_report(message: str) -> tuple[set[str], dict[str, str]]:
+    """From the frontend's report: op types with no conversion rule, and the reason per failed node
+    keyed by its output name (``While validating ONNX node '<Node(Conv): out>'``)."""
+    no_rule: set[str] = set()
+    for line in message.splitlines():
+        if line.strip().startswith("-- No conversion rule found for operations:"):
+            no_rule |= {t.strip() for t in line.split(":", 1)[1].split(",") if t.strip()}
+    reasons: dict[str, str] = {}
+    detail = message.split("\nSummary:")[0]
+    for block in re.split(r"\n(?=-- )", detail):
+        m = re.search(r"<Node\(\w+\): ([^>]+)>", block)
+        if m:
+            last = [ln.strip() for ln in block.splitlines() if ln.strip()][-1]
+            reasons[m.group(1)] = last.split("': ", 1)[-1][:200]
+    return no_rule, reasons
+
+
+def _cached_on_disk(key: str, compute: Callable[[], list[tuple[str, str, bool]]]) -> list[tuple[str, str, bool]]:
+    """The frontend's answer for one model, kept in the bundle cache so `inspect` asks once."""
+    from edgeopt.pipeline import cache_dir
+
+    path = cache_dir() / "support" / f"openvino-{key}.v2.json"
+    try:
+        return [tuple(x) for x in json.loads(path.read_text())]  # type: ignore[misc]
+    except (OSError, ValueError, TypeError):
+        pass
+    result = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs a re-run
+    return result

@@ -1,0 +1,479 @@
+"""Accuracy-aware INT8 for OpenVINO: NNCF post-training quantization, searched against the reference.
+
+Every variant is judged the way the bundle will be judged: compiled with the bundle's runtime
+settings, run over the validation set, compared with the FP32 reference by
+``edgeopt_agent.compare.compare_outputs(..., "int8")``.  Variants, in the order of the speed they
+are expected to have (all fully quantized, each costs one NNCF pass):
+
+1. ``performance``: symmetric INT8 weights and activations, fast bias correction (NNCF's default);
+2. ``transformer`` (models with attention only): NNCF's transformer scheme (SmoothQuant, no
+   quantizers on the attention's sensitive paths);
+3. ``mixed``: asymmetric activations (for activations that are not centred on zero);
+4. ``bias-correction`` (``int8_search=full`` only): the full bias correction, several times slower
+   to build and rarely decisive.
+
+``int8_search=quick`` (default) stops at the first variant that meets the bound, the fastest
+expected; ``full`` tries them all and keeps the fastest measured.  When no fully quantized variant
+meets the bound, NNCF's accuracy-controlled quantization reverts the most sensitive layers to
+floating point, one group at a time (its metric is ``margin``, the same rule as the check).  It
+runs in a child process killed at the end of the search budget, since its cost grows with the
+number of layers and no NNCF setting bounds it.  When nothing meets the bound the build fails
+with every variant's figures: a model is never shipped as int8 that is not.
+
+The plugin's default inference precision is part of the judgement: OpenVINO's CPU plugin runs the
+layers left in floating point in bf16 on CPUs with AMX/AVX512-BF16.  When that alone breaks the
+bound (the FP32 IR run that way already misses it), the bundle pins ``f32`` for them.
+
+Options (``--option``): ``int8_search=quick|full``, ``int8_tolerance=cosine_min=0.99,top1_min=1``
+(the bound; also written to the manifest so that every later check uses it), ``int8_budget_s``
+(the search's time budget, default 90: no variant is started that would not fit),
+``int8_accuracy_control=false``, ``int8_max_reverts`` (accuracy control's iterations, default 12).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import BuildFailed, UsageError
+from edgeopt_agent.compare import TOLERANCES, compare_outputs, tolerance_for
+
+from .base import BuildJob, require
+
+SEARCH_MODES = ("quick", "full")
+DEFAULT_BUDGET_S = 90.0
+# bound -> metric, by direction: larger is better for the first, smaller for the second.
+_HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1"}
+_LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm"}
+# (name, settings, only in full mode); settings are plain data so that they cross into the child.
+VARIANTS: list[tuple[str, dict[str, Any], bool]] = [
+    ("performance", {"preset": "performance", "fast_bias_correction": True}, False),
+    ("transformer", {"preset": "mixed", "model_type": "transformer", "fast_bias_correction": True}, False),
+    ("mixed", {"preset": "mixed", "fast_bias_correction": True}, False),
+    ("bias-correction", {"preset": "performance", "fast_bias_correction": False}, True),
+]
+
+
+@dataclass
+class Int8Result:
+    """The chosen quantized model and what the search did."""
+
+    model: Any
+    record: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    tolerance_override: dict[str, float] | None = None
+    inference_precision: str | None = None  # pinned for the layers left in floating point
+
+
+def parse_tolerance(value: Any) -> dict[str, float] | None:
+    """``"cosine_min=0.99,top1_min=1"`` or a dict -> validated bound overrides (None when not given)."""
+    if value in (None, "", {}):
+        return None
+    keys = sorted(TOLERANCES["int8"])
+    if isinstance(value, dict):
+        items = list(value.items())
+    else:
+        items = []
+        for part in str(value).replace(";", ",").replace(" ", ",").split(","):
+            if not part:
+                continue
+            k, sep, v = part.partition("=")
+            if not sep:
+                raise UsageError(f"bad int8_tolerance item {part!r}", hint=f"use KEY=VALUE with keys {keys}")
+            items.append((k.strip(), v.strip()))
+    out: dict[str, float] = {}
+    for k, v in items:
+        if k not in TOLERANCES["int8"]:
+            raise UsageError(f"unknown int8_tolerance key {k!r}", hint=f"keys: {', '.join(keys)}")
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"int8_tolerance {k}={v!r} is not a number") from None
+    return out
+
+
+def margin(comparison: dict[str, Any]) -> float:
+    """How far inside the bound a comparison is: 1 = identical to the reference, >= 0 passes, < 0 fails.
+
+    The smallest normalised slack over every output and bounded metric, e.g. for cosine
+    ``(cosine - cosine_min) / (1 - cosine_min)``.  This is the figure NNCF's accuracy control
+    maximises, so that "meets the bound" means the same thing there as in the check.
+    """
+    tol = comparison["tolerance"]
+    worst = 1.0
+    for per in comparison["outputs"].values():
+        m = per["metrics"]
+        if not m or "shape_mismatch" in m or "non_finite" in m:
+            return -10.0
+        if "exact_match" in m:
+            worst = min(worst, 1.0 if m["exact_match"] >= 1.0 else -10.0 * (1 - m["exact_match"]))
+            continue
+        for bound, metric in _HIGHER_IS_BETTER.items():
+            if metric in m:
+                worst = min(worst, (m[metric] - tol[bound]) / max(1.0 - tol[bound], 1e-9))
+        for bound, metric in _LOWER_IS_BETTER.items():
+            worst = min(worst, (tol[bound] - m[metric]) / max(tol[bound], 1e-9))
+    return float(worst)
+
+
+def summary(comparison: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of each output (and why it fails) for the record and messages."""
+    out: dict[str, Any] = {}
+    for name, per in comparison["outputs"].items():
+        m = per["metrics"]
+        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1") if k in m}
+        if per["reasons"]:
+            out[name]["fails"] = per["reasons"]
+    return out
+
+
+class Judge:
+    """Runs a model over the validation set with the bundle's runtime settings and compares."""
+
+    def __init__(self, ov, device: str, config: dict[str, Any], feeds: list[dict[str, np.ndarray]],
+                 refs: list[dict[str, np.ndarray]], out_names: list[str], override: dict[str, float] | None) -> None:
+        self.core = ov.Core()
+        self.device, self.config = device, dict(config)
+        self.feeds, self.refs, self.out_names, self.override = feeds, refs, out_names, override
+
+    def run(self, compiled, indices: list[int]) -> dict[str, np.ndarray]:
+        ports = []
+        for port in compiled.outputs:
+            names = port.get_names()
+            ports.append((port, next((n for n in self.out_names if n in names), port.get_any_name())))
+        request = compiled.create_infer_request()
+        got: dict[str, list[np.ndarray]] = {n: [] for _, n in ports}
+        for i in indices:
+            result = request.infer(self.feeds[i])
+            for port, name in ports:
+                got[name].append(np.array(result[port]))
+        return {k: np.stack(v) for k, v in got.items()}
+
+    def compare(self, outputs: dict[str, np.ndarray], indices: list[int]) -> dict[str, Any]:
+        ref = {n: np.stack([self.refs[i][n] for i in indices]) for n in self.out_names}
+        return compare_outputs(outputs, ref, "int8", self.override)
+
+    def judge(self, model, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        compiled = self.core.compile_model(model, self.device, {**self.config, **(config or {})})
+        idx = list(range(len(self.feeds)))
+        return self.compare(self.run(compiled, idx), idx)
+
+    def validation_fn(self, compiled, items) -> tuple[float, list[float]]:
+        """NNCF's accuracy-control metric: the margin inside the bound, overall and per sample."""
+        idx = [int(i) for i in items]
+        outputs = self.run(compiled, idx)
+        overall = margin(self.compare(outputs, idx))
+        per = [margin(self.compare({k: v[j:j + 1] for k, v in outputs.items()}, [i])) for j, i in enumerate(idx)]
+        return overall, per
+
+    def latency_ms(self, models: list[tuple[Any, dict[str, Any]]], rounds: int = 3,
+                   seconds: float = 0.25) -> list[float]:
+        """Median latency of each (model, config) on one sample, measured interleaved (rounds x models)."""
+        reqs = [self.core.compile_model(m, self.device, {**self.config, **c}).create_infer_request()
+                for m, c in models]
+        feed = self.feeds[0]
+        times: list[list[float]] = [[] for _ in models]
+        for r in reqs:
+            for _ in range(3):
+                r.infer(feed)
+        for _ in range(rounds):
+            for k, r in enumerate(reqs):
+                t_end = time.perf_counter() + seconds
+                while time.perf_counter() < t_end or len(times[k]) < 5:
+                    t0 = time.perf_counter()
+                    r.infer(feed)
+                    times[k].append(time.perf_counter() - t0)
+        return [round(float(np.median(t)) * 1e3, 3) for t in times]
+
+
+def has_attention(model) -> bool:
+    """Self-attention: OpenVINO's fused ScaledDotProductAttention, or a MatMul of two activations."""
+    def constant(output) -> bool:
+        node = output.get_node()
+        while node.get_type_name() in ("Convert", "Reshape", "Transpose", "Unsqueeze") and node.get_input_size():
+            node = node.input_value(0).get_node()
+        return node.get_type_name() == "Constant"
+
+    return any(op.get_type_name() == "ScaledDotProductAttention"
+               or (op.get_type_name() == "MatMul" and not any(constant(v) for v in op.input_values()))
+               for op in model.get_ordered_ops())
+
+
+def quantizers(model) -> int:
+    """FakeQuantize nodes: how much of the model runs in INT8."""
+    return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ordered_ops())
+
+
+def nncf_kwargs(nncf, settings: dict[str, Any], target_device: str, subset_size: int) -> dict[str, Any]:
+    """A variant's plain settings -> keyword arguments of nncf.quantize*."""
+    kw: dict[str, Any] = {"preset": nncf.QuantizationPreset(settings["preset"]),
+                          "fast_bias_correction": bool(settings.get("fast_bias_correction", True)),
+                          "subset_size": subset_size,
+                          "target_device": getattr(nncf.TargetDevice, target_device, nncf.TargetDevice.ANY)}
+    if settings.get("model_type") == "transformer":
+        kw["model_type"] = nncf.ModelType.TRANSFORMER
+    return kw
+
+
+def _load_sets(job_like: dict[str, Any]):
+    from edgeopt.calib import load_stacked
+
+    ins, outs = job_like["in_names"], job_like["out_names"]
+    return (load_stacked(job_like["calib_path"], ins, "in"), load_stacked(job_like["validation_path"], ins, "in"),
+            load_stacked(job_like["reference_path"], outs, "out"))
+
+
+def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: bool,
+                      progress: Callable[[str], None]) -> Int8Result:
+    """Search NNCF settings for the fastest INT8 model that meets the bound; raise BuildFailed if none.
+
+    ``device`` is where the candidates are judged here (the target's device, or CPU when the
+    host lacks it: then the layers left in floating point are judged in f32, the IR's own numerics).
+    """
+    nncf = require("nncf", "openvino")
+    nncf.set_log_level(logging.WARNING)  # its INFO lines would bury a crash's last words in the worker's tail
+    t_start = time.perf_counter()
+    opts = job.options
+    mode = str(opts.get("int8_search", "quick")).lower()
+    if mode not in SEARCH_MODES:
+        raise UsageError(f"int8_search={mode!r} is not known", hint="int8_search=quick or int8_search=full")
+    override = parse_tolerance(opts.get("int8_tolerance") or opts.get("tolerance_override"))
+    try:
+        budget = float(opts.get("int8_budget_s", DEFAULT_BUDGET_S))
+    except (TypeError, ValueError):
+        raise UsageError(f"int8_budget_s={opts.get('int8_budget_s')!r} is not a number of seconds") from None
+    if not job.calib_path:
+        raise UsageError("INT8 needs calibration data", hint="pass --calib with real samples")
+    sets = {"calib_path": job.calib_path, "validation_path": job.validation_path,
+            "reference_path": job.reference_path, "in_names": [t["name"] for t in job.io["inputs"]],
+            "out_names": [t["name"] for t in job.io["outputs"]]}
+    calib, feeds, refs = _load_sets(sets)
+    target_device = str(job.target.get("profile", {}).get("device") or "CPU")
+
+    # Which precision the layers left in floating point run in: the plugin's default unless that
+    # alone breaks the bound (measured on the FP32 IR), then f32.
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
+    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override)
+    pinned: str | None = None
+    fp32_default = judge.judge(model)
+    if not device_on_host:
+        pinned = "f32"  # judged on CPU for another device: the IR's own numerics, not CPU's bf16
+    elif margin(fp32_default) < 0 and margin(judge.judge(model, {"INFERENCE_PRECISION_HINT": "f32"})) >= 0:
+        pinned = "f32"
+    if pinned:
+        judge.config["INFERENCE_PRECISION_HINT"] = pinned
+    precision_record = {"fp32_ir_at_plugin_default": summary(fp32_default), "pinned": pinned}
+
+    calib_ds = nncf.Dataset(calib)
+    attention = has_attention(model)
+    tried: list[dict[str, Any]] = []
+    models: dict[str, Any] = {}
+    last_s = 0.0
+    for name, settings, full_only in VARIANTS:
+        if (name == "transformer" and not attention) or (full_only and mode != "full"):
+            continue
+        elapsed = time.perf_counter() - t_start
+        if tried and elapsed + last_s * (3 if not settings["fast_bias_correction"] else 1) > budget:
+            tried.append({"variant": name, "settings": settings,
+                          "skipped": f"would not fit the {budget:.0f}s search budget (int8_budget_s)"})
+            continue
+        progress(f"INT8 variant {name}: NNCF quantization on {len(calib)} calibration samples")
+        t0 = time.perf_counter()
+        try:
+            q = nncf.quantize(model.clone(), calib_ds, **nncf_kwargs(nncf, settings, target_device, len(calib)))
+            comparison = judge.judge(q)
+        except Exception as exc:  # NNCF or the plugin refuses this model/variant: record it, try the next
+            last_s = time.perf_counter() - t0
+            tried.append({"variant": name, "settings": settings, "passed": False, "error": _first_line(exc),
+                          "quantize_s": round(last_s, 1)})
+            progress(f"INT8 variant {name}: failed ({tried[-1]['error'][:120]})")
+            continue
+        last_s = time.perf_counter() - t0
+        entry = {"variant": name, "settings": settings, "passed": comparison["passed"],
+                 "margin": round(margin(comparison), 4), "metrics": summary(comparison),
+                 "quantizers": quantizers(q), "quantize_s": round(last_s, 1)}
+        tried.append(entry)
+        models[name] = q
+        progress(f"INT8 variant {name}: {'meets' if entry['passed'] else 'misses'} the bound "
+                 f"(margin {entry['margin']:+.3f}, >= 0 passes)")
+        if entry["passed"] and mode == "quick":
+            break
+
+    passing = [t for t in tried if t.get("passed")]
+    if not passing and str(opts.get("int8_accuracy_control", True)).lower() not in ("false", "0", "no"):
+        left = budget - (time.perf_counter() - t_start)
+        if not models:
+            tried.append({"variant": "accuracy-control",
+                          "skipped": "NNCF could not quantize this model in any variant (errors above)"})
+        elif left < 15:
+            tried.append({"variant": "accuracy-control",
+                          "skipped": f"no time left in the {budget:.0f}s search budget (int8_budget_s)"})
+        else:
+            entry, q = _accuracy_control(ov, model, judge, tried, sets, target_device, opts, left, job, progress)
+            tried.append(entry)
+            if q is not None and entry.get("passed"):
+                models["accuracy-control"] = q
+                passing = [entry]
+
+    tol = tolerance_for("int8", override)
+    if not passing:
+        raise BuildFailed(
+            f"INT8 for {job.target['name']}: no variant meets the INT8 bound "
+            f"(cosine >= {tol['cosine_min']}, rel_l2 <= {tol['rel_l2_max']}, max_abs_norm <= {tol['max_abs_norm_max']}, "
+            f"top-1 >= {tol['top1_min']}) on {len(feeds)} validation samples, so no int8 bundle is shipped "
+            f"(search {time.perf_counter() - t_start:.0f}s):\n  " + "\n  ".join(describe(t) for t in tried)
+            + f"\n  (FP32 IR at the plugin's default precision: {_figures(summary(fp32_default))})",
+            hint="build fp16 or fp32 for this target, give more representative --calib data, raise "
+                 "--option int8_budget_s, or (knowingly) relax the bound with --option int8_tolerance=KEY=VALUE,...")
+
+    progress("INT8: timing the candidates against the FP32 IR")
+    # The FP32 IR is timed as an fp32 bundle runs it (f32 pinned): the yardstick INT8 must beat.
+    lat = judge.latency_ms([(models[t["variant"]], {}) for t in passing]
+                           + [(model, {"INFERENCE_PRECISION_HINT": "f32"})])
+    fp32_ms = lat[-1]
+    for t, ms in zip(passing, lat):
+        t["latency_ms"] = ms
+    # Fastest wins; within 5% (noise on a shared machine) the larger margin wins.
+    best_ms = min(t["latency_ms"] for t in passing)
+    chosen = max((t for t in passing if t["latency_ms"] <= best_ms * 1.05), key=lambda t: t["margin"])
+    record = {"search": mode, "tolerance": tol, "tried": tried, "chosen": chosen["variant"],
+              "runtime_precision": precision_record, "validation_samples": len(feeds),
+              "calibration_samples": len(calib), "search_s": round(time.perf_counter() - t_start, 1),
+              "latency_ms_build_host": {"int8": chosen["latency_ms"], "fp32_ir_f32": fp32_ms, "device": device}}
+    notes = [f"INT8 by NNCF {nncf.__version__}, variant {chosen['variant']} {chosen['settings']} chosen of "
+             f"{sum('passed' in t for t in tried)} tried ({_figures(chosen['metrics'])}); "
+             f"build-host latency {chosen['latency_ms']} ms vs FP32 IR {fp32_ms} ms on {device}"]
+    if pinned and device_on_host:
+        notes.append("INT8 bundle pins INFERENCE_PRECISION_HINT=f32 for the layers left in floating point: the FP32 "
+                     "IR at the plugin's default precision alone misses the INT8 bound "
+                     f"({_figures(summary(fp32_default))})")
+    warnings: list[str] = []
+    if chosen["latency_ms"] >= fp32_ms:
+        warnings.append(f"INT8 was not faster than the FP32 IR on the build host ({chosen['latency_ms']} ms vs "
+                        f"{fp32_ms} ms on {device}); measure on the device before choosing it")
+    if job.data_source.get("kind") == "random":
+        warnings.append("INT8 was calibrated and judged on RANDOM data: its accuracy on real inputs is unknown")
+    return Int8Result(models[chosen["variant"]], record, notes, warnings, override,
+                      pinned if device_on_host else None)
+
+
+def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, opts, left_s: float, job: BuildJob,
+                      progress) -> tuple[dict[str, Any], Any]:
+    """NNCF's accuracy-controlled quantization from the best variant's settings, in a child process
+    killed after ``left_s`` seconds; returns (record, model or None)."""
+    ran = [t for t in tried if "margin" in t]
+    base = max(ran, key=lambda t: t["margin"]) if ran else {"variant": VARIANTS[0][0], "settings": VARIANTS[0][1]}
+    # NNCF measures the original model with f32 inference and stops once the drop is within
+    # max_drop; a quantized margin >= 0 is what passes, so the allowed drop is the FP32 margin,
+    # less a little headroom for the final check's precision.
+    fp32_margin = margin(judge.judge(model, {"INFERENCE_PRECISION_HINT": "f32"}))
+    iterations = int(opts.get("int8_max_reverts", 12))
+    entry: dict[str, Any] = {"variant": "accuracy-control",
+                             "settings": {**base["settings"], "max_reverts": iterations,
+                                          "max_drop": round(max(fp32_margin - 0.02, 1e-3), 4)}}
+    progress(f"INT8 accuracy control from {base['variant']}: reverting the most sensitive layers "
+             f"(<= {iterations} steps, <= {left_s:.0f}s)")
+    work = Path(tempfile.mkdtemp(prefix="ov-ac-", dir=Path(job.bundle_dir).parent))
+    t0 = time.perf_counter()
+    try:
+        ov.save_model(model, str(work / "fp32.xml"), compress_to_fp16=False)
+        request = {**sets, "fp32_xml": str(work / "fp32.xml"), "out_xml": str(work / "int8.xml"),
+                   "device": judge.device, "config": judge.config, "override": judge.override,
+                   "settings": entry["settings"], "target_device": target_device}
+        (work / "request.json").write_text(json.dumps(request))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.openvino_int8", str(work / "request.json")],
+                                  capture_output=True, text=True, timeout=left_s, env=os.environ.copy())
+        except subprocess.TimeoutExpired:
+            entry.update({"passed": False, "error": f"stopped at the search budget after {left_s:.0f}s "
+                                                    "(raise --option int8_budget_s to let it finish)"})
+            return entry, None
+        reply_path = work / "reply.json"
+        reply = json.loads(reply_path.read_text()) if reply_path.is_file() else None
+        if proc.returncode != 0 or not reply or not reply.get("ok"):
+            why = (reply or {}).get("error") or next(
+                (ln for ln in reversed(proc.stderr.strip().splitlines()) if ln.strip()), f"exit code {proc.returncode}")
+            entry.update({"passed": False, "error": why[:300]})
+            return entry, None
+        # Read into memory (no mmap of model.bin): the folder is removed below.
+        q = ov.Core().read_model(str(work / "int8.xml"), config={"ENABLE_MMAP": False})
+        comparison = judge.judge(q)
+        kept = quantizers(q)
+        entry.update({"passed": comparison["passed"] and kept > 0, "margin": round(margin(comparison), 4),
+                      "metrics": summary(comparison), "quantizers": kept, "quantizers_full": base.get("quantizers")})
+        if comparison["passed"] and not kept:  # every layer reverted: that is the FP32 model, not INT8
+            entry["error"] = "the bound was met only by reverting every quantizer: nothing is left in INT8"
+        progress(f"INT8 accuracy control: {'meets' if entry['passed'] else 'misses'} the bound "
+                 f"(margin {entry['margin']:+.3f}), {entry['quantizers']} of {entry['quantizers_full']} quantizers kept")
+        return entry, q
+    finally:
+        entry["quantize_s"] = round(time.perf_counter() - t0, 1)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The informative line of a native exception (OpenVINO's start with file/line noise)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))]
+    return f"{type(exc).__name__}: " + ((useful or lines or [""])[-1])[:240]
+
+
+def describe(t: dict[str, Any]) -> str:
+    """One line per variant for the failure message."""
+    if "skipped" in t:
+        return f"{t['variant']}: not tried ({t['skipped']})"
+    if "error" in t:
+        return f"{t['variant']}: failed ({t['error']})"
+    return f"{t['variant']} {t['settings']}: {_figures(t['metrics'], reasons=True)}"
+
+
+def _figures(metrics: dict[str, Any], reasons: bool = False) -> str:
+    return "; ".join(f"{n}: " + ", ".join(f"{k} {v}" for k, v in d.items() if k != "fails")
+                     + (" -- " + ", ".join(d["fails"]) if reasons and d.get("fails") else "")
+                     for n, d in metrics.items())
+
+
+def _child(request_path: str) -> int:
+    """``python -m edgeopt.targets.openvino_int8 REQUEST.json``: accuracy control, out of process."""
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
+
+    req = json.loads(Path(request_path).read_text())
+    reply_path = Path(request_path).with_name("reply.json")
+    nncf.set_log_level(logging.WARNING)
+    try:
+        calib, feeds, refs = _load_sets(req)
+        judge = Judge(ov, req["device"], req["config"], feeds, refs, req["out_names"], req["override"])
+        settings = req["settings"]
+        model = ov.Core().read_model(req["fp32_xml"])
+        q = nncf.quantize_with_accuracy_control(
+            model, nncf.Dataset(calib), nncf.Dataset(list(range(len(feeds)))), judge.validation_fn,
+            max_drop=settings["max_drop"], drop_type=nncf.DropType.ABSOLUTE,
+            **nncf_kwargs(nncf, settings, req["target_device"], len(calib)),
+            advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                max_num_iterations=int(settings["max_reverts"]), ranking_subset_size=len(feeds),
+                num_ranking_workers=1))
+        ov.save_model(q, req["out_xml"], compress_to_fp16=False)
+        reply = {"ok": True}
+    except Exception as exc:  # NNCF gives up (nothing left to revert...): a failed variant, not a crash
+        reply = {"ok": False, "error": _first_line(exc)}
+    reply_path.write_text(json.dumps(reply))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))
