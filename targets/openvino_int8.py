@@ -125,7 +125,8 @@ def margin(comparison: dict[str, Any]) -> float:
             if metric in m:
                 worst = min(worst, (m[metric] - tol[bound]) / max(1.0 - tol[bound], 1e-9))
         for bound, metric in _LOWER_IS_BETTER.items():
-            worst = min(worst, (tol[bound] - m[metric]) / max(tol[bound], 1e-9))
+            if tol.get(bound) is not None and metric in m:  # a bound of None is not judged
+                worst = min(worst, (tol[bound] - m[metric]) / max(tol[bound], 1e-9))
     return float(worst)
 
 

@@ -154,7 +154,7 @@ def build(
             res.status = "unsupported"
             res.error = f"{len(bad)} unsupported node(s): " + ", ".join(f"{op} ({name})" for op, name in bad)
             continue
-        key = _key({"model": info.sha256, "target": spec.as_dict(), "precision": prec, "shapes": static,
+        key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": options, "allow_mismatch": allow_mismatch,
                     "toolchain": backend.toolchain(), "edgeopt": __version__})
         final = out / info.name / f"{spec.name}-{prec}"
