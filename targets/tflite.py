@@ -1,9 +1,373 @@
-"""PLACEHOLDER: being written (see the issue). Replaced by the real backend before landing."""
+"""``android`` / ``mobile`` (alias ``tflite``) -> a ``.tflite`` file through onnx2tf + TensorFlow Lite.
 
-from .base import Target
+onnx2tf turns the prepared ONNX model into a TensorFlow SavedModel, moving channels last (NCHW ->
+NHWC) the way TFLite kernels want them.  That conversion is the slow part (minutes for a
+MobileNet on 2 cores), so it runs once per model and is cached, shared by the precisions;
+TensorFlow's TFLite converter then makes the file for one precision from the SavedModel:
+
+- ``fp32``; ``fp16`` (float16 weights, dequantized at load or run in fp16 by GPU delegates);
+- ``int8`` with ``--option int8_mode=full`` (default): full-integer, calibrated on the build's
+  calibration data, with float32 or int8 I/O (``--option io_dtype=float32|int8``; int8 I/O puts
+  ``artifact_dtype`` and ``quant: [scale, zero_point]`` in the IO spec so the agent quantizes);
+  ``int8_mode=dynamic``: dynamic-range (int8 weights, float activations).
+
+Both conversions run in a child process (``edgeopt.targets.tflite_convert``) with a timeout: it
+keeps TensorFlow's global state and onnx2tf's very long output (a log file) away from the worker,
+and the last lines of that log go into the error when it fails.
+
+Ops that TFLite has no builtin kernel for would become "Select TF ops" (``FlexErf`` from an Erf);
+phones' interpreters lack those, so onnx2tf's builtin replacements are asked for every such op the
+model holds (``--option replace_ops=auto``, the default; ``none`` turns them off; or a comma list
+of onnx2tf names).  The manifest records what was replaced, the op table with op versions (an old
+tflite-runtime refuses newer versions), and any Flex op left, which the host check then reports.
+
+The IO spec maps every ONNX tensor to the file's signature name, shape, layout (``perm``) and
+dtype; names come from the SavedModel signature onnx2tf writes, shapes decide where names cannot.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import BuildFailed, UsageError
+
+from .base import BuildJob, BuildOutput, Target
+
+# ONNX op -> onnx2tf's builtin replacement (``-rtpo``) for ops that would otherwise need Flex.
+FLEX_PRONE = {"Erf": "Erf", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan", "MatMulInteger": "MatMulInteger"}
+RTPO_NAMES = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "GatherND", "Neg", "HardSwish",
+              "Erf", "GeLU", "MatMulInteger")
+CHOICES = {"int8_mode": ("full", "dynamic"), "io_dtype": ("float32", "int8")}
+DEFAULT_CONVERT_TIMEOUT = 1500.0
 
 
 class TfliteTarget(Target):
     backend = "tflite"
     extra = "tflite"
-    packages = ["__not_yet__"]
+    packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
+
+    def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
+        """The ONNX ops onnx2tf converts: one module per op in ``onnx2tf/ops`` (found without importing)."""
+        found = importlib.util.find_spec("onnx2tf")
+        if found is None or not found.submodule_search_locations:
+            return None
+        ops_dir = Path(list(found.submodule_search_locations)[0]) / "ops"
+        ops = {p.stem for p in ops_dir.glob("*.py") if not p.stem.startswith("_")}
+        return ops or None
+
+    def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
+        opts = parse_options(job.options, job.precision)
+        replace, replaced_nodes = replacements(job.prepared_path, opts["replace_ops"])
+        bundle = Path(job.bundle_dir)
+        work = Path(tempfile.mkdtemp(prefix=".tflite-", dir=bundle.parent))
+        try:
+            request = {
+                "prepared_path": job.prepared_path, "calib_path": job.calib_path,
+                "validation_path": job.validation_path, "reference_path": job.reference_path,
+                "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
+                "io_dtype": opts["io_dtype"], "replace": replace, "out": str(bundle / "model.tflite"),
+                "work": str(work), "cache_dir": str(_cache_root()), "log": str(work / "convert.log"),
+            }
+            reply = run_converter(request, work, opts["convert_timeout"], progress)
+        finally:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+
+        notes = list(reply.get("notes", []))
+        if opts["io_dtype_ignored"]:
+            notes.append("io_dtype=int8 applies to full-integer int8 builds only; this file keeps float I/O")
+        warnings = list(reply.get("warnings", []))
+        if replaced_nodes:
+            notes.append("builtin replacements asked of onnx2tf (so no Select TF op is needed): "
+                         + ", ".join(f"{op} x{n}" for op, n in replaced_nodes.items()))
+        ops = reply["ops"]
+        if ops["flex_ops"]:
+            warnings.append(f"the file needs Select TensorFlow ops {ops['flex_ops']}: it runs only with "
+                            "TensorFlow's interpreter, not with LiteRT/tflite-runtime as phones ship them"
+                            + ("" if replace else "; drop --option replace_ops=none to get builtin replacements"))
+        runtime_options: dict[str, Any] = {"delegate": "xnnpack"}
+        delegates = job.target.get("profile", {}).get("delegates")
+        if delegates:
+            runtime_options["delegates_supported"] = list(delegates)
+        options = {"int8_mode": opts["int8_mode"] if job.precision == "int8" else None,
+                   "io_dtype": reply["io_dtype"], "replace_ops": replace,
+                   "converter_ops": reply["converter"]["supported_ops"]}
+        extra: dict[str, Any] = {}
+        if opts["tolerance"]:
+            extra["tolerance_override"] = opts["tolerance"]
+            notes.append(f"int8 bound overridden by the user: {opts['tolerance']}")
+        return BuildOutput(
+            runtime={"name": "tflite", "artifact": "model.tflite", "options": runtime_options},
+            options={k: v for k, v in options.items() if v is not None},
+            io=reply["io"], notes=notes, warnings=warnings,
+            extra_manifest={"tflite": {
+                "ops": ops["ops"], "flex_ops": ops["flex_ops"], "custom_ops": ops["custom_ops"],
+                "min_runtime_version": ops["min_runtime_version"],
+                "replaced": replaced_nodes, "converter": reply["converter"], "timings": reply["timings"]},
+                **extra})
+
+
+# --- options -------------------------------------------------------------------------------------
+def parse_options(options: dict[str, Any], precision: str) -> dict[str, Any]:
+    """This backend's ``--option`` values, checked (other backends' keys are ignored)."""
+    out: dict[str, Any] = {"int8_mode": str(options.get("int8_mode", "full")).lower(),
+                           "io_dtype": str(options.get("io_dtype", "float32")).lower()}
+    for key, allowed in CHOICES.items():
+        if out[key] not in allowed:
+            raise UsageError(f"--option {key}={options.get(key)!r} is not one of {', '.join(allowed)}",
+                             hint=f"e.g. --option {key}={allowed[0]}")
+    # Options apply to every precision of a build: int8 I/O only to the full-integer one.
+    out["io_dtype_ignored"] = out["io_dtype"] == "int8" and not (precision == "int8" and out["int8_mode"] == "full")
+    if out["io_dtype_ignored"]:
+        out["io_dtype"] = "float32"
+    rep = str(options.get("replace_ops", "auto"))
+    if rep not in ("auto", "none"):
+        names = [n.strip() for n in rep.split(",") if n.strip()]
+        bad = [n for n in names if n not in RTPO_NAMES]
+        if bad:
+            raise UsageError(f"--option replace_ops: unknown op(s) {bad}",
+                             hint=f"auto, none, or a comma list of: {', '.join(RTPO_NAMES)}")
+        rep = ",".join(names)
+    out["replace_ops"] = rep
+    out["tolerance"] = parse_tolerance(options.get("int8_tolerance")) if precision == "int8" else None
+    try:
+        out["convert_timeout"] = float(options.get("convert_timeout", DEFAULT_CONVERT_TIMEOUT))
+    except (TypeError, ValueError):
+        raise UsageError(f"--option convert_timeout={options.get('convert_timeout')!r} is not a number "
+                         "of seconds") from None
+    return out
+
+
+def parse_tolerance(value: Any) -> dict[str, float] | None:
+    """``--option int8_tolerance=max_abs_norm_max=1,top1_min=0.95`` -> the int8 bounds to override
+    (written to the manifest, so the device's check judges by the same bound); the same syntax as
+    the OpenVINO backend's option."""
+    from edgeopt_agent.compare import TOLERANCES
+
+    if value in (None, "", {}):
+        return None
+    items = value.items() if isinstance(value, dict) else \
+        [p.partition("=")[::2] for p in str(value).replace(";", ",").split(",") if p.strip()]
+    out: dict[str, float] = {}
+    for key, v in items:
+        key = str(key).strip()
+        if key not in TOLERANCES["int8"]:
+            raise UsageError(f"--option int8_tolerance: unknown bound {key!r}",
+                             hint=f"bounds: {', '.join(sorted(TOLERANCES['int8']))}, e.g. int8_tolerance=top1_min=0.95")
+        try:
+            out[key] = float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"--option int8_tolerance: {key}={v!r} is not a number") from None
+    return out
+
+
+def replacements(model_path: str, setting: str) -> tuple[list[str], dict[str, int]]:
+    """onnx2tf replacement names to ask for, and the ONNX nodes (op -> count) they concern."""
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in _all_nodes(onnx.load(model_path, load_external_data=False).graph):
+        if node.domain in ("", "ai.onnx"):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    if setting == "none":
+        return [], {}
+    if setting == "auto":
+        names = sorted({FLEX_PRONE[op] for op in counts if op in FLEX_PRONE})
+    else:
+        names = setting.split(",")
+    lowered = {n.lower() for n in names}
+    return names, {op: n for op, n in counts.items() if op.lower() in lowered}
+
+
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g is not None and attr.g.node:
+                yield from _all_nodes(attr.g)
+            for g in attr.graphs:
+                yield from _all_nodes(g)
+
+
+def _cache_root() -> Path:
+    from edgeopt.pipeline import cache_dir
+
+    return cache_dir() / "onnx2tf"
+
+
+# --- the converter child process -----------------------------------------------------------------
+def run_converter(request: dict[str, Any], work: Path, timeout: float,
+                  progress: Callable[[str], None]) -> dict[str, Any]:
+    """Run ``edgeopt.targets.tflite_convert`` on ``request``; relay its progress; its reply or BuildFailed."""
+    req_path, reply_path, prog_path, log_path = (work / n for n in
+                                                 ("request.json", "reply.json", "progress.txt", "convert.log"))
+    req_path.write_text(json.dumps(request))
+    prog_path.write_text("")
+    env = dict(os.environ)
+    # onnx2tf runs `onnxsim` by name: the venv's bin must be on PATH even when it is not activated.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "edgeopt.targets.tflite_convert", str(req_path),
+                                 str(reply_path), str(prog_path)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=work, env=env, start_new_session=True)
+        seen, last_beat = 0, t0
+        while True:
+            try:
+                proc.wait(timeout=2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            seen = _relay(prog_path, seen, progress)
+            now = time.monotonic()
+            if now - t0 > timeout:
+                _kill(proc)
+                raise BuildFailed(f"the TFLite conversion took longer than {timeout:.0f}s and was stopped",
+                                  hint="raise it with --option convert_timeout=SECONDS; last output: "
+                                  + " | ".join(log_tail(log_path, 3)))
+            if now - last_beat >= 30:
+                progress(f"still converting ({now - t0:.0f}s)")
+                last_beat = now
+        _relay(prog_path, seen, progress)
+    try:
+        reply = json.loads(reply_path.read_text())
+    except (OSError, ValueError):
+        sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
+        raise BuildFailed(f"the TFLite converter crashed: exit code {proc.returncode}{sig}",
+                          hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
+    if not reply.get("ok"):
+        tail = log_tail(log_path, 8)
+        raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",
+                          hint=("onnx2tf's last output: " + " | ".join(tail)) if tail else None)
+    return reply
+
+
+def _relay(path: Path, seen: int, progress: Callable[[str], None]) -> int:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return seen
+    for line in lines[seen:]:
+        progress(line)
+    return len(lines)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and whatever onnx2tf started (onnxsim)
+    except (OSError, AttributeError):
+        proc.kill()
+    proc.wait()
+
+
+_NOISE = re.compile(r"^([IWE]\d{4} |\d{4}-\d\d-\d\d |WARNING: All log messages|To enable the following|\s*$)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def log_tail(path: Path, n: int) -> list[str]:
+    """The last ``n`` meaningful lines of a converter log (TensorFlow's C++ chatter dropped)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    keep = [_ANSI.sub("", ln).strip() for ln in lines if not _NOISE.match(_ANSI.sub("", ln))]
+    return [ln[:300] for ln in keep[-n:]]
+
+
+# --- matching the file's tensors to the ONNX tensors ---------------------------------------------
+def channels_last(rank: int) -> list[int]:
+    """onnx2tf's layout change: NCHW -> NHWC (and NCW -> NWC, NCDHW -> NDHWC)."""
+    return [0, *range(2, rank), 1]
+
+
+def candidate_perms(onnx_shape: list[int], artifact_shape: list[int]) -> list[list[int]]:
+    """The perms (identity, channels-last) that turn the ONNX shape into the artifact's."""
+    rank = len(onnx_shape)
+    cands: list[list[int]] = []
+    for perm in [list(range(rank))] + ([channels_last(rank)] if rank >= 3 else []):
+        if len(artifact_shape) == rank and [onnx_shape[i] for i in perm] == list(artifact_shape) \
+                and perm not in cands:
+            cands.append(perm)
+    return cands
+
+
+def onnx2tf_name(name: str) -> str:
+    """An ONNX tensor name as onnx2tf names the SavedModel signature input."""
+    return re.sub("^/", "wa/", name.replace(":", "__"))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+
+
+def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], kind: str,
+                  notes: list[str]) -> list[tuple[dict[str, Any], dict[str, Any], list[list[int]]]]:
+    """Pair each ONNX tensor with one artifact tensor: by name (outputs: ``output_<i>`` is ONNX
+    output i, as onnx2tf exports them), then by shape; each pair with its candidate perms."""
+    left = list(art)
+    pairs: dict[str, tuple[dict[str, Any], list[list[int]]]] = {}
+
+    def take(spec: dict[str, Any], a: dict[str, Any]) -> bool:
+        cands = candidate_perms(spec["shape"], a["shape"])
+        if not cands:
+            return False
+        pairs[spec["name"]] = (a, cands)
+        left.remove(a)
+        return True
+
+    for i, spec in enumerate(onnx_specs):
+        wanted = {spec["name"], onnx2tf_name(spec["name"])}
+        a = next((t for t in left if t["name"] in wanted), None) \
+            or next((t for t in left if _norm(t["name"]) == _norm(spec["name"])), None)
+        positional = False
+        if a is None and kind == "output":
+            a = next((t for t in left if t["name"] == f"output_{i}"), None)
+            positional = a is not None
+        if a is not None and take(spec, a) and positional:
+            notes.append(f"output {spec['name']!r} is TFLite signature output {a['name']!r} by position "
+                         "(onnx2tf names outputs output_<i> in ONNX order; its shape agrees)")
+    for spec in onnx_specs:
+        if spec["name"] in pairs:
+            continue
+        fits = [t for t in left if candidate_perms(spec["shape"], t["shape"])]
+        if len(fits) != 1:
+            shapes = [(t["name"], t["shape"]) for t in left]
+            raise BuildFailed(f"cannot tell which TFLite {kind} is ONNX {kind} {spec['name']!r} "
+                              f"{spec['shape']}: " + (f"{len(fits)} of {shapes} fit its shape" if fits else
+                                                      f"none of {shapes} has its shape in NCHW or NHWC order"))
+        notes.append(f"{kind} {spec['name']!r} matched to TFLite tensor {fits[0]['name']!r} by shape "
+                     "(the names differ)")
+        take(spec, fits[0])
+    return [(spec, *pairs[spec["name"]]) for spec in onnx_specs]
+
+
+def io_entry(spec: dict[str, Any], art: dict[str, Any], perm: list[int]) -> dict[str, Any]:
+    """One IO spec entry: the ONNX tensor plus how the artifact holds it (see edgeopt_agent.bundle)."""
+    rank = len(spec["shape"])
+    identity = perm == list(range(rank))
+    entry = {**spec, "artifact_name": art["name"], "artifact_shape": list(art["shape"]),
+             "perm": None if identity else list(perm)}
+    letters = spec.get("layout")
+    if letters and len(letters) == rank:
+        entry["artifact_layout"] = "".join(letters[i] for i in perm)
+    else:  # the ONNX side declares no layout: say only what onnx2tf did
+        entry["artifact_layout"] = None if identity else "channels_last"
+    if art["dtype"] != spec["dtype"]:
+        entry["artifact_dtype"] = art["dtype"]
+        if art.get("quant"):
+            entry["quant"] = list(art["quant"])
+    return entry

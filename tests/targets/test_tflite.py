@@ -1,0 +1,479 @@
+"""The TFLite backend (targets ``mobile``/``android``): real onnx2tf conversions of real fixture models.
+
+- ocr-cls fp32/fp16 (skimage images) and full-integer int8 (float and int8 I/O) pass the host check
+  in LiteRT against ONNX Runtime, with NHWC inputs in the IO spec;
+- our TFLite files of openwakeword's melspectrogram and embedding models agree with the ``.tflite``
+  twins openwakeword ships (an independent reference);
+- a model with a bare Erf becomes ``FlexErf`` without onnx2tf's replacement (flagged, refused by
+  LiteRT, run by TensorFlow's interpreter) and builtin ops with it;
+- helpers (flatbuffer op table, IO matching, options) without TensorFlow.
+
+onnx2tf takes ~40 s per model here even for small ones, so builds are module-scoped and run side by
+side; the larger OCR models are ``slow``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import subprocess
+import sys
+import wave
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import fixture
+
+
+def _backend_missing() -> str | None:
+    from edgeopt.targets.registry import get_backend
+
+    return get_backend("tflite").available()
+
+
+needs_tflite = pytest.mark.skipif(bool(_backend_missing()), reason=f"TFLite backend: {_backend_missing()}")
+
+
+# --- data --------------------------------------------------------------------------------------
+def page_line_crops(h: int, w: int) -> np.ndarray:
+    """Text-line crops of skimage's scanned page, upright and rotated 180 degrees, interleaved,
+    preprocessed like PaddleOCR's classifier (RGB, (x/255 - 0.5) / 0.5, NCHW): ``[N, 1, 3, h, w]``."""
+    from PIL import Image
+
+    page = np.asarray(Image.open(fixture("page")).convert("L"))
+    rows = (page < 100).sum(1) > 20  # text rows (the page is unevenly lit: a fixed dark threshold)
+    bands, start = [], None
+    for i, r in enumerate(list(rows) + [False]):
+        if r and start is None:
+            start = i
+        elif not r and start is not None:
+            if i - start >= 6:
+                bands.append((max(0, start - 2), i + 2))
+            start = None
+    crops = []
+    for a, b in bands:
+        line = page[a:b]
+        cw = line.shape[0] * w // h
+        crops += [line[:, x:x + cw] for x in range(0, line.shape[1] - cw // 2, cw)
+                  if (line[:, x:x + cw] < 100).sum() >= 30]
+    samples = []
+    for c in crops:
+        for img in (c, c[::-1, ::-1]):
+            rgb = Image.fromarray(np.ascontiguousarray(img)).convert("RGB").resize((w, h), Image.BILINEAR)
+            a = (np.asarray(rgb, np.float32) / 255.0 - 0.5) / 0.5
+            samples.append(a.transpose(2, 0, 1)[None])
+    return np.stack(samples)
+
+
+def beckett() -> np.ndarray:
+    with wave.open(str(fixture("speech"))) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32)
+
+
+MEL_SAMPLES = 1760  # openwakeword feeds 1280 new samples + 480 of context per 80 ms step
+
+
+def oww_data(tmp: Path) -> tuple[Path, Path]:
+    """Real speech chunks for the melspectrogram model and real 76-frame mel windows (openwakeword's
+    transform ``mel / 10 + 2``) for the embedding model, as .npz calibration files."""
+    import onnxruntime as ort
+
+    pcm = beckett()
+    chunks = np.stack([pcm[i:i + MEL_SAMPLES] for i in range(0, len(pcm) - MEL_SAMPLES, 1280)])
+    mel_npz = tmp / "mel.npz"
+    np.savez(mel_npz, input=chunks[:40, None, :])
+    sess = ort.InferenceSession(str(fixture("oww-melspec")), providers=["CPUExecutionProvider"])
+    spec = sess.run(None, {"input": pcm[None, :]})[0][0, 0] / 10 + 2  # [frames, 32]
+    windows = np.stack([spec[i:i + 76] for i in range(0, spec.shape[0] - 76, 8)])[:, None, :, :, None]
+    emb_npz = tmp / "emb.npz"
+    np.savez(emb_npz, input_1=windows[:40].astype(np.float32))
+    return mel_npz, emb_npz
+
+
+def erf_model(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    scale = numpy_helper.from_array(np.array(0.7, np.float32), "s")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["xs"], name="scale"),
+         helper.make_node("Erf", ["xs"], ["y"], name="erf")],
+        "erf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], initializer=[scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def _parallel(*calls):
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(fn) for fn in calls]
+        return [f.result() for f in futures]
+
+
+def _one(report):
+    assert len(report.results) == 1, report.results
+    return report.results[0]
+
+
+# --- module-scoped builds ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cls_float(tmp_path_factory, images_dir):
+    from edgeopt.pipeline import build
+
+    out = tmp_path_factory.mktemp("tflite-cls")
+    return build(fixture("ocr-cls"), "mobile", ["fp32", "fp16"], shapes={"x": [1, 3, 48, 192]},
+                 calib=str(images_dir), preprocess="preset=pm1", out=out, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def cls_int8(tmp_path_factory):
+    """Full-integer int8, calibrated and validated on text lines of skimage's page.png (see the
+    report: on the skimage photos the classifier's outputs sit near 50/50 and one flip in 8 fails)."""
+    from edgeopt.pipeline import build
+
+    tmp = tmp_path_factory.mktemp("tflite-cls8")
+    npz = tmp / "lines.npz"
+    np.savez(npz, x=page_line_crops(48, 192))
+
+    def one(io_dtype):
+        return _one(build(fixture("ocr-cls"), "android", ["int8"], shapes={"x": [1, 3, 48, 192]},
+                          calib=str(npz), out=tmp / io_dtype, options={"io_dtype": io_dtype}))
+
+    return dict(zip(["float32", "int8"], _parallel(lambda: one("float32"), lambda: one("int8"))))
+
+
+@pytest.fixture(scope="module")
+def oww(tmp_path_factory):
+    from edgeopt.pipeline import build
+
+    tmp = tmp_path_factory.mktemp("tflite-oww")
+    mel_npz, emb_npz = oww_data(tmp)
+    mel, emb = _parallel(
+        lambda: _one(build(fixture("oww-melspec"), "mobile", ["fp32"], shapes={"input": [1, MEL_SAMPLES]},
+                           calib=str(mel_npz), out=tmp / "out")),
+        lambda: _one(build(fixture("oww-embedding"), "mobile", ["fp32"], shapes={"input_1": [1, 76, 32, 1]},
+                           calib=str(emb_npz), out=tmp / "out")))
+    return {"mel": (mel, mel_npz), "emb": (emb, emb_npz)}
+
+
+@pytest.fixture(scope="module")
+def flex(tmp_path_factory):
+    from edgeopt.pipeline import build
+
+    tmp = tmp_path_factory.mktemp("tflite-flex")
+    model = erf_model(tmp / "erf.onnx")
+    plain, replaced = _parallel(
+        lambda: _one(build(model, "mobile", ["fp32"], out=tmp / "none", options={"replace_ops": "none"},
+                           allow_mismatch=True, n_calib=4, n_val=4)),
+        lambda: _one(build(model, "mobile", ["fp32"], out=tmp / "auto", n_calib=4, n_val=4)))
+    return plain, replaced
+
+
+# --- ocr-cls -----------------------------------------------------------------------------------
+@needs_tflite
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_build_ocr_cls_passes_host_check_with_nhwc_input(cls_float, precision):
+    res = next(r for r in cls_float.results if r.precision == precision)
+    assert res.status == "built", res.error
+    m = res.manifest
+    assert m["host_check"]["passed"] is True
+    assert m["host_check"]["runner"]["interpreter"] in ("ai_edge_litert", "tflite_runtime")
+    x = m["io"]["inputs"][0]
+    assert (x["layout"], x["artifact_layout"], x["perm"]) == ("NCHW", "NHWC", [0, 2, 3, 1])
+    assert x["artifact_shape"] == [1, 48, 192, 3] and x["artifact_name"] == "x"
+    assert m["runtime"]["name"] == "tflite" and (Path(res.bundle) / "model.tflite").is_file()
+    assert m["tflite"]["flex_ops"] == []
+    assert any(o["op"] == "CONV_2D" and o["version"] >= 1 and o["count"] > 0 for o in m["tflite"]["ops"])
+
+
+@needs_tflite
+def test_build_fp16_stores_float16_weights_and_shares_the_onnx2tf_conversion(cls_float):
+    by = {r.precision: r.manifest for r in cls_float.results}
+    fp16_ops = {o["op"] for o in by["fp16"]["tflite"]["ops"]}
+    assert "DEQUANTIZE" in fp16_ops  # float16 weights dequantized at load
+    assert "DEQUANTIZE" not in {o["op"] for o in by["fp32"]["tflite"]["ops"]}
+    keys = {m["tflite"]["converter"]["saved_model_key"] for m in by.values()}
+    assert len(keys) == 1  # one onnx2tf run shared by both precisions
+    assert sorted(m["tflite"]["converter"]["saved_model_cached"] for m in by.values()) == [False, True]
+    assert (Path(cls_float.results[1].bundle) / "model.tflite").stat().st_size < \
+        0.7 * (Path(cls_float.results[0].bundle) / "model.tflite").stat().st_size
+
+
+@needs_tflite
+def test_build_ocr_cls_int8_full_integer_passes_host_check(cls_int8):
+    res = cls_int8["float32"]
+    assert res.status == "built", res.error
+    m = res.manifest
+    assert m["host_check"]["passed"] is True
+    assert m["options"]["int8_mode"] == "full" and m["options"]["io_dtype"] == "float32"
+    assert m["tflite"]["converter"]["supported_ops"] == ["TFLITE_BUILTINS_INT8"]
+    assert m["validation"]["source"]["kind"] == "npz"
+    assert "artifact_dtype" not in m["io"]["inputs"][0]
+
+
+@needs_tflite
+def test_build_int8_with_int8_io_records_quantization_in_io_spec(cls_int8):
+    res = cls_int8["int8"]
+    assert res.status == "built", res.error
+    m = res.manifest
+    assert m["host_check"]["passed"] is True
+    assert m["options"]["io_dtype"] == "int8"
+    x, y = m["io"]["inputs"][0], m["io"]["outputs"][0]
+    assert x["artifact_dtype"] == "int8" and y["artifact_dtype"] == "int8"
+    scale, zp = x["quant"]
+    assert 0 < scale < 0.05 and -128 <= zp <= 127  # the pm1 input range [-1, 1] in 256 steps
+    assert x["artifact_layout"] == "NHWC"
+
+
+# --- openwakeword: our TFLite vs. the upstream TFLite twins ------------------------------------
+@needs_tflite
+@pytest.mark.parametrize("which, twin, key", [("mel", "oww-melspec-tflite", "input"),
+                                              ("emb", "oww-embedding-tflite", "input_1")])
+def test_tflite_agrees_with_upstream_twin(oww, which, twin, key):
+    from edgeopt_agent.bundle import from_artifact, load_manifest, to_artifact
+    from edgeopt_agent.compare import compare_outputs
+    from edgeopt_agent.runners.tflite import TfliteRunner
+
+    res, npz = oww[which]
+    assert res.status == "built", res.error
+    assert res.manifest["host_check"]["passed"] is True
+    bundle = Path(res.bundle)
+    manifest = load_manifest(bundle)
+    ours = TfliteRunner(bundle, manifest)
+    ours.load()
+    up_path = fixture(twin)
+    upstream = TfliteRunner(up_path.parent, {"runtime": {"artifact": up_path.name}})
+    upstream.load()
+    up_in = upstream.io_details()["inputs"][0]["name"]
+    data = np.load(npz)[key][:16]
+    mine, theirs = [], []
+    for x in data:  # melspectrogram: the twin's input is [-1, -1]; the runner resizes it to [1, 1760]
+        out = from_artifact(ours.run(to_artifact({key: x}, manifest["io"]["inputs"])), manifest["io"]["outputs"])
+        mine.append(next(iter(out.values())))
+        theirs.append(next(iter(upstream.run({up_in: x}).values())))
+    mine_a, theirs_a = np.stack(mine), np.stack(theirs)
+    result = compare_outputs({"y": mine_a}, {"y": theirs_a.reshape(mine_a.shape)}, "fp32")
+    assert result["passed"], result
+
+
+@needs_tflite
+def test_embedding_input_is_moved_channels_last_and_says_so(oww):
+    res, _ = oww["emb"]
+    x = res.manifest["io"]["inputs"][0]
+    # ONNX declares [1, 76, 32, 1] (it came from TensorFlow, already channels-last); onnx2tf takes it
+    # for NCHW and moves axis 1 last; the spec records exactly that, without claiming a layout name.
+    assert x["perm"] == [0, 2, 3, 1] and x["artifact_shape"] == [1, 32, 1, 76]
+    assert x["artifact_layout"] == "channels_last"
+
+
+# --- Flex ops --------------------------------------------------------------------------------------
+@needs_tflite
+def test_erf_without_replacement_is_flagged_as_flex_and_refused_by_litert(flex):
+    plain, _ = flex
+    m = plain.manifest
+    assert m["tflite"]["flex_ops"] == ["FlexErf"]
+    assert any("Select TensorFlow ops" in w for w in m["warnings"])
+    assert m["host_check"]["passed"] is False
+    assert "FlexErf" in m["host_check"]["error"]
+
+
+@needs_tflite
+def test_flex_bundle_runs_with_tensorflow_interpreter(flex):
+    plain, _ = flex
+    request = {"bundle": plain.bundle, "options": {"interpreter": "tensorflow"}}
+    proc = subprocess.run([sys.executable, "-m", "edgeopt_agent", "check"], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=300)
+    reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert reply["ok"], reply.get("error")
+    assert reply["check"]["passed"] is True
+    assert reply["check"]["runner"]["interpreter"] == "tensorflow"
+
+
+@needs_tflite
+def test_erf_with_replacement_has_no_flex_and_reports_it(flex):
+    _, replaced = flex
+    assert replaced.status == "built", replaced.error
+    m = replaced.manifest
+    assert m["tflite"]["flex_ops"] == [] and m["tflite"]["replaced"] == {"Erf": 1}
+    assert m["options"]["replace_ops"] == ["Erf"]
+    assert any("Erf x1" in n for n in m["notes"])
+    assert m["host_check"]["passed"] is True
+
+
+# --- without a conversion --------------------------------------------------------------------------
+def test_read_ops_reads_upstream_op_table_and_versions():
+    from edgeopt_agent.runners.tflite import read_ops
+
+    ops = read_ops(fixture("oww-embedding-tflite"))
+    by = {o["op"]: o for o in ops["ops"]}
+    assert by["CONV_2D"]["count"] == 20 and by["LEAKY_RELU"]["count"] == 19
+    assert all(o["version"] >= 1 for o in ops["ops"])
+    assert ops["flex_ops"] == [] and ops["min_runtime_version"] == "1.14.0"
+
+
+def test_read_ops_rejects_a_file_that_is_not_tflite(tmp_path):
+    from edgeopt_agent.runners.tflite import TfliteFileError, read_ops
+
+    bad = tmp_path / "x.tflite"
+    bad.write_bytes(b"\x00" * 64)
+    with pytest.raises(TfliteFileError, match="not a TFLite flatbuffer"):
+        read_ops(bad)
+
+
+def test_runner_records_delegate_fallback_when_gpu_is_absent():
+    pytest.importorskip("ai_edge_litert", reason="needs the LiteRT interpreter")
+    from edgeopt_agent.runners.tflite import TfliteRunner
+
+    twin = fixture("oww-embedding-tflite")
+    runner = TfliteRunner(twin.parent, {"runtime": {"artifact": twin.name}}, {"delegate": "gpu", "threads": 1})
+    runner.load()
+    info = runner.info()
+    assert info["delegate"]["requested"] == "gpu" and info["delegate"]["used"] == "xnnpack"
+    assert "gpu delegate unavailable" in info["delegate"]["fallback"]
+    out = runner.run({"input_1": np.zeros((1, 76, 32, 1), np.float32)})
+    assert next(iter(out.values())).shape == (1, 1, 1, 96)
+
+
+def test_candidate_perms_and_layouts():
+    from edgeopt.targets.tflite import candidate_perms, io_entry
+
+    assert candidate_perms([1, 3, 48, 192], [1, 48, 192, 3]) == [[0, 2, 3, 1]]
+    assert candidate_perms([1, 2], [1, 2]) == [[0, 1]]
+    assert candidate_perms([1, 1, 8, 8], [1, 8, 8, 1]) == [[0, 2, 3, 1]]
+    assert candidate_perms([1, 4, 4, 4], [1, 4, 4, 4]) == [[0, 1, 2, 3], [0, 2, 3, 1]]  # ambiguous
+    assert candidate_perms([1, 3, 8, 8], [1, 8, 3, 8]) == []
+    spec = {"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32", "layout": "NCHW"}
+    e = io_entry(spec, {"name": "x", "shape": [1, 8, 8, 3], "dtype": "int8", "quant": [0.5, -3]}, [0, 2, 3, 1])
+    assert e["artifact_layout"] == "NHWC" and e["artifact_dtype"] == "int8" and e["quant"] == [0.5, -3]
+
+
+def test_match_tensors_by_name_position_then_shape():
+    from edgeopt.errors import BuildFailed
+    from edgeopt.targets.tflite import match_tensors
+
+    onnx_out = [{"name": "probs", "shape": [1, 2]}, {"name": "feat", "shape": [1, 8, 4, 4]}]
+    art = [{"name": "output_1", "shape": [1, 4, 4, 8]}, {"name": "output_0", "shape": [1, 2]}]
+    notes: list[str] = []
+    pairs = match_tensors(onnx_out, art, "output", notes)
+    assert [(s["name"], a["name"], c) for s, a, c in pairs] == [
+        ("probs", "output_0", [[0, 1]]), ("feat", "output_1", [[0, 2, 3, 1]])]
+    assert len(notes) == 2 and "by position" in notes[0]
+    notes = []
+    pairs = match_tensors([{"name": "in:0", "shape": [1, 3, 4, 4]}], [{"name": "zz", "shape": [1, 4, 4, 3]}],
+                          "input", notes)
+    assert pairs[0][1]["name"] == "zz" and "by shape" in notes[0]
+    with pytest.raises(BuildFailed, match="cannot tell which TFLite input"):
+        match_tensors([{"name": "a", "shape": [1, 5]}], [{"name": "b", "shape": [1, 6]}], "input", [])
+
+
+def test_parse_options_reads_int8_tolerance():
+    from edgeopt.targets.tflite import parse_options
+
+    opts = parse_options({"int8_tolerance": "max_abs_norm_max=1, top1_min=0.95"}, "int8")
+    assert opts["tolerance"] == {"max_abs_norm_max": 1.0, "top1_min": 0.95}
+    assert parse_options({}, "fp32")["tolerance"] is None
+    fp16 = parse_options({"io_dtype": "int8"}, "fp16")  # a build-wide option: only full int8 takes it
+    assert fp16["io_dtype"] == "float32" and fp16["io_dtype_ignored"]
+
+
+@pytest.mark.parametrize("options, precision, match", [
+    ({"int8_mode": "bogus"}, "int8", "int8_mode"),
+    ({"io_dtype": "int16"}, "int8", "io_dtype"),
+    ({"replace_ops": "Erf,Bogus"}, "fp32", "unknown op"),
+    ({"convert_timeout": "soon"}, "fp32", "convert_timeout"),
+    ({"int8_tolerance": "cosine=0.9"}, "int8", "unknown bound"),
+    ({"int8_tolerance": "top1_min=high"}, "int8", "not a number"),
+])
+def test_parse_options_refuses_bad_values(options, precision, match):
+    from edgeopt.errors import UsageError
+    from edgeopt.targets.tflite import parse_options
+
+    with pytest.raises(UsageError, match=match):
+        parse_options(options, precision)
+
+
+@needs_tflite
+def test_bad_option_fails_the_target_with_one_message_and_no_bundle(tmp_path, tiny_model):
+    from edgeopt.pipeline import build
+
+    report = build(tiny_model, "mobile", ["fp32"], out=tmp_path / "out", options={"int8_mode": "sometimes"})
+    res = _one(report)
+    assert res.status == "failed" and "int8_mode" in res.error and "Traceback" not in res.error
+    assert not (tmp_path / "out" / "tiny" / "mobile-fp32").exists()
+
+
+@needs_tflite
+def test_conversion_past_its_timeout_is_stopped_and_reported(tmp_path, tiny_model):
+    from edgeopt.pipeline import build
+
+    res = _one(build(tiny_model, "mobile", ["fp32"], out=tmp_path / "out", options={"convert_timeout": 2}))
+    assert res.status == "failed" and "longer than 2s" in res.error and "convert_timeout" in res.error
+    assert not (tmp_path / "out" / "tiny" / "mobile-fp32").exists()
+
+
+def test_supported_ops_come_from_onnx2tf():
+    from edgeopt.targets.registry import get_backend
+
+    ops = get_backend("tflite").supported_ops({})
+    if ops is None:
+        pytest.skip("onnx2tf is not installed")
+    assert {"Conv", "Erf", "HardSigmoid", "Resize", "LSTM"} <= ops
+
+
+# --- slow: the PP-OCR pair ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ppocr_int8(tmp_path_factory, images_dir):
+    """ocr-det and ocr-rec as dynamic-range int8 (int8 weights, float activations).
+
+    Their full-integer files (TensorFlow 2.19's quantizer, calibrated on the skimage images / on text
+    lines of page.png) were outside the int8 bound here: det cosine 0.81; rec cosine 0.86 and 83%
+    top-1 per position (0.93 / 92% with MatMul and FullyConnected kept float).  Dynamic-range rec
+    keeps 99% top-1, but one near-tie position of the 6625-way softmax moves by ~0.55, so its
+    ``max_abs_norm`` bound is relaxed, recorded in the manifest.  onnx2tf takes minutes on each."""
+    from edgeopt.pipeline import build
+
+    tmp = tmp_path_factory.mktemp("tflite-ppocr")
+    lines = tmp / "lines.npz"
+    np.savez(lines, x=page_line_crops(48, 320))
+    rec, det = _parallel(
+        lambda: _one(build(fixture("ocr-rec"), "android", ["int8"], shapes={"x": [1, 3, 48, 320]},
+                           calib=str(lines), out=tmp / "out", timeout=3000,
+                           options={"convert_timeout": 2400, "int8_mode": "dynamic",
+                                    "int8_tolerance": "max_abs_norm_max=1"})),
+        lambda: _one(build(fixture("ocr-det"), "android", ["int8"], shapes={"x": [1, 3, 640, 640]},
+                           calib=str(images_dir), preprocess="preset=imagenet", out=tmp / "out", timeout=3000,
+                           options={"convert_timeout": 2400, "int8_mode": "dynamic"})))
+    return rec, det
+
+
+@needs_tflite
+@pytest.mark.slow
+def test_ocr_rec_and_det_int8_pass_host_check(ppocr_int8):
+    rec, det = ppocr_int8
+    for res in ppocr_int8:
+        assert res.status == "built", res.error
+        assert res.manifest["host_check"]["passed"] is True
+        assert res.manifest["tflite"]["flex_ops"] == []
+    assert det.manifest["options"]["int8_mode"] == rec.manifest["options"]["int8_mode"] == "dynamic"
+    assert rec.manifest["tolerance_override"] == {"max_abs_norm_max": 1.0}
+    assert rec.manifest["host_check"]["outputs"]["softmax_11.tmp_0"]["metrics"]["top1"] >= 0.95
+
+
+@needs_tflite
+@pytest.mark.slow
+def test_ppocr_det_rec_int8_pair_reads_the_page(request):
+    """The det+rec pipeline of ``edgeopt.tasks.ocr`` over the two int8 bundles still reads page.png."""
+    ocr = pytest.importorskip("edgeopt.tasks.ocr", reason="edgeopt.tasks.ocr (det+rec over bundles) is not there yet")
+    rec, det = request.getfixturevalue("ppocr_int8")
+    assert rec.status == det.status == "built", (rec.error, det.error)
+    chars = ocr.characters_from_onnx(fixture("ocr-rec"))  # a .tflite carries no character list
+    lines = ocr.read_page_with_bundles(det.bundle, rec.bundle, fixture("page"), characters=chars)
+    score, line = ocr.word_match("Let us first determine markers of the coins and the", lines)
+    assert score == 1.0, lines
+    reference = ocr.read_page_onnx(fixture("ocr-det"), fixture("ocr-rec"), fixture("page"))
+    assert difflib.SequenceMatcher(a=" ".join(reference), b=" ".join(lines)).ratio() > 0.9, (reference, lines)
