@@ -1,0 +1,145 @@
+"""Build every fixture model for every target that can take it, and read page.png with INT8 OCR pairs.
+
+    .venv/bin/python bench/build_fixtures.py [--models ocr-cls,...] [--targets cpu,intel-cpu,...] [--out DIR]
+
+Real data only: image models are calibrated on real images (skimage's photos for the detector;
+text-line crops that the FP32 detector finds in skimage's page.png and photos for the classifier
+and the recogniser, upright and, for the classifier, rotated 180°); audio models on windows of
+real speech (beckett.wav, silero's LSTM state carried as in streaming). Writes the `fixture-builds`
+section of docs/BENCHMARKS.md: per model × target × precision, the status and the host check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load, machine, md_table, stamp, write_section  # noqa: E402
+
+TARGETS = {"cpu": "fp32,int8", "intel-cpu": "fp32,fp16,int8", "mobile": "fp32,fp16,int8", "apple": "fp32,fp16",
+           "jetson-orin": "fp16,int8", "h100": "fp16,int8"}
+PAGE_TEXT = "Let us first determine markers of the coins and the"
+
+
+def prepare_data(work: Path) -> dict[str, tuple[list[str], str]]:
+    """Per fixture: (shape flags, --calib path) plus extra build flags."""
+    from edgeopt.fixtures import audio_data, path
+    from edgeopt.tasks.ocr import onnx_run_fn, rec_inputs
+
+    images = path("images")
+    photos = sorted(p for p in images.glob("*.png") if p.name != "page.png")
+    det = onnx_run_fn(path("ocr-det"))
+    rec = rec_inputs(det, [images / "page.png", *photos], rec_shape=(48, 320), limit=64)
+    np.savez(work / "rec.npz", x=rec.astype(np.float32))
+    cls = rec_inputs(det, [images / "page.png", *photos], rec_shape=(48, 192), limit=32)
+    cls = np.concatenate([cls, cls[..., ::-1, ::-1]])  # upright + rotated 180°: both classes
+    np.random.default_rng(0).shuffle(cls)
+    np.savez(work / "cls.npz", x=cls.astype(np.float32))
+    data = {
+        "ocr-det": (["--shape", "x:1x3x640x640", "--preprocess", "preset=pm1 order=bgr"], str(images)),
+        "ocr-cls": (["--shape", "x:1x3x48x192"], str(work / "cls.npz")),
+        "ocr-rec": (["--shape", "x:1x3x48x320"], str(work / "rec.npz")),
+    }
+    for name, shapes in (("silero-vad", ["input:1x576", "state:2x1x128"]),
+                         ("silero-vad-op15", ["input:1x576", "state:2x1x128"]),
+                         ("oww-melspec", ["input:1x16000"]), ("oww-embedding", ["input_1:1x76x32x1"])):
+        recipe = "silero-vad" if name.startswith("silero") else name
+        npz = audio_data(recipe, work / f"{recipe}.npz")
+        data[name] = ([f for s in shapes for f in ("--shape", s)], str(npz))
+    return data
+
+
+def build(model: str, flags: list[str], calib: str, targets: list[str], out: Path) -> list[dict]:
+    from edgeopt.fixtures import path
+
+    rows = []
+    for target in targets:
+        cmd = [sys.executable, "-m", "edgeopt", "build", str(path(model)), "--targets", target,
+               "--precision", TARGETS[target], *flags, "--calib", calib, "--out", str(out), "--val-count", "16",
+               "--json", "-q"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        try:
+            report = json.loads(proc.stdout)
+        except json.JSONDecodeError:  # a usage error (exit 2) prints one line on stderr
+            rows.append({"model": model, "target": target, "precision": TARGETS[target], "status": "error",
+                         "check": proc.stderr.strip().splitlines()[0][:160] if proc.stderr.strip() else "?",
+                         "time": f"{wall:.0f} s"})
+            continue
+        for r in report["results"]:
+            why = r.get("check") or (r.get("error") or "").splitlines()[0][:160]
+            rows.append({"model": model, "target": target, "precision": r["precision"], "status": r["status"],
+                         "check": why.replace("|", "/"), "time": f"{wall:.0f} s", "bundle": r.get("bundle")})
+        print(f"  {model} {target}: " + ", ".join(f"{r['precision']} {r['status']}" for r in report["results"]),
+              flush=True)
+    return rows
+
+
+def ocr_checks(rows: list[dict]) -> list[dict]:
+    """Read page.png with every (det, rec) pair of the same target and precision that built."""
+    from edgeopt.fixtures import path
+    from edgeopt.tasks.ocr import characters_from_onnx, read_page_with_bundles, word_match
+
+    chars = characters_from_onnx(path("ocr-rec"))
+    by = {(r["model"], r["target"], r["precision"]): r.get("bundle") for r in rows
+          if r["status"] in ("built", "cached", "up-to-date")}
+    out = []
+    for (model, target, prec), det in sorted(by.items()):
+        rec = by.get(("ocr-rec", target, prec))
+        if model != "ocr-det" or not rec:
+            continue
+        try:
+            lines = read_page_with_bundles(det, rec, path("page"), characters=chars)
+            score, line = word_match(PAGE_TEXT, lines)
+            out.append({"pair": f"{target} {prec}", "words": f"{score:.0%}", "line": line.replace("|", "/")})
+        except Exception as exc:  # a runtime that cannot run here (Core ML, TensorRT) is reported, not fatal
+            out.append({"pair": f"{target} {prec}", "words": "—", "line": f"not run here: {str(exc)[:90]}"})
+        print(f"  OCR {target} {prec}: {out[-1]['words']} {out[-1]['line'][:70]}", flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="ocr-cls,ocr-rec,ocr-det,silero-vad,silero-vad-op15,oww-melspec,oww-embedding")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="fixtures-"))
+    out = Path(args.out) if args.out else work / "dist"
+    os.environ.setdefault("EDGEOPT_CACHE_DIR", str(work / "cache"))
+    t0 = time.perf_counter()
+    data = prepare_data(work)
+    rows = []
+    for model in args.models.split(","):
+        flags, calib = data[model]
+        print(f"{model}:", flush=True)
+        rows += build(model, flags, calib, args.targets.split(","), out)
+    ocr = ocr_checks(rows)
+    body = ("## Fixture models × targets (build + host check)\n\n"
+            f"Built {stamp()} by `bench/build_fixtures.py` on {machine()} in {time.perf_counter() - t0:.0f} s "
+            f"({load()} at the end). 16 held-out validation samples per bundle; bounds in docs/TOLERANCES.md. "
+            "`check-failed`/`failed` INT8 rows are builds that refused to ship an artifact outside the "
+            "INT8 bound; `unsupported` lists the nodes the target cannot take; Core ML is a structural "
+            "check (no prediction on Linux) and TensorRT a check of the prepared ONNX (the engine is built "
+            "on the device).\n\n"
+            + md_table(rows, [("model", "model"), ("target", "target"), ("precision", "precision"),
+                              ("status", "status"), ("check", "host check / reason"), ("time", "build")])
+            + "\n\n### Task check: INT8/FP pairs of PP-OCR det + rec reading skimage's page.png\n\n"
+            f"Expected line: \"{PAGE_TEXT}\".\n\n"
+            + md_table(ocr, [("pair", "det + rec bundles"), ("words", "words read"), ("line", "best line read")]))
+    write_section("fixture-builds", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
