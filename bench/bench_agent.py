@@ -5,7 +5,7 @@
 For ocr-cls (cpu fp32 via ONNX Runtime, intel-cpu fp32 via OpenVINO), in one interleaved run:
 - agent:  `python -m edgeopt_agent bench` (child process, rotating validation inputs) → its p50;
 - bare:   a plain in-process loop `runner.run(feed)` over the same session type, options and inputs → p50;
-- benchmark_app: OpenVINO's tool on the same IR (`-hint latency -nstreams 1`, same thread count) → median.
+- benchmark_app: OpenVINO's tool on the same IR (`-hint latency -infer_precision f32`: one stream on all cores) → median.
 Each round runs every method once in a shuffled order; the table gives the median over rounds of each
 method's p50 and the ratios. Writes the `agent-overhead` section of docs/BENCHMARKS.md.
 """
@@ -79,8 +79,10 @@ def benchmark_app_median(xml: Path, duration: float, threads: int) -> float | No
     exe = shutil.which("benchmark_app") or str(Path(sys.executable).parent / "benchmark_app")
     if not Path(exe).exists():
         return None
-    proc = subprocess.run([exe, "-m", str(xml), "-d", "CPU", "-hint", "latency", "-nstreams", "1",
-                           "-nthreads", str(threads), "-t", str(int(max(1, duration))), "-api", "sync"],
+    # benchmark_app refuses -nstreams/-nthreads with a hint; the latency hint gives 1 stream on all
+    # cores (= `threads` here). f32 as the bundle's runtime options pin it (the CPU's default is bf16).
+    proc = subprocess.run([exe, "-m", str(xml), "-d", "CPU", "-hint", "latency", "-infer_precision", "f32",
+                           "-t", str(int(max(1, duration))), "-api", "sync"],
                           capture_output=True, text=True, timeout=600)
     m = re.search(r"Median:\s+([\d.]+)\s*ms", proc.stdout)
     return float(m.group(1)) if m else None
