@@ -1,0 +1,365 @@
+"""ONNX Runtime quantizer plumbing for ``ort_int8``: prepare, calibrate, quantize, time, and measure
+per-node sensitivity.
+
+``quantize_static`` is ``create_calibrator`` -> ``collect_data`` -> ``compute_data`` -> ``QDQQuantizer``;
+these are the same public calls, split so that the (slow) calibration of one method is computed once
+and shared by every variant that uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CALIB_CHUNK = 4  # samples per calibration pass (the histogram calibrators hold all outputs of a pass)
+# Ops whose output, when it is a model output, is better left in float: quantizing a final Softmax or
+# Sigmoid only adds a Q/DQ pair before a float output, rounding small probabilities to 0 (seen on the
+# PP-OCR rec's 6625-way softmax and the det's sigmoid map) for no kernel speed-up.
+OUTPUT_ACTIVATIONS = {"Softmax", "LogSoftmax", "Sigmoid", "HardSigmoid", "Tanh", "Relu", "Clip", "LeakyRelu",
+                      "HardSwish", "Gelu", "Erf"}
+# The search compares kernels' relative speed: one thread keeps a shared build host's load from
+# turning thread contention into the measurement; the device's own figures come from bench.
+TIMING_THREADS = 1
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    """One point of the INT8 search."""
+
+    calibration: str  # minmax | percentile | entropy
+    per_channel: bool
+    activation: str = "uint8"  # uint8 | int8
+    weight: str = "int8"  # int8 | uint8
+    reduce_range: bool = False  # 7-bit weights (avoids int16 saturation of AVX2's u8 x s8 multiply-add)
+    exclude: tuple[str, ...] = ()  # nodes kept in float
+    float_output: bool = True  # model-output activations (OUTPUT_ACTIVATIONS) kept in float
+
+    @property
+    def types(self) -> str:
+        return ("U" if self.activation == "uint8" else "S") + "8" + ("U" if self.weight == "uint8" else "S") + "8"
+
+    def label(self) -> str:
+        parts = [self.calibration, "per-channel" if self.per_channel else "per-tensor", self.types]
+        if self.reduce_range:
+            parts.append("reduce-range")
+        if not self.float_output:
+            parts.append("int8-output")
+        if self.exclude:
+            parts.append(f"{len(self.exclude)} node(s) in float")
+        return "/".join(parts)
+
+
+class FeedReader:
+    """A CalibrationDataReader over a list of feeds (ORT only calls ``get_next``)."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self._it = iter(feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._it, None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self.get_next()
+        if item is None:
+            raise StopIteration
+        return item
+
+
+def preprocess(src: str, dst: Path, notes: list[str]) -> bool:
+    """``quant_pre_process`` with fallbacks, unique node names, opset >= 13. Returns per-channel support."""
+    import onnx
+    from onnxruntime.quantization import quant_pre_process
+
+    attempts = [("full", {}), ("symbolic shape inference skipped", {"skip_symbolic_shape": True}),
+                ("symbolic shape inference and ORT optimisation skipped",
+                 {"skip_symbolic_shape": True, "skip_optimization": True})]
+    errors: list[str] = []
+    for label, kw in attempts:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                quant_pre_process(src, str(dst), **kw)
+            if errors:
+                notes.append(f"quant_pre_process: {label} ({errors[-1]})")
+            break
+        except Exception as exc:  # ORT's symbolic shape inference asserts on some models (Concat, Reshape)
+            msg = str(exc).splitlines()[0] if str(exc) else "assertion failed"
+            errors.append(f"{type(exc).__name__}: {msg}"[:160])
+    else:
+        shutil.copyfile(src, dst)
+        notes.append("quant_pre_process failed (" + "; ".join(errors) + "); quantizing the model as it is")
+    model = onnx.load(str(dst))
+    per_channel = True
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset < 13:
+        try:
+            model = onnx.version_converter.convert_version(model, 13)
+            notes.append(f"opset {opset} -> 13 (per-channel DequantizeLinear needs opset 13)")
+        except Exception as exc:
+            per_channel = False
+            notes.append(f"opset {opset} could not be raised to 13 ({type(exc).__name__}); per-tensor weights only")
+    seen: set[str] = set()
+    for i, node in enumerate(model.graph.node):  # exclusion works by node name: every node needs one
+        if not node.name or node.name in seen:
+            node.name = f"{node.op_type}_{i}"
+        seen.add(node.name)
+    onnx.save(model, str(dst))
+    return per_channel
+
+
+def calibrate(model: Path, method: str, feeds: list[dict[str, np.ndarray]], work: Path) -> Any:
+    """Activation ranges (ORT ``TensorsData``) for one calibration method, fed in small chunks."""
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    methods = {"minmax": (CalibrationMethod.MinMax, {}),
+               # ORT's percentile default is symmetric (|x|), which wastes half of uint8's range on
+               # post-ReLU tensors; two-sided 99.999% keeps each tail's outliers out instead.
+               "percentile": (CalibrationMethod.Percentile, {"symmetric": False, "percentile": 99.999}),
+               # ORT's entropy default has num_bins == num_quantized_bins (128): the KL search then has a
+               # single candidate, the full range (= MinMax).  512 bins give it 193 thresholds to try.
+               "entropy": (CalibrationMethod.Entropy, {"num_bins": 512, "num_quantized_bins": 128})}
+    cal_method, extra = methods[method]
+    aug = work / f"augmented-{method}.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print progress
+        calibrator = create_calibrator(model, [], augmented_model_path=str(aug), calibrate_method=cal_method,
+                                       extra_options=extra)
+        for start in range(0, len(feeds), CALIB_CHUNK):
+            calibrator.collect_data(FeedReader(feeds[start:start + CALIB_CHUNK]))
+        ranges = calibrator.compute_data()
+    del calibrator
+    aug.unlink(missing_ok=True)
+    return ranges
+
+
+def quantizable_ops() -> list[str]:
+    """Op types ORT's static quantizer handles (``quantize_static``'s own default list)."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+
+
+def output_activations(model) -> list[str]:
+    """Names of the nodes that produce a model output with an activation op (see OUTPUT_ACTIVATIONS)."""
+    outputs = {o.name for o in model.graph.output}
+    return [n.name for n in model.graph.node if n.op_type in OUTPUT_ACTIVATIONS and set(n.output) & outputs]
+
+
+def quantize(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
+    """The QDQ model for one setting, from precomputed ranges (quantize_static's own steps)."""
+    from onnxruntime.quantization import QDQQuantizer, QuantType
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+
+    qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    fp = load_model_with_shape_infer(model)
+    exclude = list(s.exclude) + (output_activations(fp) if s.float_output else [])
+    quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
+                             copy.deepcopy(ranges), [], exclude, quantizable_ops(), {})
+    quantizer.quantize_model()
+    quantizer.model.save_model_to_file(str(dst))
+
+
+# --- running and timing -----------------------------------------------------------------------
+
+def session(ort, path: Path, optimize: bool = True, threads: int | None = None):
+    """A CPU session; ``optimize`` as the device runs it (QDQ fused to int8 kernels), else as written."""
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def run_all(sess, feeds: list[dict[str, np.ndarray]], names: list[str]) -> dict[str, np.ndarray]:
+    """Outputs over all feeds, stacked on a new axis 0 (the layout of ``reference.npz``)."""
+    outs = [sess.run(names, f) for f in feeds]
+    return {n: np.stack([o[i] for o in outs]) for i, n in enumerate(names)}
+
+
+def latency_ms(sess, feed: dict[str, np.ndarray], budget_s: float = 0.6, min_runs: int = 5,
+               max_runs: int = 50) -> float:
+    """Median of a short timing loop after two warm-up runs."""
+    for _ in range(2):
+        sess.run(None, feed)
+    times: list[float] = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < max_runs and (len(times) < min_runs or time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def interleaved_ms(sessions: list[Any], feed: dict[str, np.ndarray], rounds: int = 7,
+                   per_round: int = 3) -> list[float]:
+    """Latency medians of several sessions measured in turns, so that load changes hit all alike."""
+    times: list[list[float]] = [[] for _ in sessions]
+    for s in sessions:
+        s.run(None, feed)
+    for _ in range(rounds):
+        for i, s in enumerate(sessions):
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                s.run(None, feed)
+                times[i].append(time.perf_counter() - t0)
+    return [1000 * statistics.median(t) for t in times]
+
+
+# --- per-node sensitivity -------------------------------------------------------------------
+
+def _with_outputs(model, names: list[str]):
+    from onnx import TensorProto, helper
+
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in have:
+            m.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+    return m
+
+
+def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.ndarray]],
+                work: Path) -> list[tuple[str, str, float]]:
+    """Quantized nodes ranked by the SQNR they lose (dB), most sensitive first.
+
+    Both models run unoptimized (the QDQ one as fake-quant in float) with every node output exposed.
+    For each tensor: the noise-to-signal ratio of the value consumers read in the QDQ model (after
+    its DequantizeLinear) against the float model.  A node's sensitivity is the SQNR of its worst
+    activation input minus that of its worst output: the precision lost at that node.
+    """
+    import onnx
+
+    fm, qm = onnx.load(str(float_path)), onnx.load(str(qdq_path))
+    init = {i.name for i in fm.graph.initializer}
+    tensors = sorted({t for n in fm.graph.node for t in list(n.input) + list(n.output) if t and t not in init})
+    # What a consumer in the QDQ model reads for tensor t: DQ(Q(t)) when t was quantized, else t.
+    q_of = {n.input[0]: n.output[0] for n in qm.graph.node if n.op_type == "QuantizeLinear"}
+    dq_of = {n.input[0]: n.output[0] for n in qm.graph.node if n.op_type == "DequantizeLinear"}
+    q_names = {o for node in qm.graph.node for o in node.output} | {i.name for i in qm.graph.input}
+    f_names = {o for node in fm.graph.node for o in node.output} | {i.name for i in fm.graph.input}
+    seen = {t: dq_of.get(q_of.get(t, ""), t) for t in tensors}
+    common = [t for t in tensors if seen[t] in q_names and t in f_names]
+    fa, qa = work / "sens-float.onnx", work / "sens-qdq.onnx"
+    onnx.save(_with_outputs(fm, common), str(fa))
+    onnx.save(_with_outputs(qm, [seen[t] for t in common]), str(qa))
+    fs, qs = session(ort, fa, optimize=False), session(ort, qa, optimize=False)
+    noise = dict.fromkeys(common, 0.0)
+    signal = dict.fromkeys(common, 0.0)
+    for feed in feeds:  # one sample at a time: all activations of a detector are large
+        fv = dict(zip(common, fs.run(common, feed)))
+        qv = dict(zip(common, qs.run([seen[t] for t in common], feed)))
+        for t in common:
+            a, b = fv[t], qv[t]
+            if a.shape != b.shape or a.dtype.kind != "f":
+                continue
+            a64 = a.astype(np.float64)
+            noise[t] += float(np.sum((a64 - b) ** 2))
+            signal[t] += float(np.sum(a64 ** 2))
+    del fs, qs
+    fa.unlink(missing_ok=True)
+    qa.unlink(missing_ok=True)
+
+    def sqnr(t: str) -> float | None:
+        if signal.get(t, 0.0) <= 0:
+            return None
+        return 10 * math.log10(signal[t] / max(noise[t], 1e-30))
+
+    # A Relu/Clip right after a quantized node is folded into that node's output quantization, so the
+    # node's own output may not exist in the QDQ model: measure it after the folded activation.
+    consumers: dict[str, list[Any]] = {}
+    for node in fm.graph.node:
+        for t in node.input:
+            consumers.setdefault(t, []).append(node)
+
+    def out_sqnr(t: str) -> float | None:
+        v = sqnr(t)
+        if v is None and len(consumers.get(t, [])) == 1 and consumers[t][0].op_type in ("Relu", "Clip"):
+            v = sqnr(consumers[t][0].output[0])
+        return v
+
+    ops = set(quantizable_ops())
+    ranked = []
+    for node in fm.graph.node:
+        if node.op_type not in ops:
+            continue
+        ins = [v for v in (sqnr(t) for t in node.input if t and t not in init) if v is not None]
+        outs = [v for v in (out_sqnr(t) for t in node.output if t) if v is not None]
+        if ins and outs:  # else not measurable here (e.g. a folded activation itself)
+            ranked.append((node.name, node.op_type, min(ins) - min(outs)))
+    ranked.sort(key=lambda r: -r[2])
+    return ranked
+
+
+def float_effect(ort, float_path: Path, qdq_path: Path, candidates: list[str], feeds: list[dict[str, np.ndarray]],
+                 reference: dict[str, np.ndarray], deadline: float) -> dict[str, float]:
+    """Output error (mean rel_l2 over outputs, on ``feeds``) of the fake-quant model with each candidate
+    node alone reading float inputs and weights, i.e. what keeping that one node in float would buy.
+
+    Simulated by rewiring the node's inputs in the QDQ graph from DequantizeLinear outputs to the float
+    tensors (and float copies of its weights): one cheap unoptimized session per candidate instead of a
+    full re-quantization.  Key ``""`` is the error with nothing kept in float.  Stops at ``deadline``.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    fm, qm = onnx.load(str(float_path)), onnx.load(str(qdq_path))
+    f_nodes = {n.name: n for n in fm.graph.node}
+    q_nodes = {n.name: n for n in qm.graph.node}
+    f_init = {i.name: i for i in fm.graph.initializer}
+    q_tensors = {o for n in qm.graph.node for o in n.output} | {i.name for i in qm.graph.input}
+    names = list(reference)
+
+    def error() -> float:
+        sess = ort.InferenceSession(qm.SerializeToString(), _plain(ort), providers=["CPUExecutionProvider"])
+        out = run_all(sess, feeds, names)
+        return float(np.mean([np.linalg.norm(out[n] - reference[n]) / max(np.linalg.norm(reference[n]), 1e-12)
+                              for n in names]))
+
+    result = {"": error()}
+    for name in candidates:
+        if time.perf_counter() > deadline:
+            break
+        fnode, qnode = f_nodes.get(name), q_nodes.get(name)
+        if fnode is None or qnode is None or len(fnode.input) != len(qnode.input):
+            continue
+        saved, added = list(qnode.input), []
+        for j, (f_in, q_in) in enumerate(zip(fnode.input, qnode.input)):
+            if f_in == q_in or not f_in:
+                continue
+            if f_in in f_init:  # a weight or bias: read a float copy
+                copy_name = f"{f_in}__edgeopt_float"
+                added.append(numpy_helper.from_array(numpy_helper.to_array(f_init[f_in]), copy_name))
+                qnode.input[j] = copy_name
+            elif f_in in q_tensors:  # an activation: read it before its QuantizeLinear
+                qnode.input[j] = f_in
+        qm.graph.initializer.extend(added)
+        try:
+            result[name] = error()
+        except Exception:  # a rewiring ORT refuses: no measurement for that node
+            pass
+        finally:
+            del qnode.input[:]
+            qnode.input.extend(saved)
+            for _ in added:
+                qm.graph.initializer.pop()
+    return result
+
+
+def _plain(ort):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return so

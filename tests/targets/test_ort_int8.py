@@ -1,0 +1,109 @@
+"""Accuracy-aware INT8 for the `cpu` target on a real pretrained model (PP-OCR's text-orientation CNN)
+calibrated and validated on real images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeopt.errors import UsageError
+from edgeopt.targets.ort_int8 import choose_types, cpu_features, parse_options, parse_tolerance
+from tests.conftest import fixture
+
+CLS_SHAPE = {"x": [1, 3, 48, 192]}
+
+
+def _build_cls(out: Path, options: dict | None = None, progress=None):
+    from edgeopt.pipeline import build
+
+    return build(fixture("ocr-cls"), "cpu", ["int8"], shapes=CLS_SHAPE, calib=str(fixture("images")),
+                 preprocess="preset=pm1", out=out, options=options, jobs=1,
+                 progress=progress or (lambda s: None))
+
+
+@pytest.fixture(scope="module")
+def cls_int8(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cls-int8")
+    report = _build_cls(out)
+    return report.results[0], out
+
+
+def test_int8_search_on_ocr_cls_passes_the_check_and_records_the_choice(cls_int8):
+    res, _ = cls_int8
+    assert res.ok, res.error
+    m = res.manifest
+    assert m["precision"] == "int8" and m["runtime"]["artifact"] == "model.onnx"
+    assert m["host_check"]["passed"] is True
+    info = m["options"]["int8"]
+    chosen, variants = info["chosen"], info["variants"]
+    assert len(variants) >= 2  # more than ORT's default was tried, and each one measured
+    for v in variants:
+        assert v["label"] and v["latency_ms"] > 0 and v["metrics"]
+        assert {"cosine", "rel_l2", "top1"} <= set(next(iter(v["metrics"].values())))
+    assert chosen["passed"] and chosen["label"] in {v["label"] for v in variants}
+    metrics = next(iter(chosen["metrics"].values()))
+    assert metrics["cosine"] >= 0.97 and metrics["rel_l2"] <= 0.25 and metrics["top1"] >= 0.9
+    assert info["fp32_ms"] > 0 and info["types_reason"]
+    assert any(n.startswith("INT8 (ORT static QDQ) kept") for n in m["notes"])
+
+
+def test_int8_artifact_is_a_real_qdq_model_with_int8_weights(cls_int8):
+    import onnx
+    from onnx import TensorProto
+
+    res, _ = cls_int8
+    model = onnx.load(str(Path(res.bundle) / "model.onnx"))
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("QuantizeLinear") > 10 and ops.count("DequantizeLinear") > 10
+    int8_weights = [i for i in model.graph.initializer if i.data_type in (TensorProto.INT8, TensorProto.UINT8)
+                    and len(i.dims) == 4]
+    assert len(int8_weights) > 10  # the convolutions' weights are stored as 8-bit integers
+
+
+def test_int8_build_fails_and_ships_nothing_when_no_variant_meets_the_bound(tmp_path):
+    lines: list[str] = []
+    report = _build_cls(tmp_path, {"int8_tolerance": "cosine_min=0.99999,rel_l2_max=0.001",
+                                   "int8_budget_s": 40}, lines.append)
+    res = report.results[0]
+    assert res.status == "failed"
+    assert "no INT8 variant met the int8 bound" in res.error and "INT8 is not shipped" in res.error
+    assert "cosine_min 0.99999" in res.error
+    assert "Traceback" not in res.error
+    assert not (tmp_path / "ch_ppocr_mobile_v2.0_cls_infer").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".edgeopt-work")]
+    # The float fallback ran: nodes were measured and kept in float before giving up.
+    assert any("per-node sensitivity" in line for line in lines)
+    assert any("node(s) in float" in line for line in lines)
+
+
+def test_parse_options_refuses_bad_values_with_a_hint():
+    for options in ({"int8_search": "fast"}, {"int8_serach": "quick"}, {"int8_tolerance": "cos=0.9"},
+                    {"int8_tolerance": "cosine_min=high"}, {"int8_activation": "int8", "int8_weight": "uint8"},
+                    {"int8_budget_s": -1}, {"int8_reduce_range": "maybe"}):
+        with pytest.raises(UsageError) as exc:
+            parse_options(options)
+        assert str(exc.value).strip()
+
+
+def test_parse_tolerance_reads_cli_text_and_json():
+    assert parse_tolerance("cosine_min=0.95,top1_min=0.8") == {"cosine_min": 0.95, "top1_min": 0.8}
+    assert parse_tolerance('{"rel_l2_max": 0.5}') == {"rel_l2_max": 0.5}
+    assert parse_tolerance("max_abs_norm_max=off") == {"max_abs_norm_max": None}
+    plan = parse_options({"int8_search": "full", "int8_tolerance": "cosine_min=0.9"})
+    assert plan.mode == "full" and plan.tolerance == {"cosine_min": 0.9} and plan.budget_s > 120
+
+
+def test_choose_types_follows_the_isa():
+    assert choose_types({"arch": "x86_64", "flags": ["avx2", "avx512_vnni"]})[:3] == ("uint8", "int8", False)
+    assert choose_types({"arch": "x86_64", "flags": ["avx2", "fma"]})[:3] == ("uint8", "int8", True)
+    assert choose_types({"arch": "aarch64", "flags": ["asimd", "asimddp"]})[:3] == ("int8", "int8", False)
+
+
+def test_cpu_features_reads_cpuinfo_unless_the_profile_says(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\n")
+    feat = cpu_features({}, str(info))
+    assert "avx2" in feat["flags"] and "avx512_vnni" not in feat["flags"] and feat["source"].startswith("build host")
+    feat = cpu_features({"arch": "x86_64", "cpu_flags": "avx2,avx_vnni"}, str(info))
+    assert feat["flags"] == ["avx2", "avx_vnni"] and feat["source"] == "target profile"
