@@ -35,6 +35,56 @@ def require(module: str, extra: str):
                                 hint=f"pip install 'edgeopt[{extra}]'") from None
 
 
+def parse_tolerance(value: Any) -> dict[str, float | None] | None:
+    """``--option int8_tolerance=...`` -> bound overrides for the INT8 check (None when not given).
+
+    Accepts a dict, JSON text, or ``"cosine_min=0.99,top1_min=0.95"`` (``,``, ``;`` or spaces
+    between items). Keys are the bounds of ``edgeopt_agent.compare.TOLERANCES``; ``off``/``none``
+    switches a bound off. The override is written to the manifest, so the device judges by it too.
+    Shared by every backend with an INT8 option (cpu, intel-*, tflite).
+    """
+    import json
+    import math
+
+    from edgeopt.errors import UsageError
+    from edgeopt_agent.compare import TOLERANCES
+
+    keys = sorted(TOLERANCES["int8"])
+    hint = f"e.g. --option int8_tolerance=cosine_min=0.99,top1_min=0.95 (keys: {', '.join(keys)})"
+    if value is None or (isinstance(value, (str, dict)) and not value):
+        return None
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            items = list(json.loads(value).items())
+        except (json.JSONDecodeError, AttributeError) as exc:
+            raise UsageError(f"int8_tolerance is not a valid JSON object: {exc}", hint=hint) from None
+    else:
+        items = []
+        for part in str(value).replace(";", ",").replace(" ", ",").split(","):
+            if not part:
+                continue
+            k, sep, v = part.partition("=")
+            if not sep:
+                raise UsageError(f"bad int8_tolerance item {part!r}", hint=hint)
+            items.append((k.strip(), v.strip()))
+    out: dict[str, float | None] = {}
+    for k, v in items:
+        if k not in TOLERANCES["int8"]:
+            raise UsageError(f"unknown int8_tolerance key {k!r}", hint=hint)
+        if v is None or str(v).lower() in ("none", "off"):
+            out[k] = None
+            continue
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            raise UsageError(f"int8_tolerance {k}={v!r} is not a number", hint=hint) from None
+        if not math.isfinite(out[k]) or out[k] < 0:
+            raise UsageError(f"int8_tolerance {k} must be a finite number >= 0, got {v!r}", hint=hint)
+    return out or None
+
+
 def package_versions(names: list[str]) -> dict[str, str]:
     """Installed versions from metadata (no import), ``"missing"`` for absent ones."""
     out = {}

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BuildFailed, UsageError
-from edgeopt_agent.compare import TOLERANCES, compare_outputs, tolerance_for
+from edgeopt_agent.compare import compare_outputs, tolerance_for
 
-from .base import BuildJob, require
+from .base import BuildJob, parse_tolerance, require
 
 SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
@@ -76,33 +76,6 @@ class Int8Result:
     warnings: list[str] = field(default_factory=list)
     tolerance_override: dict[str, float] | None = None
     inference_precision: str | None = None  # pinned for the layers left in floating point
-
-
-def parse_tolerance(value: Any) -> dict[str, float] | None:
-    """``"cosine_min=0.99,top1_min=1"`` or a dict -> validated bound overrides (None when not given)."""
-    if value in (None, "", {}):
-        return None
-    keys = sorted(TOLERANCES["int8"])
-    if isinstance(value, dict):
-        items = list(value.items())
-    else:
-        items = []
-        for part in str(value).replace(";", ",").replace(" ", ",").split(","):
-            if not part:
-                continue
-            k, sep, v = part.partition("=")
-            if not sep:
-                raise UsageError(f"bad int8_tolerance item {part!r}", hint=f"use KEY=VALUE with keys {keys}")
-            items.append((k.strip(), v.strip()))
-    out: dict[str, float] = {}
-    for k, v in items:
-        if k not in TOLERANCES["int8"]:
-            raise UsageError(f"unknown int8_tolerance key {k!r}", hint=f"keys: {', '.join(keys)}")
-        try:
-            out[k] = float(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"int8_tolerance {k}={v!r} is not a number") from None
-    return out
 
 
 def margin(comparison: dict[str, Any]) -> float:

@@ -22,7 +22,6 @@ quantizer settings and measures each against the FP32 reference, by the host che
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 import shutil
@@ -37,7 +36,7 @@ import numpy as np
 
 from edgeopt.errors import BuildFailed, UsageError
 
-from .base import BuildJob, BuildOutput, require
+from .base import BuildJob, BuildOutput, parse_tolerance, require
 from .ort_int8_quant import (
     TIMING_THREADS,
     QuantSettings,
@@ -57,7 +56,6 @@ SEARCH_MODES = {"quick": 120.0, "full": 600.0}  # mode -> default time budget (s
 FALLBACK = {"quick": (6, 32), "full": (24, 128)}  # mode -> (float-fallback trials, candidate nodes)
 OPTION_KEYS = {"int8_search", "int8_tolerance", "int8_activation", "int8_weight", "int8_reduce_range",
                "int8_budget_s"}
-TOLERANCE_KEYS = ("rel_l2_max", "cosine_min", "max_abs_norm_max", "top1_min")
 VNNI_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
 TIE = 0.03  # latencies within 3% are noise on a shared 2-core machine: prefer accuracy then
 SENSITIVITY_SAMPLES = 4
@@ -115,44 +113,6 @@ class SearchPlan:
 
 
 # --- options --------------------------------------------------------------------------------
-
-def parse_tolerance(value: Any) -> dict[str, float | None]:
-    """``{"cosine_min": 0.99}``, ``"cosine_min=0.99,top1_min=1"`` or JSON text -> a tolerance override."""
-    if isinstance(value, dict):
-        items = value
-    elif isinstance(value, str) and value.strip().startswith("{"):
-        try:
-            items = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"int8_tolerance is not valid JSON: {exc}") from None
-    elif isinstance(value, str):
-        items = {}
-        for part in value.replace(";", ",").split(","):
-            key, sep, val = part.partition("=")
-            if not sep:
-                raise UsageError(f"bad int8_tolerance item {part!r}",
-                                 hint="e.g. --option int8_tolerance=cosine_min=0.99,top1_min=0.95")
-            items[key.strip()] = val.strip()
-    else:
-        raise UsageError(f"int8_tolerance must be KEY=VALUE pairs, got {value!r}",
-                         hint="e.g. --option int8_tolerance=cosine_min=0.99,top1_min=0.95")
-    out: dict[str, float | None] = {}
-    for key, val in items.items():
-        if key not in TOLERANCE_KEYS:
-            raise UsageError(f"unknown int8_tolerance key {key!r}", hint=f"keys: {', '.join(TOLERANCE_KEYS)}")
-        if key == "max_abs_norm_max" and (val is None or str(val).lower() in ("none", "off")):
-            out[key] = None  # the worst-element bound is the one the compare rule lets you switch off
-            continue
-        try:
-            out[key] = float(val)
-        except (TypeError, ValueError):
-            raise UsageError(f"int8_tolerance {key} must be a number, got {val!r}") from None
-        if not math.isfinite(out[key]) or out[key] < 0:
-            raise UsageError(f"int8_tolerance {key} must be a finite number >= 0, got {val!r}")
-    if not out:
-        raise UsageError("int8_tolerance is empty", hint=f"keys: {', '.join(TOLERANCE_KEYS)}")
-    return out
-
 
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):

@@ -41,7 +41,7 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UsageError
 
-from .base import BuildJob, BuildOutput, Target
+from .base import BuildJob, BuildOutput, Target, parse_tolerance
 
 # ONNX op -> onnx2tf's builtin replacement (``-rtpo``) for ops that would otherwise need Flex.
 FLEX_PRONE = {"Erf": "Erf", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan", "MatMulInteger": "MatMulInteger"}
@@ -146,29 +146,6 @@ def parse_options(options: dict[str, Any], precision: str) -> dict[str, Any]:
     except (TypeError, ValueError):
         raise UsageError(f"--option convert_timeout={options.get('convert_timeout')!r} is not a number "
                          "of seconds") from None
-    return out
-
-
-def parse_tolerance(value: Any) -> dict[str, float] | None:
-    """``--option int8_tolerance=max_abs_norm_max=1,top1_min=0.95`` -> the int8 bounds to override
-    (written to the manifest, so the device's check judges by the same bound); the same syntax as
-    the OpenVINO backend's option."""
-    from edgeopt_agent.compare import TOLERANCES
-
-    if value in (None, "", {}):
-        return None
-    items = value.items() if isinstance(value, dict) else \
-        [p.partition("=")[::2] for p in str(value).replace(";", ",").split(",") if p.strip()]
-    out: dict[str, float] = {}
-    for key, v in items:
-        key = str(key).strip()
-        if key not in TOLERANCES["int8"]:
-            raise UsageError(f"--option int8_tolerance: unknown bound {key!r}",
-                             hint=f"bounds: {', '.join(sorted(TOLERANCES['int8']))}, e.g. int8_tolerance=top1_min=0.95")
-        try:
-            out[key] = float(v)
-        except (TypeError, ValueError):
-            raise UsageError(f"--option int8_tolerance: {key}={v!r} is not a number") from None
     return out
 
 
