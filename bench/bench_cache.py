@@ -32,8 +32,8 @@ def main() -> int:
     from edgeopt.fixtures import path
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--targets", default="cpu,intel-cpu,mobile")
-    ap.add_argument("--precision", default="fp32,int8")
+    ap.add_argument("--targets", default="cpu,intel-cpu,mobile,apple,jetson-orin")
+    ap.add_argument("--precision", default="fp32")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-cache-"))
