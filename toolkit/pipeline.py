@@ -174,7 +174,8 @@ def build(
 
     warnings: list[str] = []
     if todo:
-        work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out))
+        # absolute: converters may run in child processes with another working directory
+        work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out)).resolve()
         try:
             data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress)
             if data_source.get("warning"):
