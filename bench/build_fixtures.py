@@ -45,16 +45,21 @@ def prepare_data(work: Path) -> dict[str, tuple[list[str], str]]:
     np.random.default_rng(0).shuffle(cls)
     np.savez(work / "cls.npz", x=cls.astype(np.float32))
     data = {
-        "ocr-det": (["--shape", "x:1x3x640x640", "--preprocess", "preset=pm1 order=bgr"], str(images)),
-        "ocr-cls": (["--shape", "x:1x3x48x192"], str(work / "cls.npz")),
-        "ocr-rec": (["--shape", "x:1x3x48x320"], str(work / "rec.npz")),
+        # The detector's validation photos hold almost no text, so its probability map is ~0 and the
+        # tensor metrics measure rounding, not boxes: its INT8 bound is loosened (recorded in each
+        # manifest) and the OCR task check below is the judge (as in tests/tasks/test_ocr_task.py).
+        "ocr-det": (["--shape", "x:1x3x640x640", "--preprocess", "preset=pm1 order=bgr",
+                     "--option", "int8_tolerance=cosine_min=0.75,rel_l2_max=0.75"], str(images)),
+        "ocr-cls": (["--shape", "x:1x3x48x192", "--val-count", "16"], str(work / "cls.npz")),
+        # 27 real line pieces: 8 held out (40 positions each judge top-1), 19 to calibrate.
+        "ocr-rec": (["--shape", "x:1x3x48x320", "--val-count", "8"], str(work / "rec.npz")),
     }
     for name, shapes in (("silero-vad", ["input:1x576", "state:2x1x128"]),
                          ("silero-vad-op15", ["input:1x576", "state:2x1x128"]),
                          ("oww-melspec", ["input:1x16000"]), ("oww-embedding", ["input_1:1x76x32x1"])):
         recipe = "silero-vad" if name.startswith("silero") else name
         npz = audio_data(recipe, work / f"{recipe}.npz")
-        data[name] = ([f for s in shapes for f in ("--shape", s)], str(npz))
+        data[name] = ([f for s in shapes for f in ("--shape", s)] + ["--val-count", "16"], str(npz))
     return data
 
 
@@ -64,8 +69,7 @@ def build(model: str, flags: list[str], calib: str, targets: list[str], out: Pat
     rows = []
     for target in targets:
         cmd = [sys.executable, "-m", "edgeopt", "build", str(path(model)), "--targets", target,
-               "--precision", TARGETS[target], *flags, "--calib", calib, "--out", str(out), "--val-count", "16",
-               "--json", "-q"]
+               "--precision", TARGETS[target], *flags, "--calib", calib, "--out", str(out), "--json", "-q"]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -127,7 +131,7 @@ def main() -> int:
     ocr = ocr_checks(rows)
     body = ("## Fixture models × targets (build + host check)\n\n"
             f"Built {stamp()} by `bench/build_fixtures.py` on {machine()} in {time.perf_counter() - t0:.0f} s "
-            f"({load()} at the end). 16 held-out validation samples per bundle; bounds in docs/TOLERANCES.md. "
+            f"({load()} at the end). 16 held-out validation samples per bundle (8 line pieces for ocr-rec); bounds in docs/TOLERANCES.md. "
             "`check-failed`/`failed` INT8 rows are builds that refused to ship an artifact outside the "
             "INT8 bound; `unsupported` lists the nodes the target cannot take; Core ML is a structural "
             "check (no prediction on Linux) and TensorRT a check of the prepared ONNX (the engine is built "

@@ -24,10 +24,11 @@ import numpy as np
 # max_abs_norm <= max_abs_norm_max (and top1 >= top1_min where a top-k metric applies).
 TOLERANCES: dict[str, dict[str, float | None]] = {
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99},
-    "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": 0.1, "top1_min": 0.95},
-    # INT8/FP8: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
+    # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
-    # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees.
+    # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
+    # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
+    "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95},
     "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90},
     "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90},
 }

@@ -386,7 +386,11 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         search.run_grid(pre, settings)
         ranking: list[dict[str, Any]] = []
         if not any(v.passed for v in search.variants) and not search.over_budget():
-            ranking = search.run_fallback(pre)
+            try:
+                ranking = search.run_fallback(pre)
+            except Exception as exc:  # e.g. intermediate tensors inside If branches cannot be graph outputs
+                search.notes.append(f"int8: float fallback not possible on this graph "
+                                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
         chosen, fp32_ms = search.select(Path(job.prepared_path))
         if chosen is None:
             best = max(search.variants, key=lambda v: v.accuracy)
