@@ -386,7 +386,7 @@ def test_parse_options_reads_int8_tolerance():
     ({"io_dtype": "int16"}, "int8", "io_dtype"),
     ({"replace_ops": "Erf,Bogus"}, "fp32", "unknown op"),
     ({"convert_timeout": "soon"}, "fp32", "convert_timeout"),
-    ({"int8_tolerance": "cosine=0.9"}, "int8", "unknown bound"),
+    ({"int8_tolerance": "cosine=0.9"}, "int8", "unknown int8_tolerance key"),
     ({"int8_tolerance": "top1_min=high"}, "int8", "not a number"),
 ])
 def test_parse_options_refuses_bad_values(options, precision, match):
