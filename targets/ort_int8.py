@@ -400,9 +400,31 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                 hint="keep fp32 for this target, calibrate with more representative --calib data, try "
                      "--option int8_search=full, or accept a looser bound with e.g. "
                      "--option int8_tolerance=cosine_min=0.95,top1_min=0.8")
+        if _quantized_nodes(chosen.path) == 0:
+            # e.g. silero-vad: every weight lives inside If branches, which the quantizer does not enter
+            raise BuildFailed("INT8 quantized nothing in this model (no QuantizeLinear node in the graph or its "
+                              "subgraphs); an 'int8' artifact would be the FP32 model under another name",
+                              hint="keep fp32 for this target")
         return _output(job, plan, feat, why, search, chosen, fp32_ms, ranking)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _quantized_nodes(path: Path) -> int:
+    """QuantizeLinear nodes in the graph and every subgraph."""
+    import onnx
+
+    def count(graph) -> int:
+        n = 0
+        for node in graph.node:
+            n += node.op_type == "QuantizeLinear"
+            for attr in node.attribute:
+                if attr.g.node:
+                    n += count(attr.g)
+                n += sum(count(g) for g in attr.graphs)
+        return n
+
+    return count(onnx.load(str(path), load_external_data=False).graph)
 
 
 def _bound(plan: SearchPlan) -> str:

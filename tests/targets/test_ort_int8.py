@@ -107,3 +107,17 @@ def test_cpu_features_reads_cpuinfo_unless_the_profile_says(tmp_path):
     assert "avx2" in feat["flags"] and "avx512_vnni" not in feat["flags"] and feat["source"].startswith("build host")
     feat = cpu_features({"arch": "x86_64", "cpu_flags": "avx2,avx_vnni"}, str(info))
     assert feat["flags"] == ["avx2", "avx_vnni"] and feat["source"] == "target profile"
+
+
+def test_int8_refuses_a_model_it_cannot_quantize(tmp_path):
+    """silero-vad keeps every weight inside If branches: an 'int8' bundle would be FP32 in disguise."""
+    from edgeopt.fixtures import audio_data
+    from edgeopt.pipeline import build
+
+    model = fixture("silero-vad")
+    data = audio_data("silero-vad", tmp_path / "sv.npz", count=16)
+    report = build(model, "cpu", ["int8"], shapes={"input": [1, 576], "state": [2, 1, 128]}, calib=str(data),
+                   out=tmp_path / "d", force=True)
+    r = report.results[0]
+    assert r.status == "failed" and "quantized nothing" in r.error
+    assert not (tmp_path / "d" / "silero_vad").exists()
