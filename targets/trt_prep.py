@@ -123,19 +123,12 @@ def restricted_ops(op_types: Iterable[str], table: OpsTable | None = None) -> di
     return {op: table.restriction(op) for op in sorted(set(op_types)) if table.restriction(op)}
 
 
-def _walk(graph):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.g and attr.g.node:
-                yield from _walk(attr.g)
-            for g in attr.graphs:
-                yield from _walk(g)
-
-
 def model_nodes(model) -> list[tuple[str, str, str]]:
     """(domain, op, name) of every node, subgraphs included."""
-    return [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>") for i, n in enumerate(_walk(model.graph))]
+    from edgeopt.model import walk_nodes
+
+    return [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>")
+            for i, n in enumerate(walk_nodes(model.graph))]
 
 
 def opset_of(model) -> int:

@@ -131,14 +131,15 @@ def _external_files(model) -> list[str]:
     return files
 
 
-def _walk_nodes(graph):
+def walk_nodes(graph):
+    """Every node of a graph and of its subgraphs (If/Loop/Scan bodies), depth first."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             if attr.g and attr.g.node:
-                yield from _walk_nodes(attr.g)
+                yield from walk_nodes(attr.g)
             for g in attr.graphs:
-                yield from _walk_nodes(g)
+                yield from walk_nodes(g)
 
 
 def _flops(model) -> int | None:
@@ -203,7 +204,7 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     graph = model.graph
     init_names = {i.name for i in graph.initializer}
     nodes = [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>")
-             for i, n in enumerate(_walk_nodes(graph))]
+             for i, n in enumerate(walk_nodes(graph))]
     params = 0
     pbytes = 0
     for init in graph.initializer:
