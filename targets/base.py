@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +268,3 @@ def _link_or_copy(src: str, dst: Path) -> None:
     except OSError:
         shutil.copyfile(src, dst)
 
-
-def as_plain(obj: Any) -> Any:
-    return asdict(obj)

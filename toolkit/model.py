@@ -104,15 +104,17 @@ def load(path: str | os.PathLike, load_external: bool = True):
                          "is the file truncated or of another format?") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{p} parsed as protobuf but holds no ONNX graph; is it an ONNX file?")
-    missing = [t for t in _external_files(model) if not (p.parent / t).is_file()]
+    external = _external_files(model)
+    missing = [t for t in external if not (p.parent / t).is_file()]
     if missing:
         raise ModelError(f"{p}: external data file(s) missing next to the model: {', '.join(missing)}")
     try:
-        onnx.checker.check_model(str(p)) if missing == [] and _external_files(model) else onnx.checker.check_model(model)
+        # by path when weights live outside the file: the checker then reads them (and models > 2 GB)
+        onnx.checker.check_model(str(p) if external else model)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{p} fails the ONNX checker: {first}") from None
-    if load_external and _external_files(model):
+    if load_external and external:
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(model, str(p.parent))
@@ -145,7 +147,6 @@ def walk_nodes(graph):
 def _flops(model) -> int | None:
     """Rough multiply-accumulate x2 for Conv/ConvTranspose/MatMul/Gemm, from inferred shapes."""
     import onnx
-    from onnx import numpy_helper
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
@@ -157,7 +158,6 @@ def _flops(model) -> int | None:
         shapes[vi.name] = dims
     for init in inferred.graph.initializer:
         shapes[init.name] = list(init.dims)
-    del numpy_helper
     total = 0
     known = False
     for node in inferred.graph.node:
