@@ -13,7 +13,9 @@ In the child (``run_bench``, also callable in-process by a benchmark harness):
    the host check's rule (``compare.compare_outputs``, precision-aware);
 4. warm-up, then ``timed_loop``: rotating over the batches, each iteration timing only
    ``runner.run(feed)`` with ``perf_counter_ns`` into a preallocated list, until both the minimum
-   duration and the minimum count are reached.
+   duration and the minimum count are reached.  A runner that keeps its own per-phase timings
+   (TensorRT's H2D/compute/D2H) has a ``reset_timings()``, called after the warm-up so that those
+   timings in ``info()`` cover the timed runs only.
 
 Standard library + numpy only; the runtime is imported by its runner.
 """
@@ -377,6 +379,9 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             runner.run(feeds[j % len(feeds)])
         per_iter = (time.perf_counter() - t0) / opts["warmup"] if opts["warmup"] else first_s
         capacity = min(int(opts["duration_s"] / max(per_iter, 1e-6) * 1.5) + opts["min_iters"], 2_000_000)
+        reset = getattr(runner, "reset_timings", None)
+        if callable(reset):  # runners that time phases themselves (TensorRT) report the timed runs only
+            reset()
 
         stage("timed", {})
         t0 = time.perf_counter()

@@ -21,9 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import MissingDependency
+from edgeopt.errors import BuildFailed, MissingDependency
 
 MANIFEST_SCHEMA = 1
+CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
+# Build options every backend takes (read by the pipeline and by ``Target.build``).
+COMMON_OPTIONS = frozenset({"seed", "check_timeout"})
+
+
+class CheckFailed(BuildFailed):
+    """The build ran to the end, but no artifact met its check (the INT8 search found no passing
+    variant, a structural or prepared-model check failed).  Unlike a crash or a timeout this is the
+    outcome for these inputs: the pipeline caches it, and ``--force`` retries."""
 
 
 def require(module: str, extra: str):
@@ -143,6 +152,19 @@ class Target:
     packages: list[str] = []  # distributions whose versions go into the manifest and cache key
     check_kind = "numeric"  # what the host check can do: numeric | structural | device
 
+    # --- options ------------------------------------------------------------------------
+    def known_options(self) -> frozenset[str] | None:
+        """The ``--option`` keys this backend reads; None: it does not say (then the pipeline
+        refuses no key as unknown)."""
+        return None
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        """Raise UsageError for a bad value of one of this backend's options, before any build starts.
+
+        ``options`` are build-wide (every ``--option`` reaches every target): ignore keys that are
+        not this backend's.  ``spec`` is ``TargetSpec.as_dict()``.  The default checks nothing.
+        """
+
     # --- capabilities -------------------------------------------------------------------
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
         """ONNX op types (default domain) this backend takes; None when it has no list."""
@@ -175,7 +197,11 @@ class Target:
         _link_or_copy(job.validation_path, bundle / "validation" / "inputs.npz")
         _link_or_copy(job.reference_path, bundle / "validation" / "reference.npz")
         t0 = time.perf_counter()
-        out = self._build(job, progress)
+        try:
+            out = self._build(job, progress)
+        except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
+            (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc)}) + "\n")
+            raise
         build_s = time.perf_counter() - t0
         manifest = self._manifest(job, out, build_s)
         write_manifest(bundle, manifest)  # the check reads it

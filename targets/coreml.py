@@ -15,14 +15,15 @@ the numeric host check through that same runner.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import BuildFailed, UsageError
+from edgeopt.errors import UsageError
 
-from .base import BuildJob, BuildOutput, Target, require
+from .base import BuildJob, BuildOutput, CheckFailed, Target, require
 
 ARTIFACT = "model.mlpackage"
 COMPUTE_UNITS = ("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
@@ -80,6 +81,21 @@ class CoreMlTarget(Target):
     packages = ["coremltools"]
     check_kind = "structural"
 
+    def known_options(self) -> frozenset[str] | None:
+        return frozenset({"min_deployment_target", "compute_units"})
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        compute_units(options.get("compute_units"))
+        if options.get("min_deployment_target"):  # coremltools knows the names: import it only then
+            log = logging.getLogger("coremltools")
+            level = log.level
+            log.setLevel(logging.ERROR)  # not its "Failed to load _MLModelProxy" lines (no Core ML on Linux)
+            try:
+                ct = import_coremltools()
+            finally:
+                log.setLevel(level)
+            deployment_target(ct, options["min_deployment_target"])
+
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
         from .coreml_ops import supported_op_types
 
@@ -113,7 +129,7 @@ class CoreMlTarget(Target):
         progress("structural check")
         structural = structural_check(ct, package, io)
         if not structural["passed"] and not opts.get("allow_mismatch"):
-            raise BuildFailed("Core ML structural check failed: " + "; ".join(structural["problems"]),
+            raise CheckFailed("Core ML structural check failed: " + "; ".join(structural["problems"]),
                               hint="use --allow-mismatch to keep the bundle anyway")
         on_mac = sys.platform == "darwin"
         notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "

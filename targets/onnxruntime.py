@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .base import BuildJob, BuildOutput, Target, require
 
@@ -18,6 +19,16 @@ class OnnxRuntimeTarget(Target):
     backend = "onnxruntime"
     extra = "onnxruntime"
     packages = ["onnxruntime"]
+
+    def known_options(self) -> frozenset[str] | None:
+        from .ort_int8 import OPTION_KEYS
+
+        return frozenset(OPTION_KEYS)
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        from .ort_int8 import parse_options
+
+        parse_options(options)  # the int8_* values, whatever the precision: a bad value is a typo
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         if job.precision == "int8":

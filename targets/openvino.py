@@ -43,6 +43,17 @@ class OpenVinoTarget(Target):
     extra = "openvino"
     packages = ["openvino", "nncf"]
 
+    # --- options ------------------------------------------------------------------------
+    def known_options(self) -> frozenset[str] | None:
+        from .openvino_int8 import OPTION_KEYS
+
+        return OPTION_KEYS
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        from .openvino_int8 import parse_options
+
+        parse_options(options)  # the int8_* values, whatever the precision: a bad value is a typo
+
     # --- capabilities -------------------------------------------------------------------
     def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
         """Every node OpenVINO's ONNX frontend cannot convert; [] when openvino is not installed.

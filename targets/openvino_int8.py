@@ -50,7 +50,7 @@ import numpy as np
 from edgeopt.errors import BuildFailed, UsageError
 from edgeopt_agent.compare import compare_outputs, tolerance_for
 
-from .base import BuildJob, parse_tolerance, require
+from .base import BuildJob, CheckFailed, parse_tolerance, require
 
 SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
@@ -210,17 +210,12 @@ def _load_sets(job_like: dict[str, Any]):
             load_stacked(job_like["reference_path"], outs, "out"))
 
 
-def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: bool,
-                      progress: Callable[[str], None]) -> Int8Result:
-    """Search NNCF settings for the fastest INT8 model that meets the bound; raise BuildFailed if none.
+OPTION_KEYS = frozenset({"int8_search", "int8_tolerance", "tolerance_override", "int8_budget_s",
+                         "int8_accuracy_control", "int8_max_reverts"})
 
-    ``device`` is where the candidates are judged here (the target's device, or CPU when the
-    host lacks it: then the layers left in floating point are judged in f32, the IR's own numerics).
-    """
-    nncf = require("nncf", "openvino")
-    nncf.set_log_level(logging.WARNING)  # its INFO lines would bury a crash's last words in the worker's tail
-    t_start = time.perf_counter()
-    opts = job.options
+
+def parse_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """The INT8 search's ``--option`` values (``OPTION_KEYS``), validated; other keys are ignored."""
     mode = str(opts.get("int8_search", "quick")).lower()
     if mode not in SEARCH_MODES:
         raise UsageError(f"int8_search={mode!r} is not known", hint="int8_search=quick or int8_search=full")
@@ -229,6 +224,33 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         budget = float(opts.get("int8_budget_s", DEFAULT_BUDGET_S))
     except (TypeError, ValueError):
         raise UsageError(f"int8_budget_s={opts.get('int8_budget_s')!r} is not a number of seconds") from None
+    if not budget > 0:
+        raise UsageError(f"int8_budget_s must be > 0, got {opts.get('int8_budget_s')!r}")
+    control = str(opts.get("int8_accuracy_control", True)).lower()
+    if control not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise UsageError(f"int8_accuracy_control={opts.get('int8_accuracy_control')!r}: expected true or false")
+    reverts = opts.get("int8_max_reverts", 12)
+    try:
+        if isinstance(reverts, bool) or int(reverts) != float(reverts) or int(reverts) < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UsageError(f"int8_max_reverts={reverts!r}: expected a whole number >= 1") from None
+    return {"mode": mode, "tolerance": override, "budget_s": budget,
+            "accuracy_control": control not in ("false", "0", "no", "off"), "max_reverts": int(reverts)}
+
+
+def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: bool,
+                      progress: Callable[[str], None]) -> Int8Result:
+    """Search NNCF settings for the fastest INT8 model that meets the bound; raise CheckFailed if none.
+
+    ``device`` is where the candidates are judged here (the target's device, or CPU when the
+    host lacks it: then the layers left in floating point are judged in f32, the IR's own numerics).
+    """
+    nncf = require("nncf", "openvino")
+    nncf.set_log_level(logging.WARNING)  # its INFO lines would bury a crash's last words in the worker's tail
+    t_start = time.perf_counter()
+    parsed = parse_options(job.options)
+    mode, override, budget = parsed["mode"], parsed["tolerance"], parsed["budget_s"]
     if not job.calib_path:
         raise UsageError("INT8 needs calibration data", hint="pass --calib with real samples")
     sets = {"calib_path": job.calib_path, "validation_path": job.validation_path,
@@ -287,7 +309,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
             break
 
     passing = [t for t in tried if t.get("passed")]
-    if not passing and str(opts.get("int8_accuracy_control", True)).lower() not in ("false", "0", "no"):
+    if not passing and parsed["accuracy_control"]:
         left = budget - (time.perf_counter() - t_start)
         if not models:
             tried.append({"variant": "accuracy-control",
@@ -296,7 +318,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
             tried.append({"variant": "accuracy-control",
                           "skipped": f"no time left in the {budget:.0f}s search budget (int8_budget_s)"})
         else:
-            entry, q = _accuracy_control(ov, model, judge, tried, sets, target_device, opts, left, job, progress)
+            entry, q = _accuracy_control(ov, model, judge, tried, sets, target_device, parsed["max_reverts"],
+                                         left, job, progress)
             tried.append(entry)
             if q is not None and entry.get("passed"):
                 models["accuracy-control"] = q
@@ -304,7 +327,9 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
 
     tol = tolerance_for("int8", override)
     if not passing:
-        raise BuildFailed(
+        # A crashed accuracy-control child may be transient (memory): only a search that ran is cached.
+        failure = BuildFailed if any(t.get("crashed") for t in tried) else CheckFailed
+        raise failure(
             f"INT8 for {job.target['name']}: no variant meets the INT8 bound "
             f"(cosine >= {tol['cosine_min']}, rel_l2 <= {tol['rel_l2_max']}, max_abs_norm <= {tol['max_abs_norm_max']}, "
             f"top-1 >= {tol['top1_min']}) on {len(feeds)} validation samples, so no int8 bundle is shipped "
@@ -344,8 +369,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
                       pinned if device_on_host else None)
 
 
-def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, opts, left_s: float, job: BuildJob,
-                      progress) -> tuple[dict[str, Any], Any]:
+def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, iterations: int, left_s: float,
+                      job: BuildJob, progress) -> tuple[dict[str, Any], Any]:
     """NNCF's accuracy-controlled quantization from the best variant's settings, in a child process
     killed after ``left_s`` seconds; returns (record, model or None)."""
     ran = [t for t in tried if "margin" in t]
@@ -354,7 +379,6 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, opts,
     # max_drop; a quantized margin >= 0 is what passes, so the allowed drop is the FP32 margin,
     # less a little headroom for the final check's precision.
     fp32_margin = margin(judge.judge(model, {"INFERENCE_PRECISION_HINT": "f32"}))
-    iterations = int(opts.get("int8_max_reverts", 12))
     entry: dict[str, Any] = {"variant": "accuracy-control",
                              "settings": {**base["settings"], "max_reverts": iterations,
                                           "max_drop": round(max(fp32_margin - 0.02, 1e-3), 4)}}
@@ -380,7 +404,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, opts,
         if proc.returncode != 0 or not reply or not reply.get("ok"):
             why = (reply or {}).get("error") or next(
                 (ln for ln in reversed(proc.stderr.strip().splitlines()) if ln.strip()), f"exit code {proc.returncode}")
-            entry.update({"passed": False, "error": why[:300]})
+            entry.update({"passed": False, "error": why[:300], "crashed": proc.returncode != 0})
             return entry, None
         # Read into memory (no mmap of model.bin): the folder is removed below.
         q = ov.Core().read_model(str(work / "int8.xml"), config={"ENABLE_MMAP": False})

@@ -17,7 +17,8 @@ quantizer settings and measures each against the FP32 reference, by the host che
    samples (never judged on the validation set it is then checked on), groups grow while that
    pays, until the bound is met or the trial/time budget runs out.
 5. The fastest passing variant is kept (latencies re-measured interleaved; within 3% is a tie,
-   broken by accuracy).  None passes: ``BuildFailed`` naming the best figures; nothing is written.
+   broken by accuracy).  None passes: ``CheckFailed`` naming the best figures; nothing is written
+   (the pipeline caches that outcome).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.errors import BuildFailed, UsageError
+from edgeopt.errors import UsageError
 
-from .base import BuildJob, BuildOutput, parse_tolerance, require
+from .base import BuildJob, BuildOutput, CheckFailed, parse_tolerance, require
 from .ort_int8_quant import (
     TIMING_THREADS,
     QuantSettings,
@@ -125,11 +126,11 @@ def _bool(key: str, value: Any) -> bool:
 
 
 def parse_options(options: dict[str, Any]) -> SearchPlan:
-    """The ``int8_*`` build options, validated (unknown ``int8_`` keys are refused, not ignored)."""
-    unknown = sorted(k for k in options if k.startswith("int8_") and k not in OPTION_KEYS)
-    if unknown:
-        raise UsageError(f"unknown INT8 option(s) for the cpu target: {', '.join(unknown)}",
-                         hint=f"known: {', '.join(sorted(OPTION_KEYS))}")
+    """The cpu target's ``int8_*`` build options (``OPTION_KEYS``), validated.
+
+    Options are build-wide, so other keys (another backend's ``int8_mode``...) are ignored here; the
+    pipeline refuses a key that no selected target reads before anything is built.
+    """
     mode = str(options.get("int8_search", "quick")).lower()
     if mode not in SEARCH_MODES:
         raise UsageError(f"int8_search must be quick or full, got {options['int8_search']!r}")
@@ -394,7 +395,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         chosen, fp32_ms = search.select(Path(job.prepared_path))
         if chosen is None:
             best = max(search.variants, key=lambda v: v.accuracy)
-            raise BuildFailed(
+            raise CheckFailed(
                 f"no INT8 variant met the int8 bound ({_bound(plan)}) after {len(search.variants)} variant(s) in "
                 f"{search.elapsed():.0f}s; the most accurate: {best.summary()}; INT8 is not shipped",
                 hint="keep fp32 for this target, calibrate with more representative --calib data, try "
@@ -402,7 +403,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                      "--option int8_tolerance=cosine_min=0.95,top1_min=0.8")
         if _quantized_nodes(chosen.path) == 0:
             # e.g. silero-vad: every weight lives inside If branches, which the quantizer does not enter
-            raise BuildFailed("INT8 quantized nothing in this model (no QuantizeLinear node in the graph or its "
+            raise CheckFailed("INT8 quantized nothing in this model (no QuantizeLinear node in the graph or its "
                               "subgraphs); an 'int8' artifact would be the FP32 model under another name",
                               hint="keep fp32 for this target")
         return _output(job, plan, feat, why, search, chosen, fp32_ms, ranking)

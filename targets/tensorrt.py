@@ -34,7 +34,7 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
 
-from .base import BuildJob, BuildOutput, Target, host_check, package_versions, require
+from .base import BuildJob, BuildOutput, CheckFailed, Target, host_check, package_versions, require
 
 ENGINE_NOTE = "engine is built on the device (TensorRT engines are tied to the GPU model and TensorRT version)"
 SPEC_FILE = "trt_build.json"
@@ -93,6 +93,11 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
     for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify"):
         o[k] = _bool(k, o[k])
     o["trt_opt_level"] = _int("trt_opt_level", o["trt_opt_level"], 0, 5)
+    o["trt_calibration"] = str(o["trt_calibration"])
+    if o["trt_calibration"] != "auto":
+        from .trt_prep import calibration_method
+
+        calibration_method(o["trt_calibration"])
     ws = o["trt_workspace_mb"] if o["trt_workspace_mb"] is not None else profile.get("workspace_mb", 4096)
     o["trt_workspace_mb"] = _int("trt_workspace_mb", ws, 16)
     if o["trt_dla_core"] is not None and str(o["trt_dla_core"]).lower() not in ("none", "", "-1"):
@@ -164,6 +169,13 @@ class TensorRtTarget(Target):
     packages = ["onnxsim"]  # the host needs onnx, onnxruntime and onnxsim; never tensorrt
     check_kind = "device"
 
+    def known_options(self) -> frozenset[str] | None:
+        return frozenset(OPTIONS)
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        """Every trt_* value but ``trt_profile`` (that one needs the model's inputs: checked in the build)."""
+        resolve_options(options, spec, precision)
+
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
         from .trt_prep import ops_table
 
@@ -231,7 +243,9 @@ class TensorRtTarget(Target):
         check = prepared_check(bundle, files, job, prec, job.options.get("check_timeout", 600))
         summary = _summary(check)
         if not check.get("passed") and not job.options.get("allow_mismatch"):
-            raise BuildFailed(f"the prepared {prec} ONNX fails its check in ONNX Runtime on the host: {summary}",
+            # a check that ran and failed is this model's outcome (cached); a crashed or hung one is not
+            failure = BuildFailed if "error" in check else CheckFailed
+            raise failure(f"the prepared {prec} ONNX fails its check in ONNX Runtime on the host: {summary}",
                               hint="use --allow-mismatch to keep it, another --option trt_calibration, or fp16")
         if not check.get("passed"):
             warnings.append(f"the prepared ONNX fails its host check ({summary}); kept by --allow-mismatch")

@@ -479,18 +479,26 @@ def activation_stats(model, tensors: list[str], feeds: list[dict[str, np.ndarray
     return ActivationStats(absmax, hists)
 
 
-def amax_for(stats: ActivationStats, method: str, qmax: float = 127.0) -> dict[str, float]:
-    """Clipping values by ``method``: ``max``, ``mse`` or ``percentile`` / ``percentile-99.999``."""
-    name, _, pct = method.partition("-")
-    if name not in CALIBRATION_METHODS:
+def calibration_method(method: str) -> tuple[str, float]:
+    """Validate one clipping rule (``max``, ``mse``, ``percentile``, ``percentile-99.999``): (name, percentile)."""
+    name, _, pct = str(method).partition("-")
+    if name not in CALIBRATION_METHODS or (pct and name != "percentile"):
         raise UsageError(f"unknown calibration method {method!r}",
                          hint=f"one of auto, {', '.join(CALIBRATION_METHODS)}, percentile-99.999")
-    if name == "max":
-        return dict(stats.absmax)
     try:
         percentile = float(pct) if pct else 99.99
     except ValueError:
         raise UsageError(f"bad percentile in {method!r}", hint="e.g. percentile-99.99") from None
+    if not 0 < percentile <= 100:
+        raise UsageError(f"bad percentile in {method!r}: must be in (0, 100]", hint="e.g. percentile-99.99")
+    return name, percentile
+
+
+def amax_for(stats: ActivationStats, method: str, qmax: float = 127.0) -> dict[str, float]:
+    """Clipping values by ``method``: ``max``, ``mse`` or ``percentile`` / ``percentile-99.999``."""
+    name, percentile = calibration_method(method)
+    if name == "max":
+        return dict(stats.absmax)
     amax = {}
     for t, top in stats.absmax.items():
         h = stats.hists[t]
@@ -658,6 +666,8 @@ def quantize(model, feeds: list[dict[str, np.ndarray]], kind: str = "int8", meth
             hint="build this model in fp16 instead")
     tensors = list(plan.activations)
     candidates = AUTO_METHODS[kind] if method == "auto" else (method,)
+    for c in candidates:  # a bad name fails now, not after the calibration pass
+        calibration_method(c)
     progress(f"calibrating {len(tensors)} activation ranges on {len(feeds)} samples")
     stats = activation_stats(model, tensors, feeds, histograms=any(c != "max" for c in candidates))
     tried: dict[str, dict[str, float]] = {}

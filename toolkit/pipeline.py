@@ -3,11 +3,20 @@
 Bundles are written to a temp dir under ``--out`` and renamed into place only when complete, so a
 failed or interrupted build never leaves a half-written bundle.  Finished bundles are kept in a
 content-addressed cache (``$EDGEOPT_CACHE_DIR`` or ``~/.cache/edgeopt``): the same model, options,
-data and toolchain give the same key and no rebuild.
+data and toolchain give the same key and no rebuild.  So do the outcomes of builds that ran to the
+end and failed their check (``<key>.failed.json`` beside the bundles): the same key reports the same
+failure at once, until ``--force``.  Crashes and timeouts are never cached.
+
+``--option KEY=VALUE`` values are build-wide: every target sees every key, reads its own and ignores
+the others.  Before anything is built, each selected (target, precision) checks the values of its
+keys (``Target.check_options``), and a key that no backend reads (a typo) is refused
+(``Target.known_options``): both are usage errors (exit 2).
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import hashlib
 import json
 import os
@@ -25,8 +34,10 @@ from typing import Any
 
 from edgeopt import __version__
 from edgeopt.errors import BuildFailed, UsageError
+from edgeopt.targets.base import CHECK_FAILED_MARK
 
 STATUS_OK = ("built", "cached", "up-to-date")
+CACHED_FAILURE = "[cached outcome of an identical earlier build; --force retries]"
 
 
 @dataclass
@@ -128,6 +139,7 @@ def build(
     plans = [(s, p) for s in specs for p in resolve_precisions(s, precisions or ["auto"])]
     pre = calibmod.Preprocess.parse(preprocess)
     options = dict(options or {})
+    check_options(plans, options)
     info = modelmod.inspect(model)
     static = modelmod.static_input_shapes(info, shapes or {})
     out = Path(out)
@@ -170,6 +182,13 @@ def build(
             res.manifest = json.loads((final / "manifest.json").read_text())
             res.check = _check_summary(res.manifest)
             continue
+        failed = None if force else _cached_failure(key)
+        if failed:
+            res.status, res.time_s, res.manifest = failed["status"], 0.0, failed.get("manifest")
+            res.error = f"{CACHED_FAILURE} {failed['error']}"
+            res.check = f"{failed['check']} {CACHED_FAILURE}" if failed.get("check") else ""
+            progress(f"{spec.name} {prec}: {res.error.splitlines()[0]}")
+            continue
         todo.append((res, spec, key, final))
 
     warnings: list[str] = []
@@ -202,6 +221,57 @@ def build(
             if w not in warnings:
                 warnings.append(w)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start)
+
+
+def check_options(plans: list[tuple[Any, str]], options: dict[str, Any]) -> None:
+    """Refuse bad ``--option`` values before anything is built (UsageError: exit 2).
+
+    Options are build-wide: a key another backend reads is ignored by the rest (so one set of
+    options serves every target), and only a key that no backend reads is refused -- checked when
+    every backend lists its keys (``Target.known_options``).  Then each selected (target, precision)
+    whose backend can build here checks the values of its own keys (``Target.check_options``).
+    """
+    from edgeopt.targets.base import COMMON_OPTIONS
+    from edgeopt.targets.registry import BACKENDS, get_backend
+
+    key_sets = [get_backend(name).known_options() for name in BACKENDS] if options else []
+    if key_sets and all(k is not None for k in key_sets):
+        known = set(COMMON_OPTIONS).union(*key_sets)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1, cutoff=0.75)
+            raise UsageError(f"unknown --option {', '.join(unknown)}: no target reads it",
+                             hint=(f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(sorted(known))}")
+    for spec, prec in plans:
+        backend = get_backend(spec.backend)
+        if backend.available() is None:
+            backend.check_options(options, prec, spec.as_dict())
+
+
+def _failure_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.failed.json"
+
+
+def _cached_failure(key: str) -> dict[str, Any] | None:
+    """The recorded outcome of a build with this key that ran to the end and failed its check."""
+    try:
+        rec = json.loads(_failure_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and rec.get("cache_key") == key and rec.get("status") else None
+
+
+def _remember_failure(key: str, res: TargetResult, progress: Callable[[str], None]) -> None:
+    """Cache the outcome (not the bundle) of a build that ran to the end and failed its check."""
+    path = _failure_path(key)
+    rec = {"cache_key": key, "status": res.status, "error": res.error, "check": res.check, "manifest": res.manifest}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        tmp.write_text(json.dumps(rec, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        progress(f"{res.target} {res.precision}: could not write the cache ({exc}); continuing")
 
 
 def _layout(shape: list[int]) -> str | None:
@@ -353,6 +423,8 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
         progress(f"{tag}: FAILED: {result['error'].splitlines()[0]}")
         if result.get("traceback"):
             res.error += "\n" + result["traceback"]
+        elif (Path(job["bundle_dir"]) / CHECK_FAILED_MARK).is_file():  # CheckFailed: no variant passed
+            _remember_failure(job["cache_key"], res, progress)
         return
     manifest = result["manifest"]
     res.manifest = manifest
@@ -363,6 +435,8 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
         res.status = "check-failed"
         res.error = "host check failed: " + res.check + " (use --allow-mismatch to keep it)"
         progress(f"{tag}: {res.error}")
+        if "error" not in hc:  # the check ran and the numbers missed: cache that outcome (not a crash or hang)
+            _remember_failure(job["cache_key"], res, progress)
         return
     bundle = Path(job["bundle_dir"])
     if passed:  # only faithful bundles are cached
@@ -372,6 +446,8 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
             _install(bundle, cached, copy=True)
         except OSError as exc:
             progress(f"{tag}: could not write the cache ({exc}); continuing")
+        with contextlib.suppress(OSError):  # --force rebuilt what had failed
+            _failure_path(key).unlink(missing_ok=True)
     _install(bundle, final, copy=False)
     res.status, res.bundle = "built", str(final)
     progress(f"{tag}: done in {res.time_s:.1f}s, host check {res.check}")

@@ -9,6 +9,8 @@
   ``execute_async_v3`` instead -- ``info()`` says which and why.
 - ``info()`` carries the split timings (mean, std, p50/p90/p99, min, max in ms per phase), the
   engine cache key and whether the engine was reused, and on a Jetson the power mode and clocks.
+  The bench calls ``reset_timings()`` after its warm-up, so the split timings (and their ``runs``)
+  cover the same runs as its latency figures, not the first inference, accuracy pass or warm-up.
 
 Standard library + numpy at import; tensorrt and cuda-python are imported in ``load()``.
 """

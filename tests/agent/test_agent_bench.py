@@ -175,3 +175,27 @@ def test_memory_limit_below_the_agents_own_footprint_is_refused_clearly(tiny_bun
     rc, reply = agent("bench", {"bundle": str(tiny_bundle), "options": {"duration_s": 0.1, "limits": {"memory_mb": 16}}})
     assert rc == 1 and reply["error"]["type"] == "BenchError"
     assert "limits.memory_mb 16 is below the agent's own address space" in reply["error"]["message"]
+
+
+def test_bench_resets_a_runners_own_timings_after_warmup(tiny_bundle, monkeypatch):
+    """A runner's per-phase timings (TensorRT's H2D/compute/D2H) cover the timed runs only."""
+    import edgeopt_agent.bench as bench
+    from edgeopt_agent.runners.onnxruntime import OnnxRuntimeRunner
+
+    class PhaseTimed(OnnxRuntimeRunner):
+        runs = 0
+
+        def run(self, feed):
+            self.runs += 1
+            return super().run(feed)
+
+        def reset_timings(self) -> None:
+            self.runs = 0
+
+        def info(self):
+            return {**super().info(), "timings_ms": {"runs": self.runs}}
+
+    monkeypatch.setattr(bench, "get_runner", lambda name: PhaseTimed)
+    res = bench.run_bench(tiny_bundle, {"duration_s": 0.05, "min_iters": 5, "warmup": 3})
+    assert res["iterations"] >= 5
+    assert res["runner"]["timings_ms"]["runs"] == res["iterations"]  # not + first run, accuracy pass, warm-up

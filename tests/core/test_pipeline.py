@@ -143,3 +143,154 @@ def test_nothing_from_a_failed_build_is_left_in_out(tmp_path):
     build(tiny_cnn(tmp_path / "t.onnx"), "cpu", ["fp32"], out=out, timeout=0.2, force=True)
     assert [p for p in out.rglob("*") if p.is_file()] == []
     assert os.listdir(out) == []
+
+
+# --- --option values are checked before anything is built -----------------------------------------
+TFLITE_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout"})
+
+
+def _no_build(monkeypatch) -> None:
+    """Fail the test if the pipeline gets as far as preparing data or starting a worker."""
+    import edgeopt.pipeline as pipeline
+
+    def started(*args, **kwargs):
+        raise AssertionError("a build started despite a bad --option")
+
+    monkeypatch.setattr(pipeline, "_prepare", started)
+    monkeypatch.setattr(pipeline, "_run_job", started)
+
+
+def _tflite_lists_its_keys(monkeypatch) -> None:
+    """Unknown keys are refused only when every backend lists its keys: stand in for the TFLite target's
+    list where it has none yet."""
+    from edgeopt.targets.registry import get_backend
+
+    tflite = get_backend("tflite")
+    if tflite.known_options() is None:
+        monkeypatch.setattr(type(tflite), "known_options", lambda self: TFLITE_KEYS, raising=False)
+
+
+@pytest.mark.parametrize("target,precision,options,needle", [
+    ("cpu", "int8", {"int8_search": "fast"}, "int8_search"),
+    ("cpu", "fp32", {"int8_tolerance": "cosine_min=high"}, "int8_tolerance"),
+    ("cpu", "int8", {"int8_serach": "full"}, "did you mean int8_search"),
+    ("cpu", "fp32", {"colour": "red"}, "no target reads it"),
+    ("intel-cpu", "int8", {"int8_budget_s": "soon"}, "int8_budget_s"),
+    ("intel-cpu", "int8", {"int8_max_reverts": "many"}, "int8_max_reverts"),
+    ("apple", "fp16", {"compute_units": "NPU"}, "compute_units"),
+    ("apple", "fp16", {"min_deployment_target": "iOS14"}, "iOS14"),
+    ("h100", "fp16", {"trt_opt_level": 9}, "0..5"),
+    ("h100", "int8", {"trt_calibration": "entropyy"}, "unknown calibration method"),
+    ("a100", "fp16", {"trt_dla_core": 0}, "has no DLA"),
+])
+def test_bad_option_value_is_a_usage_error_before_any_build(tmp_path, monkeypatch, target, precision, options,
+                                                            needle):
+    from edgeopt.targets.registry import get_backend, resolve_target
+
+    why = get_backend(resolve_target(target).backend).available()
+    if why:
+        pytest.skip(why)
+    _no_build(monkeypatch)
+    _tflite_lists_its_keys(monkeypatch)
+    out = tmp_path / "d"
+    with pytest.raises(UsageError, match=needle):
+        build(tiny_cnn(tmp_path / "t.onnx"), target, [precision], out=out, options=options)
+    assert not out.exists()
+
+
+def test_bad_option_value_exits_2_with_one_message(tmp_path, capsys, monkeypatch):
+    _no_build(monkeypatch)
+    model = tiny_cnn(tmp_path / "t.onnx")
+    code = main(["build", str(model), "--targets", "cpu", "--precision", "int8", "--option", "int8_search=fast",
+                 "--out", str(tmp_path / "d"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "int8_search" in err and "Traceback" not in err
+    assert err.startswith("edgeopt: error: ") and err.count("edgeopt: error") == 1
+
+
+def test_options_are_build_wide_each_target_reads_its_own(monkeypatch):
+    """`--targets cpu,mobile --option int8_mode=dynamic`: the TFLite key is no error for cpu; one set of
+    options serves every target, one at a time too; only a key no backend reads is refused."""
+    from edgeopt.pipeline import check_options
+    from edgeopt.targets.registry import resolve_target
+
+    cpu, mobile, apple = resolve_target("cpu"), resolve_target("mobile"), resolve_target("apple")
+    both = {"int8_mode": "dynamic", "int8_search": "full", "compute_units": "CPU_ONLY"}
+    check_options([(cpu, "int8"), (mobile, "int8")], both)
+    _tflite_lists_its_keys(monkeypatch)
+    check_options([(cpu, "int8"), (mobile, "int8")], both)
+    check_options([(cpu, "int8")], both)  # another backend's keys are ignored, not refused
+    check_options([(apple, "fp16")], {"int8_tolerance": "cosine_min=0.9"})
+    check_options([(cpu, "int8")], {"seed": 3, "check_timeout": 60})  # the pipeline's own keys
+    with pytest.raises(UsageError, match=r"int8_mod\b.*no target reads it"):
+        check_options([(cpu, "int8"), (mobile, "int8")], {"int8_mod": "dynamic"})
+
+
+# --- failed checks are cached as outcomes -------------------------------------------------------
+def _noisy(path: Path) -> Path:
+    """x + RandomNormalLike(x): every run differs from the reference, so the host check always fails."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["n"], name="noise"),
+             helper.make_node("Add", ["x", "n"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "noisy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_failed_host_check_is_cached_as_an_outcome_until_force(tmp_path):
+    model, out = _noisy(tmp_path / "noisy.onnx"), tmp_path / "d"
+    first = build(model, "cpu", ["fp32"], out=out).results[0]
+    assert first.status == "check-failed" and "cached" not in first.error
+    t0 = time.perf_counter()
+    again = build(model, "cpu", ["fp32"], out=out).results[0]
+    assert time.perf_counter() - t0 < 5
+    assert again.status == "check-failed" and again.time_s == 0.0 and not again.ok
+    assert "cached" in again.error and "--force" in again.error and "cached" in again.check
+    assert first.error in again.error
+    assert not (out / "noisy").exists() and _leftovers(out) == []  # nothing installed
+    forced = build(model, "cpu", ["fp32"], out=out, force=True).results[0]
+    assert forced.status == "check-failed" and "cached" not in forced.error and forced.time_s > 0
+    # --allow-mismatch is another build (another key): it keeps the bundle as before
+    kept = build(model, "cpu", ["fp32"], out=out, allow_mismatch=True).results[0]
+    assert kept.status == "built" and kept.manifest["host_check"]["passed"] is False
+
+
+def test_cached_check_failure_exits_3_and_says_so(tmp_path, capsys):
+    args = ["build", str(_noisy(tmp_path / "noisy.onnx")), "--targets", "cpu", "--precision", "fp32",
+            "--out", str(tmp_path / "d"), "-q"]
+    assert main(args) == 3
+    capsys.readouterr()
+    assert main(args) == 3
+    assert "cached" in capsys.readouterr().out
+
+
+def test_int8_search_with_no_passing_variant_is_cached_until_force(tmp_path):
+    model, out = tiny_cnn(tmp_path / "t.onnx"), tmp_path / "d"
+    opts = {"int8_tolerance": "cosine_min=1,rel_l2_max=0", "int8_budget_s": 5}
+    first = build(model, "cpu", ["int8"], out=out, options=opts).results[0]
+    assert first.status == "failed" and "no INT8 variant met" in first.error and "cached" not in first.error
+    again = build(model, "cpu", ["int8"], out=out, options=opts).results[0]
+    assert again.status == "failed" and again.time_s == 0.0
+    assert again.error.startswith("[cached") and "no INT8 variant met" in again.error
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+    forced = build(model, "cpu", ["int8"], out=out, options=opts, force=True).results[0]
+    assert forced.status == "failed" and "cached" not in forced.error and forced.time_s > 0
+
+
+def test_a_hung_host_check_is_not_cached(tmp_path):
+    model, out = tiny_cnn(tmp_path / "t.onnx"), tmp_path / "d"
+    for _ in range(2):  # a timeout may be transient: the second build runs again
+        r = build(model, "cpu", ["fp32"], out=out, options={"check_timeout": 0.001}).results[0]
+        assert r.status == "check-failed" and "hung" in r.error and "cached" not in r.error
+
+
+def test_a_hung_converter_is_not_cached(tmp_path):
+    model, out = tiny_cnn(tmp_path / "t.onnx", seed=11), tmp_path / "d"  # weights no other test caches
+    for _ in range(2):
+        r = build(model, "cpu", ["fp32"], out=out, timeout=0.2).results[0]
+        assert r.status == "failed" and "hung" in r.error and "cached" not in r.error

@@ -225,6 +225,21 @@ def test_build_refuses_a_bad_deployment_target_or_compute_units(tmp_path):
     assert not (tmp_path / "a" / "bundle" / "model.mlpackage").exists()
 
 
+def test_options_are_checked_before_the_build():
+    from edgeopt.errors import UsageError
+    from edgeopt.targets.coreml import CoreMlTarget
+    from edgeopt.targets.registry import resolve_target
+
+    target, spec = CoreMlTarget(), resolve_target("apple").as_dict()
+    assert target.known_options() == {"min_deployment_target", "compute_units"}
+    target.check_options({"min_deployment_target": "iOS17", "compute_units": "cpu_and_ne", "int8_search": "full"},
+                         "fp16", spec)
+    with pytest.raises(UsageError, match="iOS14"):
+        target.check_options({"min_deployment_target": "iOS14"}, "fp16", spec)
+    with pytest.raises(UsageError, match="compute_units"):
+        target.check_options({"compute_units": "NPU"}, "fp32", spec)
+
+
 def test_deployment_target_names(ct):
     from edgeopt.targets.coreml import deployment_target
 

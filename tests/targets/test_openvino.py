@@ -292,11 +292,31 @@ def test_build_int8_full_search_times_every_passing_variant(tmp_path, images_dir
     assert record["chosen"] in {t["variant"] for t in passing}
 
 
-def test_build_int8_unknown_search_mode_is_a_clear_error(tmp_path, images_dir):
-    report = _build(tmp_path, tiny_cnn(tmp_path / "tiny.onnx"), "intel-cpu", ["int8"], calib=str(images_dir),
-                    preprocess="preset=imagenet", options={"int8_search": "thorough"})
-    (r,) = report.results
-    assert r.status == "failed" and "int8_search='thorough' is not known" in r.error and "Traceback" not in r.error
+def test_build_int8_unknown_search_mode_is_a_clear_error_before_the_build(tmp_path, images_dir):
+    from edgeopt.errors import UsageError
+
+    with pytest.raises(UsageError, match="int8_search='thorough' is not known"):
+        _build(tmp_path / "out", tiny_cnn(tmp_path / "tiny.onnx"), "intel-cpu", ["int8"], calib=str(images_dir),
+               preprocess="preset=imagenet", options={"int8_search": "thorough"})
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"int8_budget_s": "soon"}, "not a number of seconds"),
+    ({"int8_budget_s": 0}, "must be > 0"),
+    ({"int8_accuracy_control": "maybe"}, "expected true or false"),
+    ({"int8_max_reverts": 2.5}, "whole number"),
+    ({"int8_tolerance": "cosine_min=x"}, "not a number"),
+])
+def test_int8_options_are_checked_up_front(options, match):
+    from edgeopt.errors import UsageError
+    from edgeopt.targets.openvino_int8 import parse_options
+    from edgeopt.targets.registry import get_backend, resolve_target
+
+    with pytest.raises(UsageError, match=match):
+        get_backend("openvino").check_options(options, "int8", resolve_target("intel-cpu").as_dict())
+    parsed = parse_options({"int8_accuracy_control": False, "int8_max_reverts": "4", "int8_mode": "dynamic"})
+    assert parsed["accuracy_control"] is False and parsed["max_reverts"] == 4 and parsed["mode"] == "quick"
 
 
 def test_parse_tolerance_validates_keys_and_values():

@@ -78,12 +78,30 @@ def test_int8_build_fails_and_ships_nothing_when_no_variant_meets_the_bound(tmp_
 
 
 def test_parse_options_refuses_bad_values_with_a_hint():
-    for options in ({"int8_search": "fast"}, {"int8_serach": "quick"}, {"int8_tolerance": "cos=0.9"},
+    for options in ({"int8_search": "fast"}, {"int8_tolerance": "cos=0.9"},
                     {"int8_tolerance": "cosine_min=high"}, {"int8_activation": "int8", "int8_weight": "uint8"},
                     {"int8_budget_s": -1}, {"int8_reduce_range": "maybe"}):
         with pytest.raises(UsageError) as exc:
             parse_options(options)
         assert str(exc.value).strip()
+
+
+def test_parse_options_ignores_other_backends_keys():
+    """Options are build-wide: TFLite's int8_mode or OpenVINO's int8_max_reverts reach the cpu target too
+    (a key no selected target reads is refused by the pipeline, before the build)."""
+    plan = parse_options({"int8_mode": "dynamic", "int8_max_reverts": 3, "io_dtype": "int8", "int8_search": "full"})
+    assert plan.mode == "full"
+
+
+def test_cpu_target_checks_its_int8_options_up_front():
+    from edgeopt.targets.registry import get_backend, resolve_target
+
+    cpu = get_backend("onnxruntime")
+    spec = resolve_target("cpu").as_dict()
+    assert {"int8_search", "int8_tolerance"} <= cpu.known_options()
+    cpu.check_options({"int8_search": "full", "int8_mode": "dynamic"}, "int8", spec)
+    with pytest.raises(UsageError, match="int8_budget_s"):
+        cpu.check_options({"int8_budget_s": 0}, "int8", spec)
 
 
 def test_parse_tolerance_reads_cli_text_and_json():

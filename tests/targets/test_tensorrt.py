@@ -401,6 +401,22 @@ def test_build_spec_flags_per_precision(precision, flags, clear):
     assert bs["target"]["compute_capability"] == "9.0" and bs["target"]["fp8"] is True
 
 
+def test_trt_options_are_checked_before_the_build():
+    trt, h100, orin = TensorRtTarget(), BUILTIN["h100"].as_dict(), BUILTIN["jetson-orin"].as_dict()
+    assert {"trt_profile", "trt_calibration"} <= trt.known_options()
+    trt.check_options({"trt_opt_level": "4", "int8_search": "full"}, "fp16", h100)  # other backends' keys: ignored
+    trt.check_options({"trt_dla_core": 1}, "int8", orin)
+    for options, message in (({"trt_calibration": "entropyy"}, "unknown calibration method"),
+                             ({"trt_calibration": "percentile-101"}, "bad percentile"),
+                             ({"trt_calibration": "max-5"}, "unknown calibration method"),
+                             ({"trt_simplify": "maybe"}, "true or false"),
+                             ({"trt_dla_core": 0}, "has no DLA")):
+        with pytest.raises(UsageError, match=message):
+            trt.check_options(options, "int8", h100)
+    assert trt_prep.calibration_method("percentile-99.9") == ("percentile", 99.9)
+    assert trt_prep.calibration_method("mse")[0] == "mse"
+
+
 def test_dla_spec_adds_gpu_fallback():
     spec = BUILTIN["jetson-orin"].as_dict()
     bs = build_spec("int8", resolve_options({"trt_dla_core": 0}, spec, "int8"), spec, {}, {})
@@ -803,3 +819,5 @@ def test_bench_verb_reports_split_timings_for_tensorrt(cli_fp16, tmp_path):
     assert reply["ok"], reply
     text = json.dumps(reply)
     assert "timings_ms" in text and "compute" in text and "h2d" in text
+    # the split timings cover the timed loop only (reset after the warm-up), like the latency figures
+    assert reply["bench"]["runner"]["timings_ms"]["runs"] == reply["bench"]["iterations"]

@@ -13,7 +13,8 @@ manifest.json, validation inputs and the ONNX Runtime FP32 reference outputs. Ev
 host can run is checked against the reference with precision-aware tolerances (docs/TOLERANCES.md);
 a failed check fails that target (exit 3) unless --allow-mismatch. Targets build in parallel worker
 processes; a crash or hang in one converter is reported and the others go on. Same model + options
-+ data + toolchain = cache hit, no rebuild.
++ data + toolchain = cache hit, no rebuild; a build that ran and failed its check is remembered too
+(reported at once as a cached result until --force).
 """
 
 
@@ -37,11 +38,14 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
                    help="targets built at once, each in its own process [2]")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a hung converter is killed [1800]")
-    p.add_argument("--force", action="store_true", help="rebuild even when the cache has the bundle")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even when the cache has the bundle, or has this build's failed check")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="keep bundles whose host check fails (marked failed in the manifest)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", default=[],
-                   help="backend option, e.g. int8_search=quick, io_dtype=int8, min_deployment_target=iOS17")
+                   help="backend option, e.g. int8_search=quick, io_dtype=int8, min_deployment_target=iOS17; "
+                        "every target reads its own keys and ignores the rest; bad values, and keys no "
+                        "target reads, are refused before anything is built")
     p.add_argument("--config", help="config file with user-defined targets (default ./edgeopt.yaml)")
     p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
