@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/build_fixtures.py [--models ocr-cls,...] [--targets cpu,intel-cpu,...] [--out DIR]
 
-Real data only: image models are calibrated on real images (skimage's photos for the detector;
-text-line crops that the FP32 detector finds in skimage's page.png and photos for the classifier
+Real data only: image models are calibrated on real images (page.png at other scales and places
+plus skimage's photos for the detector; text-line crops that the FP32 detector finds in skimage's page.png and photos for the classifier
 and the recogniser, upright and, for the classifier, rotated 180°); audio models on windows of
 real speech (beckett.wav, silero's LSTM state carried as in streaming). Writes the `fixture-builds`
 section of docs/BENCHMARKS.md: per model × target × precision, the status and the host check.
@@ -33,7 +33,7 @@ PAGE_TEXT = "Let us first determine markers of the coins and the"
 def prepare_data(work: Path) -> dict[str, tuple[list[str], str]]:
     """Per fixture: (shape flags, --calib path) plus extra build flags."""
     from edgeopt.fixtures import audio_data, path
-    from edgeopt.tasks.ocr import onnx_run_fn, rec_inputs
+    from edgeopt.tasks.ocr import det_inputs, onnx_run_fn, rec_inputs
 
     images = path("images")
     photos = sorted(p for p in images.glob("*.png") if p.name != "page.png")
@@ -44,12 +44,18 @@ def prepare_data(work: Path) -> dict[str, tuple[list[str], str]]:
     cls = np.concatenate([cls, cls[..., ::-1, ::-1]])  # upright + rotated 180°: both classes
     np.random.default_rng(0).shuffle(cls)
     np.savez(work / "cls.npz", x=cls.astype(np.float32))
+    # The detector is calibrated and validated on text: page.png seen at 16 other scales and places
+    # than the task's own view, interleaved with 8 text-free photos (its map must stay empty there).
+    # On text-free photos alone its map is ~0 and the metrics weigh rounding, not text edges.
+    others = [images / f for f in ("chelsea.png", "coffee.png", "astronaut.png", "camera.png", "coins.png",
+                                   "rocket.jpg", "motorcycle_left.png", "brick.png")]
+    np.savez(work / "det.npz", x=det_inputs([images / "page.png"], others, (640, 640), views=16))
     data = {
-        # The detector's validation photos hold almost no text, so its probability map is ~0 and the
-        # tensor metrics measure rounding, not boxes: its INT8 bound is loosened (recorded in each
-        # manifest) and the OCR task check below is the judge (as in tests/tasks/test_ocr_task.py).
-        "ocr-det": (["--shape", "x:1x3x640x640", "--preprocess", "preset=pm1 order=bgr",
-                     "--option", "int8_tolerance=cosine_min=0.75,rel_l2_max=0.75"], str(images)),
+        # 24 samples: the last 8 (5 page views, 3 photos) validate; the default INT8 bound judges.
+        # cpu: the quick search misses by a hair (cos 0.969) within 120 s; a larger budget lets its
+        # float fallback run (the full search passed at cos 0.973 with reduce_range).
+        "ocr-det": (["--shape", "x:1x3x640x640", "--val-count", "8", "--calib-count", "16",
+                     "--option", "int8_budget_s=600"], str(work / "det.npz")),
         "ocr-cls": (["--shape", "x:1x3x48x192", "--val-count", "16"], str(work / "cls.npz")),
         # 27 real line pieces: 8 held out (40 positions each judge top-1), 19 to calibrate.
         "ocr-rec": (["--shape", "x:1x3x48x320", "--val-count", "8"], str(work / "rec.npz")),
@@ -131,7 +137,7 @@ def main() -> int:
     ocr = ocr_checks(rows)
     body = ("## Fixture models × targets (build + host check)\n\n"
             f"Built {stamp()} by `bench/build_fixtures.py` on {machine()} in {time.perf_counter() - t0:.0f} s "
-            f"({load()} at the end). 16 held-out validation samples per bundle (8 line pieces for ocr-rec); bounds in docs/TOLERANCES.md. "
+            f"({load()} at the end). 16 held-out validation samples per bundle (8 line pieces for ocr-rec, 8 det inputs: 5 page views + 3 photos); bounds in docs/TOLERANCES.md. "
             "`check-failed`/`failed` INT8 rows are builds that refused to ship an artifact outside the "
             "INT8 bound; `unsupported` lists the nodes the target cannot take; Core ML is a structural "
             "check (no prediction on Linux) and TensorRT a check of the prepared ONNX (the engine is built "

@@ -16,7 +16,7 @@ from edgeopt import __version__
 from edgeopt.errors import EXIT_INTERNAL, EdgeoptError
 
 # Order is the order in --help.
-COMMANDS = ["inspect", "build", "targets", "export", "push", "bench", "report", "run", "devices"]
+COMMANDS = ["inspect", "build", "targets", "export", "push", "bench", "report", "run", "devices", "ocr"]
 
 EPILOG = """\
 examples:

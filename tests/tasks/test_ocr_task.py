@@ -145,3 +145,37 @@ def test_int8_pair_still_reads_the_sentence(int8_bundles, fp32_run):
     similarity = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
     print(f"INT8 vs FP32 character similarity over the page: {similarity:.1%}; INT8 lines: {lines}")
     assert similarity >= 0.9
+
+
+def test_ocr_check_cli_gates_on_expected_text_and_reference(capsys):
+    from edgeopt.cli import main
+
+    det, rec, page = (str(fixture(k)) for k in ("ocr-det", "ocr-rec", "page"))
+    assert main(["ocr-check", det, rec, page, "--expect", SENTENCE, "--reference", det, rec]) == 0
+    out = capsys.readouterr().out
+    assert "100% of its words" in out and "100.0% of characters alike" in out and out.rstrip().endswith("PASSED")
+    # A sentence that is not on the page trips the gate (exit 3), JSON says why.
+    assert main(["ocr-check", det, rec, page, "--expect", "Four score and seven years ago", "--json"]) == 3
+    res = json.loads(capsys.readouterr().out)
+    assert res["passed"] is False and res["expect"]["words"] < 0.5 and len(res["lines"]) >= 6
+
+
+def test_ocr_check_cli_refuses_bad_input_with_one_line(tmp_path, capsys):
+    from edgeopt.cli import main
+
+    det, rec, page = (str(fixture(k)) for k in ("ocr-det", "ocr-rec", "page"))
+    assert main(["ocr-check", det, rec, page]) == 2  # nothing to judge by
+    assert main(["ocr-check", str(tmp_path), rec, page, "--expect", "x"]) == 2  # not a bundle
+    (tmp_path / "model.txt").write_text("x")
+    assert main(["ocr-check", str(tmp_path / "model.txt"), rec, page, "--expect", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("edgeopt: error:") == 3
+
+
+def test_character_similarity_ignores_line_order_but_not_lost_lines():
+    from edgeopt.tasks.ocr import character_similarity
+
+    a = ["Region-based segmentation", "Let us first determine", "markers of the coins"]
+    assert character_similarity(a, [a[0], a[2], a[1]]) == 1.0
+    assert character_similarity(a, a[:1]) < 0.8
+    assert character_similarity(a, ["Regi0n-based segmentati0n", *a[1:]]) > 0.95

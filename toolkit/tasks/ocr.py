@@ -219,6 +219,48 @@ def rec_inputs(det: RunFn, images: Iterable[str | os.PathLike], det_shape: tuple
     return np.stack(out[:limit] if limit else out)
 
 
+def det_inputs(text_images: Iterable[str | os.PathLike], other_images: Iterable[str | os.PathLike] = (),
+               det_shape: tuple[int, int] = DET_SHAPE, views: int = 6, seed: int = 0) -> np.ndarray:
+    """Text-bearing det inputs [N,1,3,H,W] to calibrate and validate a detector on.
+
+    A detector judged on photos without text is judged on a probability map that is ~0 everywhere:
+    its metrics then weigh rounding, not text edges.  So each text image is shown ``views`` times at
+    other scales and places than the task's own view (``det_tensor``: fit, top-left): zoomed-in crops
+    and shrunken copies placed away from the corner.  Each other image (text-free photos: the map
+    must stay empty there) is shown once, fit.  Samples are interleaved so a split into calibration
+    and validation sets keeps both kinds on both sides.
+    """
+    h, w = det_shape
+    rng = np.random.default_rng(seed)
+    text: list[np.ndarray] = []
+    for path in text_images:
+        img = load_image(path)
+        fit = min(h / img.shape[0], w / img.shape[1])
+        for k in range(views):
+            # Alternate zoomed crops (1.2-2.5x the fit scale) and shrunken copies (0.35-0.85x).
+            s = fit * (rng.uniform(1.2, 2.5) if k % 2 == 0 else rng.uniform(0.35, 0.85))
+            nh, nw = max(1, round(img.shape[0] * s)), max(1, round(img.shape[1] * s))
+            big = (_resize(img, nw, nh).astype(np.float32) / 255 - DET_MEAN) / DET_STD
+            y0, x0 = int(rng.integers(0, max(1, nh - h + 1))), int(rng.integers(0, max(1, nw - w + 1)))
+            crop = big[y0:y0 + h, x0:x0 + w]
+            out = np.zeros((h, w, 3), np.float32)
+            oy = int(rng.integers(0, h - crop.shape[0] + 1))
+            ox = int(rng.integers(1 if crop.shape[1] < w else 0, w - crop.shape[1] + 1))  # never the task's view
+            out[oy:oy + crop.shape[0], ox:ox + crop.shape[1]] = crop
+            text.append(out.transpose(2, 0, 1)[None])
+    other = [det_tensor(load_image(p), det_shape)[0] for p in other_images]
+    if not text:
+        raise UsageError("det_inputs needs at least one image with text")
+    mixed: list[np.ndarray] = []
+    step = max(1, len(text) // max(1, len(other)))
+    while text or other:
+        mixed.extend(text[:step])
+        del text[:step]
+        if other:
+            mixed.append(other.pop(0))
+    return np.stack(mixed)
+
+
 # --- run functions ----------------------------------------------------------------------------
 
 def onnx_run_fn(path: str | os.PathLike) -> RunFn:
@@ -295,3 +337,80 @@ def word_match(expected: str, lines: list[str]) -> tuple[float, str]:
         if score > best[0]:
             best = (score, line)
     return best
+
+
+# --- the task gate ------------------------------------------------------------------------------
+
+def model_run_fn(path: str | os.PathLike, default_hw: tuple[int, int]) -> tuple[RunFn, tuple[int, int]]:
+    """A bundle folder (any runtime) or an .onnx file -> (run function, its input H x W)."""
+    p = Path(path)
+    if p.is_dir():
+        run, shape = bundle_run_fn(p)
+        return run, (shape[2], shape[3])
+    if p.suffix.lower() != ".onnx":
+        raise UsageError(f"{p}: expected a bundle folder made by `edgeopt build` or an .onnx file")
+    run = onnx_run_fn(p)
+    import onnx
+
+    dims = onnx.load(str(p), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
+    hw = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else dflt
+               for d, dflt in zip(list(dims)[2:4], default_hw))
+    return run, ((int(hw[0]), int(hw[1])) if len(hw) == 2 else default_hw)
+
+
+def character_similarity(a: list[str], b: list[str]) -> float:
+    """How alike two readings of a page are: each line matched to its closest line of the other
+    reading (so two boxes of a similar height read in swapped order cost nothing), character
+    similarity weighted by length, both directions averaged (a missing or extra line costs)."""
+    def one_way(xs: list[str], ys: list[str]) -> float:
+        xs = [x.replace(" ", "") for x in xs if x.strip()]
+        ys = [y.replace(" ", "") for y in ys if y.strip()]
+        if not xs:
+            return 1.0
+        if not ys:
+            return 0.0
+        best = [max(difflib.SequenceMatcher(None, x, y, autojunk=False).ratio() for y in ys) for x in xs]
+        return sum(r * len(x) for r, x in zip(best, xs)) / sum(len(x) for x in xs)
+
+    return (one_way(a, b) + one_way(b, a)) / 2
+
+
+def check_pair(det: str | os.PathLike, rec: str | os.PathLike, image: str | os.PathLike,
+               expect: str | None = None, reference: tuple[str, str] | None = None,
+               min_words: float = 1.0, min_similarity: float = 0.9) -> dict[str, Any]:
+    """Read ``image`` with a det + rec pair and judge it: the expected text found (share of its
+    words, in order, in one line >= ``min_words``) and/or the reading of the FP32 ONNX ``reference``
+    pair matched (character similarity over the page >= ``min_similarity``)."""
+    if expect is None and reference is None:
+        raise UsageError("nothing to judge the reading by", hint="give --expect TEXT and/or --reference DET.onnx REC.onnx")
+    img = load_image(image)
+    det_run, det_hw = model_run_fn(det, DET_SHAPE)
+    rec_run, rec_hw = model_run_fn(rec, REC_SHAPE)
+    chars_from = next((Path(p) for p in ([rec] + ([reference[1]] if reference else [])) if Path(p).suffix == ".onnx"),
+                      None)
+    if chars_from is None and Path(rec).is_dir():
+        from edgeopt_agent.bundle import load_manifest
+
+        art = Path(rec) / load_manifest(rec)["runtime"]["artifact"]
+        chars_from = art if art.suffix == ".onnx" else None
+    if chars_from is None:
+        raise UsageError(f"the rec bundle {rec} carries no character list",
+                         hint="give --reference DET.onnx REC.onnx (the original models)")
+    chars = characters_from_onnx(chars_from)
+    lines = read_lines(det_run, rec_run, img, chars, det_hw, rec_hw)
+    out: dict[str, Any] = {"image": str(image), "det": str(det), "rec": str(rec), "lines": lines, "passed": True}
+    if expect is not None:
+        words, line = word_match(expect, lines)
+        ok = words >= min_words
+        out["expect"] = {"text": expect, "words": round(words, 4), "line": line, "min_words": min_words, "passed": ok}
+        out["passed"] &= ok
+    if reference is not None:
+        ref_det, _ = model_run_fn(reference[0], det_hw)  # read at the pair's own input sizes
+        ref_rec, _ = model_run_fn(reference[1], rec_hw)
+        ref_lines = read_lines(ref_det, ref_rec, img, chars, det_hw, rec_hw)
+        sim = character_similarity(ref_lines, lines)
+        ok = sim >= min_similarity
+        out["reference"] = {"det": reference[0], "rec": reference[1], "lines": ref_lines,
+                            "similarity": round(sim, 4), "min_similarity": min_similarity, "passed": ok}
+        out["passed"] &= ok
+    return out
