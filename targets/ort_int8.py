@@ -347,7 +347,22 @@ class _Search:
                 current, err, group = v.settings, v.calib_rel_l2, min(2 * group, 16)
             else:  # it does not: these nodes stay quantized, go back to single nodes
                 group = 1
+        if not any(v.passed for v in self.variants):
+            self._joint_fallback(model, best.settings, pre)
         return table
+
+    def _joint_fallback(self, model: Path, base: QuantSettings, ranked: list[str]) -> None:
+        """Nodes that only help together (the real and imaginary Conv of an STFT: float one alone and
+        the other still quantizes the shared input) are missed one at a time: keep the 2, 4, 8 ... most
+        SQNR-sensitive nodes in float at once, while at least one stays quantized, until a variant passes."""
+        sizes = sorted({min(2 ** i, len(ranked) - 1) for i in range(1, 8)} - {0, 1})
+        for k in sizes:
+            if self.over_budget():
+                self.notes.append(f"time budget ({self.plan.budget_s:.0f}s) spent during the joint float fallback")
+                return
+            v = self.try_variant(model, replace(base, exclude=base.exclude + tuple(ranked[:k])), "joint-fallback")
+            if v.passed:
+                return
 
     def select(self, fp32_path: Path) -> tuple[Variant | None, float]:
         """The fastest passing variant (interleaved re-measure, ties to accuracy) and the FP32 latency."""

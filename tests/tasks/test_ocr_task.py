@@ -1,11 +1,12 @@
 """The OCR task check: PP-OCR det + rec read skimage's scanned page, in FP32 and as `cpu` INT8 bundles.
 
 Tolerances of the INT8 builds (``int8_tolerance``), and why:
-- det: cosine >= 0.75, rel_l2 <= 0.75 (default 0.97 / 0.25).  DB's output is a sigmoid probability
-  map that the task thresholds at 0.3; on the validation set (mostly text-free photos) the map is
-  near zero almost everywhere, so cosine/rel_l2 of the raw map weigh rounding of ~0.001 values and
-  the steep text edges, not the boxes.  The INT8 det measured cos ~0.81 there while reading the page
-  word for word: the binding check for it is the task below.
+- det: cosine >= 0.93, rel_l2 <= 0.4 (default 0.97 / 0.25), calibrated and validated on text
+  (``det_inputs``: page.png at other scales and places than the task's view, plus photos; on
+  text-free photos alone the map is ~0 and the metrics weigh rounding, not text edges).  At this
+  small input (256 x 512) the quick search's best measured cos 0.960 / rel_l2 0.280; at 640 x 640
+  the fixture matrix (bench/build_fixtures.py) ships it on the default bound.  The binding check
+  here is the task below.
 - rec: the default INT8 bound.  A looser one (cosine >= 0.95, rel_l2 <= 0.35) let the MinMax variant
   through (cos 0.962, top-1 91%), and that rec read "Let-usfirst determine ...": the task check
   caught it.  At the default bound the search needs Percentile calibration plus a float fallback.
@@ -26,7 +27,7 @@ from tests.conftest import fixture
 
 SENTENCE = "Let us first determine markers of the coins and the"
 DET_HW = (256, 512)  # covers page.png (384 x 191) at 1.33x; the sentence reads the same as at 640 x 640
-DET_TOL = "cosine_min=0.75,rel_l2_max=0.75"
+DET_TOL = "cosine_min=0.93,rel_l2_max=0.4"
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +105,24 @@ def _rec_calibration(det, out: Path) -> Path:
     return out
 
 
+def _det_calibration(out: Path) -> Path:
+    """Text-bearing det inputs: page.png at 16 other scales/places than the task's view + 8 photos."""
+    from edgeopt.tasks import ocr
+
+    images = fixture("images")
+    others = [images / f for f in ("chelsea.png", "coffee.png", "astronaut.png", "camera.png", "coins.png",
+                                   "rocket.jpg", "motorcycle_left.png", "brick.png")]
+    np.savez(out, x=ocr.det_inputs([images / "page.png"], others, DET_HW, views=16))
+    return out
+
+
 @pytest.fixture(scope="module")
 def int8_bundles(tmp_path_factory, fp32_run):
     from edgeopt.pipeline import build
 
     out = tmp_path_factory.mktemp("ocr-int8")
     det_report = build(fixture("ocr-det"), "cpu", ["int8"], shapes={"x": [1, 3, *DET_HW]},
-                       calib=str(fixture("images")), preprocess="preset=pm1 order=bgr", out=out,
+                       calib=str(_det_calibration(out / "det-text.npz")), out=out, n_calib=16, n_val=8,
                        options={"int8_tolerance": DET_TOL}, jobs=1)
     rec_calib = _rec_calibration(fp32_run[0], out / "rec-lines.npz")
     rec_report = build(fixture("ocr-rec"), "cpu", ["int8"], shapes={"x": [1, 3, 48, 320]}, calib=str(rec_calib),
@@ -145,6 +157,9 @@ def test_int8_pair_still_reads_the_sentence(int8_bundles, fp32_run):
     similarity = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
     print(f"INT8 vs FP32 character similarity over the page: {similarity:.1%}; INT8 lines: {lines}")
     assert similarity >= 0.9
+    gate = ocr.check_pair(det_res.bundle, rec_res.bundle, fixture("page"), SENTENCE,
+                          (str(fixture("ocr-det")), str(fixture("ocr-rec"))))
+    assert gate["passed"], gate
 
 
 def test_ocr_check_cli_gates_on_expected_text_and_reference(capsys):
