@@ -28,6 +28,12 @@ from _common import load, machine, md_table, stamp, write_section  # noqa: E402
 TARGETS = {"cpu": "fp32,int8", "intel-cpu": "fp32,fp16,int8", "mobile": "fp32,fp16,int8", "apple": "fp32,fp16",
            "jetson-orin": "fp16,int8", "h100": "fp16,int8"}
 PAGE_TEXT = "Let us first determine markers of the coins and the"
+# Per (model, target) flags on top of the model's own. TFLite's det meets the default INT8 bound in no
+# form (docs/TOLERANCES.md): its bound is relaxed, recorded in the manifest, and the OCR check judges.
+# TFLite's rec meets the default bound with half its layers float (top-1 95%), and that file drops the
+# space of "Let us": on mobile the rec asks 98% per-position top-1, which the search meets dynamic-range.
+TARGET_FLAGS = {("ocr-det", "mobile"): ["--option", "int8_tolerance=cosine_min=0.93,rel_l2_max=0.4"],
+                ("ocr-rec", "mobile"): ["--option", "int8_tolerance=top1_min=0.98"]}
 
 
 def prepare_data(work: Path) -> dict[str, tuple[list[str], str]]:
@@ -75,7 +81,7 @@ def build(model: str, flags: list[str], calib: str, targets: list[str], out: Pat
     rows = []
     for target in targets:
         cmd = [sys.executable, "-m", "edgeopt", "build", str(path(model)), "--targets", target,
-               "--precision", TARGETS[target], *flags, "--calib", calib, "--out", str(out), "--json", "-q"]
+               "--precision", TARGETS[target], *flags, *TARGET_FLAGS.get((model, target), []), "--calib", calib, "--out", str(out), "--json", "-q"]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -98,23 +104,25 @@ def build(model: str, flags: list[str], calib: str, targets: list[str], out: Pat
 def ocr_checks(rows: list[dict]) -> list[dict]:
     """Read page.png with every (det, rec) pair of the same target and precision that built."""
     from edgeopt.fixtures import path
-    from edgeopt.tasks.ocr import characters_from_onnx, read_page_with_bundles, word_match
+    from edgeopt.tasks.ocr import check_pair
 
-    chars = characters_from_onnx(path("ocr-rec"))
     by = {(r["model"], r["target"], r["precision"]): r.get("bundle") for r in rows
           if r["status"] in ("built", "cached", "up-to-date")}
+    reference = (str(path("ocr-det")), str(path("ocr-rec")))
     out = []
     for (model, target, prec), det in sorted(by.items()):
         rec = by.get(("ocr-rec", target, prec))
         if model != "ocr-det" or not rec:
             continue
-        try:
-            lines = read_page_with_bundles(det, rec, path("page"), characters=chars)
-            score, line = word_match(PAGE_TEXT, lines)
-            out.append({"pair": f"{target} {prec}", "words": f"{score:.0%}", "line": line.replace("|", "/")})
+        try:  # the same gate as `edgeopt ocr-check DET REC page.png --expect ... --reference ...`
+            res = check_pair(det, rec, path("page"), PAGE_TEXT, reference)
+            out.append({"pair": f"{target} {prec}", "words": f"{res['expect']['words']:.0%}",
+                        "similar": f"{res['reference']['similarity']:.1%}",
+                        "gate": "pass" if res["passed"] else "FAIL", "line": res["expect"]["line"].replace("|", "/")})
         except Exception as exc:  # a runtime that cannot run here (Core ML, TensorRT) is reported, not fatal
-            out.append({"pair": f"{target} {prec}", "words": "—", "line": f"not run here: {str(exc)[:90]}"})
-        print(f"  OCR {target} {prec}: {out[-1]['words']} {out[-1]['line'][:70]}", flush=True)
+            out.append({"pair": f"{target} {prec}", "words": "—", "similar": "—", "gate": "—",
+                        "line": f"not run here: {str(exc)[:90]}"})
+        print(f"  OCR {target} {prec}: {out[-1]['words']} {out[-1]['similar']} {out[-1]['line'][:60]}", flush=True)
     return out
 
 
@@ -145,8 +153,11 @@ def main() -> int:
             + md_table(rows, [("model", "model"), ("target", "target"), ("precision", "precision"),
                               ("status", "status"), ("check", "host check / reason"), ("time", "build")])
             + "\n\n### Task check: INT8/FP pairs of PP-OCR det + rec reading skimage's page.png\n\n"
-            f"Expected line: \"{PAGE_TEXT}\".\n\n"
-            + md_table(ocr, [("pair", "det + rec bundles"), ("words", "words read"), ("line", "best line read")]))
+            f"Expected line: \"{PAGE_TEXT}\". The gate (`edgeopt ocr-check`) passes when every word of it is "
+            "read in order in one line and the page's characters are >= 90% alike to the FP32 ONNX pair's "
+            "reading (lines matched one to one).\n\n"
+            + md_table(ocr, [("pair", "det + rec bundles"), ("words", "words read"), ("similar", "vs FP32 reading"),
+                             ("gate", "gate"), ("line", "best line read")]))
     write_section("fixture-builds", body)
     return 0
 

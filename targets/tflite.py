@@ -6,10 +6,17 @@ MobileNet on 2 cores), so it runs once per model and is cached, shared by the pr
 TensorFlow's TFLite converter then makes the file for one precision from the SavedModel:
 
 - ``fp32``; ``fp16`` (float16 weights, dequantized at load or run in fp16 by GPU delegates);
-- ``int8`` with ``--option int8_mode=full`` (default): full-integer, calibrated on the build's
-  calibration data, with float32 or int8 I/O (``--option io_dtype=float32|int8``; int8 I/O puts
-  ``artifact_dtype`` and ``quant: [scale, zero_point]`` in the IO spec so the agent quantizes);
-  ``int8_mode=dynamic``: dynamic-range (int8 weights, float activations).
+- ``int8`` with ``--option int8_mode=auto`` (default): an accuracy-aware search in the converter
+  child (``tflite_convert.Int8Search``): full-integer; if that misses the INT8 bound on the
+  validation set, the layers TensorFlow's QuantizationDebugger ranks worst kept float (5%, 15%,
+  30%, 50% of the quantized layers); then dynamic-range.  The first candidate that meets the bound
+  (``int8_tolerance`` overrides included) is kept, each one judged by the host check's own code;
+  none: the build fails naming every attempt's figures.  The manifest keeps the search under
+  ``options.int8`` and a line in the notes.  ``int8_mode=full``: full-integer, calibrated on the
+  build's calibration data, with float32 or int8 I/O (``--option io_dtype=float32|int8``; int8 I/O
+  puts ``artifact_dtype`` and ``quant: [scale, zero_point]`` in the IO spec so the agent quantizes;
+  ``auto`` keeps it for its full-integer and selective files); ``int8_mode=dynamic``: dynamic-range
+  (int8 weights, float activations).  ``full`` and ``dynamic`` do no search: the host check judges them.
 
 Both conversions run in a child process (``edgeopt.targets.tflite_convert``) with a timeout: it
 keeps TensorFlow's global state and onnx2tf's very long output (a log file) away from the worker,
@@ -41,20 +48,28 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UsageError
 
-from .base import BuildJob, BuildOutput, Target, parse_tolerance
+from .base import BuildJob, BuildOutput, CheckFailed, Target, parse_tolerance
 
 # ONNX op -> onnx2tf's builtin replacement (``-rtpo``) for ops that would otherwise need Flex.
 FLEX_PRONE = {"Erf": "Erf", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan", "MatMulInteger": "MatMulInteger"}
 RTPO_NAMES = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "GatherND", "Neg", "HardSwish",
               "Erf", "GeLU", "MatMulInteger")
-CHOICES = {"int8_mode": ("full", "dynamic"), "io_dtype": ("float32", "int8")}
+CHOICES = {"int8_mode": ("auto", "full", "dynamic"), "io_dtype": ("float32", "int8")}
 DEFAULT_CONVERT_TIMEOUT = 1500.0
+OPTION_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout"})
 
 
 class TfliteTarget(Target):
     backend = "tflite"
     extra = "tflite"
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
+
+    def known_options(self) -> frozenset[str] | None:
+        return OPTION_KEYS
+
+    def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
+        parse_options(options, precision)  # a bad value is a usage error before anything is built
+        parse_tolerance(options.get("int8_tolerance"))  # a typo there too, whatever the precision
 
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
         """The ONNX ops onnx2tf converts: one module per op in ``onnx2tf/ops`` (found without importing)."""
@@ -75,7 +90,8 @@ class TfliteTarget(Target):
                 "prepared_path": job.prepared_path, "calib_path": job.calib_path,
                 "validation_path": job.validation_path, "reference_path": job.reference_path,
                 "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
-                "io_dtype": opts["io_dtype"], "replace": replace, "out": str(bundle / "model.tflite"),
+                "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
+                "out": str(bundle / "model.tflite"),
                 "work": str(work), "cache_dir": str(_cache_root()), "log": str(work / "convert.log"),
             }
             reply = run_converter(request, work, opts["convert_timeout"], progress)
@@ -84,9 +100,11 @@ class TfliteTarget(Target):
 
             shutil.rmtree(work, ignore_errors=True)
 
-        notes = list(reply.get("notes", []))
+        notes = ([reply["int8_note"]] if reply.get("int8_note") else []) + list(reply.get("notes", []))
         if opts["io_dtype_ignored"]:
             notes.append("io_dtype=int8 applies to full-integer int8 builds only; this file keeps float I/O")
+        elif opts["io_dtype"] == "int8" and reply["io_dtype"] != "int8":
+            notes.append("io_dtype=int8 was not kept: the int8 search chose dynamic-range, whose I/O is float")
         warnings = list(reply.get("warnings", []))
         if replaced_nodes:
             notes.append("builtin replacements asked of onnx2tf (so no Select TF op is needed): "
@@ -102,7 +120,7 @@ class TfliteTarget(Target):
             runtime_options["delegates_supported"] = list(delegates)
         options = {"int8_mode": opts["int8_mode"] if job.precision == "int8" else None,
                    "io_dtype": reply["io_dtype"], "replace_ops": replace,
-                   "converter_ops": reply["converter"]["supported_ops"]}
+                   "converter_ops": reply["converter"]["supported_ops"], "int8": reply.get("int8")}
         extra: dict[str, Any] = {}
         if opts["tolerance"]:
             extra["tolerance_override"] = opts["tolerance"]
@@ -121,14 +139,16 @@ class TfliteTarget(Target):
 # --- options -------------------------------------------------------------------------------------
 def parse_options(options: dict[str, Any], precision: str) -> dict[str, Any]:
     """This backend's ``--option`` values, checked (other backends' keys are ignored)."""
-    out: dict[str, Any] = {"int8_mode": str(options.get("int8_mode", "full")).lower(),
+    out: dict[str, Any] = {"int8_mode": str(options.get("int8_mode", "auto")).lower(),
                            "io_dtype": str(options.get("io_dtype", "float32")).lower()}
     for key, allowed in CHOICES.items():
         if out[key] not in allowed:
             raise UsageError(f"--option {key}={options.get(key)!r} is not one of {', '.join(allowed)}",
                              hint=f"e.g. --option {key}={allowed[0]}")
-    # Options apply to every precision of a build: int8 I/O only to the full-integer one.
-    out["io_dtype_ignored"] = out["io_dtype"] == "int8" and not (precision == "int8" and out["int8_mode"] == "full")
+    # Options apply to every precision of a build: int8 I/O only to the full-integer one (and to
+    # auto, whose full-integer and selective files keep it).
+    out["io_dtype_ignored"] = out["io_dtype"] == "int8" and not (precision == "int8"
+                                                                 and out["int8_mode"] in ("full", "auto"))
     if out["io_dtype_ignored"]:
         out["io_dtype"] = "float32"
     rep = str(options.get("replace_ops", "auto"))
@@ -224,6 +244,8 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
         sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
         raise BuildFailed(f"the TFLite converter crashed: exit code {proc.returncode}{sig}",
                           hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
+    if reply.get("kind") == "int8_search":  # ran to the end, no INT8 candidate met the bound: its own line
+        raise CheckFailed(reply["error"], hint=reply.get("hint"))
     if not reply.get("ok"):
         tail = log_tail(log_path, 8)
         raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",

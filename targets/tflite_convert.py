@@ -10,6 +10,11 @@ timeout.  Two stages:
    first; a wider op set only when that fails, and the reply says so), then the file is opened
    with the TFLite interpreter to read its signature, shapes, dtypes and quantization.
 
+``int8_mode=auto`` (the default) searches in stage 2 (``Int8Search``): full-integer, then the
+most sensitive layers kept float (TensorFlow's QuantizationDebugger), then dynamic-range; each
+candidate is judged by the host check's own code on the validation set, and the first that meets
+the INT8 bound is kept (full-integer is the fastest of them).
+
 Nothing is downloaded: onnx2tf fetches a sample image file from GitHub for image-like inputs
 unless that file is in its working directory, so the build's own calibration data is written
 there under that name, and connecting to the network raises during the conversion.
@@ -18,8 +23,11 @@ there under that name, and connecting to the network raises during the conversio
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io as _io
 import json
+import math
 import os
 import re
 import shutil
@@ -27,6 +35,7 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,8 @@ def main(argv: list[str]) -> int:
     progress = _Progress(prog_path)
     try:
         reply = convert(request, progress)
+    except SearchFailed as exc:  # no INT8 variant meets the bound: one line for the user, no onnx2tf tail
+        reply = {"ok": False, "kind": "int8_search", "error": str(exc), "hint": exc.hint, "int8": exc.record}
     except BaseException as exc:  # onnx2tf calls sys.exit(1) on some errors
         msg = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else \
             "onnx2tf stopped with an error (see its last output)"
@@ -94,14 +105,23 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
     in_perms = {spec["name"]: _input_perm(spec, cands, notes) for spec, _a, cands in in_pairs}
 
     precision, mode = req["precision"], req["int8_mode"]
-    what = {"fp32": "float32", "fp16": "float16 weights"}.get(precision) or (
-        "int8 dynamic-range" if mode == "dynamic" else f"int8 full-integer ({req['io_dtype']} I/O)")
-    progress(f"SavedModel -> TFLite ({what})")
     t1 = time.perf_counter()
     rep = None
-    if precision == "int8" and mode == "full":
+    if precision == "int8" and mode in ("full", "auto"):
         rep = _representative(req["calib_path"], req["io"]["inputs"], in_pairs, in_perms)
-    content, used_ops = _to_tflite(tf, str(sm_dir), precision, mode, req["io_dtype"], rep, notes)
+    search = None
+    if precision == "int8" and mode == "auto":
+        progress("SavedModel -> TFLite (int8 auto: full-integer, then layers kept float, then dynamic-range)")
+        search = Int8Search(tf, req, str(sm_dir), rep, in_perms, progress)
+        content, chosen = search.run()
+        used_ops, kept = chosen.ops, chosen.mode
+        notes += chosen.notes
+    else:
+        what = {"fp32": "float32", "fp16": "float16 weights"}.get(precision) or (
+            "int8 dynamic-range" if mode == "dynamic" else f"int8 full-integer ({req['io_dtype']} I/O)")
+        progress(f"SavedModel -> TFLite ({what})")
+        content, used_ops = _to_tflite(tf, str(sm_dir), precision, mode, req["io_dtype"], rep, notes)
+        kept = mode
     out = Path(req["out"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(content)
@@ -114,16 +134,22 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
                           {"interpreter": "tensorflow"} if ops["flex_ops"] else {})
     runner.load()
     details = runner.io_details()
-    io = _artifact_io(req, details, in_perms, runner, notes)
+    io = _artifact_io(req, details, in_perms, runner, notes, search.out_perms if search else None)
     runner.close()
     progress(f"TFLite file written ({out.stat().st_size / 1e6:.2f} MB, {sum(o['count'] for o in ops['ops'])} ops)")
-    return {"ok": True, "io": io, "ops": ops, "notes": notes, "warnings": warnings,
-            "io_dtype": req["io_dtype"] if precision == "int8" and mode == "full" else "float32",
-            "converter": {"supported_ops": used_ops, "versions": versions, "saved_model_cached": cached,
-                          "saved_model_key": sm_dir.name, "replace": req["replace"],
-                          "signature": details.get("signature")},
-            "timings": {"onnx2tf_s": round(sm_meta.get("onnx2tf_s", onnx2tf_s), 2),
-                        "onnx2tf_cached": cached, "tflite_s": round(tflite_s, 2)}}
+    int8_io = precision == "int8" and kept in ("full", "selective") and req["io_dtype"] == "int8"
+    reply = {"ok": True, "io": io, "ops": ops, "notes": notes, "warnings": warnings,
+             "io_dtype": "int8" if int8_io else "float32",
+             "converter": {"supported_ops": used_ops, "versions": versions, "saved_model_cached": cached,
+                           "saved_model_key": sm_dir.name, "replace": req["replace"],
+                           "signature": details.get("signature")},
+             "timings": {"onnx2tf_s": round(sm_meta.get("onnx2tf_s", onnx2tf_s), 2),
+                         "onnx2tf_cached": cached, "tflite_s": round(tflite_s, 2)}}
+    if search:
+        reply["int8"] = search.record(chosen)
+        reply["int8_note"] = search.note(chosen)
+        reply["timings"].update(search.timings)
+    return reply
 
 
 # --- stage 1: ONNX -> SavedModel (onnx2tf), cached ------------------------------------------------
@@ -316,15 +342,24 @@ def _to_tflite(tf, sm_dir: str, precision: str, mode: str, io_dtype: str, rep, n
     raise RuntimeError("the TFLite converter failed: " + " / ".join(errors))
 
 
-def _artifact_io(req, details, in_perms, runner, notes) -> dict[str, list[dict[str, Any]]]:
-    """The IO spec: ONNX tensors mapped to the file's names, perms and dtypes."""
+def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[str, list[dict[str, Any]]]:
+    """The IO spec: ONNX tensors mapped to the file's names, perms and dtypes.  ``out_perms`` (ONNX
+    output -> perm) settles outputs whose shape reads the same in two layouts without running the
+    file: the layout is the SavedModel's, the same in every quantized variant of it."""
     from edgeopt.targets.tflite import io_entry, match_tensors
 
     inputs = [io_entry(spec, a, in_perms[spec["name"]] if in_perms[spec["name"]] in cands else cands[0])
               for spec, a, cands in match_tensors(req["io"]["inputs"], details["inputs"], "input", notes)]
     out_pairs = match_tensors(req["io"]["outputs"], details["outputs"], "output", notes)
     chosen = {spec["name"]: cands[0] for spec, _a, cands in out_pairs}
-    ambiguous = [(spec, a, cands) for spec, a, cands in out_pairs if len(cands) > 1]
+    known = out_perms or {}
+    for spec, _a, cands in out_pairs:
+        if len(cands) > 1 and known.get(spec["name"]) in cands:
+            chosen[spec["name"]] = known[spec["name"]]
+            notes.append(f"output {spec['name']!r} {spec['shape']} reads the same in two layouts; perm "
+                         f"{known[spec['name']]} as running the first int8 candidate decided")
+    ambiguous = [(spec, a, cands) for spec, a, cands in out_pairs
+                 if len(cands) > 1 and known.get(spec["name"]) not in cands]
     if ambiguous:
         chosen.update(_resolve_by_running(req, inputs, ambiguous, runner, notes))
     outputs = [io_entry(spec, a, chosen[spec["name"]]) for spec, a, _c in out_pairs]
@@ -355,6 +390,370 @@ def _resolve_by_running(req, inputs, ambiguous, runner, notes) -> dict[str, list
         notes.append(f"output {spec['name']!r} {spec['shape']} reads the same in two layouts; "
                      f"perm {best} chosen by running validation sample 0")
     return chosen
+
+
+# --- int8_mode=auto: the accuracy-aware search -----------------------------------------------------
+# Fractions of the quantized layers kept float, worst first.  Measured (TF 2.19, validation sets of
+# the slow PP-OCR test): rec's cosine 0.857 full-integer, 0.85 / 0.80 / 0.80 with 5-30% float (a
+# float island still reads and writes int8 tensors), 0.980 with 50% (0.987 with 60%); det's 0.50
+# rose only to 0.62 with 50% (0.64 with 70%).  Each size costs one quantization pass and one check
+# (seconds); the calibration and the layer statistics are done once.
+DENYLIST_FRACTIONS = (0.05, 0.15, 0.30, 0.50)
+DEBUG_SAMPLES = 8  # calibration samples the QuantizationDebugger measures each layer's error on
+CHECK_TIMEOUT = 600.0
+LABELS = {"full": "full-integer", "selective": "selective", "dynamic": "dynamic-range"}
+HEADLINE = ("cosine", "rel_l2", "top1", "max_abs_norm", "snr_db", "exact_match")
+
+
+class SearchFailed(Exception):
+    """No INT8 candidate meets the bound: the build fails with this line, its hint and the record."""
+
+    def __init__(self, message: str, hint: str, record: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.hint, self.record = hint, record
+
+
+@dataclass
+class Attempt:
+    """One INT8 candidate and how the host check's rule judged it on the validation set."""
+
+    mode: str  # full | selective | dynamic
+    float_layers: list[str] = field(default_factory=list)  # selective: the denylisted tensors
+    layers: int = 0  # selective: the quantized layers measured (before the denylist)
+    passed: bool = False
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # output -> headline figures
+    reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    ops: list[str] = field(default_factory=list)  # the converter's op sets
+    notes: list[str] = field(default_factory=list)  # the converter's notes on this file
+    time_s: float = 0.0
+    size_mb: float = 0.0
+
+    def label(self) -> str:
+        if self.mode == "selective":
+            return f"{len(self.float_layers)} of {self.layers} layers float"
+        return LABELS[self.mode]
+
+    def worst(self) -> dict[str, float]:
+        """The worst figures over the outputs: lowest cosine and top-1, highest rel_l2."""
+        out = {}
+        for key, pick in (("cosine", min), ("rel_l2", max), ("top1", min)):
+            vals = [m[key] for m in self.metrics.values() if key in m]
+            if vals:
+                out[key] = pick(vals)
+        return out
+
+    def figures(self) -> str:
+        if self.error:
+            return f"failed: {self.error}"
+        w = self.worst()
+        bits = [f"cos {w['cosine']:.4f}" if "cosine" in w else "", f"rel_l2 {w['rel_l2']:.3f}" if "rel_l2" in w else "",
+                f"top1 {w['top1']:.0%}" if "top1" in w else ""]
+        return " ".join(b for b in bits if b) or ("meets the bound" if self.passed else "; ".join(self.reasons))
+
+    def record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"mode": self.mode, "label": self.label(), "passed": self.passed,
+                               "metrics": self.metrics, "reasons": self.reasons, "time_s": round(self.time_s, 2),
+                               "size_mb": round(self.size_mb, 3), "converter_ops": self.ops}
+        if self.mode == "selective":
+            rec.update(float_layers=len(self.float_layers), quantized_layers=self.layers)
+        if self.error:
+            rec["error"] = self.error
+        return rec
+
+
+class Int8Search:
+    """``int8_mode=auto``: the first of full-integer, selective (the worst layers kept float, in a few
+    growing steps), dynamic-range that meets the INT8 bound on the validation set is kept.
+
+    That order is the order of speed: full-integer runs every layer in int8; each layer kept float
+    costs a dequantize/quantize pair and a float kernel; dynamic-range runs float activations
+    throughout.  The layers are ranked by TensorFlow's QuantizationDebugger on calibration samples
+    (never on the validation set that then judges the candidates).
+    """
+
+    def __init__(self, tf, req: dict[str, Any], sm_dir: str, rep, in_perms: dict[str, list[int]], progress) -> None:
+        self.tf, self.req, self.sm_dir, self.rep, self.in_perms, self.progress = tf, req, sm_dir, rep, in_perms, progress
+        self.work = Path(req["work"]) / "int8-search"
+        self.attempts: list[Attempt] = []
+        self.ranking: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+        self.out_perms: dict[str, list[int]] | None = None  # decided on the first file, reused
+        self.t0 = time.perf_counter()
+
+    # --- the order ---------------------------------------------------------------------------
+    def run(self) -> tuple[bytes, Attempt]:
+        """The kept file and its attempt; raises SearchFailed when no candidate meets the bound."""
+        content = self._try(Attempt("full"), self._full)
+        if content is not None and self.attempts[-1].passed:
+            return content, self.attempts[-1]
+        if content is not None:  # calibrated conversion works: keep the worst layers float
+            content = self._selective(self.attempts[0].ops)
+            if content is not None:
+                return content, self.attempts[-1]
+        content = self._try(Attempt("dynamic"), self._dynamic)
+        if content is not None and self.attempts[-1].passed:
+            return content, self.attempts[-1]
+        raise self.failure()
+
+    def _full(self, attempt: Attempt) -> bytes:
+        content, attempt.ops = _to_tflite(self.tf, self.sm_dir, "int8", "full", self.req["io_dtype"], self.rep,
+                                          attempt.notes)
+        return content
+
+    def _dynamic(self, attempt: Attempt) -> bytes:
+        content, attempt.ops = _to_tflite(self.tf, self.sm_dir, "int8", "dynamic", "float32", None, attempt.notes)
+        return content
+
+    def _selective(self, base_ops: list[str]) -> bytes | None:
+        """The first denylist size whose file meets the bound (None when none does)."""
+        debugger = self._rank(base_ops)
+        if debugger is None:
+            return None
+        names = [r["tensor"] for r in self.ranking]
+        ops = list(dict.fromkeys([*base_ops, "TFLITE_BUILTINS"]))
+        for k in denylist_sizes(len(names)):
+            def make(attempt: Attempt, k: int = k) -> bytes:
+                attempt.ops = ops
+                return self._denylisted(debugger, names[:k])
+
+            content = self._try(Attempt("selective", names[:k], len(names)), make)
+            if content is not None and self.attempts[-1].passed:
+                return content
+        return None
+
+    # --- selective quantization with TensorFlow's QuantizationDebugger ------------------------
+    def _rank(self, base_ops: list[str]):
+        """Calibrate, measure every quantized layer's error (``debugger.run()``), rank them; the
+        debugger then makes the selective files.  None (and a failed attempt) when that fails."""
+        t = time.perf_counter()
+        self.progress(f"int8 auto: per-layer quantization error (QuantizationDebugger, {DEBUG_SAMPLES} "
+                      "calibration samples)")
+        try:
+            debugger = self._debugger(base_ops)
+            debugger.run()
+            self.ranking = rank_layers(debugger)
+        except Exception as exc:  # the debugger refuses this model: the search goes on to dynamic-range
+            print(f"== QuantizationDebugger failed:\n{traceback.format_exc()}", flush=True)
+            self.attempts.append(Attempt("selective", error=f"QuantizationDebugger: {_first_line(exc)}",
+                                         time_s=time.perf_counter() - t))
+            return None
+        finally:
+            self.timings["int8_layer_stats_s"] = round(time.perf_counter() - t, 2)
+        if not self.ranking:
+            self.attempts.append(Attempt("selective", error="the debugger found no quantized layer"))
+            return None
+        return debugger
+
+    def _debugger(self, base_ops: list[str]):
+        tf = self.tf
+        conv = tf.lite.TFLiteConverter.from_saved_model(self.sm_dir)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        gen, _count = self.rep
+        conv.representative_dataset = gen
+        # The denylisted layers run float: builtin float kernels must be allowed beside the int8 ones.
+        conv.target_spec.supported_ops = [getattr(tf.lite.OpsSet, n)
+                                          for n in dict.fromkeys([*base_ops, "TFLITE_BUILTINS"])]
+        order: list[str] = []  # the file's input order: the debug dataset yields lists, not dicts
+
+        def debug_dataset():
+            for k, feed in enumerate(gen()):
+                if k >= DEBUG_SAMPLES:
+                    return
+                yield [feed[n] for n in order]
+
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            converter=conv, debug_dataset=debug_dataset,
+            debug_options=tf.lite.experimental.QuantizationDebugOptions())
+        order.extend(_input_order(debugger.calibrated_model))
+        return debugger
+
+    def _denylisted(self, debugger, names: list[str]) -> bytes:
+        """The calibrated model quantized with ``names`` (layer output tensors) left float; int8 I/O
+        (``fully_quantize``) when the user asked for it, as the full-integer file has it."""
+        debugger.options = self.tf.lite.experimental.QuantizationDebugOptions(
+            denylisted_nodes=list(names), fully_quantize=self.req["io_dtype"] == "int8")
+        return debugger.get_nondebug_quantized_model()
+
+    # --- judging a candidate ------------------------------------------------------------------
+    def _try(self, attempt: Attempt, make) -> bytes | None:
+        """Convert (``make``), judge, record; the file's bytes, or None when it could not be made."""
+        t = time.perf_counter()
+        self.attempts.append(attempt)
+        self.progress(f"int8 auto: {attempt.label()}: converting")
+        try:
+            content = make(attempt)
+        except Exception as exc:  # ConverterError and the like: this candidate does not exist
+            print(f"== int8 {attempt.label()} failed:\n{traceback.format_exc()}", flush=True)
+            attempt.error = f"conversion failed: {_first_line(exc)}"
+            content = None
+        if content is not None:
+            attempt.size_mb = len(content) / 1e6
+            tc = time.perf_counter()
+            self._judge(attempt, content)
+            self._add_time("int8_checks_s", time.perf_counter() - tc)
+        attempt.time_s = time.perf_counter() - t
+        self._add_time(f"int8_{attempt.mode}_s", attempt.time_s)
+        verdict = "meets the bound" if attempt.passed else "misses the bound"
+        self.progress(f"int8 auto: {attempt.label()}: {verdict} ({attempt.figures()}, {attempt.time_s:.0f}s)")
+        return content
+
+    def _judge(self, attempt: Attempt, content: bytes) -> None:
+        """The agent's ``check`` verb on a scratch bundle of this file, in a child process.
+
+        In a child because some int8 TFLite files abort the interpreter inside a kernel: here that
+        would kill the converter (and the whole conversion with it) instead of failing one
+        candidate.  And the check verb is the host check's own code (same interpreter, delegate,
+        IO mapping and bound), so a candidate that passes here passes the build's host check.
+        """
+        from edgeopt.targets.base import host_check
+
+        cand = self.work / f"{len(self.attempts)}-{attempt.mode}"
+        (cand / "validation").mkdir(parents=True)
+        (cand / "model.tflite").write_bytes(content)
+        try:
+            _link_or_copy(self.req["validation_path"], cand / "validation" / "inputs.npz")
+            _link_or_copy(self.req["reference_path"], cand / "validation" / "reference.npz")
+            try:
+                io = self._io(cand / "model.tflite")
+            except Exception as exc:  # RunnerUnavailable (Flex ops, refused op versions)...
+                attempt.error = f"the interpreter cannot load it: {_first_line(exc)}"
+                return
+            manifest = {"runtime": {"name": "tflite", "artifact": "model.tflite"}, "precision": "int8", "io": io,
+                        "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz"}}
+            if self.req.get("tolerance"):
+                manifest["tolerance_override"] = self.req["tolerance"]
+            (cand / "manifest.json").write_text(json.dumps(manifest, default=_plain))
+            check = host_check(cand, CHECK_TIMEOUT)
+        finally:
+            shutil.rmtree(cand, ignore_errors=True)
+        if check.get("error"):
+            attempt.error = check["error"]
+            return
+        attempt.passed = bool(check.get("passed"))
+        outs = check.get("outputs", {})
+        attempt.metrics = {n: {k: round(float(o["metrics"][k]), 6) for k in HEADLINE if k in o["metrics"]}
+                           for n, o in outs.items()}
+        attempt.reasons = [f"{n}: {r}" if len(outs) > 1 else r for n, o in outs.items() for r in o["reasons"]]
+
+    def _io(self, path: Path) -> dict[str, list[dict[str, Any]]]:
+        from edgeopt_agent.runners.tflite import TfliteRunner
+
+        runner = TfliteRunner(path.parent, {"runtime": {"artifact": path.name}})
+        runner.load()  # reads the IO details only; the file runs in the check's child
+        try:
+            io = _artifact_io(self.req, runner.io_details(), self.in_perms, runner, [], self.out_perms)
+        finally:
+            runner.close()
+        if self.out_perms is None:
+            self.out_perms = {o["name"]: o["perm"] or list(range(len(o["shape"]))) for o in io["outputs"]}
+        return io
+
+    def _add_time(self, key: str, seconds: float) -> None:
+        self.timings[key] = round(self.timings.get(key, 0.0) + seconds, 2)
+
+    # --- the outcome --------------------------------------------------------------------------
+    def record(self, chosen: Attempt | None) -> dict[str, Any]:
+        """What the manifest keeps of the search (``options.int8``)."""
+        from edgeopt_agent.compare import tolerance_for
+
+        rec: dict[str, Any] = {
+            "search": "auto", "chosen": chosen.mode if chosen else None,
+            "chosen_label": chosen.label() if chosen else None,
+            "order": "full-integer, then the worst layers kept float, then dynamic-range; the first to meet "
+                     "the bound is kept",
+            "tolerance": tolerance_for("int8", self.req.get("tolerance")),
+            "attempts": [a.record() for a in self.attempts],
+            "float_layers": list(chosen.float_layers) if chosen else [],
+            "layer_ranking": {"metric": "rmse/scale (the layer's error in its own quantization steps; "
+                                        "~0.29 is rounding alone)", "debug_samples": DEBUG_SAMPLES,
+                              "quantized_layers": len(self.ranking),
+                              "worst": [{**r, "rmse_per_scale": round(r["rmse_per_scale"], 4)}
+                                        for r in self.ranking[:10]]} if self.ranking else None,
+            "denylist_fractions": list(DENYLIST_FRACTIONS),
+            "search_s": round(time.perf_counter() - self.t0, 1)}
+        return rec
+
+    def note(self, chosen: Attempt) -> str:
+        """The build summary's line, e.g. ``int8 auto: full-integer missed the bound (cos 0.81); kept
+        12 of 160 layers float -> cos 0.985``."""
+        first = self.attempts[0]
+        if chosen is first:
+            return f"int8 auto: full-integer meets the bound ({chosen.figures()})"
+        missed = f"int8 auto: full-integer missed the bound ({first.figures()})"
+        tried_sel = [a for a in self.attempts if a.mode == "selective" and a is not chosen]
+        if chosen.mode == "selective":
+            return f"{missed}; kept {chosen.label()} -> {chosen.figures()}"
+        sel = ""
+        if tried_sel:
+            best = max(tried_sel, key=lambda a: a.worst().get("cosine", -1.0))
+            sel = f"; keeping up to {max(len(a.float_layers) for a in tried_sel)} layers float missed it too " \
+                  f"(best: {best.label()}, {best.figures()})"
+        return f"{missed}{sel}; dynamic-range (int8 weights, float activations) -> {chosen.figures()}"
+
+    def failure(self) -> SearchFailed:
+        from edgeopt_agent.compare import tolerance_for
+
+        tol = tolerance_for("int8", self.req.get("tolerance"))
+        bound = ", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None)
+        tried = "; ".join(f"{a.label()}: {a.figures()}" for a in self.attempts)
+        return SearchFailed(
+            f"no INT8 TFLite variant meets the int8 bound ({bound}) on the validation set, so int8 is not "
+            f"shipped (search {time.perf_counter() - self.t0:.0f}s): {tried}",
+            "build fp16 for this target, calibrate with more representative --calib data, or (knowingly) relax "
+            "the bound with --option int8_tolerance=cosine_min=0.95,...", self.record(None))
+
+
+def denylist_sizes(n: int, fractions: tuple[float, ...] = DENYLIST_FRACTIONS) -> list[int]:
+    """How many of ``n`` ranked layers each selective candidate keeps float (growing, distinct, >= 1)."""
+    sizes: list[int] = []
+    for f in fractions:
+        k = min(n, max(1, math.ceil(f * n)))
+        if n and k not in sizes:
+            sizes.append(k)
+    return sizes
+
+
+def rank_layers(debugger) -> list[dict[str, Any]]:
+    """The quantized layers, worst first, by rmse/scale of ``debugger.layer_statistics_dump`` (the
+    ranking of TensorFlow's QuantizationDebugger guide): a layer's error in its own quantization steps."""
+    buf = _io.StringIO()
+    debugger.layer_statistics_dump(buf)
+    rows: dict[str, dict[str, Any]] = {}
+    for r in csv.DictReader(_io.StringIO(buf.getvalue())):
+        try:
+            scale, mse = float(r["scale"]), float(r["mean_squared_error"])
+        except (TypeError, ValueError):
+            continue
+        score = math.sqrt(mse) / scale if scale > 0 and mse >= 0 else math.nan
+        rows.setdefault(r["tensor_name"], {"tensor": r["tensor_name"], "op": r["op_name"], "rmse_per_scale": score})
+    return sorted(rows.values(), key=lambda r: -r["rmse_per_scale"] if math.isfinite(r["rmse_per_scale"]) else math.inf)
+
+
+def _input_order(content: bytes) -> list[str]:
+    """The signature input names of a TFLite file in the order of its input tensors."""
+    from edgeopt_agent.runners.tflite import import_interpreter
+
+    mod, _name, _version = import_interpreter()
+    it = mod.Interpreter(model_content=content)
+    sigs = it.get_signature_list()
+    if not sigs:
+        return [d["name"] for d in it.get_input_details()]
+    runner = it.get_signature_runner(next(iter(sigs)))
+    by_index = {d["index"]: n for n, d in runner.get_input_details().items()}
+    return [by_index[d["index"]] for d in it.get_input_details()]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:240]}" if lines else type(exc).__name__
+
+
+def _link_or_copy(src: str, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
 
 
 if __name__ == "__main__":
