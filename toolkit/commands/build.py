@@ -43,9 +43,12 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mismatch", action="store_true",
                    help="keep bundles whose host check fails (marked failed in the manifest)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", default=[],
-                   help="backend option, e.g. int8_search=quick, io_dtype=int8, min_deployment_target=iOS17; "
-                        "every target reads its own keys and ignores the rest; bad values, and keys no "
-                        "target reads, are refused before anything is built")
+                   help="backend option (repeatable). Common: int8_tolerance=cosine_min=0.95,top1_min=0.98 "
+                        "(any INT8), int8_search=quick|full and int8_budget_s=N (cpu, intel-*), "
+                        "int8_mode=auto|full|dynamic and io_dtype=float32|int8 (mobile), "
+                        "min_deployment_target=iOS17 and compute_units=ALL (apple). Every target reads its "
+                        "own keys and ignores the rest; bad values, and keys no target reads, are refused "
+                        "before anything is built")
     p.add_argument("--config", help="config file with user-defined targets (default ./edgeopt.yaml)")
     p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
