@@ -131,6 +131,11 @@ def main() -> int:
     ap.add_argument("--models", default="ocr-cls,ocr-rec,ocr-det,silero-vad,silero-vad-op15,oww-melspec,oww-embedding")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra `edgeopt build --option` for every build of this run")
+    ap.add_argument("--section", default="fixture-builds",
+                    help="the docs/BENCHMARKS.md section to write (another name keeps the full matrix)")
+    ap.add_argument("--title", default="Fixture models × targets (build + host check)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fixtures-"))
     out = Path(args.out) if args.out else work / "dist"
@@ -140,11 +145,13 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         flags, calib = data[model]
+        flags = flags + [f for o in args.option for f in ("--option", o)]
         print(f"{model}:", flush=True)
         rows += build(model, flags, calib, args.targets.split(","), out)
     ocr = ocr_checks(rows)
-    body = ("## Fixture models × targets (build + host check)\n\n"
-            f"Built {stamp()} by `bench/build_fixtures.py` on {machine()} in {time.perf_counter() - t0:.0f} s "
+    extra = f" with {' '.join('--option ' + o for o in args.option)}" if args.option else ""
+    body = (f"## {args.title}\n\n"
+            f"Built {stamp()} by `bench/build_fixtures.py --models {args.models} --targets {args.targets}{extra}` on {machine()} in {time.perf_counter() - t0:.0f} s "
             f"({load()} at the end). 16 held-out validation samples per bundle (8 line pieces for ocr-rec, 8 det inputs: 5 page views + 3 photos); bounds in docs/TOLERANCES.md. "
             "`check-failed`/`failed` INT8 rows are builds that refused to ship an artifact outside the "
             "INT8 bound; `unsupported` lists the nodes the target cannot take; Core ML is a structural "
@@ -158,7 +165,7 @@ def main() -> int:
             "reading (lines matched one to one).\n\n"
             + md_table(ocr, [("pair", "det + rec bundles"), ("words", "words read"), ("similar", "vs FP32 reading"),
                              ("gate", "gate"), ("line", "best line read")]))
-    write_section("fixture-builds", body)
+    write_section(args.section, body)
     return 0
 
 

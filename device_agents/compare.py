@@ -23,14 +23,14 @@ import numpy as np
 # Bounds per precision. A metric passes when rel_l2 <= rel_l2_max and cosine >= cosine_min and
 # max_abs_norm <= max_abs_norm_max (and top1 >= top1_min where a top-k metric applies).
 TOLERANCES: dict[str, dict[str, float | None]] = {
-    "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99},
+    "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99, "seq_match_min": None},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
     # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
-    "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95},
-    "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90},
-    "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90},
+    "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95, "seq_match_min": None},
+    "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90, "seq_match_min": None},
+    "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90, "seq_match_min": None},
 }
 
 
@@ -87,7 +87,32 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
             ref_top1 = np.argmax(r2, -1)
             topk = np.argsort(-o2, axis=-1)[:, :k]
             m["top5_contains_ref_top1"] = float(np.mean([t in row for t, row in zip(ref_top1, topk)]))
+        m.update(ctc_metrics(out, ref))
     return m
+
+
+def ctc_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """For a CTC recogniser's [N, 1, steps, classes] probabilities: the share of samples whose greedy
+    decoding (repeats merged, blanks dropped) is identical to the reference's (``seq_match``).
+
+    Per-position top-1 misses what a reader sees: one position flipping between blank and a space
+    merges two words ("Let usfirst") at 98% top-1. The blank is the reference's most frequent class
+    (CTC outputs are mostly blank); outputs where no class dominates are not treated as CTC.
+    """
+    if ref.ndim != 4 or ref.shape[1] != 1 or ref.shape[2] < 4:
+        return {}
+    r_idx, o_idx = np.argmax(ref[:, 0], -1), np.argmax(out[:, 0], -1)
+    counts = np.bincount(r_idx.ravel(), minlength=ref.shape[-1])
+    blank = int(np.argmax(counts))
+    if counts[blank] < 0.3 * r_idx.size:
+        return {}
+
+    def decode(seq: np.ndarray) -> list[int]:
+        keep = np.concatenate([[True], seq[1:] != seq[:-1]]) & (seq != blank)
+        return seq[keep].tolist()
+
+    same = [decode(a) == decode(b) for a, b in zip(o_idx, r_idx)]
+    return {"seq_match": float(np.mean(same)), "ctc_blank": float(blank)}
 
 
 def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
@@ -109,6 +134,8 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         reasons.append(f"max_abs_norm {metrics['max_abs_norm']:.3g} > {tol['max_abs_norm_max']:.3g}")
     if "top1" in metrics and metrics["top1"] < tol["top1_min"]:
         reasons.append(f"top-1 agreement {metrics['top1']:.1%} < {tol['top1_min']:.0%}")
+    if tol.get("seq_match_min") is not None and "seq_match" in metrics and metrics["seq_match"] < tol["seq_match_min"]:
+        reasons.append(f"CTC decoding equal on {metrics['seq_match']:.1%} of samples < {tol['seq_match_min']:.0%}")
     return reasons
 
 
