@@ -149,7 +149,7 @@ def main() -> int:
         print(f"{model}:", flush=True)
         rows += build(model, flags, calib, args.targets.split(","), out)
     ocr = ocr_checks(rows)
-    extra = f" with {' '.join('--option ' + o for o in args.option)}" if args.option else ""
+    extra = "".join(f" --option {o}" for o in args.option)
     body = (f"## {args.title}\n\n"
             f"Built {stamp()} by `bench/build_fixtures.py --models {args.models} --targets {args.targets}{extra}` on {machine()} in {time.perf_counter() - t0:.0f} s "
             f"({load()} at the end). 16 held-out validation samples per bundle (8 line pieces for ocr-rec, 8 det inputs: 5 page views + 3 photos); bounds in docs/TOLERANCES.md. "
