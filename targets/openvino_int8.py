@@ -55,7 +55,7 @@ from .base import BuildJob, CheckFailed, parse_tolerance, require
 SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
 # bound -> metric, by direction: larger is better for the first, smaller for the second.
-_HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1"}
+_HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1", "seq_match_min": "seq_match"}
 _LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm"}
 # (name, settings, only in full mode); settings are plain data so that they cross into the child.
 VARIANTS: list[tuple[str, dict[str, Any], bool]] = [
@@ -95,7 +95,7 @@ def margin(comparison: dict[str, Any]) -> float:
             worst = min(worst, 1.0 if m["exact_match"] >= 1.0 else -10.0 * (1 - m["exact_match"]))
             continue
         for bound, metric in _HIGHER_IS_BETTER.items():
-            if metric in m:
+            if tol.get(bound) is not None and metric in m:
                 worst = min(worst, (m[metric] - tol[bound]) / max(1.0 - tol[bound], 1e-9))
         for bound, metric in _LOWER_IS_BETTER.items():
             if tol.get(bound) is not None and metric in m:  # a bound of None is not judged
@@ -108,7 +108,8 @@ def summary(comparison: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, per in comparison["outputs"].items():
         m = per["metrics"]
-        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1") if k in m}
+        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match")
+                     if k in m}
         if per["reasons"]:
             out[name]["fails"] = per["reasons"]
     return out
@@ -332,7 +333,9 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         raise failure(
             f"INT8 for {job.target['name']}: no variant meets the INT8 bound "
             f"(cosine >= {tol['cosine_min']}, rel_l2 <= {tol['rel_l2_max']}, max_abs_norm <= {tol['max_abs_norm_max']}, "
-            f"top-1 >= {tol['top1_min']}) on {len(feeds)} validation samples, so no int8 bundle is shipped "
+            f"top-1 >= {tol['top1_min']}"
+            + (f", CTC decoding equal >= {tol['seq_match_min']}" if tol.get("seq_match_min") is not None else "")
+            + f") on {len(feeds)} validation samples, so no int8 bundle is shipped "
             f"(search {time.perf_counter() - t_start:.0f}s):\n  " + "\n  ".join(describe(t) for t in tried)
             + f"\n  (FP32 IR at the plugin's default precision: {_figures(summary(fp32_default))})",
             hint="build fp16 or fp32 for this target, give more representative --calib data, raise "

@@ -380,7 +380,7 @@ class _Search:
 
 
 def headline(metrics: dict[str, float]) -> dict[str, float]:
-    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "snr_db")
+    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match", "snr_db")
     return {k: round(float(metrics[k]), 6) for k in keys if k in metrics}
 
 

@@ -96,7 +96,8 @@ def _check_summary(manifest: dict[str, Any]) -> str:
     worst = []
     for name, o in (hc.get("outputs") or {}).items():
         m = o.get("metrics", {})
-        bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"top1 {m['top1']:.0%}" if "top1" in m else ""]
+        bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"top1 {m['top1']:.0%}" if "top1" in m else "",
+                f"ctc-decode {m['seq_match']:.0%}" if "seq_match" in m else ""]
         worst.append(f"{name}: " + " ".join(b for b in bits if b) + ("" if o.get("passed") else " FAIL"))
     head = "passed" if hc.get("passed") else "FAILED"
     return head + (" (" + "; ".join(worst[:2]) + (" …" if len(worst) > 2 else "") + ")" if worst else "")

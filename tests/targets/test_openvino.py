@@ -345,6 +345,23 @@ def test_margin_is_nonnegative_exactly_when_the_check_passes():
     assert margin(compare_outputs(ref, ref, "int8")) == pytest.approx(1.0)
 
 
+def test_margin_counts_ctc_decoding_only_when_its_bound_is_set():
+    """NNCF's accuracy control maximises the margin: with seq_match_min set it must see decodings."""
+    from edgeopt.targets.openvino_int8 import margin
+    from edgeopt_agent.compare import compare_outputs
+
+    seq = [1, 0, 2, 0, 5, 0, 3, 3, 0, 4, 0, 0]
+    ref = np.full((2, 1, 12, 6), 0.02, np.float32)
+    for n in range(2):
+        ref[n, 0, np.arange(12), seq] = 0.9
+    out = ref.copy()
+    out[0, 0, 4] = out[0, 0, 3]  # "ab cd" read as "abcd" in one sample of two
+    loose = {"rel_l2_max": 1.0, "cosine_min": 0.5}
+    assert margin(compare_outputs({"y": out}, {"y": ref}, "int8", loose)) > 0
+    strict = compare_outputs({"y": out}, {"y": ref}, "int8", {**loose, "seq_match_min": 0.75})
+    assert not strict["passed"] and margin(strict) < 0
+
+
 # --- the runner on the device side ------------------------------------------------------------
 def test_runner_runs_bundle_with_device_and_threads(cls_report):
     from edgeopt_agent.bundle import load_manifest, reference_outputs, validation_inputs
