@@ -283,6 +283,9 @@ def tflite_child(req_path: str) -> int:
     for attempt in ("defaults", "sanitized"):
         model = onnx.load(req["model"])  # a fresh copy each time: onnx2tf rewrites its input in place
         if attempt == "sanitized":
+            # edgeopt's own fix of the node names, applied before the clock starts
+            from edgeopt.targets.tflite_convert import _sanitize_node_names
+
             _sanitize_node_names(model.graph)
         src = work / f"model-{attempt}.onnx"
         onnx.save(model, str(src))
@@ -328,21 +331,6 @@ def tflite_child(req_path: str) -> int:
                 print(f"== TFLiteConverter {prec} failed: {exc}", flush=True)
     (work / "reply.json").write_text(json.dumps(reply))
     return 0
-
-
-def _sanitize_node_names(graph) -> None:
-    """Node names as TensorFlow scope names allow, unique (a copy of edgeopt's fix before onnx2tf)."""
-    import re
-
-    seen: set[str] = set()
-    for i, node in enumerate(graph.node):
-        name = re.sub(r"[^A-Za-z0-9_.\\/>-]", "_", node.name) or f"{node.op_type}_{i}"
-        if not re.match(r"[A-Za-z0-9.]", name):
-            name = "n" + name
-        while name in seen:
-            name += "_"
-        seen.add(name)
-        node.name = name
 
 
 def _scope_error(log: Path, start: int) -> str | None:

@@ -317,13 +317,11 @@ def read_page_with_bundles(det_bundle_dir: str | os.PathLike, rec_bundle_dir: st
     det, det_in = bundle_run_fn(det_bundle_dir)
     rec, rec_in = bundle_run_fn(rec_bundle_dir)
     if characters is None:
-        from edgeopt_agent.bundle import load_manifest
-
-        artifact = Path(rec_bundle_dir) / load_manifest(rec_bundle_dir)["runtime"]["artifact"]
-        if artifact.suffix != ".onnx":
-            raise UsageError(f"the rec bundle's artifact {artifact.name} carries no character list",
+        onnx_file = _onnx_of(rec_bundle_dir)
+        if onnx_file is None:
+            raise UsageError(f"the rec bundle {rec_bundle_dir} carries no character list (its artifact is not .onnx)",
                              hint="pass characters=characters_from_onnx(<the source rec .onnx>)")
-        characters = characters_from_onnx(artifact)
+        characters = characters_from_onnx(onnx_file)
     return read_lines(det, rec, img, characters, (det_in[2], det_in[3]), (rec_in[2], rec_in[3]))
 
 
@@ -358,6 +356,16 @@ def model_run_fn(path: str | os.PathLike, default_hw: tuple[int, int]) -> tuple[
     return run, ((int(hw[0]), int(hw[1])) if len(hw) == 2 else default_hw)
 
 
+def _onnx_of(model: str | os.PathLike) -> Path | None:
+    """The .onnx file behind a rec given as an .onnx path or a bundle folder (None when it has none)."""
+    p = Path(model)
+    if p.is_dir():
+        from edgeopt_agent.bundle import load_manifest
+
+        p = p / load_manifest(p)["runtime"]["artifact"]
+    return p if p.suffix == ".onnx" else None
+
+
 def character_similarity(a: list[str], b: list[str]) -> float:
     """How alike two readings of a page are: each line matched to its closest line of the other
     reading (so two boxes of a similar height read in swapped order cost nothing), character
@@ -386,13 +394,7 @@ def check_pair(det: str | os.PathLike, rec: str | os.PathLike, image: str | os.P
     img = load_image(image)
     det_run, det_hw = model_run_fn(det, DET_SHAPE)
     rec_run, rec_hw = model_run_fn(rec, REC_SHAPE)
-    chars_from = next((Path(p) for p in ([rec] + ([reference[1]] if reference else [])) if Path(p).suffix == ".onnx"),
-                      None)
-    if chars_from is None and Path(rec).is_dir():
-        from edgeopt_agent.bundle import load_manifest
-
-        art = Path(rec) / load_manifest(rec)["runtime"]["artifact"]
-        chars_from = art if art.suffix == ".onnx" else None
+    chars_from = _onnx_of(rec) or (_onnx_of(reference[1]) if reference else None)
     if chars_from is None:
         raise UsageError(f"the rec bundle {rec} carries no character list",
                          hint="give --reference DET.onnx REC.onnx (the original models)")
