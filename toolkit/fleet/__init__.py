@@ -1,0 +1,1 @@
+"""Fleet rollouts: waves, on-device quality gates, halt, rollback, resume; builtin and Ansible engines."""
