@@ -51,6 +51,7 @@ def test_probe_version_fallback_imports_a_runtime_without_metadata_in_a_child(tm
 def test_agent_modules_import_with_stdlib_and_numpy_only():
     code = (
         "import sys\n"
+        "pre = set(sys.modules)  # what the interpreter's own site/sitecustomize loaded (a GPU image loads certifi)\n"
         "import edgeopt_agent.verbs, edgeopt_agent.bench, edgeopt_agent.store, edgeopt_agent.probe\n"
         "import edgeopt_agent.__main__, edgeopt_agent.check, edgeopt_agent.runners\n"
         "from edgeopt_agent.probe import probe\n"
@@ -58,7 +59,7 @@ def test_agent_modules_import_with_stdlib_and_numpy_only():
         "import pathlib, tempfile\n"
         "root = pathlib.Path(tempfile.mkdtemp())\n"
         "probe(root, import_fallback=False); listing(root)\n"
-        "third = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
+        "third = {m.split('.')[0] for m in set(sys.modules) - pre} - set(sys.stdlib_module_names)\n"
         "third = {m for m in third if not m.startswith('_')}\n"
         "assert third <= {'numpy', 'edgeopt_agent', 'cython_runtime'}, third  # cython_runtime: numpy's\n"
         "assert 'onnxruntime' not in sys.modules\n"
