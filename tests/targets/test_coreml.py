@@ -313,7 +313,7 @@ def _silero_expected():
     """Every node of silero_vad (subgraphs too) whose op the table lacks, walked with onnx directly."""
     import onnx
 
-    from edgeopt.targets.coreml_ops import supported_op_types
+    from edgeopt.targets.coreml.ops import supported_op_types
 
     ops = supported_op_types()
 

@@ -260,7 +260,7 @@ CASES = {
 
 
 def _convert(ct, m, evaluate=None):
-    from edgeopt.targets.coreml_ops import convert
+    from edgeopt.targets.coreml.ops import convert
 
     return convert(m, ct, ct.target.iOS16, evaluate=evaluate)
 
@@ -288,7 +288,7 @@ def test_op_output_shape_and_values_match_onnxruntime(ct, case):
 
 
 def test_op_table_every_op_has_a_case():
-    from edgeopt.targets.coreml_ops import supported_op_types
+    from edgeopt.targets.coreml.ops import supported_op_types
 
     covered = set()
     for build in CASES.values():
@@ -315,7 +315,7 @@ def test_numeric_proof_covers_most_of_the_table(ct):
     ([0], [-1], [-1], [3]),
 ])
 def test_slice_params_match_onnxruntime(starts, ends, axes, steps):
-    from edgeopt.targets.coreml_ops_tensor import slice_params
+    from edgeopt.targets.coreml.ops_tensor import slice_params
 
     x = f(6, 7, 8)
     ins = {"x": V(x), "s": K(np.array(starts, np.int64)), "e": K(np.array(ends, np.int64)),
@@ -331,8 +331,8 @@ def test_slice_params_match_onnxruntime(starts, ends, axes, steps):
 
 
 def test_slice_params_refuses_an_empty_slice():
-    from edgeopt.targets.coreml_ops import Unsupported
-    from edgeopt.targets.coreml_ops_tensor import slice_params
+    from edgeopt.targets.coreml.ops import Unsupported
+    from edgeopt.targets.coreml.ops_tensor import slice_params
 
     with pytest.raises(Unsupported, match="empty slice"):
         slice_params((4, 5), [3], [1], [0], None)
@@ -341,7 +341,7 @@ def test_slice_params_refuses_an_empty_slice():
 @pytest.mark.parametrize("shape,target,allowzero", [((2, 3, 4), [0, -1], 0), ((2, 3, 4), [4, 0, -1], 0),
                                                     ((6, 4), [-1, 2, 2], 0), ((2, 3), [3, 2], 1)])
 def test_reshape_target_matches_onnxruntime(shape, target, allowzero):
-    from edgeopt.targets.coreml_ops_tensor import reshape_target
+    from edgeopt.targets.coreml.ops_tensor import reshape_target
 
     m, feeds = one("Reshape", {"x": V(f(*shape)), "s": K(np.array(target, np.int64))}, allowzero=allowzero)
     assert tuple(reshape_target(shape, target, bool(allowzero))) == run_ort(m, feeds)["y0"].shape
@@ -350,7 +350,7 @@ def test_reshape_target_matches_onnxruntime(shape, target, allowzero):
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 @pytest.mark.parametrize("pads", [[0, 1, 2, 0, 3, 1], [0, -1, 2, 0, 1, -2], [1, 0, 0, 0, 0, 0]])
 def test_pad_plan_matches_onnxruntime(mode, pads):
-    from edgeopt.targets.coreml_ops_nn import pad_plan
+    from edgeopt.targets.coreml.ops_nn import pad_plan
 
     x = f(2, 5, 6)
     m, feeds = one("Pad", {"x": V(x), "p": K(np.array(pads, np.int64))}, mode=mode)
@@ -377,7 +377,7 @@ def _apply_axis(x, m, axis):
 @pytest.mark.parametrize("scales", [[1, 1, 2.0, 3.0], [1, 1, 0.6, 1.7]])
 def test_resize_translation_matches_onnxruntime(coord, mode, scales):
     """The numpy resampling the fallback path emits (gather / interpolation matrices) equals ORT."""
-    from edgeopt.targets.coreml_ops_resize import interp_matrix, nearest_indices, resize_plan
+    from edgeopt.targets.coreml.ops_resize import interp_matrix, nearest_indices, resize_plan
 
     x = f(1, 2, 5, 7).astype(np.float64)
     attrs = {"mode": mode, "coordinate_transformation_mode": coord}
@@ -396,7 +396,7 @@ def test_resize_translation_matches_onnxruntime(coord, mode, scales):
 
 
 def test_resize_cubic_exclude_outside_with_sizes_matches_onnxruntime():
-    from edgeopt.targets.coreml_ops_resize import interp_matrix, resize_plan
+    from edgeopt.targets.coreml.ops_resize import interp_matrix, resize_plan
 
     x = f(1, 1, 6, 5).astype(np.float64)
     sizes = np.array([1, 1, 9, 3], np.int64)
@@ -418,7 +418,7 @@ def test_resize_cubic_exclude_outside_with_sizes_matches_onnxruntime():
 ])
 def test_native_nearest_only_where_it_equals_onnx(coord, nearest, scale, native):
     """upsample_nearest_neighbor samples index i // s; it is used only where ORT does the same."""
-    from edgeopt.targets.coreml_ops_resize import native_nearest, resize_plan
+    from edgeopt.targets.coreml.ops_resize import native_nearest, resize_plan
 
     x = f(1, 2, 4, 5)
     scales = np.array([1, 1, scale, scale], np.float32)
@@ -439,7 +439,7 @@ def test_native_nearest_only_where_it_equals_onnx(coord, nearest, scale, native)
 ])
 def test_native_bilinear_grid_equals_onnx(coord, sizes, expect):
     """Core ML's documented upsample_bilinear grid, applied in numpy, reproduces ORT's output."""
-    from edgeopt.targets.coreml_ops_resize import (
+    from edgeopt.targets.coreml.ops_resize import (
         coreml_bilinear_grid,
         interp_matrix,
         native_bilinear,
@@ -467,7 +467,7 @@ def test_native_bilinear_grid_equals_onnx(coord, sizes, expect):
     {"strides": [2, 1], "auto_pad": "SAME_LOWER", "dilations": [1, 2]},
 ])
 def test_conv_transpose_geometry_matches_onnxruntime(attrs):
-    from edgeopt.targets.coreml_ops_nn import conv_transpose_geometry
+    from edgeopt.targets.coreml.ops_nn import conv_transpose_geometry
 
     m, feeds = one("ConvTranspose", {"x": V(f(1, 2, 4, 3)), "w": K(f(2, 3, 3, 3))}, **attrs)
     want = run_ort(m, feeds)["y0"].shape
@@ -512,7 +512,7 @@ def test_names_are_sanitized_and_mapped(ct):
 
 
 def test_every_problem_is_reported_at_once_with_node_names(ct):
-    from edgeopt.targets.coreml_ops import ConversionProblems
+    from edgeopt.targets.coreml.ops import ConversionProblems
 
     nodes = [helper.make_node("MaxPool", ["x"], ["a"], name="pool_dilated", kernel_shape=[2, 2], dilations=[2, 2]),
              helper.make_node("Resize", ["a", "", "sc"], ["b"], name="resize_roi",
@@ -531,7 +531,7 @@ def test_every_problem_is_reported_at_once_with_node_names(ct):
 
 
 def test_unknown_op_is_reported(ct):
-    from edgeopt.targets.coreml_ops import ConversionProblems
+    from edgeopt.targets.coreml.ops import ConversionProblems
 
     m, _ = model([helper.make_node("Det", ["x"], ["y0"], name="det")], {"x": V(f(3, 3))}, ["y0"])
     with pytest.raises(ConversionProblems, match=r"Det \(node 'det'\): no Core ML translation"):
@@ -539,7 +539,7 @@ def test_unknown_op_is_reported(ct):
 
 
 def test_fold_matches_onnxruntime():
-    from edgeopt.targets.coreml_ops import fold
+    from edgeopt.targets.coreml.ops import fold
 
     node = helper.make_node("Range", ["a", "b", "c"], ["y0"])
     consts = {"a": np.array(2, np.int64), "b": np.array(11, np.int64), "c": np.array(3, np.int64)}
@@ -587,7 +587,7 @@ def test_decomposed_layer_norm_is_fused_only_when_exact(ct, gamma, keep_diff, ax
 def test_lstm_weights_reordered_for_mil_reproduce_onnxruntime():
     """MIL's documented LSTM (gates i, f, o, z; one summed bias; peephole i, f, o) run in numpy on the
     reordered weights gives ORT's outputs for an ONNX LSTM (gates i, o, f, c)."""
-    from edgeopt.targets.coreml_ops_rnn import lstm_weights
+    from edgeopt.targets.coreml.ops_rnn import lstm_weights
 
     ins = _lstm_ins(1, peephole=True)
     m, feeds = one("LSTM", ins, n_out=3, hidden_size=5)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .coreml_ops import Context, Unsupported, norm_axis, op
+from .ops import Context, Unsupported, norm_axis, op
 
 # --- elementwise ------------------------------------------------------------------------------
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal",
@@ -138,7 +138,7 @@ def cast(ctx: Context, node: Any) -> Any:
 
 @op("CastLike")
 def cast_like(ctx: Context, node: Any) -> Any:
-    from .coreml_ops import ONNX_NP
+    from .ops import ONNX_NP
 
     name = node.input[1]
     dtype = ctx.consts[name].dtype.name if name in ctx.consts else ctx.value_info.get(name, (None, None))[1]
@@ -184,7 +184,7 @@ def gemm(ctx: Context, node: Any) -> Any:
 # --- shapes -----------------------------------------------------------------------------------
 @op("Constant")
 def constant(ctx: Context, node: Any) -> Any:
-    from .coreml_ops import fold
+    from .ops import fold
 
     return fold(node, ctx.consts, ctx.opset)[0]  # reached only when folding was skipped
 

@@ -1,7 +1,7 @@
 """``apple`` (alias ``coreml``) -> a Core ML ML Program (``model.mlpackage``), FP16 by default.
 
 coremltools has had no ONNX frontend for years, so the graph is translated here, op by op
-(``coreml_ops*``), into coremltools' MIL builder; ``ct.convert`` turns the program into an ML
+(``ops*``), into coremltools' MIL builder; ``ct.convert`` turns the program into an ML
 Program with FP16 (or FP32) compute and the minimum deployment target the user picks
 (``--option min_deployment_target=iOS17``; default from the target profile).
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeopt.errors import UsageError
 
-from .base import BuildJob, BuildOutput, CheckFailed, Target, require
+from ..base import BuildJob, BuildOutput, CheckFailed, Target, require
 
 ARTIFACT = "model.mlpackage"
 COMPUTE_UNITS = ("ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE")
@@ -97,14 +97,14 @@ class CoreMlTarget(Target):
             deployment_target(ct, options["min_deployment_target"])
 
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
-        from .coreml_ops import supported_op_types
+        from .ops import supported_op_types
 
         return set(supported_op_types())
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
 
-        from .coreml_ops import convert
+        from .ops import convert
 
         opts = job.options
         profile = job.target.get("profile", {})

@@ -1,6 +1,6 @@
 """Core ML translators, part 1: convolution, pooling, normalization, activations, softmax, padding.
 
-One small function per ONNX op (see ``coreml_ops`` for the table and the context).  Weights must
+One small function per ONNX op (see ``ops`` for the table and the context).  Weights must
 be constants after folding: Core ML's ``conv`` takes its weight as a constant.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .coreml_ops import Context, Unsupported, norm_axis, op, spatial_pads
+from .ops import Context, Unsupported, norm_axis, op, spatial_pads
 
 
 def _f32(v: Any) -> np.ndarray:

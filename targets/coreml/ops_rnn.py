@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .coreml_ops import Context, Unsupported, op
+from .ops import Context, Unsupported, op
 
 _ACT = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu"}
 _GATES = [0, 2, 1, 3]  # ONNX i, o, f, c  ->  MIL i, f, o, c

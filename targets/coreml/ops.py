@@ -3,9 +3,9 @@
 coremltools dropped its ONNX frontend, so this is ours.  The shape of it:
 
 - ``OPS`` maps an ONNX op type (default domain) to one small translator
-  ``fn(ctx, node) -> Var | ndarray | tuple``.  The translators live in ``coreml_ops_nn``,
-  ``coreml_ops_tensor``, ``coreml_ops_resize`` and ``coreml_ops_rnn``; each registers itself
-  with ``@op(...)``.  ``coreml_ops_fuse`` fuses decomposed LayerNorms during the walk.
+  ``fn(ctx, node) -> Var | ndarray | tuple``.  The translators live in ``ops_nn``,
+  ``ops_tensor``, ``ops_resize`` and ``ops_rnn``; each registers itself
+  with ``@op(...)``.  ``ops_fuse`` fuses decomposed LayerNorms during the walk.
 - Constant folding: a node whose inputs are all known constants is evaluated with numpy (ONNX's
   own reference implementation, ``onnx.reference``) instead of being translated.  ``Shape`` and
   ``Size`` of a tensor whose MIL shape is static are constants too, so the shape-computing
@@ -33,8 +33,8 @@ Translator = Callable[["Context", Any], Any]
 OPS: dict[str, Translator] = {}
 
 # Modules holding translators; imported by supported_op_types()/convert() to fill OPS.
-_OP_MODULES = ("edgeopt.targets.coreml_ops_nn", "edgeopt.targets.coreml_ops_tensor",
-               "edgeopt.targets.coreml_ops_resize", "edgeopt.targets.coreml_ops_rnn")
+_OP_MODULES = ("edgeopt.targets.coreml.ops_nn", "edgeopt.targets.coreml.ops_tensor",
+               "edgeopt.targets.coreml.ops_resize", "edgeopt.targets.coreml.ops_rnn")
 # Never folded: their value is not a function of their inputs.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Multinomial", "Bernoulli"}
@@ -292,7 +292,7 @@ def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
     from coremltools.converters.mil.mil import Function, Program, types
     from onnx import numpy_helper
 
-    from .coreml_ops_fuse import find_layer_norms
+    from .ops_fuse import find_layer_norms
 
     supported_op_types()
     g = model.graph
@@ -371,7 +371,7 @@ def _walk(ctx: Context, nodes: list[Any], target_name: str) -> tuple[int, int, i
 
     Returns (folded, translated, fused) counts.
     """
-    from .coreml_ops_fuse import FusedLayerNorm
+    from .ops_fuse import FusedLayerNorm
 
     problems: list[Problem] = []
     stopped_at = None

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .coreml_ops import Context, Unsupported, norm_axis, op
+from .ops import Context, Unsupported, norm_axis, op
 
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                "tf_half_pixel_for_nn")
