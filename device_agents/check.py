@@ -41,7 +41,7 @@ def check_bundle(bundle: str | Path, options: dict[str, Any] | None = None) -> d
     outputs = run_validation(runner, manifest, bundle)
     run_s = time.perf_counter() - t0
     result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
-                             manifest.get("tolerance_override"))
+                             manifest.get("tolerance_override"), manifest.get("output_kinds"))
     result.update({"load_s": load_s, "validation_s": run_s,
                    "samples": int(next(iter(outputs.values())).shape[0]) if outputs else 0,
                    "runner": runner.info()})

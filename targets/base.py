@@ -26,7 +26,7 @@ from edgeopt.errors import BuildFailed, MissingDependency
 MANIFEST_SCHEMA = 1
 CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
 # Build options every backend takes (read by the pipeline and by ``Target.build``).
-COMMON_OPTIONS = frozenset({"seed", "check_timeout"})
+COMMON_OPTIONS = frozenset({"seed", "check_timeout", "output_kind"})
 
 
 class CheckFailed(BuildFailed):
@@ -242,8 +242,80 @@ class Target:
                       "host": {"machine": platform.machine(), "system": platform.system(),
                                "python": platform.python_version()},
                       "cache_key": job.cache_key},
+            "output_kinds": output_kinds(job),
             **out.extra_manifest,
         }
+
+
+def parse_output_kind_option(value: Any, names: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """``--option output_kind=name:ctc_time_major,other:classification@1`` -> {name: kind dict}.
+
+    Kinds: ``edgeopt_agent.compare.OUTPUT_KINDS``; ``@N`` is a classification's axis or a decision's
+    threshold.  UsageError for an unknown kind or output name."""
+    from edgeopt.errors import UsageError
+    from edgeopt_agent.compare import OUTPUT_KINDS, parse_kind
+
+    hint = ("e.g. --option output_kind=logits:ctc_time_major,emb:embedding (kinds: "
+            + ", ".join(OUTPUT_KINDS) + ")")
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        items = list(value.items())
+    else:
+        items = []
+        for part in str(value).replace(";", ",").split(","):
+            if part.strip():
+                name, sep, kind = part.strip().rpartition(":")
+                if not sep or not name:
+                    raise UsageError(f"bad output_kind item {part!r} (want name:kind)", hint=hint)
+                items.append((name, kind))
+    out = {}
+    for name, kind in items:
+        if names is not None and name not in names:
+            raise UsageError(f"output_kind names {name!r}, which is not an output of the model "
+                             f"(outputs: {', '.join(names)})", hint=hint)
+        try:
+            out[name] = {**parse_kind(kind), "source": "option"}
+        except ValueError as exc:
+            raise UsageError(f"output_kind: {exc}", hint=hint) from None
+    return out
+
+
+def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
+    """What each output means (see ``edgeopt_agent.compare``): the user's ``output_kind`` option, else
+    inferred from the op producing it (Softmax axis, Sigmoid, LpNormalization), its name and the
+    reference values.  Recorded in the manifest, so the device judges by the same kinds."""
+    import numpy as np
+
+    from edgeopt_agent.compare import infer_kind
+
+    names = [o["name"] for o in job.io["outputs"]]
+    given = parse_output_kind_option(job.options.get("output_kind"), names)
+    producers: dict[str, tuple[str, int | None]] = {}
+    try:
+        import onnx
+
+        graph = onnx.load(job.prepared_path or job.model_path, load_external_data=False).graph
+        for node in graph.node:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+            for o in node.output:
+                producers[o] = (node.op_type, -1 if axis is None and node.op_type in ("Softmax", "LogSoftmax")
+                                else axis)
+    except Exception:  # noqa: BLE001 - no graph: the kinds come from the data alone
+        producers = {}
+    try:
+        with np.load(job.reference_path) as ref:
+            refs = {n: ref[f"out{i}"] for i, n in enumerate(names) if f"out{i}" in ref}
+    except Exception:  # noqa: BLE001
+        refs = {}
+    kinds = {}
+    for name in names:
+        if name in given:
+            kinds[name] = given[name]
+        elif name in refs:
+            op, axis = producers.get(name, (None, None))
+            kinds[name] = {**infer_kind(name, refs[name], op, axis), "source": "inferred"}
+    return kinds
 
 
 def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -55,8 +55,9 @@ from .base import BuildJob, CheckFailed, parse_tolerance, require
 SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
 # bound -> metric, by direction: larger is better for the first, smaller for the second.
-_HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1", "seq_match_min": "seq_match"}
-_LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm"}
+_HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1", "seq_match_min": "seq_match",
+                     "vector_cosine_min": "vector_cosine_min"}
+_LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm", "flip_rate_max": "flip_rate"}
 # (name, settings, only in full mode); settings are plain data so that they cross into the child.
 VARIANTS: list[tuple[str, dict[str, Any], bool]] = [
     ("performance", {"preset": "performance", "fast_bias_correction": True}, False),
@@ -108,7 +109,8 @@ def summary(comparison: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, per in comparison["outputs"].items():
         m = per["metrics"]
-        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match")
+        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match",
+                                                             "flip_rate", "vector_cosine_min")
                      if k in m}
         if per["reasons"]:
             out[name]["fails"] = per["reasons"]
@@ -119,10 +121,12 @@ class Judge:
     """Runs a model over the validation set with the bundle's runtime settings and compares."""
 
     def __init__(self, ov, device: str, config: dict[str, Any], feeds: list[dict[str, np.ndarray]],
-                 refs: list[dict[str, np.ndarray]], out_names: list[str], override: dict[str, float] | None) -> None:
+                 refs: list[dict[str, np.ndarray]], out_names: list[str], override: dict[str, float] | None,
+                 kinds: dict[str, Any] | None = None) -> None:
         self.core = ov.Core()
         self.device, self.config = device, dict(config)
         self.feeds, self.refs, self.out_names, self.override = feeds, refs, out_names, override
+        self.kinds = kinds  # the manifest's output_kinds: what each output means
 
     def run(self, compiled, indices: list[int]) -> dict[str, np.ndarray]:
         ports = []
@@ -139,7 +143,7 @@ class Judge:
 
     def compare(self, outputs: dict[str, np.ndarray], indices: list[int]) -> dict[str, Any]:
         ref = {n: np.stack([self.refs[i][n] for i in indices]) for n in self.out_names}
-        return compare_outputs(outputs, ref, "int8", self.override)
+        return compare_outputs(outputs, ref, "int8", self.override, self.kinds)
 
     def judge(self, model, config: dict[str, Any] | None = None) -> dict[str, Any]:
         compiled = self.core.compile_model(model, self.device, {**self.config, **(config or {})})
@@ -263,7 +267,10 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     # Which precision the layers left in floating point run in: the plugin's default unless that
     # alone breaks the bound (measured on the FP32 IR), then f32.
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
-    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override)
+    from .base import output_kinds
+
+    kinds = output_kinds(job)
+    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds)
     pinned: str | None = None
     fp32_default = judge.judge(model)
     if not device_on_host:
@@ -393,6 +400,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
         ov.save_model(model, str(work / "fp32.xml"), compress_to_fp16=False)
         request = {**sets, "fp32_xml": str(work / "fp32.xml"), "out_xml": str(work / "int8.xml"),
                    "device": judge.device, "config": judge.config, "override": judge.override,
+                   "kinds": judge.kinds,
                    "settings": entry["settings"], "target_device": target_device}
         (work / "request.json").write_text(json.dumps(request))
         try:
@@ -458,7 +466,8 @@ def _child(request_path: str) -> int:
     nncf.set_log_level(logging.WARNING)
     try:
         calib, feeds, refs = _load_sets(req)
-        judge = Judge(ov, req["device"], req["config"], feeds, refs, req["out_names"], req["override"])
+        judge = Judge(ov, req["device"], req["config"], feeds, refs, req["out_names"], req["override"],
+                      req.get("kinds"))
         settings = req["settings"]
         model = ov.Core().read_model(req["fp32_xml"])
         q = nncf.quantize_with_accuracy_control(

@@ -1,10 +1,11 @@
-"""The agent's precision-aware comparison: CTC decoding agreement beside per-position top-1."""
+"""The agent's comparison by output kind: CTC decoding, decisions, embeddings, classification axis."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from edgeopt_agent.compare import compare_outputs, ctc_metrics, tensor_metrics
+from edgeopt_agent.compare import compare_outputs, ctc_metrics, infer_kind, parse_kind, tensor_metrics
 
 
 def _ctc(steps: list[list[int]], classes: int = 6) -> np.ndarray:
@@ -15,18 +16,28 @@ def _ctc(steps: list[list[int]], classes: int = 6) -> np.ndarray:
     return probs
 
 
-def test_one_flipped_space_changes_the_decoding_at_high_top1():
-    # "ab cd" vs "abcd": one position of 12 flips from space (5) to blank; top-1 stays 92%.
+def test_one_flipped_space_fails_the_ctc_check_at_high_cosine():
+    # "ab cd" vs "abcd": one position of 12 flips from space (5) to blank; the tensor barely moves.
     ref = _ctc([[1, 0, 2, 0, 5, 0, 3, 3, 0, 4, 0, 0], [1, 1, 0, 2, 0, 0, 3, 0, 0, 4, 0, 0]])
     out = ref.copy()
     out[0, 0, 4] = out[0, 0, 3]
-    m = tensor_metrics(out, ref)
-    assert m["top1"] > 0.95 and m["seq_match"] == 0.5 and m["ctc_blank"] == 0
-    res = compare_outputs({"y": out}, {"y": ref}, "int8", {"seq_match_min": 1.0})
-    assert not res["passed"] and any("CTC decoding equal on 50.0%" in r for r in res["outputs"]["y"]["reasons"])
-    loose = {"rel_l2_max": 1.0, "cosine_min": 0.5}
-    assert compare_outputs({"y": out}, {"y": ref}, "int8", loose)["passed"]  # opt-in: not judged by default
-    assert not compare_outputs({"y": out}, {"y": ref}, "int8", {**loose, "seq_match_min": 1.0})["passed"]
+    assert infer_kind("y", ref)["kind"] == "ctc_batch_major"
+    m = tensor_metrics(out, ref, "ctc_batch_major")
+    assert m["seq_match"] == 0.5 and m["ctc_blank"] == 0
+    res = compare_outputs({"y": out}, {"y": ref}, "int8", {"rel_l2_max": 1.0, "cosine_min": 0.5})
+    assert not res["passed"] and res["outputs"]["y"]["failed"] == ["seq_match"]
+    assert "seq_match: CTC decoding equal on 50.0% of 2 sequences" in res["summary"]
+
+
+def test_time_major_ctc_is_decoded_per_sequence():
+    ref_bm = _ctc([[1, 0, 2, 0, 3, 0, 0, 4], [2, 2, 0, 1, 0, 0, 3, 0]])  # [N, 1, T, C]
+    ref = np.swapaxes(ref_bm, 1, 2).copy()  # time-major [N, T, 1, C]
+    out = ref.copy()
+    out[1, 3, 0] = out[1, 2, 0]  # drops the "1" of the second sequence
+    assert infer_kind("logits", ref)["kind"] == "ctc_time_major"
+    assert tensor_metrics(out, ref, "ctc_time_major")["seq_match"] == 0.5
+    # read batch-major, the same tensor decodes [T] sequences of length 1: nothing is caught
+    assert ctc_metrics(out, ref, time_major=False) == {}
 
 
 def test_repeats_split_by_blank_and_blank_runs_decode_alike():
@@ -38,4 +49,112 @@ def test_repeats_split_by_blank_and_blank_runs_decode_alike():
 def test_outputs_without_a_dominant_blank_are_not_ctc():
     ref = _ctc([[1, 2, 3, 4, 5, 0] * 2])  # every class 1/6 of the positions: no blank to decode with
     assert ctc_metrics(ref, ref) == {}
-    assert ctc_metrics(np.zeros((2, 10)), np.zeros((2, 10))) == {}
+    assert infer_kind("y", ref)["kind"] == "dense"
+
+
+def test_per_position_decisions_are_judged_on_flips():
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(0, 1, (4, 368, 1)).astype(np.float32)  # [N, positions, 1] sigmoid
+    out = ref.copy()
+    near = np.argsort(np.abs(ref - 0.5).ravel())[:22]  # 22 of 1,472 boundaries flip, like the segmenter
+    out.reshape(-1)[near] = 1 - out.reshape(-1)[near]
+    assert infer_kind("y", ref, "Sigmoid")["kind"] == "decision"
+    res = compare_outputs({"y": out}, {"y": ref}, "int8")
+    o = res["outputs"]["y"]
+    assert o["metrics"]["cosine"] > 0.97 and o["metrics"]["flips"] == 22
+    assert not res["passed"] and o["failed"] == ["flip_rate"]
+
+
+def test_embeddings_have_no_top1_and_are_judged_per_vector():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(size=(8, 1, 256)).astype(np.float32)
+    out = ref + rng.normal(scale=0.01, size=ref.shape).astype(np.float32)
+    m = compare_outputs({"emb": out}, {"emb": ref}, "int8", kinds={"emb": "embedding"})["outputs"]["emb"]
+    assert m["passed"] and "top1" not in m["metrics"] and m["metrics"]["vector_cosine_min"] > 0.99
+    # without a kind, [1, 256] reads as classification: argmax over dimensions (what refused TRT INT8)
+    assert "top1" in compare_outputs({"emb": out}, {"emb": ref}, "int8")["outputs"]["emb"]["metrics"]
+    out[3] = -ref[3]  # one vector turned round
+    res = compare_outputs({"emb": out}, {"emb": ref}, "int8", {"cosine_min": 0.0, "rel_l2_max": 10},
+                          kinds={"emb": "embedding"})
+    assert res["outputs"]["emb"]["failed"] == ["vector_cosine_min"]
+
+
+def test_classification_over_a_named_axis():
+    rng = np.random.default_rng(2)
+    ref = rng.normal(size=(6, 1, 10, 7)).astype(np.float32)  # classes on axis 1 of [1, 10, 7]
+    out = ref.copy()
+    out[:, 0, 0, :] = ref[:, 0].max(1) + 1  # argmax over axis 1 (10 classes) now 0 everywhere
+    m1 = tensor_metrics(out, ref, "classification@1")
+    m_last = tensor_metrics(out, ref, "classification")
+    assert m1["top1"] < 0.5 and m_last["top1"] >= 0.9  # only row 0 of 10 moved along the last axis
+    assert infer_kind("p", ref, "Softmax", 1)["kind"] == "dense"
+    assert infer_kind("p", rng.normal(size=(3, 1, 5)), "Softmax", -1) == {"kind": "classification", "axis": 1}
+
+
+def test_bool_outputs_are_compared_exactly():
+    ref = np.array([[True, False, True]] * 3)
+    res = compare_outputs({"m": ref.copy()}, {"m": ref}, "fp16")
+    assert res["passed"] and "cos" not in res["summary"] and "exact 100%" in res["summary"]
+    flipped = ref.copy()
+    flipped[0, 0] = False
+    bad = compare_outputs({"m": flipped.astype(np.float32)}, {"m": ref}, "fp16")
+    assert not bad["passed"] and bad["outputs"]["m"]["failed"] == ["exact_match"]
+
+
+def test_summary_names_the_failed_metric_not_cosine():
+    rng = np.random.default_rng(3)
+    ref = rng.normal(size=(2, 8, 8, 4)).astype(np.float32)
+    out = ref * 1.01  # cosine 1.0, rel_l2 0.01 > fp32's 1e-3
+    res = compare_outputs({"map": out}, {"map": ref}, "fp32")
+    assert res["outputs"]["map"]["failed"] == ["rel_l2", "max_abs_norm"]
+    assert res["summary"].startswith("FAILED (map: rel_l2 0.01 > 0.001")
+
+
+def test_parse_kind():
+    assert parse_kind("decision@0") == {"kind": "decision", "threshold": 0.0}
+    assert parse_kind("classification@-1") == {"kind": "classification", "axis": -1}
+    with pytest.raises(ValueError, match="unknown output kind 'ctc'"):
+        parse_kind("ctc")
+
+
+def _kinds_model(path):
+    """x [1, 8, 4] -> seg = Sigmoid(x·w)[1, 8, 1] (decisions), ctc = Softmax(x·v)[8, 1, 5] (time-major)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(4, 5)).astype(np.float32)
+    v[:, 0] += 3.0  # blank-dominated, like a real CTC head
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(v, "v"), numpy_helper.from_array(np.array([1, 0, 2]), "perm")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Sigmoid", ["h"], ["seg"]),
+             helper.make_node("MatMul", ["x", "v"], ["l"]), helper.make_node("Transpose", ["l"], ["lt"], perm=[1, 0, 2]),
+             helper.make_node("Softmax", ["lt"], ["ctc"], axis=2)]
+    graph = helper.make_graph(nodes, "kinds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4])],
+                              [helper.make_tensor_value_info("seg", TensorProto.FLOAT, [1, 8, 1]),
+                               helper.make_tensor_value_info("ctc", TensorProto.FLOAT, [8, 1, 5])], inits[:2])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_build_records_output_kinds_and_the_option_overrides(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from edgeopt.pipeline import build
+
+    model = _kinds_model(tmp_path / "kinds.onnx")
+    rep = build(str(model), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    res = rep.results[0]
+    assert res.status == "built", res.error
+    kinds = res.manifest["output_kinds"]
+    assert kinds["seg"]["kind"] == "decision" and kinds["ctc"]["kind"] == "ctc_time_major"
+    outs = res.manifest["host_check"]["outputs"]
+    assert outs["seg"]["kind"] == "decision" and "flip_rate" in outs["seg"]["metrics"]
+    assert "seq_match" in outs["ctc"]["metrics"]
+    rep = build(str(model), "cpu", ["fp32"], out=tmp_path / "out2", jobs=1,
+                options={"output_kind": "ctc:classification@2,seg:regression"})
+    kinds = rep.results[0].manifest["output_kinds"]
+    assert kinds["ctc"] == {"kind": "classification", "axis": 2, "source": "option"}
+    assert "top1" in rep.results[0].manifest["host_check"]["outputs"]["ctc"]["metrics"]
+    bad = build(str(model), "cpu", ["fp32"], out=tmp_path / "out3", jobs=1, options={"output_kind": "nope:dense"})
+    assert bad.results[0].status == "failed" and "'nope', which is not an output" in bad.results[0].error
+    assert "Traceback" not in bad.results[0].error
