@@ -99,9 +99,9 @@ def _prob_rows(rows: np.ndarray) -> bool:
     return False
 
 
-def _blank_dominates(idx: np.ndarray, classes: int) -> bool:
+def _blank_dominates(idx: np.ndarray, classes: int, share: float = 0.3) -> bool:
     counts = np.bincount(idx.ravel(), minlength=classes)
-    return bool(counts.max() >= 0.3 * idx.size)
+    return bool(counts.max() >= share * idx.size)
 
 
 def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
@@ -117,7 +117,11 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
     c = per[-1]
     if len(per) == 3 and 2 <= c <= 100_000 and (per[0] == 1 or per[1] == 1) and max(per[0], per[1]) >= 4:
         rows = ref.reshape(-1, c)
-        if (producer in ("Softmax", "LogSoftmax", None)) and _prob_rows(rows) and _blank_dominates(rows.argmax(-1), c):
+        idx = rows.argmax(-1)
+        probs = producer in ("Softmax", "LogSoftmax", None) and _prob_rows(rows) and _blank_dominates(idx, c)
+        # raw logits (a recogniser that leaves the softmax to its decoder): many classes, mostly one
+        logits = c >= 10 and producer not in ("Sigmoid",) and _blank_dominates(idx, c, 0.5)
+        if probs or logits:
             return {"kind": "ctc_batch_major" if per[0] == 1 else "ctc_time_major"}
     if producer in ("Softmax", "LogSoftmax") and producer_axis is not None:
         axis = producer_axis if producer_axis >= 0 else len(per) + producer_axis

@@ -158,3 +158,12 @@ def test_build_records_output_kinds_and_the_option_overrides(tmp_path):
     bad = build(str(model), "cpu", ["fp32"], out=tmp_path / "out3", jobs=1, options={"output_kind": "nope:dense"})
     assert bad.results[0].status == "failed" and "'nope', which is not an output" in bad.results[0].error
     assert "Traceback" not in bad.results[0].error
+
+
+def test_time_major_ctc_logits_are_recognised():
+    # ddddocr's recogniser leaves the softmax to its decoder: [T, 1, C] logits, mostly blank
+    rng = np.random.default_rng(4)
+    ref = rng.normal(size=(5, 20, 1, 50)).astype(np.float32)
+    ref[..., 0] += 4.0
+    assert infer_kind("387", ref, "Add")["kind"] == "ctc_time_major"
+    assert infer_kind("387", rng.normal(size=(5, 20, 1, 50)), "Add")["kind"] == "dense"
