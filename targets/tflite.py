@@ -249,7 +249,7 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
     if not reply.get("ok"):
         tail = log_tail(log_path, 8)
         raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",
-                          hint=("onnx2tf's last output: " + " | ".join(tail)) if tail else None)
+                          hint=("the converter's last output: " + " | ".join(tail)) if tail else None)
     return reply
 
 
@@ -274,6 +274,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 _NOISE = re.compile(r"^([IWE]\d{4} |\d{4}-\d\d-\d\d |WARNING: All log messages|To enable the following|\s*$)")
+# A Python traceback's frames (our own or Keras'): never shown to the user, only its last line is.
+_TRACEBACK = re.compile(r"^(Traceback \(most recent call last\):|\s+File \"|\s{2,}\S|\s*[\^~]+\s*$|"
+                        r"During handling of the above exception|The above exception was the direct cause|== .* failed:$)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -283,7 +286,8 @@ def log_tail(path: Path, n: int) -> list[str]:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-    keep = [_ANSI.sub("", ln).strip() for ln in lines if not _NOISE.match(_ANSI.sub("", ln))]
+    plain = [_ANSI.sub("", ln) for ln in lines]
+    keep = [ln.strip() for ln in plain if not _NOISE.match(ln) and not _TRACEBACK.match(ln)]
     return [ln[:300] for ln in keep[-n:]]
 
 

@@ -56,6 +56,8 @@ class _Progress:
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--step":
+        return _step_main(argv[1])
     req_path, reply_path, prog_path = argv
     request = json.loads(Path(req_path).read_text())
     progress = _Progress(prog_path)
@@ -342,6 +344,83 @@ def _to_tflite(tf, sm_dir: str, precision: str, mode: str, io_dtype: str, rep, n
     raise RuntimeError("the TFLite converter failed: " + " / ".join(errors))
 
 
+class ConverterCrashed(RuntimeError):
+    """The TFLite converter died (a signal) while making one candidate: that candidate fails."""
+
+
+STEP_TIMEOUT = 1800
+
+
+def _to_tflite_isolated(sm_dir: str, precision: str, mode: str, io_dtype: str, rep, notes: list[str],
+                        work: Path) -> tuple[bytes, list[str]]:
+    """``_to_tflite`` in a child process: TensorFlow's converter segfaults on some recurrent models in
+    full-integer calibration (seen: three LSTM/GRU models), which would end the whole search here.
+    In a child, a crash is one failed candidate, and the search goes on (to dynamic-range)."""
+    import subprocess
+
+    step = Path(work) / f"step-{mode}-{time.monotonic_ns()}"
+    step.mkdir(parents=True)
+    req = {"sm_dir": sm_dir, "precision": precision, "mode": mode, "io_dtype": io_dtype, "out": str(step / "out.tflite"),
+           "reply": str(step / "reply.json"), "names": []}
+    if rep is not None:
+        gen, _count = rep
+        feeds = list(gen())
+        req["names"] = list(feeds[0]) if feeds else []
+        np.savez(step / "rep.npz", **{f"x{i}": np.stack([f[n] for f in feeds]) for i, n in enumerate(req["names"])})
+        req["rep"] = str(step / "rep.npz")
+    (step / "req.json").write_text(json.dumps(req))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.tflite_convert", "--step", str(step / "req.json")],
+                              capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        sys.stdout.write(proc.stdout[-4000:] + proc.stderr[-4000:])  # into the converter's log
+        if proc.returncode < 0 or not (step / "reply.json").exists():
+            import signal
+
+            sig = -proc.returncode
+            what = signal.Signals(sig).name if proc.returncode < 0 and sig in signal.valid_signals() else \
+                f"exit code {proc.returncode}"
+            raise ConverterCrashed(f"the TFLite converter crashed ({what}) in {LABELS.get(mode, mode)} conversion")
+        reply = json.loads((step / "reply.json").read_text())
+        if not reply.get("ok"):
+            raise RuntimeError(reply.get("error") or "the TFLite converter failed")
+        notes.extend(reply.get("notes", []))
+        return (step / "out.tflite").read_bytes(), reply["ops"]
+    except subprocess.TimeoutExpired:
+        raise ConverterCrashed(f"the TFLite converter hung > {STEP_TIMEOUT}s in {mode} conversion") from None
+    finally:
+        shutil.rmtree(step, ignore_errors=True)
+
+
+def _step_main(req_path: str) -> int:
+    """Child side of ``_to_tflite_isolated``: one conversion, the file and a small JSON reply."""
+    req = json.loads(Path(req_path).read_text())
+    if os.environ.get("EDGEOPT_TEST_TFLITE_STEP_ABORT") == req["mode"]:
+        os.abort()  # lets a test see a real converter death without a model that segfaults TensorFlow
+    _no_network()
+    import tensorflow as tf
+
+    rep = None
+    if req.get("rep"):
+        with np.load(req["rep"]) as z:
+            arrays = {n: z[f"x{i}"] for i, n in enumerate(req["names"])}
+        count = next(iter(arrays.values())).shape[0] if arrays else 0
+
+        def gen():
+            for k in range(count):
+                yield {n: a[k] for n, a in arrays.items()}
+
+        rep = (gen, count)
+    notes: list[str] = []
+    try:
+        content, ops = _to_tflite(tf, req["sm_dir"], req["precision"], req["mode"], req["io_dtype"], rep, notes)
+        Path(req["out"]).write_bytes(content)
+        reply = {"ok": True, "ops": ops, "notes": notes}
+    except Exception as exc:  # noqa: BLE001 - one line back to the search
+        reply = {"ok": False, "error": _first_line(exc)}
+    Path(req["reply"]).write_text(json.dumps(reply))
+    return 0
+
+
 def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[str, list[dict[str, Any]]]:
     """The IO spec: ONNX tensors mapped to the file's names, perms and dtypes.  ``out_perms`` (ONNX
     output -> perm) settles outputs whose shape reads the same in two layouts without running the
@@ -497,12 +576,13 @@ class Int8Search:
         raise self.failure()
 
     def _full(self, attempt: Attempt) -> bytes:
-        content, attempt.ops = _to_tflite(self.tf, self.sm_dir, "int8", "full", self.req["io_dtype"], self.rep,
-                                          attempt.notes)
+        content, attempt.ops = _to_tflite_isolated(self.sm_dir, "int8", "full", self.req["io_dtype"], self.rep,
+                                                   attempt.notes, self.work)
         return content
 
     def _dynamic(self, attempt: Attempt) -> bytes:
-        content, attempt.ops = _to_tflite(self.tf, self.sm_dir, "int8", "dynamic", "float32", None, attempt.notes)
+        content, attempt.ops = _to_tflite_isolated(self.sm_dir, "int8", "dynamic", "float32", None, attempt.notes,
+                                                   self.work)
         return content
 
     def _selective(self, base_ops: list[str]) -> bytes | None:

@@ -653,3 +653,52 @@ def test_ppocr_det_rec_int8_pair_reads_the_page(request):
     assert score == 1.0, lines
     reference = ocr.read_page_onnx(fixture("ocr-det"), fixture("ocr-rec"), fixture("page"))
     assert difflib.SequenceMatcher(a=" ".join(reference), b=" ".join(lines)).ratio() > 0.9, (reference, lines)
+
+
+# --- a converter crash is one failed candidate; no tracebacks reach a hint --------------------------
+@pytest.fixture(scope="module")
+def tiny_saved_model(tmp_path_factory):
+    """A Dense + tanh SavedModel (real TensorFlow), [1, 8] -> [1, 4]."""
+    if _backend_missing():
+        pytest.skip(f"TFLite backend: {_backend_missing()}")
+    code = ("import sys, tensorflow as tf\n"
+            "class M(tf.Module):\n"
+            "    def __init__(self):\n"
+            "        self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[1, 2]))\n"
+            "    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name='x')])\n"
+            "    def __call__(self, x):\n"
+            "        return {'y': tf.tanh(tf.matmul(x, self.w))}\n"
+            "m = M()\n"
+            "tf.saved_model.save(m, sys.argv[1], signatures={'serving_default': m.__call__})\n")
+    d = tmp_path_factory.mktemp("sm") / "sm"
+    proc = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return d
+
+
+def test_a_converter_that_dies_fails_one_candidate_and_the_next_step_runs(tiny_saved_model, tmp_path, monkeypatch):
+    from edgeopt.targets.tflite_convert import ConverterCrashed, _to_tflite_isolated
+
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.normal(size=(1, 8)).astype(np.float32)} for _ in range(4)]
+    rep = (lambda: iter(feeds), len(feeds))
+    monkeypatch.setenv("EDGEOPT_TEST_TFLITE_STEP_ABORT", "full")  # the child aborts, as a segfault would
+    with pytest.raises(ConverterCrashed, match=r"crashed \(SIGABRT\) in full-integer conversion"):
+        _to_tflite_isolated(str(tiny_saved_model), "int8", "full", "float32", rep, [], tmp_path)
+    notes: list[str] = []
+    content, ops = _to_tflite_isolated(str(tiny_saved_model), "int8", "dynamic", "float32", None, notes, tmp_path)
+    assert content[4:8] == b"TFL3" and ops == ["TFLITE_BUILTINS"]
+    monkeypatch.delenv("EDGEOPT_TEST_TFLITE_STEP_ABORT")
+    content, _ops = _to_tflite_isolated(str(tiny_saved_model), "int8", "full", "float32", rep, [], tmp_path)
+    assert content[4:8] == b"TFL3"
+
+
+def test_log_tail_keeps_no_traceback_frames(tmp_path):
+    from edgeopt.targets.tflite import log_tail
+
+    log = tmp_path / "log"
+    log.write_text("== converting\nTraceback (most recent call last):\n  File \"x.py\", line 3, in f\n"
+                   "    keras.layers.Reshape((64, -1))(t)\n    ^^^^^^^^^^^^\n"
+                   "ValueError: total size of new array must be unchanged, input_shape = [64, 40]\n")
+    tail = log_tail(log, 5)
+    assert tail == ["== converting", "ValueError: total size of new array must be unchanged, input_shape = [64, 40]"]
