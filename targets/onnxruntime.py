@@ -38,10 +38,56 @@ class OnnxRuntimeTarget(Target):
         ort = require("onnxruntime", self.extra)
         out = Path(job.bundle_dir) / "model.onnx"
         progress("optimizing the graph (ORT extended level)")
-        optimize(ort, job.prepared_path, out)
+        level, notes = optimize_loadable(ort, job.prepared_path, out)
         return BuildOutput(runtime={"name": "onnxruntime", "artifact": "model.onnx",
                                     "options": {"graph_optimization_level": "all"}},
-                           options={"graph_optimization": "extended (offline)"})
+                           options={"graph_optimization": f"{level} (offline)"}, notes=notes)
+
+
+LEVELS = ("extended", "basic", "none")
+
+
+def loads(ort, path: str | Path) -> str | None:
+    """None when ORT loads the saved file as the device will (no further offline work), else why not."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - any load failure means: save something else
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return None
+
+
+def optimize_loadable(ort, src: str | Path, dst: str | Path, levels: tuple[str, ...] = LEVELS,
+                      save: Callable[..., None] | None = None) -> tuple[str, list[str]]:
+    """Save the most optimized graph of ``src`` that ORT can load again, checking each.
+
+    Seen on two real models: the *extended* level's saved file cannot be re-loaded ("GatherSliceTo
+    SplitFusion ... Cannot parse data from external tensors").  Then the *basic* level, then the
+    prepared model itself (initializers inline; the device optimizes at load) are tried; the notes
+    say which was kept and why."""
+    save = save or optimize
+    notes: list[str] = []
+    for level in levels:
+        Path(dst).unlink(missing_ok=True)
+        try:
+            if level == "none":
+                import shutil
+
+                shutil.copyfile(src, dst)
+            else:
+                save(ort, src, dst, level)
+            why = loads(ort, dst)
+        except Exception as exc:  # noqa: BLE001 - the optimizer itself failed at this level
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        if why is None:
+            return level, notes
+        notes.append(f"ORT's {level}-level offline graph could not be loaded again ({why}); "
+                     + ("trying the next level" if level != levels[-1] else "no level left"))
+    from edgeopt.errors import BuildFailed
+
+    raise BuildFailed("no ONNX Runtime graph of this model loads again after saving: " + notes[-1],
+                      hint="check the model with `edgeopt inspect`; the prepared model may need a newer onnxruntime")
 
 
 def optimize(ort, src: str | Path, dst: str | Path, level: str = "extended") -> None:
