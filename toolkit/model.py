@@ -56,6 +56,7 @@ class ModelInfo:
     flops: int | None
     external_data: list[str]
     metadata: dict[str, str] = field(default_factory=dict)
+    quantized: dict[str, int] = field(default_factory=dict)  # already-quantized ops (quantized_ops)
 
     @property
     def opset(self) -> int:
@@ -131,6 +132,29 @@ def _external_files(model) -> list[str]:
                 if kv.key == "location" and kv.value not in files:
                     files.append(kv.value)
     return files
+
+
+# Ops that mean the model is already quantized (ONNX Runtime's dynamic/static quantizer output, QDQ).
+QUANTIZED_OPS = frozenset({
+    "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QuantizeLinear",
+    "DequantizeLinear", "com.microsoft::DynamicQuantizeLSTM", "com.microsoft::DynamicQuantizeMatMul",
+    "com.microsoft::MatMulIntegerToFloat", "com.microsoft::QAttention", "com.microsoft::QGemm",
+    "com.microsoft::QLinearAdd", "com.microsoft::QLinearMul", "com.microsoft::QLinearConcat",
+    "com.microsoft::QLinearSigmoid", "com.microsoft::QLinearLeakyRelu", "com.microsoft::QLinearGlobalAveragePool",
+    "com.microsoft::QuantizeLinear", "com.microsoft::DequantizeLinear", "com.microsoft::QOrderedMatMul"})
+
+
+def quantized_ops(nodes) -> dict[str, int]:
+    """{op: count} of the quantized ops among ``(domain, op_type, name)`` nodes (empty: a float model).
+
+    One detector for ``inspect`` (shown), ``build`` (a second INT8 pass refused; artifacts judged at
+    the INT8 bound the model's own quantization implies) and the INT8 searches."""
+    counts: Counter[str] = Counter()
+    for domain, op, _name in nodes:
+        label = f"{domain}::{op}" if domain and domain != "ai.onnx" else op
+        if label in QUANTIZED_OPS:
+            counts[label] += 1
+    return dict(counts.most_common())
 
 
 def walk_nodes(graph):
@@ -239,6 +263,7 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         flops=_flops(model),
         external_data=_external_files(model),
         metadata={p.key: p.value for p in model.metadata_props},
+        quantized=quantized_ops(nodes),
     )
 
 

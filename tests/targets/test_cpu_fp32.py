@@ -53,3 +53,32 @@ def test_plain_model_keeps_the_extended_level(tmp_path):
 
     src = _model(tmp_path / "m.onnx")
     assert optimize_loadable(ort, src, tmp_path / "o.onnx") == ("extended", [])
+
+
+def test_already_quantized_model_is_seen_refused_a_second_int8_pass_and_judged_at_int8(tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from edgeopt.model import inspect
+    from edgeopt.pipeline import build
+
+    rng = np.random.default_rng(0)
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(rng.normal(size=(64, 32)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                              "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), tmp_path / "f.onnx")
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
+    info = inspect(tmp_path / "q.onnx")
+    assert info.quantized.get("MatMulInteger") == 1 and info.quantized.get("DynamicQuantizeLinear") == 1
+    assert inspect(tmp_path / "f.onnx").quantized == {}
+
+    rep = build(str(tmp_path / "q.onnx"), "cpu", ["int8", "fp32"], out=tmp_path / "out", jobs=1)
+    by = {r.precision: r for r in rep.results}
+    assert by["int8"].status == "failed"
+    assert by["int8"].error.startswith("the model is already quantized (DynamicQuantizeLinear x1, MatMulInteger x1)")
+    assert by["fp32"].status == "built", by["fp32"].error
+    m = by["fp32"].manifest
+    assert m["quantized_model"] and m["tolerance_override"]["cosine_min"] == 0.97
+    assert m["host_check"]["tolerance"]["cosine_min"] == 0.97
