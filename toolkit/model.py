@@ -173,12 +173,22 @@ def _flops(model) -> int | None:
     import onnx
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        # A dynamic batch dimension (the usual [N, ...] export) is counted as 1: FLOPs per sample.
+        batch_fixed = onnx.ModelProto()
+        batch_fixed.CopyFrom(model)
+        for vi in batch_fixed.graph.input:
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) >= 2 and not (dims[0].HasField("dim_value") and dims[0].dim_value > 0):
+                dims[0].Clear()
+                dims[0].dim_value = 1
+        inferred = onnx.shape_inference.infer_shapes(batch_fixed)
     except Exception:
         return None
     shapes: dict[str, list[int]] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
+        if len(dims) >= 2 and dims[0] == 0 and 0 not in dims[1:]:
+            dims[0] = 1  # a batch dimension lost behind a computed Reshape/Expand: per sample
         shapes[vi.name] = dims
     for init in inferred.graph.initializer:
         shapes[init.name] = list(init.dims)
