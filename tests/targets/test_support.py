@@ -14,7 +14,7 @@ def _conv(path, batch="N"):
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 6, 6])], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
     return path
 
