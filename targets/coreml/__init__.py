@@ -101,6 +101,19 @@ class CoreMlTarget(Target):
 
         return set(supported_op_types())
 
+    def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
+        """Ops outside the translator's table, and shape arguments computed from input *values*
+        (the translator needs them constant once the input shapes are fixed) -- the same refusal
+        ``build`` would make, so that ``inspect`` and ``build`` agree."""
+        bad = super().unsupported_nodes(info, spec)
+        try:
+            import onnx
+
+            graph = onnx.load(info.path, load_external_data=False).graph
+        except Exception:  # noqa: BLE001 - unreadable here: the op table is all we can say
+            return bad
+        return bad + [(f"{op} (shape computed from input values)", name) for op, name in value_shaped_nodes(graph)]
+
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
 
@@ -141,6 +154,31 @@ class CoreMlTarget(Target):
                      "compute_units": units},
             io=io, check="numeric" if on_mac else "structural", structural=structural, notes=notes,
             extra_manifest={"structural_check": structural} if on_mac else {})
+
+
+# Inputs that must be constant for the ONNX -> MIL translation (index -> the op's shape argument).
+SHAPE_ARGS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,),
+              "Unsqueeze": (1,), "ConstantOfShape": (0,), "Resize": (2, 3), "Upsample": (1,), "Pad": (1, 2)}
+
+
+def value_shaped_nodes(graph: Any) -> list[tuple[str, str]]:
+    """(op, node name) of the nodes whose shape argument depends on a model input's *values*.
+
+    Shape/Size outputs depend on shapes only: with static input shapes they fold to constants, and the
+    translator folds them.  Anything fed by an input's values (a length, a computed Reshape target)
+    stays dynamic, which Core ML's MIL cannot take."""
+    inits = {i.name for i in graph.initializer}
+    dynamic = {i.name for i in graph.input if i.name not in inits}
+    found = []
+    for i, node in enumerate(graph.node):
+        args = SHAPE_ARGS.get(node.op_type, ())
+        if any(k < len(node.input) and node.input[k] in dynamic for k in args):
+            found.append((node.op_type, node.name or f"<unnamed {node.op_type} #{i}>"))
+        if node.op_type in ("Shape", "Size") or node.op_type == "Constant":
+            continue
+        if any(x in dynamic for x in node.input if x):
+            dynamic.update(o for o in node.output if o)
+    return found
 
 
 def artifact_io(io: dict[str, list[dict[str, Any]]], conv: Any) -> dict[str, list[dict[str, Any]]]:

@@ -309,8 +309,13 @@ def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
 
     with Function(placeholders, opset_version=target) as fn:
         for s in in_specs:
-            ctx.vars[s["name"]] = (fn.inputs[s["artifact_name"]] if evaluate is None else
-                                   mb.const(val=mil_array(evaluate[s["name"]]), name=s["artifact_name"]))
+            if evaluate is None:
+                v = fn.inputs[s["artifact_name"]]
+            else:
+                val = evaluate[s["name"]]
+                v = mb.const(val=mil_array(val.astype(np.int32) if s.get("bool") else val), name=s["artifact_name"])
+            # Core ML has no bool model inputs: the package takes int32 0/1 and casts at the boundary.
+            ctx.vars[s["name"]] = mb.cast(x=v, dtype="bool", name=s["artifact_name"] + "_bool") if s.get("bool") else v
         nodes, constants = _constants_first(ctx, g.node)
         nodes = find_layer_norms(nodes, ctx.consts, keep={o.name for o in g.output})
         folded, translated, fused = _walk(ctx, nodes, target_name)
@@ -340,7 +345,10 @@ def _input_specs(ctx: Context, g: Any, target_name: str, scalars_ok: bool) -> li
             bad.append(Problem("input", vi.name, "dynamic shape; give static shapes with --shape"))
         elif not shape and not scalars_ok:
             bad.append(Problem("input", vi.name, "a rank-0 (scalar) model input; Core ML inputs have rank >= 1"))
-        elif mil_dt is None or mil_dt == "bool":
+        elif mil_dt == "bool":  # taken as int32 0/1 and cast to bool inside (the runner casts the feed)
+            specs.append({"name": vi.name, "artifact_name": sanitize(vi.name, ctx.taken), "shape": shape,
+                          "mil_dtype": "int32", "artifact_dtype": "int32", "bool": True})
+        elif mil_dt is None:
             bad.append(Problem("input", vi.name, f"Core ML takes no {ONNX_NP.get(t.elem_type, t.elem_type)} "
                                                  "model inputs (float32/float16/int32/int64 only)"))
         else:

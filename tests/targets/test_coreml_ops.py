@@ -610,3 +610,14 @@ def test_lstm_weights_reordered_for_mil_reproduce_onnxruntime():
     np.testing.assert_allclose(np.stack(ys)[:, None], want["y0"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(h[None], want["y1"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(c[None], want["y2"], rtol=1e-4, atol=1e-5)
+
+
+def test_bool_input_is_taken_as_int32_and_cast_at_the_boundary(ct):
+    mask = np.array([[True, False, True], [False, False, True]])
+    m, feeds = one("Where", {"c": V(mask), "x": V(f(2, 3)), "y": V(f(2, 3))})
+    ref = run_ort(m, feeds)
+    conv = _convert(ct, m)
+    spec = next(s for s in conv.inputs if s["name"] == "c")
+    assert spec["artifact_dtype"] == "int32"
+    values = _convert(ct, m, evaluate=feeds).values
+    np.testing.assert_allclose(np.asarray(values["y0"], np.float32), ref["y0"], rtol=1e-6)

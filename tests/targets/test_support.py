@@ -25,3 +25,32 @@ def test_flops_are_counted_per_sample_when_the_batch_is_dynamic(tmp_path):
     dynamic = inspect(_conv(tmp_path / "d.onnx")).flops
     static = inspect(_conv(tmp_path / "s.onnx", 1)).flops
     assert dynamic == static == 2 * 4 * 6 * 6 * 3 * 9
+
+
+def _computed_reshape(path):
+    """y = Reshape(x, Cast(n)): the target shape is an input's *value* (what the OCR model did)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Cast", ["n"], ["n64"], to=TensorProto.INT64, name="cast_n"),
+                           helper.make_node("Reshape", ["x", "n64"], ["y"], name="computed")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                           helper.make_tensor_value_info("n", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    g.output[0].type.tensor_type.shape.dim.add()
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_inspect_and_build_refuse_a_computed_reshape_for_apple_alike(tmp_path):
+    from edgeopt.model import inspect
+    from edgeopt.pipeline import build
+    from edgeopt.targets.registry import get_backend
+
+    path = _computed_reshape(tmp_path / "r.onnx")
+    info = inspect(path)
+    bad = get_backend("coreml").unsupported_nodes(info, {})
+    assert bad == [("Reshape (shape computed from input values)", "computed")]
+    # the shape-only route (Shape -> Gather -> Reshape) is not flagged: it folds with static shapes
+    assert get_backend("coreml").unsupported_nodes(inspect(_conv(tmp_path / "c.onnx", 1)), {}) == []
+    res = build(str(path), "apple", ["fp16"], out=tmp_path / "out", jobs=1).results[0]
+    assert res.status == "unsupported" and "Reshape (shape computed from input values) (computed)" in res.error
