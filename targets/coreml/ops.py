@@ -247,10 +247,16 @@ def foldable(node: Any, consts: dict[str, np.ndarray]) -> bool:
 
 def fold(node: Any, consts: dict[str, np.ndarray], opset: int) -> list[np.ndarray]:
     """Evaluate one node on constant inputs with ONNX's numpy reference implementation."""
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     feeds = {n: consts[n] for n in node.input if n}
-    outs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+    # A one-node model, not the bare node: given a NodeProto, the evaluator ignores ``opsets`` and takes
+    # the newest schema (seen: opset-12 Unsqueeze with an ``axes`` attribute failed as Unsqueeze-13).
+    graph = helper.make_graph([node], "fold", [helper.make_tensor_value_info(n, 0, None) for n in feeds],
+                              [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    outs = ReferenceEvaluator(model).run(None, feeds)
     return [np.asarray(o) for o in outs]
 
 

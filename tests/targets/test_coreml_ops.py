@@ -621,3 +621,12 @@ def test_bool_input_is_taken_as_int32_and_cast_at_the_boundary(ct):
     assert spec["artifact_dtype"] == "int32"
     values = _convert(ct, m, evaluate=feeds).values
     np.testing.assert_allclose(np.asarray(values["y0"], np.float32), ref["y0"], rtol=1e-6)
+
+
+def test_fold_uses_the_models_opset():
+    # opset 12 Unsqueeze takes axes as an attribute; folded by the opset-13 schema it failed, and a
+    # Shape -> Gather -> Unsqueeze -> Concat -> Reshape chain (ddddocr's CRNN) was refused as "computed"
+    from edgeopt.targets.coreml.ops import fold
+
+    node = helper.make_node("Unsqueeze", ["a"], ["b"], axes=[0])
+    assert fold(node, {"a": np.array(3, np.int64)}, 12)[0].tolist() == [3]
