@@ -48,7 +48,7 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UsageError
 
-from .base import BuildJob, BuildOutput, CheckFailed, Target, parse_tolerance
+from .base import BuildJob, BuildOutput, CheckFailed, Target, output_kinds, parse_tolerance, write_manifest
 
 # ONNX op -> onnx2tf's builtin replacement (``-rtpo``) for ops that would otherwise need Flex.
 FLEX_PRONE = {"Erf": "Erf", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan", "MatMulInteger": "MatMulInteger"}
@@ -56,7 +56,18 @@ RTPO_NAMES = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "Gat
               "Erf", "GeLU", "MatMulInteger")
 CHOICES = {"int8_mode": ("auto", "full", "dynamic"), "io_dtype": ("float32", "int8")}
 DEFAULT_CONVERT_TIMEOUT = 1500.0
-OPTION_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout"})
+OPTION_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout", "onnx2tf_alt"})
+
+# onnx2tf's own switches for a conversion that came out numerically wrong, in the order tried when a
+# float build fails its check (``--option onnx2tf_alt=NAME`` picks one).  Each is a function of the
+# job's input names -> onnx2tf.convert keyword arguments.
+ONNX2TF_ALTERNATIVES: dict[str, Callable[[list[str]], dict[str, Any]]] = {
+    "keep_input_shape": lambda names: {"keep_shape_absolutely_input_names": names},
+    "keep_input_nchw": lambda names: {"keep_ncw_or_nchw_or_ncdhw_input_names": names},
+    "no_onnxsim": lambda names: {"not_use_onnxsim": True},
+    "rnn_unroll": lambda names: {"enable_rnn_unroll": True},
+    "param_replacement": lambda names: {"auto_generate_json": True},
+}
 
 
 class TfliteTarget(Target):
@@ -80,6 +91,47 @@ class TfliteTarget(Target):
         ops = {p.stem for p in ops_dir.glob("*.py") if not p.stem.startswith("_")}
         return ops or None
 
+    def build(self, job: BuildJob, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+        """Build; when a float (fp32/fp16) file fails its numeric check, try onnx2tf's alternative
+        switches (``ONNX2TF_ALTERNATIVES``) and keep the first that passes, recording it.  When none
+        does, the check says the FP32 conversion itself is wrong."""
+        import dataclasses
+        import shutil
+
+        manifest = super().build(job, progress)
+        hc = manifest.get("host_check") or {}
+        if (job.precision not in ("fp32", "fp16") or job.options.get("onnx2tf_alt")
+                or hc.get("passed") is not False or "outputs" not in hc):
+            return manifest
+        first = hc.get("summary") or "failed"
+        bundle = Path(job.bundle_dir)
+        tried = []
+        for alt in ONNX2TF_ALTERNATIVES:
+            if alt == "rnn_unroll" and not _has_rnn(job.prepared_path):
+                continue
+            progress(f"the {job.precision} file failed its check ({first}); retrying onnx2tf with {alt}")
+            shutil.rmtree(bundle, ignore_errors=True)
+            alt_job = dataclasses.replace(job, options={**job.options, "onnx2tf_alt": alt})
+            try:
+                m2 = super().build(alt_job, progress)
+            except Exception as exc:  # noqa: BLE001 - this switch does not convert: the next one
+                tried.append(f"{alt}: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}")
+                continue
+            h2 = m2.get("host_check") or {}
+            if h2.get("passed"):
+                m2["notes"].append(f"onnx2tf's default conversion failed the {job.precision} check ({first}); "
+                                   f"kept the conversion with --option onnx2tf_alt={alt}, which passes")
+                write_manifest(bundle, m2)
+                return m2
+            tried.append(f"{alt}: {h2.get('summary') or 'failed'}")
+        shutil.rmtree(bundle, ignore_errors=True)
+        manifest = super().build(job, progress)  # the default conversion, as the bundle to report
+        manifest["host_check"]["error"] = (
+            f"the FP32 conversion itself is wrong (onnx2tf: {first}), not a precision problem; "
+            f"onnx2tf's alternative switches did not fix it ({'; '.join(tried) or 'none applied'})")
+        write_manifest(bundle, manifest)
+        return manifest
+
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         opts = parse_options(job.options, job.precision)
         replace, replaced_nodes = replacements(job.prepared_path, opts["replace_ops"])
@@ -91,6 +143,10 @@ class TfliteTarget(Target):
                 "validation_path": job.validation_path, "reference_path": job.reference_path,
                 "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
                 "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
+                "output_kinds": output_kinds(job),
+                "onnx2tf_alt": opts["onnx2tf_alt"],
+                "onnx2tf_kwargs": (ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
+                                   if opts["onnx2tf_alt"] else {}),
                 "out": str(bundle / "model.tflite"),
                 "work": str(work), "cache_dir": str(_cache_root()), "log": str(work / "convert.log"),
             }
@@ -119,6 +175,7 @@ class TfliteTarget(Target):
         if delegates:
             runtime_options["delegates_supported"] = list(delegates)
         options = {"int8_mode": opts["int8_mode"] if job.precision == "int8" else None,
+                   "onnx2tf_alt": opts["onnx2tf_alt"],
                    "io_dtype": reply["io_dtype"], "replace_ops": replace,
                    "converter_ops": reply["converter"]["supported_ops"], "int8": reply.get("int8")}
         extra: dict[str, Any] = {}
@@ -141,6 +198,10 @@ def parse_options(options: dict[str, Any], precision: str) -> dict[str, Any]:
     """This backend's ``--option`` values, checked (other backends' keys are ignored)."""
     out: dict[str, Any] = {"int8_mode": str(options.get("int8_mode", "auto")).lower(),
                            "io_dtype": str(options.get("io_dtype", "float32")).lower()}
+    out["onnx2tf_alt"] = options.get("onnx2tf_alt") or None
+    if out["onnx2tf_alt"] and out["onnx2tf_alt"] not in ONNX2TF_ALTERNATIVES:
+        raise UsageError(f"--option onnx2tf_alt={out['onnx2tf_alt']!r} is not one of "
+                         + ", ".join(ONNX2TF_ALTERNATIVES), hint="e.g. --option onnx2tf_alt=keep_input_shape")
     for key, allowed in CHOICES.items():
         if out[key] not in allowed:
             raise UsageError(f"--option {key}={options.get(key)!r} is not one of {', '.join(allowed)}",
@@ -292,6 +353,15 @@ def log_tail(path: Path, n: int) -> list[str]:
 
 
 # --- matching the file's tensors to the ONNX tensors ---------------------------------------------
+def _has_rnn(path: str) -> bool:
+    try:
+        import onnx
+
+        return any(n.op_type in ("LSTM", "GRU", "RNN") for n in onnx.load(path, load_external_data=False).graph.node)
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def channels_last(rank: int) -> list[int]:
     """onnx2tf's layout change: NCHW -> NHWC (and NCW -> NWC, NCDHW -> NDHWC)."""
     return [0, *range(2, rank), 1]

@@ -162,6 +162,8 @@ def saved_model(req: dict[str, Any], versions: dict[str, str], progress) -> tupl
         if p:
             h.update(hashlib.sha256(Path(p).read_bytes()).digest())
     h.update(json.dumps([CONVERTER_REV, sorted(req["replace"]), versions], sort_keys=True).encode())
+    if req.get("onnx2tf_kwargs"):  # an alternative conversion: its own cache entry
+        h.update(json.dumps(req["onnx2tf_kwargs"], sort_keys=True).encode())
     key = h.hexdigest()[:40]
     root = Path(req["cache_dir"])
     final = root / key
@@ -244,7 +246,7 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> None:
         onnx2tf.convert(input_onnx_file_path=str(src), output_folder_path=str(out_dir),
                         output_signaturedefs=True, custom_input_op_name_np_data_path=custom,
                         replace_to_pseudo_operators=[n.lower() for n in req["replace"]],  # as its CLI passes them
-                        verbosity="warn")
+                        verbosity="warn", **(req.get("onnx2tf_kwargs") or {}))
     finally:
         os.chdir(cwd)
     if not (out_dir / "saved_model.pb").is_file():
@@ -481,7 +483,8 @@ DENYLIST_FRACTIONS = (0.05, 0.15, 0.30, 0.50)
 DEBUG_SAMPLES = 8  # calibration samples the QuantizationDebugger measures each layer's error on
 CHECK_TIMEOUT = 600.0
 LABELS = {"full": "full-integer", "selective": "selective", "dynamic": "dynamic-range"}
-HEADLINE = ("cosine", "rel_l2", "top1", "max_abs_norm", "snr_db", "exact_match")
+HEADLINE = ("cosine", "rel_l2", "top1", "max_abs_norm", "snr_db", "exact_match", "seq_match", "flip_rate",
+            "vector_cosine_min")
 
 
 class SearchFailed(Exception):
@@ -516,7 +519,7 @@ class Attempt:
     def worst(self) -> dict[str, float]:
         """The worst figures over the outputs: lowest cosine and top-1, highest rel_l2."""
         out = {}
-        for key, pick in (("cosine", min), ("rel_l2", max), ("top1", min)):
+        for key, pick in (("cosine", min), ("rel_l2", max), ("top1", min), ("seq_match", min), ("flip_rate", max)):
             vals = [m[key] for m in self.metrics.values() if key in m]
             if vals:
                 out[key] = pick(vals)
@@ -527,7 +530,9 @@ class Attempt:
             return f"failed: {self.error}"
         w = self.worst()
         bits = [f"cos {w['cosine']:.4f}" if "cosine" in w else "", f"rel_l2 {w['rel_l2']:.3f}" if "rel_l2" in w else "",
-                f"top1 {w['top1']:.0%}" if "top1" in w else ""]
+                f"top1 {w['top1']:.0%}" if "top1" in w else "",
+                f"ctc-decode {w['seq_match']:.0%}" if "seq_match" in w else "",
+                f"flips {w['flip_rate']:.2%}" if "flip_rate" in w else ""]
         return " ".join(b for b in bits if b) or ("meets the bound" if self.passed else "; ".join(self.reasons))
 
     def record(self) -> dict[str, Any]:
@@ -703,6 +708,8 @@ class Int8Search:
                         "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz"}}
             if self.req.get("tolerance"):
                 manifest["tolerance_override"] = self.req["tolerance"]
+            if self.req.get("output_kinds"):
+                manifest["output_kinds"] = self.req["output_kinds"]
             (cand / "manifest.json").write_text(json.dumps(manifest, default=_plain))
             check = host_check(cand, CHECK_TIMEOUT)
         finally:
