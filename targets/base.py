@@ -208,6 +208,8 @@ class Target:
             (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc)}) + "\n")
             raise
         build_s = time.perf_counter() - t0
+        if job.precision == "fp16" and self.backend != "tensorrt":  # TensorRT runs its own, per layer
+            out.warnings.extend(fp16_overflow_warnings(job))
         manifest = self._manifest(job, out, build_s)
         write_manifest(bundle, manifest)  # the check reads it
         if out.check == "numeric":
@@ -259,6 +261,28 @@ class Target:
             **({"quantized_model": quant} if quant else {}),
             **out.extra_manifest,
         }
+
+
+def fp16_overflow_warnings(job: BuildJob) -> list[str]:
+    """The FP16 range analysis of every fp16 artifact (apple, mobile, intel-*): float tensors of the
+    prepared model whose magnitude passes 65504 on the validation inputs (``trt_prep.fp16_overflow``,
+    the analysis TensorRT's fp16 path runs)."""
+    try:
+        import onnx
+
+        from edgeopt.calib import load_stacked
+
+        from .trt_prep import fp16_overflow
+
+        feeds = load_stacked(job.validation_path, [t["name"] for t in job.io["inputs"]], "in")
+        over = fp16_overflow(onnx.load(job.prepared_path), feeds)
+    except Exception as exc:  # noqa: BLE001 - the analysis must not stop a build
+        return [f"FP16 range check skipped: {(str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"]
+    if not over:
+        return []
+    return ["FP16 overflow ahead: " + ", ".join(f"{t} reaches {v:.3g}" for t, v in over[:5])
+            + (f" (+{len(over) - 5} more)" if len(over) > 5 else "")
+            + "; FP16 tops out at 65504 -- expect Inf/NaN in those layers unless they run in FP32 (build fp32)"]
 
 
 _QUANT_CACHE: dict[tuple[str, float], dict[str, int]] = {}

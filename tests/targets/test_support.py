@@ -54,3 +54,21 @@ def test_inspect_and_build_refuse_a_computed_reshape_for_apple_alike(tmp_path):
     assert get_backend("coreml").unsupported_nodes(inspect(_conv(tmp_path / "c.onnx", 1)), {}) == []
     res = build(str(path), "apple", ["fp16"], out=tmp_path / "out", jobs=1).results[0]
     assert res.status == "unsupported" and "Reshape (shape computed from input values) (computed)" in res.error
+
+
+def test_apple_fp16_build_warns_of_fp16_overflow(tmp_path):
+    pytest.importorskip("coremltools")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    big, small = (numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((1e6, "big"), (1e-6, "small")))
+    g = helper.make_graph([helper.make_node("Mul", ["x", "big"], ["huge"], name="scale_up"),
+                           helper.make_node("Mul", ["huge", "small"], ["y"], name="scale_down")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [big, small])
+    path = tmp_path / "o.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    res = build(str(path), "apple", ["fp16"], out=tmp_path / "out", jobs=1).results[0]
+    assert res.status == "built", res.error
+    assert any(w.startswith("FP16 overflow ahead: huge reaches") for w in res.manifest["warnings"])
