@@ -132,7 +132,7 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
     from edgeopt_agent.runners.tflite import TfliteRunner, read_ops
 
     ops = read_ops(out)
-    runner = TfliteRunner(out.parent, {"runtime": {"artifact": out.name}},
+    runner = TfliteRunner(out.parent, {"runtime": {"artifact": out.name}, "files": {out.name: {}}},
                           {"interpreter": "tensorflow"} if ops["flex_ops"] else {})
     runner.load()
     details = runner.io_details()
@@ -710,6 +710,9 @@ class Int8Search:
                 manifest["tolerance_override"] = self.req["tolerance"]
             if self.req.get("output_kinds"):
                 manifest["output_kinds"] = self.req["output_kinds"]
+            from edgeopt.targets.base import file_table
+
+            manifest["files"] = file_table(cand)  # the agent opens only files its manifest lists
             (cand / "manifest.json").write_text(json.dumps(manifest, default=_plain))
             check = host_check(cand, CHECK_TIMEOUT)
         finally:
@@ -726,7 +729,7 @@ class Int8Search:
     def _io(self, path: Path) -> dict[str, list[dict[str, Any]]]:
         from edgeopt_agent.runners.tflite import TfliteRunner
 
-        runner = TfliteRunner(path.parent, {"runtime": {"artifact": path.name}})
+        runner = TfliteRunner(path.parent, {"runtime": {"artifact": path.name}, "files": {path.name: {}}})
         runner.load()  # reads the IO details only; the file runs in the check's child
         try:
             io = _artifact_io(self.req, runner.io_details(), self.in_perms, runner, [], self.out_perms)
