@@ -103,7 +103,7 @@ class TfliteTarget(Target):
         if (job.precision not in ("fp32", "fp16") or job.options.get("onnx2tf_alt")
                 or hc.get("passed") is not False or "outputs" not in hc):
             return manifest
-        first = hc.get("summary") or "failed"
+        first = next((f"{n}: {r}" for n, o in hc["outputs"].items() for r in o.get("reasons", [])), "failed")
         bundle = Path(job.bundle_dir)
         tried = []
         for alt in ONNX2TF_ALTERNATIVES:
@@ -115,7 +115,8 @@ class TfliteTarget(Target):
             try:
                 m2 = super().build(alt_job, progress)
             except Exception as exc:  # noqa: BLE001 - this switch does not convert: the next one
-                tried.append(f"{alt}: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}")
+                msg = _ANSI.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+                tried.append(f"{alt}: does not convert ({msg[:90]})")
                 continue
             h2 = m2.get("host_check") or {}
             if h2.get("passed"):
@@ -123,7 +124,8 @@ class TfliteTarget(Target):
                                    f"kept the conversion with --option onnx2tf_alt={alt}, which passes")
                 write_manifest(bundle, m2)
                 return m2
-            tried.append(f"{alt}: {h2.get('summary') or 'failed'}")
+            worst = next((r for o in (h2.get("outputs") or {}).values() for r in o.get("reasons", [])), "failed")
+            tried.append(f"{alt}: {worst}")
         shutil.rmtree(bundle, ignore_errors=True)
         manifest = super().build(job, progress)  # the default conversion, as the bundle to report
         manifest["host_check"]["error"] = (
