@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -111,7 +112,7 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     out_dir = WORK / "out"
     cmd = [str(ROOT / ".venv" / "bin" / "edgeopt"), "build", str(spec["path"]), "-t", target, "-p", precision,
            "--shape", spec["shape"], "--calib", str(npz), "--val-count", "12", "--calib-count", "28",
-           "--out", str(out_dir), "--jobs", "1", "--json", "--quiet", "--timeout", str(timeout)]
+           "--out", str(out_dir), "--jobs", "1", "--json", "--quiet", "--timeout", str(timeout), "--force"]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120,
@@ -143,9 +144,11 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
         row["kinds"] = ",".join(f"{k}={v['kind']}" for k, v in (manifest or {}).get("output_kinds", {}).items())
     elif status in ("unsupported", "unavailable", "check-failed", "failed"):
         err = (res.get("error") or "").strip()
-        crashed = "Traceback" in err or row["traceback"] or status == "failed" and "crash" in err.lower()
+        first = err.splitlines()[0] if err else status
+        # a crash: a traceback, or a raw exception as the message (not a refusal that names one inside)
+        crashed = "Traceback" in err or row["traceback"] or bool(re.match(r"^[A-Za-z_.]*(Error|Exception)\b:", first))
         row["outcome"] = "crashed" if crashed else "refused"
-        row["reason"] = err.splitlines()[0][:220] if err else status
+        row["reason"] = first[:400]
     else:
         row["outcome"], row["reason"] = "crashed", f"status {status}"
     return row
@@ -189,7 +192,7 @@ def main() -> int:
         for name in wanted:
             spec = ms[name]
             npz = WORK / f"{name}.npz"
-            np.savez(npz, **{spec["input"]: spec["data"]()})
+            np.savez(npz, **{spec["input"]: spec["data"]()[:, None]})  # [N samples, batch 1, ...]
             for target in args.targets.split(","):
                 for prec in ["auto"] + (["int8"] if target in INT8_TOO else []):
                     row = run_one(name, spec, target, prec, npz, args.timeout)
