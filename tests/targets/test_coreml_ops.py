@@ -83,6 +83,11 @@ def run_ort(m, feeds):
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
+def _gru_ins(dirs, s=4, b=2, i=3, h=5):
+    return {"x": V(f(s, b, i)), "w": K(f(dirs, 3 * h, i)), "r": K(f(dirs, 3 * h, h)), "b": K(f(dirs, 6 * h)),
+            "lens": None, "h0": V(f(dirs, b, h))}
+
+
 def _lstm_ins(dirs, peephole=False, s=4, b=2, i=3, h=5):
     ins = {"x": V(f(s, b, i)), "w": K(f(dirs, 4 * h, i)), "r": K(f(dirs, 4 * h, h)), "b": K(f(dirs, 8 * h)),
            "lens": None, "h0": V(f(dirs, b, h)), "c0": V(f(dirs, b, h))}
@@ -253,6 +258,10 @@ CASES = {
     "LSTM-minimal": lambda: one("LSTM", {k: v for k, v in _lstm_ins(1).items() if k in "xwr"}, n_out=3,
                                 hidden_size=5),
     "LSTM-reverse": lambda: one("LSTM", _lstm_ins(1), n_out=3, hidden_size=5, direction="reverse"),
+    "GRU": lambda: one("GRU", _gru_ins(1), n_out=2, hidden_size=5),
+    "GRU-linear-before-reset": lambda: one("GRU", _gru_ins(1), n_out=2, hidden_size=5, linear_before_reset=1),
+    "GRU-bidirectional": lambda: one("GRU", _gru_ins(2), n_out=2, hidden_size=5, direction="bidirectional"),
+    "GRU-reverse": lambda: one("GRU", _gru_ins(1), n_out=2, hidden_size=5, direction="reverse"),
     "LSTM-bidirectional": lambda: one("LSTM", _lstm_ins(2), n_out=3, hidden_size=5, direction="bidirectional"),
     "Upsample": lambda: one("Upsample", {"x": V(f(1, 2, 3, 4)), "s": K(np.array([1, 1, 2, 3], np.float32))},
                             opset=9, mode="linear"),
