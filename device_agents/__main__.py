@@ -28,6 +28,9 @@ def _read_request(argv: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\nverbs: " + ", ".join(sorted(VERBS)))
         return 0
@@ -39,15 +42,35 @@ def main(argv: list[str] | None = None) -> int:
         request = _read_request(argv[1:])
         if not isinstance(request, dict):
             raise ValueError(f"the request must be a JSON object, got {type(request).__name__}")
+        if "--request" in argv[1:] and verb == "watchdog":
+            request["_request_file"] = argv[argv.index("--request") + 1]
+        reply["trials_reverted"] = _expire_trials(request)
+        if not reply["trials_reverted"]:
+            del reply["trials_reverted"]
         reply.update(VERBS[verb](request))
         reply.setdefault("ok", True)
-    except Exception as exc:  # every failure becomes a JSON reply, never a bare traceback
+    except (Exception, KeyboardInterrupt) as exc:  # every failure becomes a JSON reply, never a bare traceback
         reply["ok"] = False
         reply["error"] = {"type": type(exc).__name__, "message": str(exc),
                           "traceback": traceback.format_exc(limit=6)}
     json.dump(reply, sys.stdout, default=_json_default)
     sys.stdout.write("\n")
     return 0 if reply["ok"] else 1
+
+
+def _expire_trials(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every agent call first reverts unconfirmed trials past their deadline (the watchdog's twin:
+    whichever comes first does it, under the store lock)."""
+    from .store import StoreError, agent_root, expire_trials
+
+    try:
+        return expire_trials(agent_root(request))
+    except (StoreError, OSError):
+        return []
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM (timeout, a CI cancel) ends the agent like Ctrl-C: children reaped
 
 
 def _json_default(o: Any) -> Any:

@@ -46,16 +46,47 @@ def safe_relpath(rel: str) -> str:
     return rel
 
 
+def listed_path(manifest: dict[str, Any], rel: Any, what: str) -> str:
+    """A path the manifest names for the agent to open (the artifact, validation data): it must be
+    safe *and* covered by ``files`` (a listed file, or a folder whose files are listed, e.g. a
+    ``.mlpackage``), so that everything the agent opens is something ``verify`` checked."""
+    if not isinstance(rel, str):
+        raise BundleError(f"{what} in the manifest must be a relative path, got {rel!r}")
+    rel = safe_relpath(rel)
+    files = manifest.get("files", {})
+    norm = rel.rstrip("/")
+    if norm not in files and not any(f.startswith(norm + "/") for f in files):
+        raise BundleError(f"{what} {rel!r} is not one of the bundle's listed files; the agent opens only "
+                          "files the manifest's sha256 list covers")
+    return rel
+
+
+def named_paths(manifest: dict[str, Any]) -> dict[str, str]:
+    """Every path the manifest names besides ``files``, by its key."""
+    out = {}
+    rt = manifest.get("runtime") or {}
+    if "artifact" in rt:
+        out["runtime.artifact"] = rt["artifact"]
+    for key in ("inputs", "reference"):
+        if key in (manifest.get("validation") or {}):
+            out[f"validation.{key}"] = manifest["validation"][key]
+    return out
+
+
 def load_manifest(bundle: str | os.PathLike) -> dict[str, Any]:
     path = Path(bundle) / MANIFEST
     if not path.is_file():
         raise BundleError(f"no {MANIFEST} in {bundle}")
     try:
         manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files", {}), dict):
+        raise BundleError(f"{path} is not a bundle manifest (an object with a 'files' table)")
     for rel in manifest.get("files", {}):
         safe_relpath(rel)
+    for what, rel in named_paths(manifest).items():
+        listed_path(manifest, rel, what)
     return manifest
 
 
@@ -88,18 +119,18 @@ def validation_inputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> li
     """The validation samples as a list of feeds {input name: array} in the ONNX layout."""
     import numpy as np
 
-    rel = manifest["validation"]["inputs"]
+    rel = listed_path(manifest, manifest["validation"]["inputs"], "validation.inputs")
     specs = manifest["io"]["inputs"]
-    arrays = _stacked(Path(bundle) / safe_relpath(rel), "in", len(specs))
+    arrays = _stacked(Path(bundle) / rel, "in", len(specs))
     n = arrays[0].shape[0] if arrays else 0
     return [{s["name"]: np.asarray(a[i]) for s, a in zip(specs, arrays)} for i in range(n)]
 
 
 def reference_outputs(bundle: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, np.ndarray]:
     """Reference outputs stacked on axis 0, keyed by output name."""
-    rel = manifest["validation"]["reference"]
+    rel = listed_path(manifest, manifest["validation"]["reference"], "validation.reference")
     specs = manifest["io"]["outputs"]
-    arrays = _stacked(Path(bundle) / safe_relpath(rel), "out", len(specs))
+    arrays = _stacked(Path(bundle) / rel, "out", len(specs))
     return {s["name"]: a for s, a in zip(specs, arrays)}
 
 

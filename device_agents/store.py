@@ -94,8 +94,21 @@ def store_path(root: Path, bundle_id: str) -> Path:
     return root / "store" / check_id(bundle_id)
 
 
+def entry_problem(root: Path, bundle_id: str) -> str | None:
+    """Why ``store/<id>`` is not that bundle (None when it is): a store entry *is* its id, so the
+    sha256 of its manifest must equal the id; an edited manifest is a different bundle."""
+    mpath = store_path(root, bundle_id) / MANIFEST
+    if not mpath.is_file():
+        return "missing" if not mpath.parent.exists() else "no manifest.json"
+    actual = sha256_file(mpath)
+    if actual != bundle_id:
+        return f"manifest.json changed after install (sha256 {actual[:12]}… is not the id {bundle_id[:12]}…)"
+    return None
+
+
 def installed(root: Path, bundle_id: str) -> bool:
-    return (store_path(root, bundle_id) / MANIFEST).is_file()
+    """The entry exists and its manifest hashes to its id (files are checked by ``verify``)."""
+    return entry_problem(root, check_id(bundle_id)) is None
 
 
 def resolve_bundle(req: dict[str, Any]) -> Path:
@@ -108,8 +121,12 @@ def resolve_bundle(req: dict[str, Any]) -> Path:
     if req.get("bundle_id"):
         root = agent_root(req)
         bid = check_id(req["bundle_id"])
-        if not installed(root, bid):
+        problem = entry_problem(root, bid)
+        if problem == "missing":
             raise StoreError(f"bundle {bid[:12]}… is not installed in {root / 'store'}; install it first")
+        if problem:
+            raise StoreError(f"store entry {bid[:12]}… is not that bundle: {problem}; "
+                             "re-push it with `edgeopt push --verify` to repair")
         return store_path(root, bid)
     raise StoreError("the request needs 'bundle' (a path) or 'bundle_id' (installed in the store)")
 
@@ -141,11 +158,16 @@ def locked(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no 0-byte temp file left behind, the old state stays
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _remove_tree(path: Path) -> None:
@@ -203,32 +225,52 @@ def _inspect_upload(staging: Path, bundle_id: str) -> list[dict[str, str]]:
     return problems
 
 
-def install(root: Path, staging: Any, bundle_id: Any) -> dict[str, Any]:
-    """Verify an upload and rename it into ``store/<bundle_id>``; delete it when it fails."""
+def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False) -> dict[str, Any]:
+    """Verify an upload and rename it into ``store/<bundle_id>``; delete it when it fails.
+
+    An existing entry under that id that is not the bundle (edited manifest, missing manifest) is
+    replaced; with ``req_replace`` one whose files fail ``verify`` is replaced too (push --verify's
+    repair).  The replacement is complete before the damaged copy leaves: no dangling slot."""
     bid = check_id(bundle_id)
     src = _staging_dir(root, staging)
     dest = store_path(root, bid)
     with locked(root):
-        if installed(root, bid):
+        replace = bool(req_replace)
+        if installed(root, bid) and not (replace and not verify(dest)["ok"]):
             if src.exists():  # a redundant upload of what is already there
                 shutil.rmtree(src, ignore_errors=True)
             return {"bundle_id": bid, "path": str(dest), "present": True}
         if not src.is_dir():
             raise StoreError(f"staging directory {str(src)!r} does not exist")
-        problems = _inspect_upload(src, bid)
+        # Freeze first, then hash: the bytes checked are the bytes kept (a writer still holding the
+        # staging files open can no longer change them once they are read-only and owned by the store).
+        incoming = root / "store" / f".incoming-{bid}-{os.getpid()}"
+        incoming.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.rename(src, incoming)
+        for dirpath, _, filenames in os.walk(incoming):
+            for name in filenames:  # installed content never changes: read-only files
+                os.chmod(Path(dirpath) / name, 0o444)
+        problems = _inspect_upload(incoming, bid)
         if problems:
-            shutil.rmtree(src, ignore_errors=True)
+            shutil.rmtree(incoming, ignore_errors=True)
             raise InstallRejected(f"bundle {bid[:12]}… failed verification ({len(problems)} problem(s): "
                                   + "; ".join(f"{p['file']}: {p['problem']}" for p in problems[:5])
                                   + "); the upload was deleted", problems)
-        for dirpath, _, filenames in os.walk(src):
-            for name in filenames:  # installed content never changes: read-only files
-                os.chmod(Path(dirpath) / name, 0o444)
-        os.utime(src)  # the install time, which gc's grace period counts from
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(src, dest)
+        os.utime(incoming)  # the install time, which gc's grace period counts from
+        repaired = None
+        if dest.exists() or dest.is_symlink():
+            # A damaged or foreign entry under this id: the good copy is complete beside it before the
+            # bad one is moved aside, so a slot pointing at this id is never left dangling.
+            repaired = entry_problem(root, bid) or "files failed verification"
+            quarantine = root / "store" / f".trash-{bid}-{os.getpid()}"
+            os.replace(dest, quarantine)
+            os.rename(incoming, dest)
+            shutil.rmtree(quarantine, ignore_errors=True)
+        else:
+            os.rename(incoming, dest)
     manifest = load_manifest(dest)
-    return {"bundle_id": bid, "path": str(dest), "present": False, "files": len(manifest.get("files", {})),
+    return {"bundle_id": bid, "path": str(dest), "present": False, "repaired": repaired,
+            "files": len(manifest.get("files", {})),
             "model": manifest.get("model", {}).get("name"), "target": manifest.get("target"),
             "precision": manifest.get("precision")}
 
@@ -248,15 +290,16 @@ def _slot_dir(root: Path, slot: str) -> Path:
 
 
 def read_slot(root: Path, slot: str) -> dict[str, Any]:
-    """``{"current": id|None, "history": [ids]}`` of a slot (empty when it was never activated)."""
+    """``{"current": id|None, "history": [ids], "trial": {...}|None, "reverted": {...}|None}``."""
     path = _slot_dir(root, slot) / STATE
     try:
         state = json.loads(path.read_text())
     except FileNotFoundError:
-        return {"current": None, "history": []}
+        return {"current": None, "history": [], "trial": None, "reverted": None}
     except (OSError, ValueError) as exc:
         raise StoreError(f"slot state {path} is unreadable: {exc}") from None
-    return {"current": state.get("current"), "history": list(state.get("history") or [])}
+    return {"current": state.get("current"), "history": list(state.get("history") or []),
+            "trial": state.get("trial"), "reverted": state.get("reverted")}
 
 
 def _link(slot_dir: Path, name: str, root: Path, bundle_id: str | None) -> None:
@@ -277,14 +320,20 @@ def _link(slot_dir: Path, name: str, root: Path, bundle_id: str | None) -> None:
             tmp.unlink()
 
 
-def _write_slot(root: Path, slot: str, current: str | None, history: list[str]) -> dict[str, Any]:
+def _now_iso(t: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _write_slot(root: Path, slot: str, current: str | None, history: list[str],
+                trial: dict[str, Any] | None = None, reverted: dict[str, Any] | None = None) -> dict[str, Any]:
     d = _slot_dir(root, slot)
-    d.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(d / STATE, {"current": current, "history": history,
-                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write_json_atomic(d / STATE, {"current": current, "history": history, "trial": trial,
+                                   "reverted": reverted, "updated_at": _now_iso()})
     _link(d, "previous", root, history[0] if history else None)
     _link(d, "current", root, current)
-    return {"slot": slot, "current": current, "previous": history[0] if history else None, "history": history}
+    return {"slot": slot, "current": current, "previous": history[0] if history else None, "history": history,
+            "trial": trial}
 
 
 def default_slot(root: Path, bundle_id: str) -> str:
@@ -292,19 +341,117 @@ def default_slot(root: Path, bundle_id: str) -> str:
     return f"{_slot_part(m.get('model', {}).get('name'))}/{_slot_part(m.get('target'))}"
 
 
-def activate(root: Path, bundle_id: Any, slot: Any = None) -> dict[str, Any]:
-    """Make an installed bundle the slot's current one; the one it replaces becomes ``previous``."""
+def activate(root: Path, bundle_id: Any, slot: Any = None, confirm_within_s: Any = None) -> dict[str, Any]:
+    """Make an installed bundle the slot's current one; the one it replaces becomes ``previous``.
+
+    With ``confirm_within_s`` the activation is a *trial*: unless ``commit`` confirms it within that
+    many seconds, the agent puts the previous bundle back by itself (see ``expire_trials``)."""
     bid = check_id(bundle_id)
-    if not installed(root, bid):
-        raise StoreError(f"bundle {bid[:12]}… is not installed; install it before activating")
-    slot = check_slot(slot) if slot is not None else default_slot(root, bid)
-    with locked(root):
+    if confirm_within_s is not None and (not isinstance(confirm_within_s, (int, float))
+                                         or isinstance(confirm_within_s, bool) or not 0 < confirm_within_s <= 7 * 86400):
+        raise StoreError(f"confirm_within_s must be a number of seconds in (0, 604800], got {confirm_within_s!r}")
+    with locked(root):  # the check and the change under one lock: gc cannot remove it in between
+        problem = entry_problem(root, bid)
+        if problem:
+            raise StoreError(f"bundle {bid[:12]}… is not installed ({problem}); install it before activating")
+        slot = check_slot(slot) if slot is not None else default_slot(root, bid)
         state = read_slot(root, slot)
         cur = state["current"]
+        trial = None
+        if confirm_within_s is not None:
+            deadline = time.time() + float(confirm_within_s)
+            prev = state["trial"]["previous"] if state["trial"] and cur == bid else cur
+            trial = {"bundle_id": bid, "previous": prev, "deadline": deadline, "deadline_at": _now_iso(deadline),
+                     "armed_at": _now_iso()}
         if cur == bid:
-            return {**_write_slot(root, slot, cur, state["history"]), "changed": False}
-        history = ([cur] if cur else []) + [h for h in state["history"] if h not in (bid, cur)]
-        return {**_write_slot(root, slot, bid, history), "changed": True}
+            res = _write_slot(root, slot, cur, state["history"], trial or state["trial"])
+            changed = False
+        else:
+            history = ([cur] if cur else []) + [h for h in state["history"] if h not in (bid, cur)]
+            res = _write_slot(root, slot, bid, history, trial)
+            changed = True
+    if trial is not None:
+        res["watchdog"] = _spawn_watchdog(root, slot, trial["deadline"])
+    return {**res, "changed": changed}
+
+
+def commit(root: Path, slot: Any, bundle_id: Any) -> dict[str, Any]:
+    """Confirm a trial activation: the slot keeps ``bundle_id`` for good."""
+    slot, bid = check_slot(slot), check_id(bundle_id)
+    with locked(root):
+        _expire_locked(root, time.time())
+        state = read_slot(root, slot)
+        trial = state["trial"]
+        if trial and trial.get("bundle_id") == bid:
+            res = _write_slot(root, slot, state["current"], state["history"], None)
+            return {**res, "committed": True}
+        if state["current"] == bid and not trial:
+            return {**_write_slot(root, slot, bid, state["history"]), "committed": False,
+                    "note": "already the confirmed current bundle"}
+        rev = state.get("reverted") or {}
+        if rev.get("bundle_id") == bid:
+            raise StoreError(f"the trial of {bid[:12]}… in slot {slot!r} expired and was reverted at "
+                             f"{rev.get('at')} ({rev.get('reason')}); activate it again")
+        raise StoreError(f"slot {slot!r} has no trial of {bid[:12]}… to commit (current: "
+                         f"{(state['current'] or 'none')[:12]})")
+
+
+def _expire_locked(root: Path, now: float) -> list[dict[str, Any]]:
+    out = []
+    for name, state in slots(root).items():
+        trial = state.get("trial")
+        if not trial or float(trial.get("deadline", 0)) > now:
+            continue
+        prev = trial.get("previous")
+        if prev and not installed(root, prev):
+            prev = None
+        history = [h for h in state["history"] if h not in (prev, trial["bundle_id"])]
+        history = ([trial["bundle_id"]] if state["current"] == trial["bundle_id"] else []) + history
+        reverted = {"bundle_id": trial["bundle_id"], "to": prev, "at": _now_iso(now),
+                    "reason": f"not committed by {trial.get('deadline_at')}"}
+        _write_slot(root, name, prev, history, None, reverted)
+        out.append({"slot": name, **reverted})
+    return out
+
+
+def expire_trials(root: Path) -> list[dict[str, Any]]:
+    """Revert every trial past its deadline (run at the start of every agent call and by the watchdog)."""
+    if not (root / "slots").is_dir():
+        return []
+    with locked(root):
+        return _expire_locked(root, time.time())
+
+
+def _spawn_watchdog(root: Path, slot: str, deadline: float) -> dict[str, Any]:
+    """A detached process that reverts the trial at its deadline even if no agent call comes; it exits
+    right after (a commit made meanwhile leaves it nothing to do).  No daemon is left running."""
+    import subprocess
+    import sys
+
+    req = root / f".watchdog-{os.getpid()}-{int(deadline * 1000)}.json"
+    _write_json_atomic(req, {"root": str(root), "slot": slot, "deadline": deadline})
+    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": pkg_parent + (os.pathsep + os.environ["PYTHONPATH"]
+                                                     if os.environ.get("PYTHONPATH") else "")}
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "edgeopt_agent", "watchdog", "--request", str(req)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True, env=env, cwd=str(root))
+    except OSError as exc:  # the next agent call reverts it anyway
+        return {"pid": None, "error": str(exc)}
+    return {"pid": proc.pid}
+
+
+def watchdog(root: Path, slot: Any, deadline: Any, request_file: str | None = None) -> dict[str, Any]:
+    """Sleep until the deadline, then revert the trial if it is still unconfirmed."""
+    check_slot(slot)
+    if request_file:
+        with contextlib.suppress(OSError):
+            os.unlink(request_file)
+    delay = float(deadline) - time.time()
+    if delay > 0:
+        time.sleep(delay + 0.05)
+    return {"reverted": expire_trials(root)}
 
 
 def rollback(root: Path, slot: Any) -> dict[str, Any]:
@@ -350,13 +497,16 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
     with locked(root):
         referenced = set()
         for name, state in slots(root).items():
+            trial = state.get("trial") or {}
             history = state["history"][: keep - 1]
+            if trial.get("previous") and trial["previous"] not in history:
+                history = [trial["previous"], *history]  # an armed trial's way back is never trimmed
             if history != state["history"] and not dry_run:
-                _write_slot(root, name, state["current"], history)
-            referenced |= {state["current"], *history} - {None}
+                _write_slot(root, name, state["current"], history, state.get("trial"), state.get("reverted"))
+            referenced |= {state["current"], *history, trial.get("bundle_id"), trial.get("previous")} - {None}
         store = root / "store"
         for entry in sorted(store.iterdir()) if store.is_dir() else []:
-            if entry.name.startswith(".trash-"):  # an earlier gc was interrupted
+            if entry.name.startswith((".trash-", ".incoming-")):  # an earlier gc/install was interrupted
                 if not dry_run:
                     shutil.rmtree(entry, ignore_errors=True)
                 continue

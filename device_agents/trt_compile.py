@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .bundle import BundleError, load_manifest, safe_relpath, sha256_file
+from .bundle import BundleError, listed_path, load_manifest, safe_relpath, sha256_file
 
 SPEC_SCHEMA = 1
 MIN_TENSORRT = (8, 5)  # set_memory_pool_limit, parse_from_file, builder_optimization_level (8.6) used below
@@ -255,7 +255,8 @@ class EngineCache:
 # The build spec
 # --------------------------------------------------------------------------------------------
 def load_spec(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    rel = safe_relpath((manifest["runtime"].get("options") or {}).get("build_spec", "trt_build.json"))
+    rel = listed_path(manifest, (manifest["runtime"].get("options") or {}).get("build_spec", "trt_build.json"),
+                      "runtime.options.build_spec")
     try:
         spec = json.loads((bundle / rel).read_text())
     except (OSError, ValueError) as exc:
@@ -419,7 +420,8 @@ def compile_bundle(bundle: str | os.PathLike, options: dict[str, Any] | None = N
     else:
         timing = timing_cache_path(root, gpu.name, gpu.compute_capability, trt.__version__) \
             if spec.get("timing_cache", True) else None
-        engine, facts = build_engine(trt, bundle / spec.get("onnx", manifest["runtime"]["artifact"]), spec, gpu,
+        engine, facts = build_engine(trt, bundle / listed_path(manifest, spec.get("onnx", manifest["runtime"]["artifact"]),
+                                                                     "build spec onnx"), spec, gpu,
                                      timing, o.get("workspace_mb"), str(o.get("log_level", "INFO")))
         log = facts.pop("log")
         meta = cache.store(key, engine, {

@@ -24,8 +24,15 @@ def verb_check(req: dict[str, Any]) -> dict[str, Any]:
 
 def verb_verify(req: dict[str, Any]) -> dict[str, Any]:
     """A bundle's files against its manifest's sha256."""
-    from .store import resolve_bundle
+    from .store import agent_root, check_id, entry_problem, resolve_bundle
 
+    if req.get("bundle_id") and not req.get("bundle"):
+        root, bid = agent_root(req), check_id(req["bundle_id"])
+        problem = entry_problem(root, bid)
+        if problem:  # the entry is not its id: report it as a verify failure, not a crash
+            return {"ok": False, "verify": {"ok": False, "files": 0, "problems": [{"file": "manifest.json",
+                                                                                   "problem": problem}]},
+                    "error": {"type": "VerifyFailed", "message": f"manifest.json: {problem}"}}
     bundle = resolve_bundle(req)
     result = verify(bundle, load_manifest(bundle))
     reply: dict[str, Any] = {"ok": result["ok"], "verify": result}
@@ -56,7 +63,8 @@ def verb_install(req: dict[str, Any]) -> dict[str, Any]:
     from .store import InstallRejected, agent_root, install
 
     try:
-        return {"ok": True, "install": install(agent_root(req), req.get("staging"), req.get("bundle_id"))}
+        return {"ok": True, "install": install(agent_root(req), req.get("staging"), req.get("bundle_id"),
+                                                     bool(req.get("replace", False)))}
     except InstallRejected as exc:
         return {"ok": False, "install": {"bundle_id": req.get("bundle_id"), "problems": exc.problems,
                                          "staging_removed": True},
@@ -74,7 +82,23 @@ def verb_activate(req: dict[str, Any]) -> dict[str, Any]:
     """Point a slot's ``current`` at an installed bundle."""
     from .store import activate, agent_root
 
-    return {"ok": True, "activate": activate(agent_root(req), req.get("bundle_id"), req.get("slot"))}
+    return {"ok": True, "activate": activate(agent_root(req), req.get("bundle_id"), req.get("slot"),
+                                             req.get("confirm_within_s"))}
+
+
+def verb_commit(req: dict[str, Any]) -> dict[str, Any]:
+    """Confirm a trial activation (``activate`` with ``confirm_within_s``) before its deadline."""
+    from .store import agent_root, commit
+
+    return {"ok": True, "commit": commit(agent_root(req), req.get("slot"), req.get("bundle_id"))}
+
+
+def verb_watchdog(req: dict[str, Any]) -> dict[str, Any]:
+    """(Spawned detached by a trial activation) revert the trial at its deadline unless committed."""
+    from .store import agent_root, watchdog
+
+    return {"ok": True, "watchdog": watchdog(agent_root(req), req.get("slot"), req.get("deadline", 0),
+                                             req.get("_request_file"))}
 
 
 def verb_rollback(req: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +139,8 @@ VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "install": verb_install,
     "has": verb_has,
     "activate": verb_activate,
+    "commit": verb_commit,
+    "watchdog": verb_watchdog,
     "rollback": verb_rollback,
     "gc": verb_gc,
     "list": verb_list,

@@ -285,7 +285,7 @@ class DeviceSession:
 
     def verify(self, bundle_id: str) -> dict[str, Any]:
         """The agent's verify of an installed bundle: ``{"ok", "files", "problems"}``."""
-        reply = self.agent("verify", {"root": self.root, "bundle": self.store_path(bundle_id)})
+        reply = self.agent("verify", {"root": self.root, "bundle_id": bundle_id})
         if "verify" in reply:
             return reply["verify"]
         raise DeviceError(f"{self.device.name}: verify failed: {reply_error(reply)}")
@@ -308,18 +308,16 @@ class DeviceSession:
                         what = "; ".join(f"{p['file']}: {p['problem']}" for p in v.get("problems", [])[:3])
                         self.progress(f"{self.device.name}: {b.model} {b.target}-{b.precision} is corrupted on "
                                       f"the device ({what}); re-installing")
-                        self.transport.remove_tree(self.store_path(b.bundle_id))
+                        # Never delete first: the agent swaps the good copy in under its lock once the
+                        # upload verified, so a slot pointing at this bundle never dangles.
                         present[b.bundle_id] = False
                         bp.status = "repaired"
                 if not present.get(b.bundle_id):
                     if bp.status != "repaired":
                         bp.status = "installed"
-                    self._upload(b, bp)
+                    self._upload(b, bp, replace=bp.status == "repaired")
                 if activate:
-                    reply = self.agent("activate", {"root": self.root, "bundle_id": b.bundle_id})
-                    if not reply.get("ok"):
-                        raise DeviceError(f"{self.device.name}: activate failed: {reply_error(reply)}")
-                    bp.activated = (reply.get("activate") or {}).get("slot")
+                    bp.activated = self.activate(b.bundle_id).get("slot")
             except ConnectionLost:
                 raise
             except DeviceError as exc:
@@ -329,7 +327,33 @@ class DeviceSession:
         res.time_s = round(time.perf_counter() - t0, 3)
         return res
 
-    def _upload(self, b: LocalBundle, bp: BundlePush) -> None:
+    # slots --------------------------------------------------------------------------------
+    def _verb(self, verb: str, **request: Any) -> dict[str, Any]:
+        reply = self.agent(verb, {"root": self.root, **{k: v for k, v in request.items() if v is not None}})
+        if not reply.get("ok"):
+            raise DeviceError(f"{self.device.name}: {verb} failed: {reply_error(reply)}")
+        return reply.get(verb) or {}
+
+    def activate(self, bundle_id: str, slot: str | None = None,
+                 confirm_within_s: float | None = None) -> dict[str, Any]:
+        """Make an installed bundle its slot's current one; with ``confirm_within_s`` as a trial that
+        the agent reverts by itself unless ``commit`` comes in time."""
+        return self._verb("activate", bundle_id=bundle_id, slot=slot, confirm_within_s=confirm_within_s)
+
+    def commit(self, slot: str, bundle_id: str) -> dict[str, Any]:
+        return self._verb("commit", slot=slot, bundle_id=bundle_id)
+
+    def rollback(self, slot: str) -> dict[str, Any]:
+        return self._verb("rollback", slot=slot)
+
+    def gc(self, keep: int = 3, grace_s: float = 3600, dry_run: bool = False) -> dict[str, Any]:
+        return self._verb("gc", keep=keep, grace_s=grace_s, dry_run=dry_run)
+
+    def listing(self) -> dict[str, Any]:
+        """Installed bundles and every slot (current, history, trial) as the agent sees them."""
+        return self._verb("list")
+
+    def _upload(self, b: LocalBundle, bp: BundlePush, replace: bool = False) -> None:
         tr, name = self.transport, self.device.name
         staging = posixpath.join(self.root, "staging", f"{b.bundle_id}.{secrets.token_hex(6)}")
         self.progress(f"{name}: uploading {b.model} {b.target}-{b.precision} ({b.size / 1e6:.1f} MB)")
@@ -338,7 +362,8 @@ class DeviceSession:
             tr.mkdir(posixpath.dirname(dest))
             bp.bytes_sent += tr.put(b.path / rel, dest)
             bp.files_sent += 1
-        reply = self.agent("install", {"root": self.root, "staging": staging, "bundle_id": b.bundle_id})
+        reply = self.agent("install", {"root": self.root, "staging": staging, "bundle_id": b.bundle_id,
+                                       "replace": replace})
         if not reply.get("ok"):
             tr.remove_tree(staging)  # the agent deletes a rejected upload; this covers other failures
             raise DeviceError(f"{name}: install of {b.model} {b.target}-{b.precision} failed: {reply_error(reply)}")

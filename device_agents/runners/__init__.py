@@ -35,7 +35,9 @@ class Runner:
         self.bundle = Path(bundle)
         self.manifest = manifest
         self.options = dict(options or {})
-        self.artifact = self.bundle / manifest["runtime"]["artifact"]
+        from ..bundle import listed_path
+
+        self.artifact = self.bundle / listed_path(manifest, manifest["runtime"]["artifact"], "runtime.artifact")
 
     def load(self) -> None:
         raise NotImplementedError

@@ -52,7 +52,8 @@ def test_install_activate_rollback_gc_round_trip(tmp_path, tiny_bundle, ocr_cls_
 
     slot = root / "slots" / "app" / "cpu"
     rc, reply = agent("activate", {**r, "bundle_id": a, "slot": "app/cpu"})
-    assert reply["activate"] == {"slot": "app/cpu", "current": a, "previous": None, "history": [], "changed": True}
+    assert reply["activate"] == {"slot": "app/cpu", "current": a, "previous": None, "history": [], "trial": None,
+                                 "changed": True}
     assert (slot / "current").resolve() == (root / "store" / a).resolve() and not (slot / "previous").exists()
     rc, reply = agent("activate", {**r, "bundle_id": b, "slot": "app/cpu"})
     assert reply["activate"]["current"] == b and reply["activate"]["previous"] == a
@@ -62,7 +63,8 @@ def test_install_activate_rollback_gc_round_trip(tmp_path, tiny_bundle, ocr_cls_
     assert reply["activate"]["changed"] is False and reply["activate"]["previous"] == a
 
     rc, reply = agent("rollback", {**r, "slot": "app/cpu"})
-    assert reply["rollback"] == {"slot": "app/cpu", "current": a, "previous": None, "history": [], "rolled_back": b}
+    assert reply["rollback"] == {"slot": "app/cpu", "current": a, "previous": None, "history": [], "trial": None,
+                                 "rolled_back": b}
     assert (slot / "current").resolve() == (root / "store" / a).resolve()
     rc, reply = agent("rollback", {**r, "slot": "app/cpu"})
     assert rc == 1 and reply["error"]["type"] == "StoreError" and "no previous version" in reply["error"]["message"]
@@ -84,7 +86,9 @@ def test_install_activate_rollback_gc_round_trip(tmp_path, tiny_bundle, ocr_cls_
     rc, reply = agent("gc", {**r, "keep": 1, "grace_s": 0})
     assert reply["gc"]["removed"] == [] and _store_entries(root) == sorted([a, b])
     rc, reply = agent("list", r)
-    assert reply["list"]["slots"] == {"app/cpu": {"current": b, "history": []}, "tiny/cpu": {"current": a, "history": []}}
+    assert reply["list"]["slots"] == {
+        "app/cpu": {"current": b, "history": [], "trial": None, "reverted": None},
+        "tiny/cpu": {"current": a, "history": [], "trial": None, "reverted": None}}
     assert sorted(x["bundle_id"] for x in reply["list"]["bundles"]) == sorted([a, b])
 
     # bench by id, from the store, as the host's fleet bench asks for it.

@@ -1,0 +1,169 @@
+"""A store entry *is* its id; every path the agent opens is listed and verified; repair never leaves a
+slot dangling; gc never removes what a slot refers to; trial activations revert by themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from tests.agent.conftest import agent
+
+
+def _bid(bundle: Path) -> str:
+    return hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+
+
+def _install(bundle: Path, root: Path, name: str, replace: bool = False) -> dict:
+    dest = root / "staging" / name
+    shutil.copytree(bundle, dest)
+    rc, reply = agent("install", {"root": str(root), "staging": str(dest), "bundle_id": _bid(bundle),
+                                  "replace": replace})
+    assert rc == 0, reply
+    return reply["install"]
+
+
+def _edit_manifest(entry: Path, **changes) -> None:
+    path = entry / "manifest.json"
+    m = json.loads(path.read_text())
+    m.update(changes)
+    os.chmod(path, 0o644)
+    path.write_text(json.dumps(m))
+
+
+def test_an_edited_manifest_is_not_the_installed_bundle(tmp_path, tiny_bundle):
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    _install(tiny_bundle, root, "u1")
+    entry = root / "store" / bid
+    _edit_manifest(entry, precision="fp16")  # looser tolerances, same id: what issue 9 found accepted
+    r = {"root": str(root), "bundle_id": bid}
+
+    rc, reply = agent("has", {"root": str(root), "bundle_ids": [bid]})
+    assert reply["has"] == {bid: False}  # so a push re-sends it
+    rc, reply = agent("verify", r)
+    assert rc == 1 and not reply["ok"] and "manifest.json changed after install" in reply["error"]["message"]
+    rc, reply = agent("bench", {**r, "options": {"iterations": 3, "warmup": 1}})
+    assert rc == 1 and "is not that bundle" in reply["error"]["message"]
+    rc, reply = agent("activate", r)
+    assert rc == 1 and "not installed" in reply["error"]["message"]
+
+    # a re-install replaces the edited entry (issue 9 item 8: a broken folder never blocks the id)
+    res = _install(tiny_bundle, root, "u2")
+    assert res["present"] is False and res["repaired"].startswith("manifest.json changed")
+    rc, reply = agent("verify", r)
+    assert rc == 0 and reply["verify"]["ok"]
+
+
+def test_a_store_folder_without_manifest_never_blocks_a_reinstall(tmp_path, tiny_bundle):
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    (root / "store" / bid).mkdir(parents=True)
+    (root / "store" / bid / "leftover.bin").write_bytes(b"x")
+    res = _install(tiny_bundle, root, "u1")
+    assert res["repaired"] == "no manifest.json"
+    assert agent("verify", {"root": str(root), "bundle_id": bid})[0] == 0
+
+
+def test_the_runtime_artifact_must_be_a_listed_file_of_the_bundle(tmp_path, tiny_bundle):
+    outside = tmp_path / "outside.onnx"
+    shutil.copy(tiny_bundle / json.loads((tiny_bundle / "manifest.json").read_text())["runtime"]["artifact"], outside)
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_bundle, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["runtime"]["artifact"] = str(outside)  # absolute, outside the bundle, covered by no sha256
+    (bad / "manifest.json").write_text(json.dumps(m))
+    rc, reply = agent("check", {"bundle": str(bad)})
+    assert rc == 1 and "unsafe path" in reply["error"]["message"]
+    m["runtime"]["artifact"] = "validation/../../outside.onnx"
+    (bad / "manifest.json").write_text(json.dumps(m))
+    assert "unsafe path" in agent("check", {"bundle": str(bad)})[1]["error"]["message"]
+    m["runtime"]["artifact"] = "unlisted.onnx"  # inside, but not in `files`
+    shutil.copy(outside, bad / "unlisted.onnx")
+    (bad / "manifest.json").write_text(json.dumps(m))
+    rc, reply = agent("check", {"bundle": str(bad)})
+    assert rc == 1 and "not one of the bundle's listed files" in reply["error"]["message"]
+    root = tmp_path / "root"  # and the store refuses such an upload
+    shutil.copytree(bad, root / "staging" / "u")
+    rc, reply = agent("install", {"root": str(root), "staging": str(root / "staging" / "u"),
+                                  "bundle_id": _bid(bad)})
+    assert rc == 1 and not (root / "store" / _bid(bad)).exists()
+
+
+def test_repair_of_a_current_bundle_swaps_in_the_good_copy(tmp_path, tiny_bundle):
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    _install(tiny_bundle, root, "u1")
+    assert agent("activate", {"root": str(root), "bundle_id": bid, "slot": "m/cpu"})[0] == 0
+    art = root / "store" / bid / json.loads((tiny_bundle / "manifest.json").read_text())["runtime"]["artifact"]
+    os.chmod(art, 0o644)
+    art.write_bytes(art.read_bytes()[:-10])  # corrupted on the device
+    assert not agent("verify", {"root": str(root), "bundle_id": bid})[1]["ok"]
+    # a plain re-install of a present id is a no-op; the repair (push --verify) asks to replace
+    assert _install(tiny_bundle, root, "u2")["present"] is True
+    res = _install(tiny_bundle, root, "u3", replace=True)
+    assert res["repaired"] == "files failed verification"
+    assert agent("verify", {"root": str(root), "bundle_id": bid})[0] == 0
+    assert os.readlink(root / "slots" / "m" / "cpu" / "current").endswith(bid)
+    assert not [p for p in (root / "store").iterdir() if p.name.startswith((".trash", ".incoming"))]
+
+
+def test_gc_never_removes_a_bundle_a_slot_refers_to(tmp_path, tiny_bundle, ocr_cls_bundle):
+    root = tmp_path / "root"
+    a, b = _bid(tiny_bundle), _bid(ocr_cls_bundle)
+    _install(tiny_bundle, root, "u1")
+    _install(ocr_cls_bundle, root, "u2")
+    r = {"root": str(root), "slot": "m/cpu"}
+    agent("activate", {**r, "bundle_id": a})
+    agent("activate", {**r, "bundle_id": b, "confirm_within_s": 600})  # a trial: a is its way back
+    rc, reply = agent("gc", {"root": str(root), "keep": 1, "grace_s": 0})
+    assert rc == 0 and reply["gc"]["removed"] == [] and sorted(reply["gc"]["kept"]) == sorted([a, b])
+
+
+def test_a_trial_is_reverted_at_the_next_agent_call_after_its_deadline(tmp_path, tiny_bundle, ocr_cls_bundle):
+    root = tmp_path / "root"
+    a, b = _bid(tiny_bundle), _bid(ocr_cls_bundle)
+    _install(tiny_bundle, root, "u1")
+    _install(ocr_cls_bundle, root, "u2")
+    r = {"root": str(root), "slot": "m/cpu"}
+    agent("activate", {**r, "bundle_id": a})
+    rc, reply = agent("activate", {**r, "bundle_id": b, "confirm_within_s": 0.3})
+    assert rc == 0 and reply["activate"]["trial"]["previous"] == a and reply["activate"]["current"] == b
+    time.sleep(0.5)
+    rc, reply = agent("list", {"root": str(root)})  # any call reverts it first (or the watchdog did)
+    slot = reply["list"]["slots"]["m/cpu"]
+    assert slot["current"] == a and slot["trial"] is None and slot["reverted"]["bundle_id"] == b
+    rc, reply = agent("commit", {**r, "bundle_id": b})  # too late: said plainly
+    assert rc == 1 and "expired and was reverted" in reply["error"]["message"]
+
+
+def test_the_watchdog_reverts_a_trial_with_no_agent_call_and_a_commit_keeps_it(tmp_path, tiny_bundle,
+                                                                                ocr_cls_bundle):
+    root = tmp_path / "root"
+    a, b = _bid(tiny_bundle), _bid(ocr_cls_bundle)
+    _install(tiny_bundle, root, "u1")
+    _install(ocr_cls_bundle, root, "u2")
+    r = {"root": str(root), "slot": "m/cpu"}
+    agent("activate", {**r, "bundle_id": a})
+    rc, reply = agent("activate", {**r, "bundle_id": b, "confirm_within_s": 1.0})
+    pid = reply["activate"]["watchdog"]["pid"]
+    assert pid  # detached: the agent call (the "host") has returned already
+    state = root / "slots" / "m" / "cpu" / "state.json"
+    deadline = time.time() + 15
+    while json.loads(state.read_text())["current"] != a and time.time() < deadline:
+        time.sleep(0.1)
+    assert json.loads(state.read_text())["current"] == a  # reverted with no agent call at all
+    for _ in range(50):  # and the watchdog is gone: no daemon left
+        try:
+            os.kill(pid, 0)
+            os.waitpid(pid, os.WNOHANG)
+        except (ProcessLookupError, ChildProcessError):
+            break
+        time.sleep(0.1)
+    assert not list(root.glob(".watchdog-*.json"))
+
+    rc, reply = agent("activate", {**r, "bundle_id": b, "confirm_within_s": 1.0})
+    rc, reply = agent("commit", {**r, "bundle_id": b})
+    assert rc == 0 and reply["commit"]["committed"] is True
+    time.sleep(1.5)
+    assert agent("list", {"root": str(root)})[1]["list"]["slots"]["m/cpu"]["current"] == b
