@@ -131,10 +131,23 @@ def resolve_bundle(req: dict[str, Any]) -> Path:
     raise StoreError("the request needs 'bundle' (a path) or 'bundle_id' (installed in the store)")
 
 
+def _private(root: Path) -> None:
+    """One rule for the agent's tree, whoever created it (the host over SFTP, a user's mkdir): the
+    root and its store/staging/slots folders are 0700 — bundles and models are not for other users."""
+    for p in (root, root / "store", root / "staging", root / "slots"):
+        try:
+            st = p.stat()
+            if st.st_mode & 0o077 and st.st_uid == os.getuid():
+                os.chmod(p, 0o700)
+        except (OSError, AttributeError):
+            pass
+
+
 @contextlib.contextmanager
 def locked(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold the store's lock (an flock on ``<root>/.lock``); several agents may run at once."""
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private(root)
     try:
         import fcntl
     except ImportError:  # not a POSIX system: no concurrent agents to guard against there
@@ -235,6 +248,7 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
     src = _staging_dir(root, staging)
     dest = store_path(root, bid)
     with locked(root):
+        swept = sweep_staging(root, keep=src)
         replace = bool(req_replace)
         if installed(root, bid) and not (replace and not verify(dest)["ok"]):
             if src.exists():  # a redundant upload of what is already there
@@ -269,10 +283,38 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
         else:
             os.rename(incoming, dest)
     manifest = load_manifest(dest)
-    return {"bundle_id": bid, "path": str(dest), "present": False, "repaired": repaired,
+    return {"bundle_id": bid, "path": str(dest), "present": False, "repaired": repaired, "staging_swept": swept,
             "files": len(manifest.get("files", {})),
             "model": manifest.get("model", {}).get("name"), "target": manifest.get("target"),
             "precision": manifest.get("precision")}
+
+
+def free_mb(root: Path) -> float | None:
+    """Free space (MB) where the store lives (its nearest existing parent when not created yet)."""
+    p = root
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except (OSError, AttributeError):
+        return None
+    return round(st.f_bavail * st.f_frsize / (1 << 20), 1)
+
+
+STALE_UPLOAD_S = 900.0  # an upload untouched this long was interrupted: its bytes are reclaimed
+
+
+def sweep_staging(root: Path, keep: Path | None = None, stale_s: float = STALE_UPLOAD_S) -> list[str]:
+    """Remove interrupted uploads: staging folders with no file written for ``stale_s`` seconds."""
+    staging, now, removed = root / "staging", time.time(), []
+    for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
+        if keep is not None and entry == keep:
+            continue
+        newest = max((p.lstat().st_mtime for p in entry.rglob("*")), default=entry.lstat().st_mtime)
+        if now - max(newest, entry.lstat().st_mtime) >= stale_s:
+            _remove_tree(entry)
+            removed.append(entry.name)
+    return removed
 
 
 def has(root: Path, bundle_ids: Any) -> dict[str, bool]:

@@ -73,9 +73,10 @@ def verb_install(req: dict[str, Any]) -> dict[str, Any]:
 
 def verb_has(req: dict[str, Any]) -> dict[str, Any]:
     """Which bundle ids are installed."""
-    from .store import agent_root, has
+    from .store import agent_root, free_mb, has
 
-    return {"ok": True, "has": has(agent_root(req), req.get("bundle_ids"))}
+    root = agent_root(req)
+    return {"ok": True, "has": has(root, req.get("bundle_ids")), "free_mb": free_mb(root)}
 
 
 def verb_activate(req: dict[str, Any]) -> dict[str, Any]:

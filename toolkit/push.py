@@ -191,6 +191,7 @@ class DeviceSession:
         self.agent_bytes_sent = 0
         self.agent_uploaded = False
         self.connect_s = 0.0
+        self.free_mb: float | None = None  # free space under the root, as the last `has` saw it
 
     @classmethod
     def open(cls, device: Device, trust_new_host_keys: bool = False, retries: int = 2,
@@ -281,6 +282,7 @@ class DeviceSession:
         reply = self.agent("has", {"root": self.root, "bundle_ids": ids})
         if not reply.get("ok"):
             raise DeviceError(f"{self.device.name}: has failed: {reply_error(reply)}")
+        self.free_mb = reply.get("free_mb")
         return {k: bool(v) for k, v in reply.get("has", {}).items()}
 
     def verify(self, bundle_id: str) -> dict[str, Any]:
@@ -297,6 +299,11 @@ class DeviceSession:
         res = PushResult(self.device.name, agent={"path": self.agent_dir, "uploaded": self.agent_uploaded,
                                                   "bytes_sent": self.agent_bytes_sent})
         present = self.has([b.bundle_id for b in bundles])
+        need = sum(b.size for b in bundles if not present.get(b.bundle_id)) / (1 << 20)
+        if self.free_mb is not None and need and need * 1.05 + 16 > self.free_mb:
+            raise DeviceError(f"{self.device.name}: no space left on the device ({self.free_mb:.0f} MB free under "
+                              f"{self.root}, {need:.0f} MB needed)",
+                              hint="free space there, or run `edgeopt devices gc` to remove old bundles")
         for b in bundles:
             bp = BundlePush(b.bundle_id, str(b.path), b.model, b.target, b.precision, "present")
             res.bundles.append(bp)

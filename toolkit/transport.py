@@ -146,7 +146,7 @@ class LocalTransport(Transport):
         return RemoteStat(st.st_size, st_mod.S_ISDIR(st.st_mode), st.st_mtime)
 
     def mkdir(self, remote):
-        os.makedirs(remote, exist_ok=True)
+        os.makedirs(remote, exist_ok=True, mode=0o700)  # the agent's tree is private to its user
 
     def rename(self, src, dst):
         if os.path.exists(dst):
@@ -390,7 +390,7 @@ class SshTransport(Transport):
             path = posixpath.dirname(path)
         for p in reversed(parts):
             try:
-                self.sftp.mkdir(p)
+                self.sftp.mkdir(p, mode=0o700)  # the agent's tree is private to its user
             except OSError:
                 if self.stat(p) is None or not self.stat(p).is_dir:
                     raise DeviceError(f"{self.device.name}: cannot create {p}",

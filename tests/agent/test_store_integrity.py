@@ -167,3 +167,21 @@ def test_the_watchdog_reverts_a_trial_with_no_agent_call_and_a_commit_keeps_it(t
     assert rc == 0 and reply["commit"]["committed"] is True
     time.sleep(1.5)
     assert agent("list", {"root": str(root)})[1]["list"]["slots"]["m/cpu"]["current"] == b
+
+
+def test_an_interrupted_upload_is_swept_by_the_next_install_and_has_reports_free_space(tmp_path, tiny_bundle):
+    root = tmp_path / "root"
+    old = root / "staging" / "dead.upload"
+    (old / "validation").mkdir(parents=True)
+    (old / "validation" / "part.bin").write_bytes(b"\0" * 4096)  # what a cut connection leaves
+    past = time.time() - 3600
+    for p in (old / "validation" / "part.bin", old / "validation", old):
+        os.utime(p, (past, past))
+    fresh = root / "staging" / "in.progress"
+    fresh.mkdir()
+    res = _install(tiny_bundle, root, "u1")
+    assert res["staging_swept"] == ["dead.upload"] and not old.exists() and fresh.exists()
+    rc, reply = agent("has", {"root": str(root), "bundle_ids": []})
+    st = os.statvfs(root)
+    assert abs(reply["free_mb"] - st.f_bavail * st.f_frsize / (1 << 20)) < 64
+    assert (root.stat().st_mode & 0o777) == 0o700 and ((root / "store").stat().st_mode & 0o777) == 0o700
