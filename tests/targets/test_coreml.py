@@ -159,7 +159,8 @@ def test_runner_load_refuses_off_macos_with_reason(cls_report):
 def test_runner_rejects_unknown_compute_units(tmp_path):
     from edgeopt_agent.runners.coreml import CoreMlRunner
 
-    manifest = {"runtime": {"name": "coreml", "artifact": "model.mlpackage", "options": {"compute_units": "GPU"}}}
+    manifest = {"runtime": {"name": "coreml", "artifact": "model.mlpackage", "options": {"compute_units": "GPU"}},
+                "files": {"model.mlpackage/Manifest.json": {}}}
     with pytest.raises(ValueError, match="CPU_AND_GPU"):
         CoreMlRunner(tmp_path, manifest).compute_units()
 

@@ -419,7 +419,7 @@ def test_agent_runner_module_imports_without_openvino():
 
     code = ("import sys; sys.modules['openvino'] = None; import edgeopt_agent.runners.openvino as m; "
             "from edgeopt_agent.runners import RunnerUnavailable\n"
-            "r = m.OpenVinoRunner('.', {'runtime': {'artifact': 'model.xml'}, 'io': {'outputs': []}})\n"
+            "r = m.OpenVinoRunner('.', {'runtime': {'artifact': 'model.xml'}, 'files': {'model.xml': {}}, 'io': {'outputs': []}})\n"
             "try:\n    r.load()\nexcept RunnerUnavailable as e:\n    print('unavailable:', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -329,7 +329,7 @@ def test_tflite_agrees_with_upstream_twin(oww, which, twin, key):
     ours = TfliteRunner(bundle, manifest)
     ours.load()
     up_path = fixture(twin)
-    upstream = TfliteRunner(up_path.parent, {"runtime": {"artifact": up_path.name}})
+    upstream = TfliteRunner(up_path.parent, {"runtime": {"artifact": up_path.name}, "files": {up_path.name: {}}})
     upstream.load()
     up_in = upstream.io_details()["inputs"][0]["name"]
     data = np.load(npz)[key][:16]
@@ -412,7 +412,8 @@ def test_runner_records_delegate_fallback_when_gpu_is_absent():
     from edgeopt_agent.runners.tflite import TfliteRunner
 
     twin = fixture("oww-embedding-tflite")
-    runner = TfliteRunner(twin.parent, {"runtime": {"artifact": twin.name}}, {"delegate": "gpu", "threads": 1})
+    runner = TfliteRunner(twin.parent, {"runtime": {"artifact": twin.name}, "files": {twin.name: {}}},
+                          {"delegate": "gpu", "threads": 1})
     runner.load()
     info = runner.info()
     assert info["delegate"]["requested"] == "gpu" and info["delegate"]["used"] == "xnnpack"
