@@ -458,8 +458,14 @@ def _child_main(argv: list[str]) -> int:
         status.write(json.dumps({"stage": name, "t": time.time(), **data}) + "\n")
 
     try:
-        result = {"ok": True, "bench": run_bench(job["bundle"], job["options"], stage,
-                                                 before_load=lambda: apply_limits(job["options"]["limits"]))}
+        if job.get("pair"):  # the pairbench verb: two bundles interleaved in this one process
+            from .paired import run_pair
+
+            apply_limits(job["options"]["limits"])
+            result = {"ok": True, "pairbench": run_pair(job["pair"], job.get("pair_options"), stage)}
+        else:
+            result = {"ok": True, "bench": run_bench(job["bundle"], job["options"], stage,
+                                                     before_load=lambda: apply_limits(job["options"]["limits"]))}
     except Exception as exc:  # reported to the parent as JSON; a signal is the parent's to see
         result = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc).strip()[:4000]}}
     tmp = job["result_file"] + ".tmp"
@@ -510,12 +516,16 @@ _STAGE_WORDS = {"start": "start-up", "prepare": "data preparation", "limits": "a
                 "warmup": "warm-up", "timed": "the timed loop", "report": "reporting"}
 
 
-def bench_in_child(bundle: Path, opts: dict[str, Any]) -> dict[str, Any]:
-    """Run ``run_bench`` in a child process with ``opts["timeout_s"]``; a reply dict (ok or not)."""
+def bench_in_child(bundle: Path, opts: dict[str, Any], pair: list[Path] | None = None,
+                   pair_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``run_bench`` (or, with ``pair``, ``paired.run_pair``) in a child process with
+    ``opts["timeout_s"]``; a reply dict (ok or not)."""
     work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-"))
     try:
         job = {"bundle": str(bundle.absolute()), "options": opts, "result_file": str(work / "result.json"),
                "stage_file": str(work / "stages.jsonl")}
+        if pair:
+            job["pair"], job["pair_options"] = [str(Path(b).absolute()) for b in pair], pair_options or {}
         (work / "job.json").write_text(json.dumps(job))
         env = dict(os.environ)
         pkg_parent = Path(__file__).resolve().parent.parent

@@ -58,6 +58,29 @@ def verb_bench(req: dict[str, Any]) -> dict[str, Any]:
     return bench(resolve_bundle(req), req.get("options"))
 
 
+def verb_pairbench(req: dict[str, Any]) -> dict[str, Any]:
+    """Two installed bundles (baseline, candidate) timed interleaved A B B A … in one child process."""
+    from .bench import BenchError, bench_in_child, parse_options
+    from .store import agent_root, resolve_bundle
+
+    ids = req.get("bundle_ids")
+    if not isinstance(ids, list) or len(ids) != 2:
+        raise BenchError("pairbench needs 'bundle_ids': [baseline id, candidate id]")
+    root = agent_root(req)
+    paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
+    for p in paths:
+        v = verify(p, load_manifest(p))
+        if not v["ok"]:
+            raise BenchError(f"bundle {p.name[:12]}… fails verification: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+    o = dict(req.get("options") or {})
+    opts = parse_options({"timeout_s": o.pop("timeout_s", 600), "limits": o.pop("limits", {})})
+    reply = bench_in_child(paths[0], opts, pair=paths, pair_options=o)
+    if "bench" in reply and not reply.get("ok"):
+        reply["pairbench"] = reply.pop("bench")
+    return reply
+
+
 def verb_install(req: dict[str, Any]) -> dict[str, Any]:
     """Verify an uploaded bundle in ``<root>/staging/`` and move it into the store."""
     from .store import InstallRejected, agent_root, install
@@ -137,6 +160,7 @@ VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "check": verb_check,
     "verify": verb_verify,
     "bench": verb_bench,
+    "pairbench": verb_pairbench,
     "install": verb_install,
     "has": verb_has,
     "activate": verb_activate,

@@ -17,6 +17,18 @@ from edgeopt.errors import EXIT_INTERNAL, EdgeoptError
 
 # Order is the order in --help.
 COMMANDS = ["inspect", "build", "targets", "export", "push", "bench", "report", "run", "devices", "ocr"]
+# Commands written on click (the CLI's move from argparse): each module exposes ``command``.
+CLICK_COMMANDS = ["gate", "rig", "baseline", "history", "rollout", "rollback", "fleet", "cache", "tune"]
+
+
+def _click_command(name: str):
+    try:
+        mod = importlib.import_module(f"edgeopt.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"edgeopt.commands.{name}":
+            return None  # not present in this build
+        raise
+    return getattr(mod, "command", None)
 
 EPILOG = """\
 examples:
@@ -47,18 +59,46 @@ def _parser() -> argparse.ArgumentParser:
                 continue  # command not present in this build
             raise
         mod.add_parser(sub)
+    for name in CLICK_COMMANDS:
+        cmd = _click_command(name)
+        if cmd is not None:
+            sub.add_parser(name, help=cmd.get_short_help_str(limit=90), add_help=False)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not args.command:
-        parser.print_help()
-        return 0
+def _run_click(cmd, args: list[str]) -> int:
+    import click
+
     try:
+        rv = cmd.main(args=args, prog_name=f"edgeopt {cmd.name}", standalone_mode=False)
+    except click.exceptions.Exit as exc:  # --help
+        return int(exc.exit_code or 0)
+    except click.exceptions.Abort:
+        raise KeyboardInterrupt from None
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        return 2 if isinstance(exc, click.exceptions.UsageError) else int(exc.exit_code or 1)
+    return int(rv or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    click_cmd = _click_command(argv[first]) if first is not None and argv[first] in CLICK_COMMANDS else None
+    if click_cmd is None:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        verbose = args.verbose
+    else:
+        verbose = any(a in ("-v", "--verbose") for a in argv[:first])
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if click_cmd is None and not args.command:
+        parser.print_help()
+        return 2
+    try:
+        if click_cmd is not None:
+            return _run_click(click_cmd, argv[first + 1:] + (["-v"] if verbose else []))
         return int(args.func(args) or 0)
     except EdgeoptError as exc:
         print(f"edgeopt: error: {exc}", file=sys.stderr)

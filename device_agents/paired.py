@@ -1,0 +1,132 @@
+"""Paired, interleaved measurement of two bundles on one device (the HIL gate's and rollout's raw data).
+
+``pairbench`` loads a baseline (A) and a candidate (B) in ONE child process (the bench's child, with
+its timeout and crash reporting) and alternates timed blocks in the order A B B A A B B A …, so that
+drift, thermal state and background load hit both alike.  Each block rotates over the bundle's own
+validation inputs and keeps every iteration's time; the per-block figures are what the host's
+statistics pair (block *i* of A with the adjacent block of B).  Accuracy of each bundle against its
+own FP32 reference is measured once, exactly (same inputs, deterministic), as the bench does.
+
+Standard library + numpy only; the runtimes are imported by their runners.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bundle import MANIFEST, from_artifact, load_manifest, sha256_file, to_artifact, validation_inputs
+from .runners import get_runner
+
+MAX_ROUNDS = 400
+
+
+def _prepare(bundle: Path, threads: Any) -> dict[str, Any]:
+    manifest = load_manifest(bundle)
+    io = manifest["io"]
+    feeds = [to_artifact(f, io["inputs"]) for f in validation_inputs(bundle, manifest)]
+    opts = {"threads": threads} if threads is not None else {}
+    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, opts)
+    return {"bundle": bundle, "manifest": manifest, "feeds": feeds, "runner": runner}
+
+
+def _block(run: Callable[[Any], Any], feeds: list[Any], start: int, iters: int) -> list[float]:
+    out = [0.0] * iters
+    clock = time.perf_counter_ns
+    for j in range(iters):
+        feed = feeds[(start + j) % len(feeds)]
+        t0 = clock()
+        run(feed)
+        out[j] = (clock() - t0) / 1e6
+    return out
+
+
+def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
+             stage: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Measure two bundles interleaved in this process (the verb runs it in the bench's child)."""
+    from .bench import _accuracy, make_batches
+
+    stage = stage or (lambda name, data: None)
+    o = dict(options or {})
+    rounds = int(o.get("rounds", 10))
+    block_iters = int(o.get("block_iters", 20))
+    warmup = int(o.get("warmup", 10))
+    budget_s = float(o.get("budget_s", 60.0))
+    if not 1 <= rounds <= MAX_ROUNDS or block_iters < 1 or warmup < 0 or budget_s <= 0:
+        raise ValueError(f"pairbench options out of range: rounds 1..{MAX_ROUNDS}, block_iters >= 1, "
+                         "warmup >= 0, budget_s > 0")
+    stage("prepare", {})
+    arms = [_prepare(Path(b), o.get("threads")) for b in bundles]
+    if len(arms) != 2:
+        raise ValueError("pairbench needs exactly two bundles: [baseline, candidate]")
+    result: dict[str, Any] = {"arms": []}
+    try:
+        for name, arm in zip("AB", arms):
+            stage("load", {"arm": name})
+            t0 = time.perf_counter()
+            arm["runner"].load()
+            arm["load_s"] = time.perf_counter() - t0
+        for name, arm in zip("AB", arms):
+            stage("accuracy", {"arm": name})
+            samples = validation_inputs(arm["bundle"], arm["manifest"])
+            groups, onnx_feeds = make_batches(samples, 1)
+            feeds = [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in onnx_feeds]
+            first = arm["runner"].run(feeds[0])
+            arm["accuracy"] = _accuracy(arm["runner"], arm["manifest"], arm["bundle"], groups, feeds, first)
+            arm["decisions"] = _decisions(arm, feeds)
+        stage("warmup", {})
+        for arm in arms:
+            _block(arm["runner"].run, arm["feeds"], 0, warmup)
+        stage("timed", {})
+        blocks: list[dict[str, Any]] = []
+        t_start = time.perf_counter()
+        order = "ABBA"
+        k = 0
+        while len(blocks) < 2 * rounds and time.perf_counter() - t_start < budget_s:
+            name = order[k % 4]
+            arm = arms[0 if name == "A" else 1]
+            ms = _block(arm["runner"].run, arm["feeds"], k * block_iters, block_iters)
+            blocks.append({"arm": name, "t": round(time.perf_counter() - t_start, 4), "ms": ms})
+            k += 1
+        if len(blocks) % 2:  # a round is one block of each arm
+            blocks.pop()
+        result["blocks"] = blocks
+        result["budget_hit"] = len(blocks) < 2 * rounds
+        for name, arm in zip("AB", arms):
+            m = arm["manifest"]
+            result["arms"].append({
+                "arm": name, "bundle_id": sha256_file(arm["bundle"] / MANIFEST),
+                "model": m.get("model", {}).get("name"), "model_sha256": m.get("model", {}).get("sha256"),
+                "target": m.get("target"), "precision": m.get("precision"), "load_s": arm["load_s"],
+                "inputs_sha256": (m.get("files", {}).get((m.get("validation") or {}).get("inputs"), {})
+                                  .get("sha256")),
+                "runtime": (m.get("runtime") or {}).get("name"),
+                "accuracy": arm["accuracy"], "decisions": arm["decisions"], "runner": arm["runner"].info()})
+    finally:
+        for arm in arms:
+            try:
+                arm["runner"].close()
+            except Exception:  # noqa: BLE001 - closing must not hide the first failure
+                pass
+    from . import probe
+
+    result["environment"] = probe.sample_environment()
+    result["options"] = {"rounds": rounds, "block_iters": block_iters, "warmup": warmup, "budget_s": budget_s}
+    return result
+
+
+def _decisions(arm: dict[str, Any], feeds: list[Any]) -> list[list[int]]:
+    """Per validation sample, the argmax decision of each output (first output only; small and exact):
+    lets the host count how often two bundles decide differently on the same inputs."""
+    out = []
+    io = arm["manifest"]["io"]
+    first = io["outputs"][0]["name"]
+    for feed in feeds:
+        raw = from_artifact(arm["runner"].run(feed), io["outputs"])[first]
+        a = np.asarray(raw)
+        out.append(np.argmax(a, axis=-1).ravel().tolist() if a.ndim else [int(a > 0)])
+    return out

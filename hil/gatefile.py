@@ -1,0 +1,163 @@
+"""The gate file: which metrics are gated and by how much (``GATE.yaml``), with defaults.
+
+```yaml
+p50: {max_slowdown: 5%}
+p90: {max_slowdown: 10%}
+p99: {max_slowdown: 10%, max_ms: 20}
+throughput: {max_drop: 5%}       # opt-in
+accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}; always also the bundle's own host-check bound
+decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs
+level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
+rounds: {start: 10, max: 40}       # paired rounds per arm: sequential, stop early when decided
+```
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import UsageError
+
+LATENCY = ("p50", "p90", "p99")
+# Samples needed before a tail percentile is judged at all (MLPerf LoadGen's early-stopping minimums).
+MIN_SAMPLES = {"p50": 1, "p90": 64, "p99": 662}
+KEYS = {
+    "p50": {"max_slowdown", "max_ms"}, "p90": {"max_slowdown", "max_ms"}, "p99": {"max_slowdown", "max_ms"},
+    "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min"},
+    "decisions": {"max_disagreement"}, "level": None, "rounds": {"start", "max"}, "block_iters": None,
+}
+_PCT = re.compile(r"^(\d+(?:\.\d+)?)%$")
+
+
+@dataclass
+class Threshold:
+    metric: str
+    max_change: float | None = None  # relative, 0.05 = 5 %
+    max_ms: float | None = None
+
+
+@dataclass
+class GateSpec:
+    latency: dict[str, Threshold] = field(default_factory=lambda: {
+        "p50": Threshold("p50", 0.05), "p90": Threshold("p90", 0.10)})
+    throughput_max_drop: float | None = None  # opt-in: block means are outlier-prone (p50 gates the centre)
+    top1_min: float | None = None
+    cosine_min: float | None = None
+    max_disagreement: float | None = None
+    level: float = 0.05
+    rounds_start: int = 10
+    rounds_max: int = 40
+    block_iters: int = 20
+    source: str = "defaults"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"latency": {k: {"max_slowdown": v.max_change, "max_ms": v.max_ms} for k, v in self.latency.items()},
+                "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
+                "cosine_min": self.cosine_min, "max_disagreement": self.max_disagreement, "level": self.level,
+                "rounds": {"start": self.rounds_start, "max": self.rounds_max}, "block_iters": self.block_iters,
+                "source": self.source}
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_fraction(value: Any, where: str, upper: float = 1.0) -> float:
+    """``5%`` or ``0.05`` → 0.05; refuses ``5 %``, negatives, and anything above ``upper``."""
+    if isinstance(value, bool):
+        raise UsageError(f"{where}: expected a percentage like 5% or a fraction like 0.05, got {value!r}")
+    if isinstance(value, (int, float)):
+        f = float(value)
+    elif isinstance(value, str) and _PCT.match(value.strip()) and value == value.strip():
+        f = float(_PCT.match(value).group(1)) / 100
+    else:
+        raise UsageError(f"{where}: expected a percentage like 5% or a fraction like 0.05, got {value!r}")
+    if not 0 <= f <= upper:
+        raise UsageError(f"{where}: {value!r} is out of range (0 to {upper * 100:g}%)")
+    return f
+
+
+def _number(value: Any, where: str, lo: float, hi: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and int(value) != value):
+        raise UsageError(f"{where}: expected {'an integer' if integer else 'a number'}, got {value!r}")
+    if not lo <= value <= hi:
+        raise UsageError(f"{where}: {value!r} is out of range ({lo:g} to {hi:g})")
+    return int(value) if integer else float(value)
+
+
+def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
+    """A GateSpec from a YAML file, a dict, or None (defaults). Bad keys/values: UsageError (exit 2)."""
+    spec = GateSpec()
+    if source is None:
+        return spec
+    if isinstance(source, dict):
+        data, name = source, "gate"
+    else:
+        import yaml
+
+        path = Path(source)
+        if not path.is_file():
+            raise UsageError(f"gate file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UsageError(f"gate file {path}: not valid YAML: {exc}".replace("\n", " ")) from None
+        name = str(path)
+        spec.source = name
+    if not isinstance(data, dict):
+        raise UsageError(f"{name}: expected a mapping of metric: thresholds")
+    given_latency = {}
+    for key, value in data.items():
+        if key not in KEYS:
+            raise UsageError(f"{name}: unknown key {key!r}{_did_you_mean(str(key), KEYS)}; "
+                             f"known: {', '.join(KEYS)}")
+        allowed = KEYS[key]
+        if allowed is not None:
+            if not isinstance(value, dict):
+                raise UsageError(f"{name}: {key} needs a mapping like {{{sorted(allowed)[0]}: ...}}")
+            for sub in value:
+                if sub not in allowed:
+                    raise UsageError(f"{name}: unknown key {key}.{sub}{_did_you_mean(str(sub), allowed)}; "
+                                     f"known: {', '.join(sorted(allowed))}")
+        where = f"{name}: {key}"
+        if key in LATENCY:
+            t = Threshold(key)
+            if "max_slowdown" in value:
+                t.max_change = parse_fraction(value["max_slowdown"], f"{where}.max_slowdown", upper=10.0)
+            if "max_ms" in value:
+                t.max_ms = _number(value["max_ms"], f"{where}.max_ms", 1e-6, 1e9)
+            given_latency[key] = t
+        elif key == "throughput":
+            spec.throughput_max_drop = parse_fraction(value.get("max_drop", 0.05), f"{where}.max_drop")
+        elif key == "accuracy":
+            if "top1_min" in value:
+                spec.top1_min = parse_fraction(value["top1_min"], f"{where}.top1_min")
+            if "cosine_min" in value:
+                spec.cosine_min = _number(value["cosine_min"], f"{where}.cosine_min", -1, 1)
+        elif key == "decisions":
+            spec.max_disagreement = parse_fraction(value.get("max_disagreement"), f"{where}.max_disagreement")
+        elif key == "level":
+            spec.level = _number(value, where, 1e-6, 0.5)
+        elif key == "rounds":
+            spec.rounds_start = _number(value.get("start", spec.rounds_start), f"{where}.start", 2, 400, True)
+            spec.rounds_max = _number(value.get("max", spec.rounds_max), f"{where}.max", 2, 400, True)
+            if spec.rounds_max < spec.rounds_start:
+                raise UsageError(f"{where}: max {spec.rounds_max} is below start {spec.rounds_start}")
+        elif key == "block_iters":
+            spec.block_iters = _number(value, where, 1, 10000, True)
+    if given_latency:
+        spec.latency = given_latency
+    return spec
+
+
+def parse_metric_name(text: str) -> str:
+    """``p50``/``p90``/``p99``; ``p101`` and friends refused with the list."""
+    if text in LATENCY:
+        return text
+    raise UsageError(f"unknown latency metric {text!r}{_did_you_mean(text, LATENCY)}; gated percentiles: "
+                     + ", ".join(LATENCY))

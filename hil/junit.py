@@ -1,0 +1,96 @@
+"""Gate results as JUnit XML (Jenkins, GitLab, GitHub read it) and as Markdown for a PR comment.
+
+One test case per model × target × device × metric: *failure* = regressed, *skipped* = inconclusive,
+*error* = the device or rig failed; the figures, interval, p-value, n and the device fingerprint are
+properties.  Files are written to a temporary name and renamed: an interrupted gate leaves no
+half-written report that a later step could mistake for a finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def junit_xml(result: dict[str, Any]) -> str:
+    suites = ET.Element("testsuites", name="edgeopt gate")
+    for dev in result["devices"]:
+        suite = ET.SubElement(suites, "testsuite", name=f"{result['model']}.{result['target']}.{dev['device']}")
+        cases = dev.get("verdicts") or []
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        if dev.get("error"):
+            case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name="device")
+            ET.SubElement(case, "error", message=dev["error"], type=dev.get("status", "device"))
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for v in cases:
+            case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=v["metric"],
+                                 time=f"{dev.get('elapsed_s', 0) / max(1, len(cases)):.3f}")
+            props = ET.SubElement(case, "properties")
+            for key in ("verdict", "ratio", "ci_low", "ci_high", "p_value", "n", "baseline", "candidate",
+                        "threshold", "method"):
+                if v.get(key) is not None:
+                    ET.SubElement(props, "property", name=key, value=str(v[key]))
+            ET.SubElement(props, "property", name="fingerprint", value=json.dumps(dev.get("fingerprint") or {}))
+            counts["tests"] += 1
+            if v["verdict"] == "regressed":
+                ET.SubElement(case, "failure", message=v.get("reason", ""), type="regressed")
+                counts["failures"] += 1
+            elif v["verdict"] == "inconclusive":
+                ET.SubElement(case, "skipped", message="inconclusive: " + v.get("reason", ""))
+                counts["skipped"] += 1
+        for k, n in counts.items():
+            suite.set(k, str(n))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    icon = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
+    lines = [f"### edgeopt gate: {result['model']} on {result['target']} — **{result['verdict']}**", "",
+             f"baseline `{result['baseline_id'][:12]}` vs candidate `{result['candidate_id'][:12]}`", "",
+             "| device | metric | verdict | baseline | candidate | change (95% CI) | p | n |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for dev in result["devices"]:
+        if dev.get("error"):
+            lines.append(f"| {dev['device']} | — | 💥 {dev.get('status', 'error')} | | | {dev['error'][:80]} | | |")
+        for v in dev.get("verdicts") or []:
+            ch = ""
+            if v.get("ratio") is not None and v["metric"] not in ("accuracy", "decisions"):
+                r, lo, hi = v["ratio"], v.get("ci_low"), v.get("ci_high")
+                if v["metric"] == "throughput":  # stored as a latency ratio; shown as the throughput change
+                    r, lo, hi = 1 / r, (1 / hi if hi else None), (1 / lo if lo else None)
+                ch = f"{(r - 1) * 100:+.1f}%"
+                if lo is not None and hi is not None:
+                    ch += f" ({(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%)"
+            elif v.get("ratio") is not None:
+                ch = f"{v['ratio'] * 100:.1f}% differ"
+            def fmt(x: Any) -> str:
+                return "" if x is None else f"{x:.4g}"
+            pv = "" if v.get("p_value") is None else f"{v['p_value']:.3g}"
+            lines.append(f"| {dev['device']} | {v['metric']} | {icon.get(v['verdict'], v['verdict'])} | "
+                         f"{fmt(v.get('baseline'))} | {fmt(v.get('candidate'))} | {ch} | "
+                         f"{pv} | {v.get('n', '')} |")
+    lines += ["", "Latency in ms (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "
+              "and beyond the allowed change; pass = the 95% interval stays within it; inconclusive = "
+              "neither, within the budget."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict[str, Any], junit: str | None, md: str | None, raw: str | None) -> None:
+    if junit:
+        _atomic_write(Path(junit), junit_xml(result))
+    if md:
+        _atomic_write(Path(md), markdown(result))
+    if raw:
+        _atomic_write(Path(raw), json.dumps(result, indent=1, default=str))

@@ -1,0 +1,64 @@
+"""Sequential paired measurement on one device: the HIL gate's and the rollout's latency comparison.
+
+``measure_pair`` asks the device's agent (``pairbench``) for rounds of interleaved A B B A blocks,
+judges after each call, and asks for more only while a gated metric is still inconclusive — up to
+``spec.rounds_max`` rounds or the time budget.  Both bundles must already be installed on the device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from edgeopt.errors import DeviceError
+from edgeopt.hil.gatefile import GateSpec
+from edgeopt.hil.stats import PairedRun, decided, judge
+
+
+def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, Any]:
+    """What must match for two runs to be comparable: runtime versions, kernel, CPU, clocks."""
+    p = probe or {}
+    env = p.get("environment") or {}
+    return {"kernel": p.get("kernel"), "cpu": (p.get("cpu") or {}).get("model"),
+            "governor": env.get("governor"), "runtimes": {k: v for k, v in (p.get("runtimes") or {}).items() if v},
+            "runner": (arm.get("runner") or {}).get("runtime"), "runner_version": (arm.get("runner") or {}).get("version"),
+            "threads": (arm.get("runner") or {}).get("threads")}
+
+
+def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSpec, budget_s: float = 60.0,
+                 progress: Callable[[str], None] = lambda s: None, timeout_s: float | None = None,
+                 probe: dict[str, Any] | None = None) -> PairedRun:
+    """Interleaved rounds of baseline (A) and candidate (B) on ``session``'s device until decided."""
+    run = PairedRun(device=session.device.name)
+    t0 = time.monotonic()
+    want = spec.rounds_start
+    while True:
+        left = budget_s - (time.monotonic() - t0)
+        if run.blocks and left <= 0:
+            break
+        rounds = want - len(run.blocks) // 2
+        if rounds <= 0:
+            break
+        req = {"root": session.root, "bundle_ids": [baseline_id, candidate_id],
+               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
+                           "warmup": 10, "timeout_s": timeout_s or max(60.0, left * 2 + 60)}}
+        reply = session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30)
+        run.calls += 1
+        if not reply.get("ok"):
+            e = reply.get("error") or {}
+            raise DeviceError(f"{session.device.name}: pairbench failed: {e.get('type')}: {e.get('message')}")
+        pb = reply["pairbench"]
+        run.blocks.extend(pb["blocks"])
+        if not run.arms:
+            run.arms = pb["arms"]
+            run.fingerprint = fingerprint(probe, pb["arms"][0])
+        run.environment.append(pb.get("environment") or {})
+        verdicts = judge(run, spec)
+        done = len(run.blocks) // 2
+        progress(f"{run.device}: {done} rounds: " + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
+        if decided(verdicts) or done >= spec.rounds_max or pb.get("budget_hit"):
+            break
+        want = min(spec.rounds_max, done * 2)
+    run.elapsed_s = round(time.monotonic() - t0, 3)
+    return run

@@ -1,0 +1,262 @@
+"""The gate's decision: paired rounds → a ratio with an interval and a test per metric → a verdict.
+
+Method (documented in docs/HIL.md, checked by tests/hil/test_stats.py):
+
+* Data: the ``pairbench`` blocks in the order A B B A …; block 2k and 2k+1 hold one block of each
+  arm, measured back to back, so a pair shares the device's momentary state.
+* p50 and throughput: per pair the log ratio log(median_B / median_A) (mean for throughput); the
+  estimate is the Hodges–Lehmann median of the Walsh averages of those log ratios; its interval is a
+  percentile bootstrap over pairs (2,000 resamples, seeded); the test is a Wilcoxon signed-rank
+  sign-flip permutation test (4,000 flips, seeded), two-sided.
+* p90/p99: the percentile of all of B's iterations over all of A's; interval and a two-sided
+  bootstrap p-value from resampling *pairs* (the pairing is kept).  Judged only when each arm has at
+  least MLPerf LoadGen's early-stopping minimum (64 samples for p90, 662 for p99); below that the
+  metric is *inconclusive*, never *pass*.
+* Holm's step-down correction across the latency metrics gated together, at ``spec.level``.
+* Verdicts (``t`` = the metric's allowed change, ``L = 1 + t``): **regressed** when the corrected
+  p-value ≤ level *and* the estimate is above ``L`` (evidence and a practical change, as Perfherder,
+  asv and Chromeperf demand both); **improved** symmetrically below ``1/L``; **pass** when the whole
+  interval lies below ``L``; otherwise **inconclusive** (which buys more rounds, as Pinpoint does).
+  ``max_ms`` is an absolute ceiling on the candidate's value, judged when the sample count allows.
+* Accuracy is exact, not statistical: each arm's outputs against its own FP32 reference (the
+  bundle's bound), the optional ``top1_min``/``cosine_min``, and — when both arms ran the same
+  validation inputs — how often the candidate's decisions differ from the baseline's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgeopt.hil.gatefile import MIN_SAMPLES, GateSpec
+
+BOOT = 2000
+FLIPS = 4000
+SEED = 20261122
+
+VERDICT_ORDER = {"regressed": 0, "inconclusive": 1, "pass": 2, "improved": 3}
+
+
+@dataclass
+class Verdict:
+    metric: str
+    verdict: str  # pass | regressed | improved | inconclusive
+    ratio: float | None = None  # candidate / baseline (latency: > 1 is slower)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None  # Holm-corrected, two-sided
+    n: int = 0  # pairs (p50/throughput) or samples per arm (tails) or validation samples (accuracy)
+    method: str = ""
+    reason: str = ""
+    baseline: float | None = None
+    candidate: float | None = None
+    threshold: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class PairedRun:
+    """Raw material of a gate on one device: every block, both arms' facts, where it ran."""
+
+    device: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)  # {"arm": "A"|"B", "ms": [...]}
+    arms: list[dict[str, Any]] = field(default_factory=list)  # A then B: bundle id, accuracy, decisions…
+    calls: int = 0
+    elapsed_s: float = 0.0
+    environment: list[dict[str, Any]] = field(default_factory=list)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for i in range(0, len(self.blocks) - 1, 2):
+            x, y = self.blocks[i], self.blocks[i + 1]
+            a, b = (x, y) if x["arm"] == "A" else (y, x)
+            if a["arm"] == "A" and b["arm"] == "B":
+                out.append((np.asarray(a["ms"], float), np.asarray(b["ms"], float)))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def hodges_lehmann(x: np.ndarray) -> float:
+    i, j = np.triu_indices(len(x))
+    return float(np.median((x[i] + x[j]) / 2))
+
+
+def signed_rank_p(x: np.ndarray, rng: np.random.Generator) -> float:
+    """Two-sided Wilcoxon signed-rank p-value by random sign flips (exact enough for a gate)."""
+    x = x[x != 0]
+    if len(x) == 0:
+        return 1.0
+    ranks = np.argsort(np.argsort(np.abs(x))) + 1.0
+    stat = abs(float(np.sum(np.sign(x) * ranks)))
+    signs = rng.choice((-1.0, 1.0), size=(FLIPS, len(x)))
+    null = np.abs(signs @ ranks)
+    return float((np.sum(null >= stat - 1e-9) + 1) / (FLIPS + 1))
+
+
+def _paired_log_ratios(pairs: list[tuple[np.ndarray, np.ndarray]], stat: str) -> np.ndarray:
+    f = np.median if stat == "median" else np.mean
+    return np.array([math.log(f(b) / f(a)) for a, b in pairs if f(a) > 0 and f(b) > 0])
+
+
+def _center_metric(pairs, stat: str, rng) -> tuple[float, float, float, float, int]:
+    lr = _paired_log_ratios(pairs, stat)
+    n = len(lr)
+    if n < 2:
+        return float("nan"), float("nan"), float("nan"), 1.0, n
+    est = hodges_lehmann(lr)
+    idx = rng.integers(0, n, size=(BOOT, n))
+    boots = np.array([hodges_lehmann(lr[row]) for row in idx[:400]]) if n > 60 else \
+        np.array([hodges_lehmann(lr[row]) for row in idx])
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    return math.exp(est), math.exp(lo), math.exp(hi), signed_rank_p(lr, rng), n
+
+
+def _tail_metric(pairs, q: float, rng) -> tuple[float, float, float, float, int]:
+    a_all = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
+    b_all = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
+    n = int(min(len(a_all), len(b_all)))
+    if n == 0:
+        return float("nan"), float("nan"), float("nan"), 1.0, 0
+    est = math.log(np.percentile(b_all, q) / np.percentile(a_all, q))
+    k = len(pairs)
+    boots = np.empty(BOOT // 2)
+    for r in range(len(boots)):
+        pick = rng.integers(0, k, size=k)
+        a = np.concatenate([pairs[i][0] for i in pick])
+        b = np.concatenate([pairs[i][1] for i in pick])
+        boots[r] = math.log(np.percentile(b, q) / np.percentile(a, q))
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    p = min(1.0, 2 * min(np.mean(boots <= 0), np.mean(boots >= 0)) + 1 / len(boots))
+    return math.exp(est), math.exp(lo), math.exp(hi), float(p), n
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adj = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adj[i] = running
+    return adj
+
+
+def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
+    """One verdict per gated metric (latency metrics, throughput, accuracy, decisions)."""
+    rng = np.random.default_rng(SEED)
+    pairs = run.pairs()
+    raw: list[tuple[str, tuple, float, float | None, str]] = []
+    for name, thr in spec.latency.items():
+        q = {"p50": 50, "p90": 90, "p99": 99}[name]
+        if name == "p50":
+            res = _center_metric(pairs, "median", rng)
+            method = "Hodges-Lehmann on paired log ratios of block medians; bootstrap 95% CI; signed-rank test"
+        else:
+            res = _tail_metric(pairs, q, rng)
+            method = f"pooled p{q} ratio; pair-bootstrap 95% CI and p-value"
+        raw.append((name, res, 1 + (thr.max_change if thr.max_change is not None else 0.05), thr.max_ms, method))
+    if spec.throughput_max_drop is not None:
+        res = _center_metric(pairs, "mean", rng)
+        raw.append(("throughput", res, 1 / (1 - spec.throughput_max_drop) if spec.throughput_max_drop < 1 else
+                    float("inf"), None, "Hodges-Lehmann on paired log ratios of block mean latency (1/throughput)"))
+    adj = holm([r[1][3] for r in raw]) if raw else []
+    out = []
+    all_a = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
+    all_b = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
+    for (name, (r, lo, hi, _p, n), limit, max_ms, method), p in zip(raw, adj):
+        v = Verdict(name, "inconclusive", r, lo, hi, p, n, method, threshold=limit - 1)
+        need = MIN_SAMPLES.get(name, 2)
+        if name in ("p90", "p99"):
+            q = 90 if name == "p90" else 99
+            if n:
+                v.baseline, v.candidate = float(np.percentile(all_a, q)), float(np.percentile(all_b, q))
+        elif name == "p50" and n:
+            v.baseline, v.candidate = float(np.median(all_a)), float(np.median(all_b))
+        elif name == "throughput" and n:
+            v.baseline, v.candidate = 1000 / float(np.mean(all_a)), 1000 / float(np.mean(all_b))
+        if (n < need) if name in ("p90", "p99") else (n < 3):
+            v.reason = (f"{n} samples per arm; {name} is judged from {need}" if name in ("p90", "p99")
+                        else f"only {n} paired rounds")
+        elif math.isnan(r):
+            v.reason = "no data"
+        elif max_ms is not None and v.candidate is not None and v.candidate > max_ms:
+            v.verdict, v.reason = "regressed", f"candidate {name} {v.candidate:.3f} ms > max_ms {max_ms:g}"
+        elif p <= spec.level and r > limit:
+            v.verdict = "regressed"
+            v.reason = f"{(r - 1) * 100:+.1f}% (CI {(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%), p={p:.3g} ≤ " \
+                       f"{spec.level:g}, beyond the allowed {(limit - 1) * 100:.1f}%"
+        elif p <= spec.level and r < 1 / limit:
+            v.verdict, v.reason = "improved", f"{(r - 1) * 100:+.1f}% (p={p:.3g})"
+        elif hi <= limit:
+            v.verdict = "pass"
+            v.reason = f"{(r - 1) * 100:+.1f}%; the 95% CI's upper end {(hi - 1) * 100:+.1f}% is within " \
+                       f"{(limit - 1) * 100:.1f}%"
+        else:
+            v.reason = f"{(r - 1) * 100:+.1f}% (CI {(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%, p={p:.3g}): " \
+                       "cannot tell yet"
+        out.append(v)
+    out.extend(_accuracy_verdicts(run, spec))
+    return out
+
+
+def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
+    if len(run.arms) != 2:
+        return []
+    a, b = run.arms
+    acc = b.get("accuracy") or {}
+    out = []
+    cos = _worst(acc, "cosine")
+    top1 = _worst(acc, "top1")
+    v = Verdict("accuracy", "pass" if acc.get("passed", True) else "regressed", n=int(acc.get("samples") or 0),
+                method="exact: the candidate's outputs against its own FP32 reference (the bundle's bound)")
+    v.candidate, v.baseline = (top1 if top1 is not None else cos), _worst(a.get("accuracy") or {}, "top1")
+    reasons = [] if acc.get("passed", True) else [f"fails its bound ({acc.get('summary') or 'see metrics'})"]
+    if spec.top1_min is not None and top1 is not None and top1 < spec.top1_min:
+        reasons.append(f"top-1 agreement {top1:.3f} < top1_min {spec.top1_min:g}")
+    if spec.cosine_min is not None and cos is not None and cos < spec.cosine_min:
+        reasons.append(f"cosine {cos:.5f} < cosine_min {spec.cosine_min:g}")
+    if reasons:
+        v.verdict, v.reason = "regressed", "; ".join(reasons)
+    else:
+        v.reason = f"within its bound over {v.n} validation samples"
+    out.append(v)
+    da, db = a.get("decisions"), b.get("decisions")
+    if da is not None and db is not None and a.get("inputs_sha256") and a.get("inputs_sha256") == b.get("inputs_sha256"):
+        n = min(len(da), len(db))
+        diff = sum(1 for x, y in zip(da, db) if x != y)
+        rate = diff / n if n else 0.0
+        limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
+        d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
+                    method="exact: argmax decisions of the first output, candidate vs baseline, same inputs",
+                    reason=f"{diff} of {n} validation samples decided differently (allowed {limit * 100:g}%)")
+        out.append(d)
+    return out
+
+
+def _worst(acc: dict[str, Any], key: str) -> float | None:
+    """A metric of a compare result (``outputs.<name>.metrics.<key>``), the worst output's."""
+    vals = [float(o["metrics"][key]) for o in (acc.get("outputs") or {}).values()
+            if isinstance(o, dict) and isinstance((o.get("metrics") or {}).get(key), (int, float))]
+    return min(vals) if vals else None
+
+
+def overall(verdicts: list[Verdict]) -> str:
+    """The worst verdict wins: regressed > inconclusive > pass > improved (improved only if all improve or pass)."""
+    if not verdicts:
+        return "inconclusive"
+    worst = min(verdicts, key=lambda v: VERDICT_ORDER[v.verdict]).verdict
+    if worst == "pass" and any(v.verdict == "improved" for v in verdicts):
+        return "improved" if all(v.verdict in ("improved", "pass") for v in verdicts) else "pass"
+    return worst
+
+
+def decided(verdicts: list[Verdict]) -> bool:
+    return all(v.verdict != "inconclusive" for v in verdicts)

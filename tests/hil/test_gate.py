@@ -1,0 +1,126 @@
+"""The HIL gate end to end: real bundles, real regressions, the local device and a real sshd rig."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeopt.errors import UsageError
+from edgeopt.hil.gatefile import load_gate
+from edgeopt.hil.stats import PairedRun, holm, judge
+from tests.devices.conftest import device_entry, known_hosts, write_inventory
+
+
+def _gate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgeopt", "gate", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def _run_from(rng, rounds: int, slowdown: float, iters: int = 20, noise: float = 0.08) -> PairedRun:
+    """Blocks A B B A … with a shared drift per round (what interleaving cancels) and lognormal noise."""
+    blocks = []
+    for r in range(rounds):
+        drift = 1 + 0.3 * np.sin(r / 3)
+        for arm in ("AB" if r % 2 == 0 else "BA"):
+            base = 1.0 * drift * (slowdown if arm == "B" else 1.0)
+            blocks.append({"arm": arm, "ms": list(base * rng.lognormal(0, noise, iters))})
+    return PairedRun("synthetic", blocks)
+
+
+def test_holm_step_down():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+def test_judge_tells_a_slowdown_from_drift_and_noise():
+    rng = np.random.default_rng(1)
+    spec = load_gate(None)
+    same = {v.metric: v.verdict for v in judge(_run_from(rng, 20, 1.0), spec)}
+    assert same["p50"] == "pass" and same["p90"] in ("pass", "inconclusive")
+    slow = {v.metric: v for v in judge(_run_from(rng, 20, 1.15), spec)}
+    assert slow["p50"].verdict == "regressed" and 1.10 < slow["p50"].ratio < 1.20
+    assert slow["p50"].ci_low < slow["p50"].ratio < slow["p50"].ci_high
+    fast = {v.metric: v.verdict for v in judge(_run_from(rng, 20, 0.8), spec)}
+    assert fast["p50"] == "improved"
+
+
+def test_a_tail_percentile_needs_enough_samples():
+    spec = load_gate({"p99": {"max_slowdown": "10%"}})
+    v = judge(_run_from(np.random.default_rng(2), 10, 1.5, iters=20), spec)[0]  # 200 samples < 662
+    assert v.metric == "p99" and v.verdict == "inconclusive" and "662" in v.reason
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"p5O": {"max_slowdown": "5%"}}, "did you mean 'p50'"),
+    ({"p50": {"max_slowdown": "5 %"}}, "expected a percentage"),
+    ({"p50": {"max_slowdown": "-3%"}}, "expected a percentage"),
+    ({"p101": {"max_slowdown": "5%"}}, "unknown key 'p101'"),
+    ({"p50": {"max_slowdwn": "5%"}}, "did you mean 'max_slowdown'"),
+    ({"rounds": {"start": 20, "max": 10}}, "below start"),
+])
+def test_bad_gate_files_are_refused(data, message):
+    with pytest.raises(UsageError, match=message):
+        load_gate(data)
+
+
+def test_gate_on_local_catches_a_real_slowdown_and_writes_junit(gate_bundles, tmp_path):
+    from junitparser import JUnitXml
+
+    p = _gate(str(gate_bundles["slow"]), "--baseline", str(gate_bundles["base"]), "--budget", "20s",
+              "--junit", "g.xml", "--md", "g.md", "--raw", "raw.json", "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 5, p.stderr
+    assert "regressed" in p.stderr.splitlines()[-1] and "Traceback" not in p.stderr
+    xml = JUnitXml.fromfile(str(tmp_path / "g.xml"))
+    cases = {c.name: c for suite in xml for c in suite}
+    assert {"p50", "p90", "accuracy"} <= set(cases)
+    assert cases["p50"].result and cases["p50"].result[0].type == "regressed"
+    assert not cases["accuracy"].result  # same outputs: accuracy passes
+    props = {pr.get("name"): pr.get("value") for pr in cases["p50"]._elem.iter("property")}
+    assert float(props["ratio"]) > 1.05 and "fingerprint" in props
+    raw = json.loads((tmp_path / "raw.json").read_text())
+    blocks = raw["devices"][0]["raw"]["blocks"]
+    assert len(blocks) >= 20 and blocks[0]["arm"] == "A" and blocks[1]["arm"] == "B" and blocks[2]["arm"] == "B"
+    assert "| local | p50 | ❌ regressed" in (tmp_path / "g.md").read_text()
+
+
+def test_gate_catches_an_accuracy_regression_and_passes_the_same_bundle(gate_bundles, tmp_path):
+    p = _gate(str(gate_bundles["bad"]), "--baseline", str(gate_bundles["base"]), "--budget", "10s", "--json",
+              "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 5, p.stderr
+    res = json.loads(p.stdout)
+    v = {x["metric"]: x for x in res["devices"][0]["verdicts"]}
+    assert v["decisions"]["verdict"] == "regressed" and v["p50"]["verdict"] != "regressed"
+    p = _gate(str(gate_bundles["base"]), "--baseline", str(gate_bundles["base"]), "--budget", "10s", "--json",
+              "--on-inconclusive", "pass", "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout)["verdict"] in ("pass", "inconclusive")
+
+
+def test_bad_input_is_one_line_and_exit_2(gate_bundles, tmp_path):
+    (tmp_path / "gate.yaml").write_text("p50: {max_slowdown: 5 %}\n")
+    for args, msg in [
+        (["nothere", "--baseline", str(gate_bundles["base"])], "does not exist"),
+        ([str(gate_bundles["slow"]), "--baseline", str(gate_bundles["base"]), "--gate", "gate.yaml"],
+         "expected a percentage"),
+        ([str(gate_bundles["slow"]), "--baseline", str(gate_bundles["base"]), "--budget", "0s"], "above 0"),
+    ]:
+        p = _gate(*args, cwd=tmp_path)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "edgeopt-results.db").exists()  # nothing measured, nothing recorded
+
+
+def test_a_dead_rig_device_is_an_infrastructure_error_not_a_regression(gate_bundles, ssh_env, sshd, tmp_path):
+    kh = known_hosts(tmp_path / "known_hosts", sshd)
+    inv = write_inventory(tmp_path / "rig.yaml", {
+        "rig-1": device_entry(ssh_env, sshd, tmp_path / "r1", kh, target="cpu"),
+        "rig-off": {**device_entry(ssh_env, sshd, tmp_path / "r2", kh, target="cpu"), "port": 1}})
+    p = _gate(str(gate_bundles["base"]), "--baseline", str(gate_bundles["base"]), "--devices", str(inv),
+              "--budget", "8s", "--junit", "g.xml", "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    xml = (tmp_path / "g.xml").read_text()
+    assert "<error" in xml and "<failure" not in xml
+    assert "rig-1" in xml  # the live device was measured over SSH all the same
