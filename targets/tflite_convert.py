@@ -482,7 +482,8 @@ def _resolve_by_running(req, inputs, ambiguous, runner, notes) -> dict[str, list
 DENYLIST_FRACTIONS = (0.05, 0.15, 0.30, 0.50)
 DEBUG_SAMPLES = 8  # calibration samples the QuantizationDebugger measures each layer's error on
 CHECK_TIMEOUT = 600.0
-LABELS = {"full": "full-integer", "selective": "selective", "dynamic": "dynamic-range"}
+LABELS = {"full": "full-integer", "selective": "selective", "dynamic": "dynamic-range",
+          "float": "float32 (the conversion itself, no quantization)"}
 HEADLINE = ("cosine", "rel_l2", "top1", "max_abs_norm", "snr_db", "exact_match", "seq_match", "flip_rate",
             "vector_cosine_min")
 
@@ -578,7 +579,14 @@ class Int8Search:
         content = self._try(Attempt("dynamic"), self._dynamic)
         if content is not None and self.attempts[-1].passed:
             return content, self.attempts[-1]
+        # Nothing met the bound: is quantization the cause, or the float conversion already?
+        self._try(Attempt("float"), self._float)
         raise self.failure()
+
+    def _float(self, attempt: Attempt) -> bytes:
+        content, attempt.ops = _to_tflite_isolated(self.sm_dir, "fp32", "float", "float32", None, attempt.notes,
+                                                   self.work)
+        return content
 
     def _full(self, attempt: Attempt) -> bytes:
         content, attempt.ops = _to_tflite_isolated(self.sm_dir, "int8", "full", self.req["io_dtype"], self.rep,
@@ -787,6 +795,15 @@ class Int8Search:
         tol = tolerance_for("int8", self.req.get("tolerance"))
         bound = ", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None)
         tried = "; ".join(f"{a.label()}: {a.figures()}" for a in self.attempts)
+        probe = next((a for a in self.attempts if a.mode == "float"), None)
+        default = tolerance_for("int8")  # judged at the default bound: a user's strict one says nothing of the file
+        w = probe.worst() if probe is not None and not probe.error else {}
+        if w and (w.get("cosine", 1.0) < default["cosine_min"] or w.get("rel_l2", 0.0) > default["rel_l2_max"]):
+            return SearchFailed(
+                f"the FP32 conversion itself is wrong, not the INT8 quantization: the float32 TFLite file of "
+                f"this model already misses the int8 bound ({probe.figures()}); tried: {tried}",
+                "build fp32 for this target: a failed float check retries onnx2tf's alternative switches "
+                "(--option onnx2tf_alt=...), or report the model to onnx2tf", self.record(None))
         return SearchFailed(
             f"no INT8 TFLite variant meets the int8 bound ({bound}) on the validation set, so int8 is not "
             f"shipped (search {time.perf_counter() - self.t0:.0f}s): {tried}",
