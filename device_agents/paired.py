@@ -85,11 +85,14 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         blocks: list[dict[str, Any]] = []
         t_start = time.perf_counter()
         order = "ABBA"
+        settle = max(2, block_iters // 4)
         k = 0
         while len(blocks) < 2 * rounds and time.perf_counter() - t_start < budget_s:
             name = order[k % 4]
             arm = arms[0 if name == "A" else 1]
-            ms = _block(arm["runner"].run, arm["feeds"], k * block_iters, block_iters)
+            # The first runs after a switch settle (caches, the other session's spinning threads):
+            # run them, keep only the block_iters after them.
+            ms = _block(arm["runner"].run, arm["feeds"], k * block_iters, settle + block_iters)[settle:]
             blocks.append({"arm": name, "t": round(time.perf_counter() - t_start, 4), "ms": ms})
             k += 1
         if len(blocks) % 2:  # a round is one block of each arm
@@ -115,7 +118,8 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
     from . import probe
 
     result["environment"] = probe.sample_environment()
-    result["options"] = {"rounds": rounds, "block_iters": block_iters, "warmup": warmup, "budget_s": budget_s}
+    result["options"] = {"rounds": rounds, "block_iters": block_iters, "warmup": warmup, "budget_s": budget_s,
+                         "settle_iters": max(2, block_iters // 4)}
     return result
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 
-def slower(src: str | Path, dst: str | Path, channels: int = 16, convs: int = 1) -> Path:
+def slower(src: str | Path, dst: str | Path, channels: int = 16, convs: int = 1, stride: int = 1) -> Path:
     import onnx
     from onnx import helper, numpy_helper
 
@@ -28,7 +28,7 @@ def slower(src: str | Path, dst: str | Path, channels: int = 16, convs: int = 1)
         w = numpy_helper.from_array((rng.standard_normal((channels, c, 3, 3)) * 0.1).astype(np.float32), f"_slow_w{i}")
         g.initializer.append(w)
         g.node.append(helper.make_node("Conv", [prev, w.name], [f"_slow_c{i}"], name=f"_slow_conv{i}",
-                                       pads=[1, 1, 1, 1]))
+                                       pads=[1, 1, 1, 1], strides=[stride, stride]))
         prev, c = f"_slow_c{i}", channels
     g.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "_slow_zero"))
     g.node.append(helper.make_node("ReduceMean", [prev], ["_slow_mean"], name="_slow_mean", keepdims=0))
