@@ -77,7 +77,14 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             feeds = [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in onnx_feeds]
             first = arm["runner"].run(feeds[0])
             arm["accuracy"] = _accuracy(arm["runner"], arm["manifest"], arm["bundle"], groups, feeds, first)
-            arm["decisions"] = _decisions(arm, feeds)
+        # Decisions of both arms on the SAME inputs (the baseline's validation samples, each mapped to
+        # the arm's own artifact layout): how often a new version decides differently from the old.
+        shared = validation_inputs(arms[0]["bundle"], arms[0]["manifest"])
+        for arm in arms:
+            try:
+                arm["decisions"] = _decisions(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared])
+            except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
+                arm["decisions"], arm["decisions_error"] = None, f"{type(exc).__name__}: {exc}"[:300]
         stage("warmup", {})
         for arm in arms:
             _block(arm["runner"].run, arm["feeds"], 0, warmup)
@@ -108,7 +115,8 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
                 "inputs_sha256": (m.get("files", {}).get((m.get("validation") or {}).get("inputs"), {})
                                   .get("sha256")),
                 "runtime": (m.get("runtime") or {}).get("name"),
-                "accuracy": arm["accuracy"], "decisions": arm["decisions"], "runner": arm["runner"].info()})
+                "accuracy": arm["accuracy"], "decisions": arm["decisions"], "decisions_on": "baseline inputs",
+                "runner": arm["runner"].info()})
     finally:
         for arm in arms:
             try:

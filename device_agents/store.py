@@ -501,6 +501,13 @@ def rollback(root: Path, slot: Any) -> dict[str, Any]:
     slot = check_slot(slot)
     with locked(root):
         state = read_slot(root, slot)
+        trial = state.get("trial")
+        if trial:  # undoing a trial puts back exactly what it replaced (nothing, on a first activation)
+            prev = trial.get("previous") if trial.get("previous") and installed(root, trial["previous"]) else None
+            history = [h for h in state["history"] if h not in (prev, trial["bundle_id"])]
+            reverted = {"bundle_id": trial["bundle_id"], "to": prev, "at": _now_iso(), "reason": "rolled back"}
+            res = _write_slot(root, slot, prev, history, None, reverted)
+            return {**res, "rolled_back": state["current"]}
         if state["current"] is None:
             raise StoreError(f"slot {slot!r} has never been activated")
         history = [h for h in state["history"] if installed(root, h)]

@@ -229,13 +229,14 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         v.reason = f"within its bound over {v.n} validation samples"
     out.append(v)
     da, db = a.get("decisions"), b.get("decisions")
-    if da is not None and db is not None and a.get("inputs_sha256") and a.get("inputs_sha256") == b.get("inputs_sha256"):
+    if da is not None and db is not None:
         n = min(len(da), len(db))
         diff = sum(1 for x, y in zip(da, db) if x != y)
         rate = diff / n if n else 0.0
         limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
         d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
-                    method="exact: argmax decisions of the first output, candidate vs baseline, same inputs",
+                    method="exact: argmax decisions of the first output, candidate vs baseline, on the baseline's "
+                           "validation inputs",
                     reason=f"{diff} of {n} validation samples decided differently (allowed {limit * 100:g}%)")
         out.append(d)
     return out

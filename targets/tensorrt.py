@@ -324,7 +324,10 @@ def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str
                     "io": job.io, "runtime": {"name": "onnxruntime", "artifact": ARTIFACT,
                                               "options": {"graph_optimization_level": level}},
                     "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz"},
-                    "files": {}}
+                    # the agent opens only listed files: list what this staging copy holds (no hashes
+                    # are needed for a host-side check of files this process just linked)
+                    "files": {rel: {"sha256": None} for rel in files + ["validation/inputs.npz",
+                                                                       "validation/reference.npz"]}}
         (stage / "manifest.json").write_text(json.dumps(manifest))
         result = host_check(stage, timeout)
     finally:

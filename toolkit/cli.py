@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if click_cmd is not None:
-            return _run_click(click_cmd, argv[first + 1:] + (["-v"] if verbose else []))
+            return _run_click(click_cmd, argv[first + 1:])
         return int(args.func(args) or 0)
     except EdgeoptError as exc:
         print(f"edgeopt: error: {exc}", file=sys.stderr)

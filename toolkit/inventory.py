@@ -70,6 +70,11 @@ class Device:
     command_timeout: float = 900.0
     description: str = ""
     bench: tuple[tuple[str, Any], ...] = ()  # bench options for this device (threads, limits ...), as items
+    # Rollout hooks, run on the device exactly as written (an argv; a string is split with shlex, never
+    # given to a shell built from device data): after a new bundle is activated, and to check health.
+    activate_cmd: tuple[str, ...] = ()
+    health_cmd: tuple[str, ...] = ()
+    health_timeout: float = 60.0
 
     @property
     def is_local(self) -> bool:
@@ -278,8 +283,38 @@ def make_device(name: str, values: dict[str, Any], src: str = "<inventory>") -> 
     if "target" in strings:
         strings["target"] = canonical_target(strings["target"])
     bench = _bench_options(v.pop("bench", None), name, src)
+    hooks = {}
+    for k in ("activate_cmd", "health_cmd"):
+        if v.get(k) is not None:
+            hooks[k] = _argv(v[k], f"{src}: device {name!r}: {k}")
+    if "health_timeout" in v:
+        try:
+            floats["health_timeout"] = float(v["health_timeout"])
+            if floats["health_timeout"] <= 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InventoryError(f"{src}: device {name!r}: health_timeout must be a positive number of seconds") \
+                from None
     return Device(name=name, transport=transport, port=port, labels=tuple(str(x) for x in labels),
-                  bench=tuple(sorted(bench.items())), **strings, **floats)
+                  bench=tuple(sorted(bench.items())), **strings, **floats, **hooks)
+
+
+def _argv(value: Any, where: str) -> tuple[str, ...]:
+    """A hook command as an argv: a list of strings, or a string split like a shell would (no shell runs it)."""
+    import shlex
+
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise InventoryError(f"{where}: cannot split {value!r}: {exc}") from None
+    elif isinstance(value, (list, tuple)) and all(isinstance(x, (str, int, float)) for x in value):
+        parts = [str(x) for x in value]
+    else:
+        raise InventoryError(f"{where}: expected a command (a string or a list of strings)")
+    if not parts:
+        raise InventoryError(f"{where}: empty command")
+    return tuple(parts)
 
 
 # Bench options a device may set for itself (the agent checks their values).

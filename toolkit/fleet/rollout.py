@@ -1,0 +1,256 @@
+"""The builtin rollout engine: waves over a bounded thread pool, one device's steps in order.
+
+Per device: connect → push (staging, verified, content-addressed) → pre-activation gate on the device
+((a) fidelity: the candidate against its own FP32 reference; (b)+(c) against the incumbent — the slot's
+current bundle — on the same device: decisions on the same inputs and latency measured interleaved,
+by the HIL gate's ``measure_pair``/``judge``, one implementation for both) → activate as a *trial*
+(the agent reverts it by itself unless committed: see device_agents/SCHEMA.md) → ``activate_cmd`` →
+``health_cmd`` over the watch window → commit.  A device that fails any step is rolled back (and, if
+the host is gone, its trial reverts on its own): it ends on its previous bundle, never half-way.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeopt.errors import DeviceError
+from edgeopt.fleet.journal import Journal
+from edgeopt.fleet.plan import Plan, wave_failed
+
+FAILED = ("failed", "unreachable", "timed-out", "refused")
+
+
+@dataclass
+class Options:
+    gate: Any = None  # GateSpec
+    gate_budget_s: float = 20.0
+    max_fail: tuple[float, bool] = (0.0, False)
+    parallel: int = 8
+    bake_s: float = 0.0
+    on_inconclusive: str = "pause"  # pause | continue | fail
+    on_halt: str = "keep"  # keep | rollback-all
+    health_watch_s: float = 0.0
+    trust_new_host_keys: bool = False
+    latency_gate: bool = True
+    step_timeout_s: float = 600.0
+
+
+@dataclass
+class Outcome:
+    device: str
+    status: str  # done | already | failed | unreachable | timed-out | refused | paused
+    step: str = ""
+    reason: str = ""
+    before: str | None = None
+    after: str | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    time_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def slot_of(model: str, target: str) -> str:
+    from edgeopt_agent.store import _slot_part  # the agent's own rule: host and device name slots alike
+
+    return f"{_slot_part(model)}/{_slot_part(target)}"
+
+
+class _Step(Exception):
+    def __init__(self, step: str, reason: str, status: str = "failed", verdicts=None) -> None:
+        super().__init__(reason)
+        self.step, self.reason, self.status, self.verdicts = step, reason, status, verdicts or []
+
+
+def _run_hook(sess, argv: tuple[str, ...], timeout: float, what: str) -> None:
+    rc, out, err = sess.transport.run(list(argv), timeout=timeout)
+    if rc != 0:
+        tail = " | ".join((err or out).strip().splitlines()[-2:])[:300]
+        raise _Step(what, f"{what} exited {rc}: {tail}")
+
+
+def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome:
+    """One device through every step; never leaves it on a half state."""
+    from edgeopt.hil.paired import measure_pair
+    from edgeopt.hil.stats import judge
+    from edgeopt.push import DeviceSession
+    from edgeopt.transport import AuthFailed, HostKeyError
+
+    t0 = time.perf_counter()
+    out = Outcome(dev.name, "failed")
+    slot = slot_of(bundle.model, bundle.target)
+    activated = False
+    sess = None
+    try:
+        emit(dev.name, "connect", "start")
+        sess = DeviceSession.open(dev, opts.trust_new_host_keys)
+        state = sess.listing().get("slots", {}).get(slot) or {}
+        trial = state.get("trial") or {}
+        incumbent = trial.get("previous") if trial else state.get("current")
+        out.before = incumbent
+        if state.get("current") == bundle.bundle_id and not trial:
+            out.status, out.after, out.step = "already", bundle.bundle_id, "done"
+            emit(dev.name, "device", "already", before=incumbent, after=bundle.bundle_id)
+            return out
+        emit(dev.name, "push", "start", bytes=bundle.size)
+        pr = sess.push([bundle])
+        if not pr.ok:
+            raise _Step("push", pr.bundles[0].error or "push failed")
+        emit(dev.name, "push", "ok", status_detail=pr.bundles[0].status)
+        # (a) fidelity: the candidate against its own FP32 reference, on this device
+        reply = sess.agent("check", {"root": sess.root, "bundle_id": bundle.bundle_id}, timeout=opts.step_timeout_s)
+        if not reply.get("ok"):
+            raise _Step("gate", f"fidelity check could not run: {(reply.get('error') or {}).get('message')}")
+        chk = reply.get("check") or {}
+        if not chk.get("passed", False):
+            raise _Step("gate", f"fidelity: {chk.get('summary', 'the candidate misses its own FP32 reference')}")
+        emit(dev.name, "gate-fidelity", "pass")
+        # (b)+(c) against the incumbent on the same device: decisions and latency, interleaved
+        if incumbent and opts.latency_gate:
+            run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s)
+            verdicts = [v.as_dict() for v in judge(run, opts.gate)]
+            out.verdicts = verdicts
+            bad = [v for v in verdicts if v["verdict"] == "regressed"]
+            unsure = [v for v in verdicts if v["verdict"] == "inconclusive"]
+            emit(dev.name, "gate-incumbent", "regressed" if bad else "inconclusive" if unsure else "pass",
+                 verdicts=verdicts)
+            if bad:
+                raise _Step("gate", "; ".join(f"{v['metric']}: {v['reason']}" for v in bad), verdicts=verdicts)
+            if unsure and opts.on_inconclusive != "continue":
+                status = "paused" if opts.on_inconclusive == "pause" else "failed"
+                raise _Step("gate", "inconclusive: " + "; ".join(f"{v['metric']}: {v['reason']}" for v in unsure),
+                            status=status, verdicts=verdicts)
+        # activate as a trial the agent reverts by itself unless we commit after the health window
+        window = opts.health_watch_s + (dev.health_timeout if dev.health_cmd else 0) + 60
+        sess.activate(bundle.bundle_id, slot, confirm_within_s=window + opts.step_timeout_s)
+        activated = True
+        emit(dev.name, "activate", "trial", confirm_within_s=window + opts.step_timeout_s)
+        if dev.activate_cmd:
+            _run_hook(sess, dev.activate_cmd, dev.health_timeout, "activate_cmd")
+            emit(dev.name, "activate_cmd", "ok")
+        if dev.health_cmd:
+            end = time.monotonic() + opts.health_watch_s
+            checks = 0
+            while True:
+                _run_hook(sess, dev.health_cmd, dev.health_timeout, "health_cmd")
+                checks += 1
+                if time.monotonic() >= end:
+                    break
+                time.sleep(min(2.0, max(0.1, end - time.monotonic())))
+            emit(dev.name, "health", "ok", checks=checks)
+        sess.commit(slot, bundle.bundle_id)
+        out.status, out.step, out.after = "done", "commit", bundle.bundle_id
+        emit(dev.name, "device", "done", before=incumbent, after=bundle.bundle_id)
+    except _Step as exc:
+        out.status, out.step, out.reason, out.verdicts = exc.status, exc.step, exc.reason, exc.verdicts or out.verdicts
+    except DeviceError as exc:
+        from edgeopt.transport import ConnectionLost, DeviceTimeout
+
+        out.step = out.step or "connect"
+        out.reason = exc.message
+        out.status = ("refused" if isinstance(exc, (HostKeyError, AuthFailed)) else
+                      "timed-out" if isinstance(exc, DeviceTimeout) else
+                      "unreachable" if sess is None or isinstance(exc, ConnectionLost) else "failed")
+    finally:
+        if out.status not in ("done", "already") and activated and sess is not None:
+            try:
+                sess.rollback(slot)  # back to the incumbent now; the trial's watchdog is the fallback
+                out.after = out.before
+            except DeviceError:
+                out.after = None  # the agent reverts the unconfirmed trial itself at its deadline
+        if out.status not in ("done", "already"):
+            if out.after is None and not activated:
+                out.after = out.before
+            emit(dev.name, "device", out.status, at=out.step, reason=out.reason, before=out.before,
+                 after=out.after, verdicts=out.verdicts)
+        if sess is not None:
+            sess.close()
+        out.time_s = round(time.perf_counter() - t0, 3)
+    return out
+
+
+def rollback_devices(devs: list, model: str, targets: dict[str, str], trust_new: bool,
+                     emit: Callable[..., None]) -> dict[str, str]:
+    """Put these devices' slot back on its previous bundle (halt with rollback-all, `edgeopt rollback`)."""
+    from edgeopt.push import DeviceSession
+
+    result = {}
+    for dev in devs:
+        try:
+            with DeviceSession.open(dev, trust_new) as sess:
+                r = sess.rollback(slot_of(model, targets[dev.name]))
+                result[dev.name] = r.get("current")
+                emit(dev.name, "rollback", "ok", after=r.get("current"))
+        except DeviceError as exc:
+            result[dev.name] = f"failed: {exc.message}"
+            emit(dev.name, "rollback", "failed", reason=exc.message)
+    return result
+
+
+def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], opts: Options, journal: Journal,
+                rollout_id: str | None = None, spec: dict[str, Any] | None = None,
+                done: dict[str, str] | None = None, progress: Callable[[str], None] = lambda s: None
+                ) -> dict[str, Any]:
+    """Run (or resume) a planned rollout; returns its summary.  ``done``: devices already finished."""
+    new = rollout_id is None
+    rollout_id = rollout_id or uuid.uuid4().hex[:12]
+    if new:
+        journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict()})
+    done = dict(done or {})
+    summary: dict[str, Any] = {"schema": 1, "kind": "rollout", "rollout_id": rollout_id, "model": plan.model,
+                               "waves": [], "skipped": plan.skipped}
+    finished: list[str] = []  # devices moved to the candidate by this rollout, in order
+
+    for wi, wave in enumerate(plan.waves):
+        todo = [w for w in wave if done.get(w["device"]) not in ("done", "already")]
+        finished += [w["device"] for w in wave if done.get(w["device"]) == "done"]
+        if not todo:
+            summary["waves"].append({"wave": wi, "devices": len(wave), "resumed_done": len(wave)})
+            continue
+        progress(f"wave {wi + 1}/{len(plan.waves)}: {len(todo)} device(s)")
+        journal.event(rollout_id, wi, None, "wave", "start", {"devices": [w["device"] for w in todo]})
+
+        def emit(device, step, status, _wi=wi, **data):
+            journal.event(rollout_id, _wi, device, step, status, data)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(todo)))) as pool:
+            outs = list(pool.map(lambda w: roll_device(devices[w["device"]], bundles[w["device"]], opts, emit), todo))
+        counts: dict[str, int] = {}
+        for o in outs:
+            counts[o.status] = counts.get(o.status, 0) + 1
+            progress(f"  {o.device}: {o.status}" + (f" at {o.step}: {o.reason[:160]}" if o.reason else ""))
+        failures = sum(counts.get(s, 0) for s in FAILED)
+        wave_sum = {"wave": wi, "devices": len(wave), "counts": counts, "failures": failures,
+                    "outcomes": [o.as_dict() for o in outs]}
+        summary["waves"].append(wave_sum)
+        finished += [o.device for o in outs if o.status == "done"]
+        if wave_failed(failures, len(todo), opts.max_fail):
+            journal.event(rollout_id, wi, None, "wave", "halted", {"failures": failures, "counts": counts})
+            wave_done = [o.device for o in outs if o.status == "done"]
+            targets = {n: bundles[n].target for n in finished}
+            to_roll = wave_done if opts.on_halt == "keep" else finished
+            summary["rolled_back"] = rollback_devices([devices[n] for n in to_roll], plan.model, targets,
+                                                      opts.trust_new_host_keys,
+                                                      lambda d, s, st, **kw: emit(d, s, st, **kw))
+            summary["status"] = "halted"
+            summary["reason"] = f"wave {wi + 1}: {failures} failure(s) exceed --max-fail"
+            journal.set_status(rollout_id, "halted", {"reason": summary["reason"]})
+            return summary
+        if counts.get("paused"):
+            summary["status"] = "paused"
+            summary["reason"] = (f"wave {wi + 1}: {counts['paused']} device(s) with an inconclusive latency verdict; "
+                                 f"`edgeopt rollout resume {rollout_id} --approve` goes on")
+            journal.set_status(rollout_id, "paused", {"reason": summary["reason"]})
+            return summary
+        journal.event(rollout_id, wi, None, "wave", "done", {"counts": counts})
+        if opts.bake_s and wi < len(plan.waves) - 1:
+            progress(f"  baking {opts.bake_s:g}s")
+            time.sleep(opts.bake_s)
+    summary["status"] = "done"
+    journal.set_status(rollout_id, "done")
+    return summary
