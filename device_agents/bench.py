@@ -433,7 +433,7 @@ def _accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[
     names = [o["name"] for o in io["outputs"]]
     outputs = {name: np.stack([per_sample[i][name] for i in sorted(per_sample)]) for name in names}
     result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
-                             manifest.get("tolerance_override"))
+                             manifest.get("tolerance_override"), manifest.get("output_kinds"))
     result["samples"] = len(per_sample)
     return result
 

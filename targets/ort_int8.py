@@ -79,6 +79,8 @@ class Variant:
     @property
     def accuracy(self) -> tuple[float, float]:
         """Sort key, higher is better: worst top-1 (1.0 where none applies), then worst cosine."""
+        if not self.outputs:  # a variant the quantizer could not make ranks last
+            return (-1.0, -1.0)
         top1 = min((m.get("top1", 1.0) for m in self.outputs.values()), default=1.0)
         cos = min((m.get("cosine", 1.0) for m in self.outputs.values()), default=1.0)
         return (top1, cos)
@@ -269,8 +271,16 @@ class _Search:
         from edgeopt_agent.compare import compare_outputs, tensor_metrics
 
         path = self.work / f"variant-{len(self.variants)}.onnx"
-        quantize(model, self.ranges_for(model, s.calibration), s, path)
-        sess = session(self.ort, path)
+        try:
+            quantize(model, self.ranges_for(model, s.calibration), s, path)
+            sess = session(self.ort, path)
+        except Exception as exc:  # noqa: BLE001 - one variant the quantizer cannot make is one failed candidate
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            v = Variant(s, False, {}, [f"ONNX Runtime's quantizer failed: {type(exc).__name__}: {msg}"],
+                        math.inf, math.inf, path, step)
+            self.variants.append(v)
+            self.progress(f"int8: fail {s.label()}: {v.reasons[0]}")
+            return v
         result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
                                  self.plan.tolerance)
         cal = run_all(sess, self.calib_check, self.out_names)
