@@ -81,6 +81,21 @@ def _run_click(cmd, args: list[str]) -> int:
     return int(rv or 0)
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (`timeout`, a CI cancel, `kill PID`) ends a run like Ctrl-C: workers stopped, work
+    folders removed, exit 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
@@ -93,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         verbose = any(a in ("-v", "--verbose") for a in argv[:first])
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:  # paramiko logs its own tracebacks; our one-line message says what happened
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
+    _sigterm_as_interrupt()
     if click_cmd is None and not args.command:
         parser.print_help()
         return 2

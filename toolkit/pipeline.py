@@ -212,9 +212,15 @@ def build(
                     "options": {**options, "allow_mismatch": allow_mismatch}, "cache_key": key,
                 }
                 jobs_list.append((res, job, final))
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+            try:
                 list(pool.map(lambda a: _run_job(*a, work=work, timeout=timeout, allow_mismatch=allow_mismatch,
                                                  progress=progress), jobs_list))
+            except BaseException:  # Ctrl-C or SIGTERM: stop the workers now, not when they finish
+                _stop_workers()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
         finally:
             shutil.rmtree(work, ignore_errors=True)
     for r in results:  # bundles taken from the cache carry their warnings too
@@ -222,6 +228,18 @@ def build(
             if w not in warnings:
                 warnings.append(w)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start)
+
+
+_WORKERS: set[subprocess.Popen] = set()  # converter processes running now (killed on Ctrl-C/SIGTERM)
+
+
+def _stop_workers() -> None:
+    for proc in list(_WORKERS):
+        try:
+            proc.kill()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
 
 def check_options(plans: list[tuple[Any, str]], options: dict[str, Any]) -> None:
@@ -386,6 +404,7 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "edgeopt.worker", str(job_file), str(result_file)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _WORKERS.add(proc)
     tail: list[str] = []
 
     def relay() -> None:
@@ -410,6 +429,7 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
         return
     finally:
         reader.join(timeout=5)
+        _WORKERS.discard(proc)
     res.time_s = time.perf_counter() - t0
     if proc.returncode != 0 or not result_file.exists():
         sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""

@@ -235,6 +235,10 @@ class SshTransport(Transport):
         import paramiko
 
         p, name = self.params, self.device.name
+        missing = [k for k in p.key_files if self.device.key_file and not os.path.isfile(k)]
+        if missing:  # a configuration error, not a network one: refused at once, never retried
+            raise AuthFailed(f"{name}: key file {missing[0]} not found",
+                             hint="fix key_file / ansible_ssh_private_key_file in the inventory")
         client = paramiko.SSHClient()
         if os.path.isfile(p.known_hosts):
             try:

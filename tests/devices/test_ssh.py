@@ -101,3 +101,12 @@ def test_ssh_command_timeout(ssh_env, sshd, tmp_path):
         with pytest.raises(DeviceTimeout, match="ran past 1s"):
             tr.run(["sleep", "30"], timeout=1)
         assert tr.run(["true"])[0] == 0  # the connection is still usable
+
+
+def test_a_missing_key_file_is_refused_at_once_not_retried_as_a_network_error(ssh_env, sshd, tmp_path):
+    dev = _dev(ssh_env, sshd, tmp_path, known_hosts(tmp_path / "kh", sshd), key_file=str(tmp_path / "nope"))
+    said: list[str] = []
+    t0 = time.perf_counter()
+    with pytest.raises(AuthFailed, match="key file .*nope not found"):
+        connect(dev, retries=2, progress=said.append)
+    assert said == [] and time.perf_counter() - t0 < 2
