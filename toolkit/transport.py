@@ -39,6 +39,10 @@ class ConnectionLost(DeviceError):
     """The connection dropped in the middle of an operation."""
 
 
+class SilentPort(DeviceError):
+    """The port accepted TCP but no SSH banner came: reported once, not retried like a booting device."""
+
+
 class AuthFailed(DeviceError):
     """The device refused our key (or the key cannot be used): retrying will not help."""
 
@@ -279,6 +283,10 @@ class SshTransport(Transport):
                               f"({exc or 'timed out'})", hint="is the device on and reachable?") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
+            if "protocol banner" in str(exc):  # TCP answered, SSH never did: retrying will not help
+                raise SilentPort(f"{name}: {p.hostname}:{p.port} accepted the connection but never spoke SSH "
+                                 f"within {p.connect_timeout:.0f}s",
+                                 hint="is this the device's SSH port? something else listens there") from None
             raise DeviceError(f"{name}: cannot connect to {p.hostname}:{p.port}: {exc}",
                               hint="is the device on, is sshd running, is the port right?") from None
         log.debug("%s: connected in %.3fs", name, time.perf_counter() - t0)
@@ -482,7 +490,7 @@ def connect(device: Device, trust_new_host_keys: bool = False, retries: int = 2,
     for attempt in range(retries + 1):
         try:
             return SshTransport(device, trust_new_host_keys).connect()
-        except (HostKeyError, AuthFailed):
+        except (HostKeyError, AuthFailed, SilentPort):
             raise
         except DeviceError as exc:
             if attempt == retries:

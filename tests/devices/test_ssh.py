@@ -110,3 +110,22 @@ def test_a_missing_key_file_is_refused_at_once_not_retried_as_a_network_error(ss
     with pytest.raises(AuthFailed, match="key file .*nope not found"):
         connect(dev, retries=2, progress=said.append)
     assert said == [] and time.perf_counter() - t0 < 2
+
+
+def test_a_port_that_never_speaks_ssh_is_reported_once(tmp_path):
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(4)], daemon=True).start()
+    dev = make_device("silent", {"host": "127.0.0.1", "port": srv.getsockname()[1], "ssh_config": "none",
+                                 "connect_timeout": 2, "known_hosts": str(tmp_path / "kh")})
+    said: list[str] = []
+    t0 = time.perf_counter()
+    with pytest.raises(DeviceError, match="never spoke SSH"):
+        connect(dev, retries=2, progress=said.append)
+    assert said == [] and time.perf_counter() - t0 < 5  # was 3 tries x the banner timeout
+    srv.close()
