@@ -42,7 +42,10 @@ LOCAL = "local"
 DEFAULT_ROOT = "~/.edgeopt"
 
 # A key that looks like it holds a secret.  "key_file" is a path, not a secret, so it does not match.
-_SECRET = re.compile(r"pass(word|wd|phrase)?($|_)|(^|_)pass$|secret|token|api_?key|credential", re.I)
+_SECRET = re.compile(r"pass(word|wd|phrase|code)?($|_)|(^|_)pass$|(^|_)(pw|pwd)($|_)|passcode|secret|token|"
+                     r"api_?key|credential|private_key$", re.I)
+# Values that are credentials whatever their key: userinfo with a password in a host, PEM key blocks.
+_SECRET_VALUE = re.compile(r"^[^/@\s]+:[^/@\s]+@|-----BEGIN [A-Z ]*PRIVATE KEY-----")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 
 
@@ -192,6 +195,13 @@ def _yaml(text: str, src: str) -> Any:
 
 def _refuse_secrets(keys, where: str, src: str) -> None:
     bad = sorted(k for k in keys if _SECRET.search(str(k)))
+    if isinstance(keys, dict):
+        vals = sorted(str(k) for k, v in keys.items() if isinstance(v, str) and _SECRET_VALUE.search(v))
+        if vals:  # never echo the value itself
+            raise InventoryError(
+                f"{src}: {where} has a credential in the value of {', '.join(map(repr, vals))} (a password in "
+                "user:password@host, or a private key); secrets never go in an inventory",
+                hint="remove it and use key authentication (key_file / ansible_ssh_private_key_file) or ssh-agent")
     if bad:
         raise InventoryError(
             f"{src}: {where} has secret-like key(s) {', '.join(map(repr, bad))}; secrets never go in an inventory",

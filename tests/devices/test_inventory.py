@@ -149,3 +149,17 @@ def test_cli_devices_lists_inventory_and_refuses_secret(tmp_path, capsys):
     assert main(["devices", "--devices", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("edgeopt: error:") and "Traceback" not in err and "hunter2" not in err
+
+
+@pytest.mark.parametrize("values, word", [
+    ({"host": "root:hunter2@127.0.0.1"}, "'host'"),
+    ({"host": "h", "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA"}, "private_key"),
+    ({"host": "h", "ssh_pw": "x"}, "ssh_pw"), ({"host": "h", "db_pwd": "x"}, "db_pwd"),
+    ({"host": "h", "passcode": "1234"}, "passcode"),
+])
+def test_credentials_are_refused_by_value_too_and_never_echoed(values, word):
+    from edgeopt.inventory import InventoryError, make_device
+
+    with pytest.raises(InventoryError, match=word) as e:
+        make_device("d", values)
+    assert "hunter2" not in str(e.value) and "AAAA" not in str(e.value)
