@@ -100,8 +100,14 @@ class DataSet:
 
 def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list[int]], counts: tuple[int, int],
                 seed: int) -> str:
-    """A cheap identity of the data source (names, sizes, mtimes; no decoding) for the cache key."""
-    h = hashlib.sha256(repr((preprocess.resolved(), sorted(shapes.items()), counts, seed)).encode())
+    """A cheap identity of the data source (names, sizes, mtimes; no decoding) for the cache key.
+
+    The source is checked here, before any cache lookup: a typo in ``--calib`` (a missing path, an
+    empty folder, a file of another kind) is an error, never a silent fall back to random data that
+    an earlier build left in the cache."""
+    check_source(path, counts)
+    h = hashlib.sha256(repr((preprocess.resolved(), sorted(shapes.items()), counts, seed,
+                             "random" if not path else "data")).encode())
     if path:
         p = Path(path)
         files = sorted(p.rglob("*")) if p.is_dir() else [p]
@@ -110,6 +116,23 @@ def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list
                 st = f.stat()
                 h.update(f"{f.relative_to(p) if p.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()
+
+
+def check_source(path: str | None, counts: tuple[int, int] = (1, 1)) -> None:
+    """Refuse a data source that cannot give samples (CalibrationError, exit 2), without decoding it."""
+    n_calib, n_val = counts
+    if n_calib < 1 or n_val < 1:
+        raise CalibrationError(f"--calib-count and --val-count must be >= 1 (got {n_calib} and {n_val})")
+    if not path:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise CalibrationError(f"calibration data not found: {p}")
+    if p.is_dir():
+        if not any(f.suffix.lower() in IMAGE_EXT | {".npy", ".npz"} for f in p.rglob("*") if f.is_file()):
+            raise CalibrationError(f"{p} holds no images ({', '.join(sorted(IMAGE_EXT))}) and no .npy/.npz files")
+    elif p.suffix.lower() not in IMAGE_EXT | {".npy", ".npz"}:
+        raise CalibrationError(f"{p}: calibration data must be a folder of images, a .npy or a .npz file")
 
 
 def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Preprocess,

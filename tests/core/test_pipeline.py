@@ -294,3 +294,21 @@ def test_a_hung_converter_is_not_cached(tmp_path):
     for _ in range(2):
         r = build(model, "cpu", ["fp32"], out=out, timeout=0.2).results[0]
         assert r.status == "failed" and "hung" in r.error and "cached" not in r.error
+
+
+def test_a_calib_typo_after_a_random_data_build_is_an_error_not_a_cache_hit(tmp_path, monkeypatch):
+    """Issue 15: build without --calib, then with a typo'd or empty --calib: exit 2, never 'cached'."""
+    import subprocess
+    import sys
+
+    from tests.conftest import tiny_cnn
+
+    monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "cache"))
+    model = tiny_cnn(tmp_path / "m.onnx")
+    run = [sys.executable, "-m", "edgeopt", "build", str(model), "-t", "cpu", "-p", "fp32", "--out",
+           str(tmp_path / "d"), "-q"]
+    assert subprocess.run(run, capture_output=True, text=True, timeout=300).returncode == 0
+    (tmp_path / "empty").mkdir()
+    for calib, msg in [(tmp_path / "nothere", "not found"), (tmp_path / "empty", "holds no images")]:
+        p = subprocess.run([*run, "--calib", str(calib)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and msg in p.stderr and "cached" not in p.stderr + p.stdout, p.stderr
