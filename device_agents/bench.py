@@ -66,6 +66,13 @@ DEFAULTS: dict[str, Any] = {
     "runner": {},  # runner options, passed through (providers, delegates, device...)
     "limits": {},  # resource limits of the child: memory_mb, cpu_s, core_dumps
     "verify": True,  # check the bundle's files against the manifest first
+    # load scenarios (see scenarios.py): single-stream | multi-stream | server | offline
+    "scenario": None,
+    "target_qps": None,
+    "samples_per_query": None,
+    "latency_bound_ms": None,
+    "latency_percentile": None,
+    "engine": None,  # loadgen | edgeopt (None: LoadGen when installed)
 }
 LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
 MAX_SAMPLES = 2000
@@ -132,6 +139,14 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
             lim = {key: opts["limits"][key]}
             _number(lim, key, 1)
             opts["limits"] = {**opts["limits"], **lim}
+    from .scenarios import ScenarioError, check
+
+    try:
+        check(opts)
+    except ScenarioError as exc:
+        raise BenchError(str(exc)) from None
+    if opts["engine"] not in (None, "loadgen", "edgeopt"):
+        raise BenchError(f"engine must be loadgen or edgeopt, got {opts['engine']!r}")
     opts["return_samples"] = bool(opts["return_samples"])
     opts["verify"] = bool(opts["verify"])
     return opts
@@ -383,6 +398,13 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         if callable(reset):  # runners that time phases themselves (TensorRT) report the timed runs only
             reset()
 
+        if opts["scenario"]:
+            from .scenarios import run as run_scenario
+
+            stage("scenario", {"scenario": opts["scenario"]})
+            scenario = run_scenario(runner.run, feeds, opts)
+        else:
+            scenario = None
         stage("timed", {})
         t0 = time.perf_counter()
         ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
@@ -412,6 +434,8 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         }
         if opts["return_samples"]:
             result["samples_ms"] = subsample(ns)
+        if scenario is not None:
+            result["scenario"] = scenario
     except BaseException:
         with contextlib.suppress(Exception):  # the first failure is the one to report
             runner.close()

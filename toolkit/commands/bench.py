@@ -46,6 +46,28 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", action="store_true",
                    help="re-verify bundles already on the device (sha256 of every file); repair corrupted ones")
     p.add_argument("--db", default=None, metavar="FILE", help="results database [./edgeopt-results.db]")
+    g = p.add_argument_group("load scenarios (MLPerf LoadGen on the device when installed there)")
+    g.add_argument("--scenario", choices=["single-stream", "multi-stream", "server", "offline"],
+                   help="also run this scenario after the timed loop (its results under 'scenario')")
+    g.add_argument("--target-qps", type=float, metavar="QPS", help="server: arrival rate; offline: expected rate")
+    g.add_argument("--latency-bound", metavar="pNN=MS", help="e.g. p99=20ms: the bound LoadGen judges VALID by")
+    g.add_argument("--samples-per-query", type=int, metavar="N", help="multi-stream: samples per query")
+    g.add_argument("--engine", choices=["loadgen", "edgeopt"],
+                   help="loadgen (required for multi-stream/offline) or the agent's own loops [loadgen if installed]")
+
+
+def parse_latency_bound(text: str | None) -> tuple[float | None, float | None]:
+    """``p99=20ms`` -> (99.0, 20.0); refuses percentiles outside (0, 100) and non-positive bounds."""
+    import re
+
+    from edgeopt.errors import UsageError
+
+    if not text:
+        return None, None
+    m = re.fullmatch(r"p(\d+(?:\.\d+)?)=(\d+(?:\.\d+)?)(ms|s)?", text.strip())
+    if not m or not 0 < float(m.group(1)) < 100 or float(m.group(2)) <= 0:
+        raise UsageError(f"--latency-bound: expected pNN=MS like p99=20ms (a percentile in (0, 100)), got {text!r}")
+    return float(m.group(1)), float(m.group(2)) * (1000 if m.group(3) == "s" else 1)
 
 
 def bench_options(args: argparse.Namespace) -> dict:
@@ -54,9 +76,29 @@ def bench_options(args: argparse.Namespace) -> dict:
     if args.duration <= 0 or args.min_iters < 1 or args.warmup < 0 or args.batch < 1 or args.bench_timeout <= 0:
         raise UsageError("bench options must be positive (--duration, --min-iters, --batch, --bench-timeout)")
     limits = {k: v for k, v in (("memory_mb", args.limit_memory), ("cpu_s", args.limit_cpu)) if v}
-    return {"duration_s": args.duration, "min_iters": args.min_iters, "warmup": args.warmup,
+    opts = {"duration_s": args.duration, "min_iters": args.min_iters, "warmup": args.warmup,
             "threads": args.threads, "batch": args.batch, "timeout_s": args.bench_timeout,
             "return_samples": not args.no_samples, "limits": limits}
+    scenario = getattr(args, "scenario", None)
+    pct, bound = parse_latency_bound(getattr(args, "latency_bound", None))
+    if not scenario:
+        if any(getattr(args, k, None) is not None for k in ("target_qps", "samples_per_query", "engine")) or bound:
+            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine need --scenario")
+        return opts
+    if scenario == "server" and not (args.target_qps and args.target_qps > 0):
+        raise UsageError("--scenario server needs --target-qps > 0")
+    if args.target_qps is not None and args.target_qps <= 0:
+        raise UsageError(f"--target-qps must be above 0, got {args.target_qps:g}")
+    if args.samples_per_query is not None and (scenario != "multi-stream" or args.samples_per_query < 1):
+        raise UsageError("--samples-per-query takes an integer >= 1 and only with --scenario multi-stream")
+    if scenario in ("multi-stream", "offline") and args.engine == "edgeopt":
+        raise UsageError(f"the {scenario} scenario needs LoadGen (--engine loadgen; pip install mlcommons-loadgen "
+                         "on the device)")
+    if scenario == "single-stream" and args.target_qps is not None:
+        raise UsageError("--target-qps applies to the server and offline scenarios")
+    opts.update({"scenario": scenario, "target_qps": args.target_qps, "samples_per_query": args.samples_per_query,
+                 "latency_bound_ms": bound, "latency_percentile": pct, "engine": args.engine})
+    return opts
 
 
 def select_devices(args: argparse.Namespace) -> list:
@@ -101,6 +143,16 @@ def print_fleet(result) -> None:
         n = sum(b["status"] in ("installed", "repaired") for b in p["bundles"])
         print(f"{p['device']}: pushed {n} bundle(s), {p['bytes_sent']} bytes"
               + (", agent installed" if p["agent"].get("uploaded") else ""))
+    for r in result.records:
+        sc = (r.bench or {}).get("scenario") if hasattr(r, "bench") else None
+        if sc:
+            lat = sc.get("latency_ms") or {}
+            valid = {True: "VALID", False: "INVALID", None: "not judged"}[sc.get("valid")]
+            rate = sc.get("completed_qps") or sc.get("samples_per_second") or sc.get("queries_per_second")
+            print(f"{r.device['name']}: {sc['scenario']} ({sc['engine']}): {valid}"
+                  + (f" ({', '.join(sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
+                  + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
+                  + (f", {rate:.1f}/s" if rate else ""))
     bad = sum(not r.ok for r in result.records)
     print(f"done in {result.time_s:.1f}s: {len(result.records) - bad} ok, {bad} failed (run {result.run_id})")
 
