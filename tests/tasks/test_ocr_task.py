@@ -130,24 +130,37 @@ def int8_bundles(tmp_path_factory, fp32_run):
     return det_report.results[0], rec_report.results[0]
 
 
+def _rec_refused_on_its_decodings(rec_res) -> bool:
+    """The rec's INT8 is judged on its CTC decodings (seq_match, issue 14): ORT's quick search may not
+    keep 90% of the validation lines' decodings equal, and then the build must refuse it *by that
+    metric* (not ship an artifact that passes on cosine while it reads differently)."""
+    return not rec_res.ok and "seq_match" in (rec_res.error or "")
+
+
 def test_int8_bundles_are_built_with_their_tolerance_recorded(int8_bundles):
     det_res, rec_res = int8_bundles
     for res in int8_bundles:
+        if res is rec_res and _rec_refused_on_its_decodings(res):
+            continue
         assert res.ok, res.error
         assert res.manifest["host_check"]["passed"] is True
     want = {k: float(v) for k, v in (item.split("=") for item in DET_TOL.split(","))}
     det = json.loads((Path(det_res.bundle) / "manifest.json").read_text())
     assert det["tolerance_override"] == want  # the agent's check on the device applies the same bound
     assert {k: det["host_check"]["tolerance"][k] for k in want} == want
-    rec = json.loads((Path(rec_res.bundle) / "manifest.json").read_text())
-    assert "tolerance_override" not in rec and rec["host_check"]["tolerance"]["cosine_min"] == 0.97
+    if rec_res.ok:
+        rec = json.loads((Path(rec_res.bundle) / "manifest.json").read_text())
+        assert "tolerance_override" not in rec and rec["host_check"]["tolerance"]["cosine_min"] == 0.97
+        assert rec["output_kinds"] and "ctc" in json.dumps(rec["output_kinds"])
 
 
 def test_int8_pair_still_reads_the_sentence(int8_bundles, fp32_run):
     from edgeopt.tasks import ocr
 
     det_res, rec_res = int8_bundles
-    lines = ocr.read_page_with_bundles(det_res.bundle, rec_res.bundle, fixture("page"))
+    # the INT8 det with the INT8 rec when it shipped, else with the FP32 rec: the det's task result holds
+    rec = rec_res.bundle if rec_res.ok else str(fixture("ocr-rec"))
+    lines = ocr.read_page_with_bundles(det_res.bundle, rec, fixture("page"))
     score, line = ocr.word_match(SENTENCE, lines)
     assert score == 1.0, f"INT8 read {line!r}; all lines: {lines}"
     fp32 = ocr.read_lines(*fp32_run, ocr.load_image(fixture("page")), ocr.characters_from_onnx(fixture("ocr-rec")),
@@ -157,7 +170,7 @@ def test_int8_pair_still_reads_the_sentence(int8_bundles, fp32_run):
     similarity = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
     print(f"INT8 vs FP32 character similarity over the page: {similarity:.1%}; INT8 lines: {lines}")
     assert similarity >= 0.9
-    gate = ocr.check_pair(det_res.bundle, rec_res.bundle, fixture("page"), SENTENCE,
+    gate = ocr.check_pair(det_res.bundle, rec, fixture("page"), SENTENCE,
                           (str(fixture("ocr-det")), str(fixture("ocr-rec"))))
     assert gate["passed"], gate
 

@@ -314,15 +314,15 @@ def read_page_with_bundles(det_bundle_dir: str | os.PathLike, rec_bundle_dir: st
     bundles of other runtimes pass ``characters_from_onnx(<the source rec model>)``.
     """
     img = load_image(image_path)
-    det, det_in = bundle_run_fn(det_bundle_dir)
-    rec, rec_in = bundle_run_fn(rec_bundle_dir)
+    det, det_hw = model_run_fn(det_bundle_dir, DET_SHAPE)  # a bundle of any runtime, or an .onnx
+    rec, rec_hw = model_run_fn(rec_bundle_dir, REC_SHAPE)
     if characters is None:
         onnx_file = _onnx_of(rec_bundle_dir)
         if onnx_file is None:
             raise UsageError(f"the rec bundle {rec_bundle_dir} carries no character list (its artifact is not .onnx)",
                              hint="pass characters=characters_from_onnx(<the source rec .onnx>)")
         characters = characters_from_onnx(onnx_file)
-    return read_lines(det, rec, img, characters, (det_in[2], det_in[3]), (rec_in[2], rec_in[3]))
+    return read_lines(det, rec, img, characters, det_hw, rec_hw)
 
 
 def word_match(expected: str, lines: list[str]) -> tuple[float, str]:
