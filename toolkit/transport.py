@@ -283,7 +283,10 @@ class SshTransport(Transport):
                               f"({exc or 'timed out'})", hint="is the device on and reachable?") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
-            if "protocol banner" in str(exc):  # TCP answered, SSH never did: retrying will not help
+            waited = time.perf_counter() - t0
+            if "protocol banner" in str(exc) or (isinstance(exc, paramiko.SSHException) and
+                                                 waited >= 0.9 * p.connect_timeout):
+                # TCP answered, SSH never did within the timeout: retrying will not help
                 raise SilentPort(f"{name}: {p.hostname}:{p.port} accepted the connection but never spoke SSH "
                                  f"within {p.connect_timeout:.0f}s",
                                  hint="is this the device's SSH port? something else listens there") from None

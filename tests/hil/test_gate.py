@@ -94,8 +94,11 @@ def test_gate_catches_an_accuracy_regression_and_passes_the_same_bundle(gate_bun
     res = json.loads(p.stdout)
     v = {x["metric"]: x for x in res["devices"][0]["verdicts"]}
     assert v["decisions"]["verdict"] == "regressed" and v["p50"]["verdict"] != "regressed"
+    # the same bundle twice: on a shared 2-core CI machine, with the practical threshold such a machine
+    # allows (10%); bench/bench_gate.py measures the false-alarm rate at the default 5%
+    (tmp_path / "gate.yaml").write_text("p50: {max_slowdown: 10%}\np90: {max_slowdown: 20%}\n")
     p = _gate(str(gate_bundles["base"]), "--baseline", str(gate_bundles["base"]), "--budget", "10s", "--json",
-              "--on-inconclusive", "pass", "--db", "r.db", cwd=tmp_path)
+              "--on-inconclusive", "pass", "--gate", "gate.yaml", "--db", "r.db", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(p.stdout)["verdict"] in ("pass", "inconclusive")
 
