@@ -56,7 +56,7 @@ def invariant(work: Path, rid: str, v1: str, v2: str) -> tuple[bool, dict[str, i
         cur = next(iter(slots.values()), {}).get("current") if slots else None
         if ev["status"] == "done" and cur != v2:
             bad.append(f"{name}: journal done but runs {cur}")
-        if ev["status"] in ("failed", "unreachable", "refused", "timed-out") and cur not in (v1, None):
+        if ev["status"] in ("failed", "unreachable", "refused", "timed-out", "rolled-back") and cur not in (v1, None):
             bad.append(f"{name}: journal {ev['status']} but runs {cur}")
     return not bad, on, "; ".join(bad[:3])
 

@@ -150,3 +150,31 @@ def test_max_fail_follows_ansibles_exceed_rule():
 
     assert not wave_failed(0, 5, parse_max_fail("0")) and wave_failed(1, 5, parse_max_fail("0"))
     assert not wave_failed(1, 10, parse_max_fail("10%")) and wave_failed(2, 10, parse_max_fail("10%"))
+
+
+def test_a_halted_wave_rolls_back_its_done_devices_and_the_journal_says_so(versions, tmp_path):
+    from edgeopt.fleet.plan import make_plan, parse_waves
+    from edgeopt.inventory import make_device
+    from edgeopt.push import load_bundle
+
+    names = [f"loc-{i}" for i in range(5)]
+    devs = {n: {"transport": "local", "root": str(tmp_path / f"r-{n}"), "target": "cpu"} for n in names}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"devices": devs}))
+    assert _edgeopt("rollout", str(versions["v1"]), "--devices", "fleet.yaml", "--no-latency-gate",
+                    cwd=tmp_path).returncode == 0
+    plan = make_plan([make_device(n, v) for n, v in devs.items()], [load_bundle(versions["v2"])],
+                     parse_waves("1,100%"))
+    late = [w["device"] for w in plan.waves[1]]
+    devs[late[0]]["health_cmd"] = ["sh", "-c", "exit 1"]  # one device of the second wave fails its health
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"devices": devs}))
+    p = _edgeopt("rollout", str(versions["v2"]), "--devices", "fleet.yaml", "--no-latency-gate", "--waves",
+                 "1,100%", "--max-fail", "0", "--json", cwd=tmp_path)
+    assert p.returncode == 5, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    rid = json.loads("\n".join(lines[lines.index("{"):]))["rollout_id"]
+    cur = _current(tmp_path)
+    v1, v2 = _bid(versions["v1"]), _bid(versions["v2"])
+    assert cur[plan.waves[0][0]["device"]] == v2  # the canary's wave passed: kept (--on-halt keep)
+    assert all(cur[n] == v1 for n in late)  # the failing wave: every device back on v1
+    states = json.loads(_edgeopt("rollout", "status", rid, "--json", cwd=tmp_path).stdout)["devices"]
+    assert {states[n]["status"] for n in late} <= {"rolled-back", "failed"}

@@ -186,6 +186,8 @@ def rollback_devices(devs: list, model: str, targets: dict[str, str], trust_new:
                 r = sess.rollback(slot_of(model, targets[dev.name]))
                 result[dev.name] = r.get("current")
                 emit(dev.name, "rollback", "ok", after=r.get("current"))
+                # the device's outcome in the journal is now this, not the "done" it had before
+                emit(dev.name, "device", "rolled-back", before=r.get("rolled_back"), after=r.get("current"))
         except DeviceError as exc:
             result[dev.name] = f"failed: {exc.message}"
             emit(dev.name, "rollback", "failed", reason=exc.message)
