@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "min_iters": 50,  # minimum timed iterations
     "max_iters": None,  # stop after this many even if duration_s is not reached
     "warmup": 10,
+    "warmup_s": None,  # warm up for at least this long as well (trtexec --warmUp, benchmark_app)
     "threads": None,  # the runner's thread count (None: the runtime's default)
     "batch": 1,
     "timeout_s": 300.0,  # the whole child: load + accuracy + warm-up + timed loop
@@ -120,6 +121,7 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
     _number(opts, "min_iters", 1, integer=True)
     _number(opts, "max_iters", 1, integer=True, allow_none=True)
     _number(opts, "warmup", 0, integer=True)
+    _number(opts, "warmup_s", 0, allow_none=True)
     _number(opts, "threads", 1, integer=True, allow_none=True)
     _number(opts, "batch", 1, integer=True)
     _number(opts, "timeout_s", 0.1)
@@ -390,9 +392,11 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
 
         stage("warmup", {})
         t0 = time.perf_counter()
-        for j in range(opts["warmup"]):
+        j = 0
+        while j < opts["warmup"] or (opts["warmup_s"] and time.perf_counter() - t0 < opts["warmup_s"]):
             runner.run(feeds[j % len(feeds)])
-        per_iter = (time.perf_counter() - t0) / opts["warmup"] if opts["warmup"] else first_s
+            j += 1
+        per_iter = (time.perf_counter() - t0) / j if j else first_s
         capacity = min(int(opts["duration_s"] / max(per_iter, 1e-6) * 1.5) + opts["min_iters"], 2_000_000)
         reset = getattr(runner, "reset_timings", None)
         if callable(reset):  # runners that time phases themselves (TensorRT) report the timed runs only

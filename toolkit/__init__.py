@@ -1,20 +1,25 @@
 """edgeopt: one ONNX model in; a faithful, measured artifact for every target out.
 
-The API mirrors the CLI: ``edgeopt.inspect``, ``edgeopt.build`` ...; heavy modules load on use.
+The API mirrors the CLI (``edgeopt.api``): ``edgeopt.inspect``, ``edgeopt.build``, ``edgeopt.push``,
+``edgeopt.bench``, ``edgeopt.report`` ... take the command's options as keyword arguments, return
+what its ``--json`` prints (typed), and raise ``edgeopt.errors.EdgeoptError`` subclasses. Heavy
+modules load on use.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
 
-
-def inspect(path):
-    """Inspect an ONNX model (see ``edgeopt.model.inspect``)."""
-    from .model import inspect as _inspect
-
-    return _inspect(path)
+API = ("inspect", "targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
+       "bench_options")
+__all__ = ["__version__", *API]
 
 
-def build(model, targets, **kwargs):
-    """Build bundles for targets (see ``edgeopt.build.build``)."""
-    from .build import build as _build
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from edgeopt import api
 
-    return _build(model, targets, **kwargs)
+        return getattr(api, name)
+    raise AttributeError(f"module 'edgeopt' has no attribute {name!r}")

@@ -1,84 +1,98 @@
-"""The ``edgeopt`` command line: a thin skin over the API.  ``main(argv) -> exit code``.
+"""The ``edgeopt`` command line (click): a thin skin over the API.  ``main(argv) -> exit code``.
 
-Each command lives in ``edgeopt.commands.<name>`` with ``add_parser(subparsers)`` and
-``run(args) -> int``; modules there import nothing heavy at module level, so ``--help`` is fast
-and works without any backend installed.
+Each command lives in ``edgeopt.commands.<module>`` and exposes ``command`` (a click command or
+group). Modules are imported only when their command runs (or ``--help`` lists them), and import
+nothing heavy at module level, so ``--help`` is fast and works without any backend installed.
 """
 
 from __future__ import annotations
 
-import argparse
+import difflib
 import importlib
 import logging
 import sys
 
+import click
+
 from edgeopt import __version__
-from edgeopt.errors import EXIT_INTERNAL, EdgeoptError
+from edgeopt.commands._common import CONTEXT, examples
+from edgeopt.errors import EXIT_INTERNAL, EXIT_USAGE, EdgeoptError
 
-# Order is the order in --help.
-COMMANDS = ["inspect", "build", "targets", "export", "push", "bench", "report", "run", "devices", "ocr"]
-# Commands written on click (the CLI's move from argparse): each module exposes ``command``.
-CLICK_COMMANDS = ["gate", "rig", "baseline", "history", "rollout", "rollback", "fleet", "cache", "tune"]
+# command name -> module, in the order of --help
+COMMANDS = {
+    "inspect": "inspect", "build": "build", "targets": "targets", "export": "export", "push": "push",
+    "bench": "bench", "report": "report", "run": "run", "devices": "devices", "cache": "cache",
+    "gate": "gate", "rig": "rig", "baseline": "baseline", "history": "history", "rollout": "rollout",
+    "rollback": "rollback", "fleet": "fleet", "tune": "tune", "ocr-check": "ocr",
+}
+# kept for callers of the old registry
+CLICK_COMMANDS = list(COMMANDS)
 
-
-def _click_command(name: str):
-    try:
-        mod = importlib.import_module(f"edgeopt.commands.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"edgeopt.commands.{name}":
-            return None  # not present in this build
-        raise
-    return getattr(mod, "command", None)
-
-EPILOG = """\
+EPILOG = examples("""\
 examples:
   edgeopt inspect model.onnx
   edgeopt build model.onnx --targets jetson,h100,cpu --precision auto
   edgeopt build model.onnx --targets cpu,intel-cpu --precision fp32,int8 --calib images/ --shape x:1x3x224x224
-  edgeopt run model.onnx --targets cpu --devices local
+  edgeopt run model.onnx --targets cpu --devices local --report report.html
+  edgeopt gate dist/new/m/cpu-fp32 --baseline dist/old/m/cpu-fp32 --devices rig.yaml
 
 exit codes: 0 ok, 1 internal error, 2 bad input (model, flag, data), 3 a target failed to build or
-its check failed, 4 a device was unreachable or failed, 5 a regression gate tripped.
-"""
+its check failed, 4 a device was unreachable or failed, 5 a regression gate tripped, 6 a gate was
+inconclusive, 130 interrupted.
+
+shell completion (bash; zsh and fish alike):
+  eval "$(_EDGEOPT_COMPLETE=bash_source edgeopt)"
+""")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="edgeopt",
-        description="Compile one ONNX model for every target (ONNX Runtime, OpenVINO, TFLite, Core ML, "
-                    "TensorRT), prove each artifact faithful, and measure it on the real devices.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"edgeopt {__version__}")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"edgeopt.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"edgeopt.commands.{name}":
-                continue  # command not present in this build
-            raise
-        mod.add_parser(sub)
-    for name in CLICK_COMMANDS:
-        cmd = _click_command(name)
-        if cmd is not None:
-            sub.add_parser(name, help=cmd.get_short_help_str(limit=90), add_help=False)
-    return p
-
-
-def _run_click(cmd, args: list[str]) -> int:
-    import click
-
+def _load(name: str) -> click.Command | None:
+    module = COMMANDS.get(name)
+    if module is None:
+        return None
     try:
-        rv = cmd.main(args=args, prog_name=f"edgeopt {cmd.name}", standalone_mode=False)
-    except click.exceptions.Exit as exc:  # --help
-        return int(exc.exit_code or 0)
-    except click.exceptions.Abort:
-        raise KeyboardInterrupt from None
-    except click.exceptions.ClickException as exc:
-        exc.show()
-        return 2 if isinstance(exc, click.exceptions.UsageError) else int(exc.exit_code or 1)
-    return int(rv or 0)
+        mod = importlib.import_module(f"edgeopt.commands.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"edgeopt.commands.{module}":
+            return None  # not present in this build
+        raise
+    return getattr(mod, "command", None)
+
+
+class LazyGroup(click.Group):
+    """Commands imported on use; an unknown command suggests the closest."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n in COMMANDS if _load(n) is not None]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return _load(name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0]
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(close)}?" if close else ""
+            raise click.UsageError(f"no such command {name!r}.{hint} (`edgeopt --help` lists them)", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group("edgeopt", cls=LazyGroup, context_settings=CONTEXT, epilog=EPILOG, invoke_without_command=True)
+@click.version_option(__version__, "--version", prog_name="edgeopt", message="%(prog)s %(version)s")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging (also accepted after the command).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines (also accepted after the command).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, quiet: bool) -> int | None:
+    """Compile one ONNX model for every target (ONNX Runtime, OpenVINO, TFLite, Core ML, TensorRT),
+    prove each artifact faithful, measure it on the real devices, gate regressions on rigs and roll
+    it out to fleets."""
+    from edgeopt.commands._common import set_verbose
+
+    ctx.obj = {"verbose": verbose, "quiet": quiet}
+    set_verbose(verbose)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        return EXIT_USAGE
+    return None
 
 
 def _sigterm_as_interrupt() -> None:
@@ -96,28 +110,32 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _usage_line(exc: click.UsageError) -> str:
+    cmd = exc.ctx.command_path if exc.ctx is not None else "edgeopt"
+    return f"{cmd}: error: {exc.format_message()} (see `{cmd} --help`)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
-    click_cmd = _click_command(argv[first]) if first is not None and argv[first] in CLICK_COMMANDS else None
-    if click_cmd is None:
-        parser = _parser()
-        args = parser.parse_args(argv)
-        verbose = args.verbose
-    else:
-        verbose = any(a in ("-v", "--verbose") for a in argv[:first])
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not verbose:  # paramiko logs its own tracebacks; our one-line message says what happened
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not any(a in ("-v", "--verbose") for a in argv):
+        # paramiko logs its own tracebacks; our one-line message says what happened
         logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
     _sigterm_as_interrupt()
-    if click_cmd is None and not args.command:
-        parser.print_help()
-        return 2
     try:
-        if click_cmd is not None:
-            return _run_click(click_cmd, argv[first + 1:])
-        return int(args.func(args) or 0)
+        rv = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
+        return int(rv or 0)
+    except click.exceptions.Exit as exc:  # --help, --version
+        return int(exc.exit_code or 0)
+    except click.exceptions.UsageError as exc:
+        print(_usage_line(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except click.exceptions.Abort:
+        print("edgeopt: interrupted", file=sys.stderr)
+        return 130
+    except click.exceptions.ClickException as exc:
+        print(f"edgeopt: error: {exc.format_message()}", file=sys.stderr)
+        return int(exc.exit_code or 1)
     except EdgeoptError as exc:
         print(f"edgeopt: error: {exc}", file=sys.stderr)
         return exc.exit_code

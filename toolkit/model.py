@@ -186,12 +186,12 @@ def _flops(model) -> int | None:
         return None
     shapes: dict[str, list[int]] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
+        dims = [max(d.dim_value, 0) if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
         if len(dims) >= 2 and dims[0] == 0 and 0 not in dims[1:]:
             dims[0] = 1  # a batch dimension lost behind a computed Reshape/Expand: per sample
         shapes[vi.name] = dims
     for init in inferred.graph.initializer:
-        shapes[init.name] = list(init.dims)
+        shapes[init.name] = [max(int(d), 0) for d in init.dims]
     total = 0
     known = False
     for node in inferred.graph.node:
@@ -226,7 +226,19 @@ def _flops(model) -> int | None:
             k = a[-1] if not (node.op_type == "Gemm" and any(x.name == "transA" and x.i for x in node.attribute)) else a[0]
             total += 2 * out_elems * k
             known = True
-    return total if known else None
+    return total if known and total >= 0 else None
+
+
+def flops_for(path: str | os.PathLike, shapes: dict[str, list[int]]) -> int | None:
+    """FLOPs with the inputs fixed at ``shapes`` (what ``inspect --shape`` shows for a dynamic model)."""
+    model = load(path)
+    for vi in model.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            for d, v in zip(dims, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = int(v)
+    return _flops(model)
 
 
 def inspect(path: str | os.PathLike) -> ModelInfo:
@@ -277,20 +289,58 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     )
 
 
+MAX_INPUT_ELEMENTS = 1 << 30  # 4 GiB as float32: larger is a typo, not a model input
+
+
+def _shape_entries(item: str) -> list[str]:
+    """``"x:1x3x224x224,y:1x2"`` (trtexec) / ``"x:[1,3,224,224],y:[1,2]"`` (Polygraphy) -> one entry each.
+    A comma inside brackets, or before a piece with no ``:`` (``y:1,16``), stays in its entry."""
+    parts, cur, depth = [], "", 0
+    for ch in item:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    out: list[str] = []
+    for p in parts:
+        if ":" in p or not out:
+            out.append(p)
+        else:
+            out[-1] += "," + p
+    return [p.strip() for p in out if p.strip()]
+
+
 def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
-    """``["x:1x3x224x224", "y:1,16"]`` -> ``{"x": [1, 3, 224, 224], ...}``."""
+    """``["x:1x3x224x224", "y:1,16"]``, trtexec's ``"x:1x3x224x224,y:1x2"`` and Polygraphy's
+    ``"x:[1,3,224,224]"`` -> ``{"x": [1, 3, 224, 224], ...}``. Names may hold ``:`` (``input:0:1x3``)."""
     shapes: dict[str, list[int]] = {}
+    hint = "use NAME:1x3x224x224 (or NAME:[1,3,224,224]; several as x:1x3x224x224,y:1x2)"
     for item in items or []:
-        name, sep, dims = item.rpartition(":")
-        if not sep or not name or not dims:
-            raise UsageError(f"bad --shape {item!r}", hint="use NAME:1x3x224x224")
-        try:
-            values = [int(d) for d in dims.replace(",", "x").split("x")]
-        except ValueError:
-            raise UsageError(f"bad --shape {item!r}: dims must be integers", hint="use NAME:1x3x224x224") from None
-        if any(v <= 0 for v in values):
-            raise UsageError(f"bad --shape {item!r}: dims must be positive")
-        shapes[name] = values
+        for entry in _shape_entries(item):
+            name, sep, dims = entry.rpartition(":")
+            dims = dims.strip()
+            if dims.startswith("[") and dims.endswith("]"):
+                dims = dims[1:-1]
+            if not sep or not name or not dims:
+                raise UsageError(f"bad --shape {entry!r}", hint=hint)
+            try:
+                values = [int(d) for d in dims.replace(",", "x").replace(" ", "").split("x")]
+            except ValueError:
+                raise UsageError(f"bad --shape {entry!r}: dims must be integers", hint=hint) from None
+            if any(v <= 0 for v in values):
+                raise UsageError(f"bad --shape {entry!r}: dims must be positive")
+            n = 1
+            for v in values:
+                n *= v
+            if n > MAX_INPUT_ELEMENTS:
+                raise UsageError(f"--shape {entry!r} is {n:,} elements ({n * 4 / 2**30:.0f} GiB as float32): "
+                                 "too large for one input", hint="check the dims for a typo")
+            if name in shapes and shapes[name] != values:
+                raise UsageError(f"--shape gives {name!r} twice ({shapes[name]} and {values})")
+            shapes[name] = values
     return shapes
 
 

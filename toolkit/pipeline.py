@@ -64,6 +64,7 @@ class BuildReport:
     results: list[TargetResult]
     warnings: list[str]
     time_s: float
+    skipped: list[dict[str, str]] = field(default_factory=list)  # (target, precision) pairs not offered
 
     @property
     def ok(self) -> bool:
@@ -115,7 +116,7 @@ def _writable(out: Path) -> None:
 def build(
     model: str | os.PathLike,
     targets: str | list[str],
-    precisions: list[str] | None = None,
+    precisions: str | list[str] | None = None,
     shapes: dict[str, list[int]] | None = None,
     calib: str | None = None,
     preprocess: str | None = None,
@@ -133,11 +134,13 @@ def build(
     """Build a bundle for every (target, precision); see ``edgeopt build --help``."""
     from edgeopt import calib as calibmod
     from edgeopt import model as modelmod
-    from edgeopt.targets.registry import get_backend, resolve_precisions, resolve_targets
+    from edgeopt.targets.registry import get_backend, resolve_targets
 
     t_start = time.perf_counter()
     specs = resolve_targets(targets, config)
-    plans = [(s, p) for s in specs for p in resolve_precisions(s, precisions or ["auto"])]
+    plans, skipped = plan_precisions(specs, precisions, config)
+    for sk in skipped:
+        progress(f"skipping {sk['target']} {sk['precision']}: {sk['reason']}")
     pre = calibmod.Preprocess.parse(preprocess)
     options = dict(options or {})
     check_options(plans, options)
@@ -168,7 +171,7 @@ def build(
             res.error = f"{len(bad)} unsupported node(s): " + ", ".join(f"{op} ({name})" for op, name in bad)
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
-                    "data": data_fp, "options": options, "allow_mismatch": allow_mismatch,
+                    "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
                     "toolchain": backend.toolchain(), "edgeopt": __version__})
         final = out / info.name / f"{spec.name}-{prec}"
         if not force and _bundle_key(final) == key:
@@ -227,7 +230,7 @@ def build(
         for w in (r.manifest or {}).get("warnings", []):
             if w not in warnings:
                 warnings.append(w)
-    return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start)
+    return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
 
 
 _WORKERS: set[subprocess.Popen] = set()  # converter processes running now (killed on Ctrl-C/SIGTERM)
@@ -240,6 +243,81 @@ def _stop_workers() -> None:
             proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+
+def plan_precisions(specs: list, precisions: str | list[str] | None, config: Any = None) -> tuple[list[tuple[Any, str]], list[dict]]:
+    """The (target, precision) pairs to build, and the pairs skipped because a target does not offer them.
+
+    ``precisions``: ``"fp32,int8"`` for every target (each builds the subset it offers; an error only when
+    no target offers a requested precision), or per target ``"cpu=fp32,int8,intel-cpu=int8"`` (a token
+    with ``=`` starts a target's list; a target named there must offer everything it is given). A list
+    of such strings is joined (repeated ``--precision``).
+    """
+    from edgeopt.targets.registry import resolve_precisions, resolve_target
+
+    if isinstance(precisions, (list, tuple)):
+        text = ",".join(str(p) for p in precisions)
+    else:
+        text = precisions or "auto"
+    default: list[str] = []
+    per: dict[str, list[str]] = {}
+    current: list[str] = default
+    for tok in (t.strip() for t in text.replace(";", ",").replace(" ", ",").split(",")):
+        if not tok:
+            continue
+        if "=" in tok:
+            name, _, tok = tok.partition("=")
+            spec = resolve_target(name, config)
+            if spec.name not in {s.name for s in specs}:
+                raise UsageError(f"--precision names target {name!r}, which is not in --targets",
+                                 hint=f"--targets has {', '.join(s.name for s in specs)}")
+            current = per.setdefault(spec.name, [])
+        if tok:
+            current.append(tok)
+    default = default or ["auto"]
+    plans: list[tuple[Any, str]] = []
+    skipped: list[dict[str, str]] = []
+    offered_by_some: set[str] = set()
+    for spec in specs:
+        if spec.name in per:
+            plans += [(spec, p) for p in resolve_precisions(spec, per[spec.name] or ["auto"])]
+            continue
+        for p in default:
+            try:
+                got = resolve_precisions(spec, [p])
+            except UsageError:
+                if p.strip().lower() not in _known_precisions():
+                    raise
+                skipped.append({"target": spec.name, "precision": p.strip().lower(),
+                                "reason": f"{spec.name} offers {', '.join(spec.precisions)}"})
+                continue
+            offered_by_some.add(p.strip().lower())
+            plans += [(spec, q) for q in got if (spec, q) not in plans]
+    unoffered = [p.strip().lower() for p in default if p.strip().lower() != "auto"
+                 and p.strip().lower() not in offered_by_some and any(s.name not in per for s in specs)]
+    if unoffered:
+        raise UsageError(f"no target in --targets offers {', '.join(dict.fromkeys(unoffered))}",
+                         hint="; ".join(f"{s.name} offers {', '.join(s.precisions)}" for s in specs))
+    if not plans:
+        raise UsageError("nothing to build: no target offers the precisions asked for")
+    return plans, skipped
+
+
+def _known_precisions() -> tuple[str, ...]:
+    from edgeopt.targets.registry import PRECISIONS
+
+    return tuple(PRECISIONS)
+
+
+def backend_options(backend: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The options one backend reads (the cache key holds only these: a mobile-only option does not
+    rebuild the cpu bundle). A backend that does not list its keys gets them all."""
+    from edgeopt.targets.base import COMMON_OPTIONS
+
+    keys = backend.known_options()
+    if keys is None:
+        return dict(options)
+    return {k: v for k, v in options.items() if k in keys or k in COMMON_OPTIONS}
 
 
 def check_options(plans: list[tuple[Any, str]], options: dict[str, Any]) -> None:

@@ -102,7 +102,7 @@ def test_bench_unreachable_device_exit_4_and_recorded(ran, capsys, tmp_path):
 def test_push_cli_second_run_sends_nothing(ran, capsys):
     args = ["push", "--devices", str(ran["inv"]), "--dist", str(ran["tmp"] / "dist"), "--json", "--quiet"]
     assert main(args) == 0
-    (res,) = json.loads(capsys.readouterr().out)
+    (res,) = json.loads(capsys.readouterr().out)["items"]
     assert res["device"] == "box" and res["bytes_sent"] == 0 and res["bundles"][0]["status"] == "present"
 
 
@@ -141,7 +141,7 @@ def test_html_report_renders_table_and_plots_in_chromium(ran, tmp_path):
 
 def test_devices_probe_over_ssh(ran, capsys):
     assert main(["devices", "--devices", str(ran["inv"]), "--probe", "--json", "--quiet"]) == 0
-    (dev,) = json.loads(capsys.readouterr().out)
+    (dev,) = json.loads(capsys.readouterr().out)["items"]
     assert dev["name"] == "box" and dev["probe"]["ok"]
     probe = dev["probe"]["probe"]
     assert probe["runtimes"]["onnxruntime"] and probe["python"] and probe["os"]

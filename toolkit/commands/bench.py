@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
+from ._common import CONTEXT, device_options, examples, json_option, ns, verbosity
+from ._common import bench_options as bench_options_decorator
 
-HELP = """\
+HELP = """Push bundles and measure them on devices.
+
 Find the bundles under --dist (by their manifests), match them to devices (a device's `target` in
 the inventory picks its bundles; `local` takes every bundle this host can run), push what each
 device lacks and run the agent's bench there: load time, first inference, latency percentiles,
@@ -14,46 +17,6 @@ throughput, memory and accuracy against the FP32 reference. Devices run in paral
 or failing device is reported and the others finish. Every run goes to the results database
 (--db) with its full JSON; `edgeopt report` compares them. Exit 4 when any device or run failed.
 """
-
-
-def add_device_args(p: argparse.ArgumentParser) -> None:
-    """--devices / --only / --label / --trust-new-host-keys / --parallel (shared by push, bench, run, devices)."""
-    p.add_argument("--devices", "-d", default="local", metavar="FILE",
-                   help="inventory: a devices YAML or an Ansible inventory (INI/YAML); `local` (default) is this host")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help="only these devices (comma-separated, repeatable); `local` is always available")
-    p.add_argument("--label", action="append", metavar="LABEL",
-                   help="only devices with one of these labels (Ansible groups become labels)")
-    p.add_argument("--trust-new-host-keys", action="store_true",
-                   help="accept and record the host key of a device not yet in known_hosts (trust on first use); "
-                        "a CHANGED key is always refused")
-    p.add_argument("--parallel", type=int, default=4, metavar="N", help="devices worked on at once [4]")
-
-
-def add_bench_args(p: argparse.ArgumentParser) -> None:
-    """The bench options sent to the agent, plus --db and --verify."""
-    p.add_argument("--duration", type=float, default=3.0, metavar="S", help="seconds of timed runs per bundle [3]")
-    p.add_argument("--min-iters", type=int, default=50, help="timed iterations at least [50]")
-    p.add_argument("--warmup", type=int, default=10, help="untimed iterations first [10]")
-    p.add_argument("--threads", type=int, default=None, help="runtime threads (default: the runtime's choice)")
-    p.add_argument("--batch", type=int, default=1, help="batch size [1]")
-    p.add_argument("--bench-timeout", type=float, default=300, metavar="S",
-                   help="seconds before a hung runtime is killed on the device [300]")
-    p.add_argument("--limit-memory", type=float, metavar="MB",
-                   help="address-space limit of the runtime process on the device (a runtime over it fails)")
-    p.add_argument("--limit-cpu", type=float, metavar="S", help="CPU-seconds limit of the runtime process")
-    p.add_argument("--no-samples", action="store_true", help="don't keep per-iteration latencies (no distribution plot)")
-    p.add_argument("--verify", action="store_true",
-                   help="re-verify bundles already on the device (sha256 of every file); repair corrupted ones")
-    p.add_argument("--db", default=None, metavar="FILE", help="results database [./edgeopt-results.db]")
-    g = p.add_argument_group("load scenarios (MLPerf LoadGen on the device when installed there)")
-    g.add_argument("--scenario", choices=["single-stream", "multi-stream", "server", "offline"],
-                   help="also run this scenario after the timed loop (its results under 'scenario')")
-    g.add_argument("--target-qps", type=float, metavar="QPS", help="server: arrival rate; offline: expected rate")
-    g.add_argument("--latency-bound", metavar="pNN=MS", help="e.g. p99=20ms: the bound LoadGen judges VALID by")
-    g.add_argument("--samples-per-query", type=int, metavar="N", help="multi-stream: samples per query")
-    g.add_argument("--engine", choices=["loadgen", "edgeopt"],
-                   help="loadgen (required for multi-stream/offline) or the agent's own loops [loadgen if installed]")
 
 
 def parse_latency_bound(text: str | None) -> tuple[float | None, float | None]:
@@ -70,7 +33,7 @@ def parse_latency_bound(text: str | None) -> tuple[float | None, float | None]:
     return float(m.group(1)), float(m.group(2)) * (1000 if m.group(3) == "s" else 1)
 
 
-def bench_options(args: argparse.Namespace) -> dict:
+def bench_options(args) -> dict:
     from edgeopt.errors import UsageError
 
     if args.duration <= 0 or args.min_iters < 1 or args.warmup < 0 or args.batch < 1 or args.bench_timeout <= 0:
@@ -101,40 +64,48 @@ def bench_options(args: argparse.Namespace) -> dict:
     return opts
 
 
-def select_devices(args: argparse.Namespace) -> list:
-    from edgeopt.inventory import load_inventory
+EXAMPLES = examples("""\
+examples:
+  edgeopt bench                                   # every bundle under dist/ on this host
+  edgeopt bench --devices lab.yaml --limit orin1,orin2 --duration 10 --warmup 2s
+  edgeopt bench --devices lab.yaml --label jetson --targets jetson --json > runs.json
+  edgeopt bench --scenario server --target-qps 200 --latency-bound p99=20ms
 
-    inv = load_inventory(args.devices)
-    return inv.select(args.only, args.label)
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="push bundles and measure them on devices", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_device_args(p)
-    p.add_argument("--dist", default="dist", help="folder of built bundles [dist]")
-    p.add_argument("--targets", "-t", help="only bundles of these targets (comma-separated)")
-    add_bench_args(p)
-    p.add_argument("--json", action="store_true", help="print the runs as JSON on stdout")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+exit codes: 0 every run ok, 2 bad input (nothing measured), 4 a device was unreachable or a run
+failed (the other devices finish).""")
 
 
-def run_bench(args: argparse.Namespace, bundles: list, progress):
+@click.command("bench", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="Push bundles and measure them on devices.")
+@device_options
+@click.option("--dist", "--out", "dist", default="dist", metavar="DIR", help="Folder of built bundles.")
+@click.option("--targets", "-t", metavar="LIST", help="Only bundles of these targets (comma-separated).")
+@bench_options_decorator
+@json_option
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
+
+
+def bench_kwargs(args) -> dict:
+    """The bench options of parsed CLI args, as ``edgeopt.api.bench_options`` takes them."""
+    return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
+                                          "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
+                                          "latency_bound", "samples_per_query", "engine")}
+
+
+def run_bench(args, bundles: list, progress):
     """Shared by ``bench`` and ``run``: bench ``bundles`` on the selected devices, record in the database."""
-    from edgeopt.fleetbench import bench_fleet
-    from edgeopt.results import DEFAULT_DB, ResultsDB
+    from edgeopt import api
 
-    devices = select_devices(args)
-    targets = [t for t in (getattr(args, "bench_targets", None) or "").split(",") if t] or None
-    with ResultsDB(args.db or DEFAULT_DB) as db:
-        return bench_fleet(devices, bundles, bench_options(args), targets=targets,
-                           trust_new_host_keys=args.trust_new_host_keys, jobs=args.parallel, verify=args.verify,
-                           db=db, progress=progress)
+    return api.bench(devices=args.devices, limit=list(args.only), labels=list(args.label),
+                     targets=getattr(args, "bench_targets", None), bundles=bundles,
+                     trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
+                     db=args.db, progress=progress, **bench_kwargs(args))
 
 
 def print_fleet(result) -> None:
-    from edgeopt.report import render
+    from edgeopt.reporting import render
 
     print(render([r.as_dict() for r in result.records], "table"), end="")
     for s in result.skipped:
@@ -157,16 +128,18 @@ def print_fleet(result) -> None:
     print(f"done in {result.time_s:.1f}s: {len(result.records) - bad} ok, {bad} failed (run {result.run_id})")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
+    from edgeopt import api
     from edgeopt.errors import EXIT_DEVICE_FAILED
     from edgeopt.push import find_bundles
     from edgeopt.ui import stderr_progress
 
     args.bench_targets = args.targets
+    api.bench_options(**bench_kwargs(args))  # refuse bad options before reading the bundles
     bundles = find_bundles(args.dist)
     result = run_bench(args, bundles, stderr_progress(args.quiet))
     if args.json:
-        emit_json(result.as_dict())
+        emit_json(result.as_dict(), "bench")
     else:
         print_fleet(result)
     return 0 if result.ok else EXIT_DEVICE_FAILED

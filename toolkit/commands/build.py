@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-import os
+import click
 
 from . import emit_json
+from ._common import CONTEXT, build_options, examples, json_option, ns, verbosity
 
-HELP = """\
-Build one bundle per (target, precision) under OUT/<model>/<target>-<precision>/: the artifact,
+HELP = """Compile and check MODEL for every target.
+
+Build one bundle per (target, precision) under DIST/<model>/<target>-<precision>/: the artifact,
 manifest.json, validation inputs and the ONNX Runtime FP32 reference outputs. Every artifact the
 host can run is checked against the reference with precision-aware tolerances (docs/TOLERANCES.md);
 a failed check fails that target (exit 3) unless --allow-mismatch. Targets build in parallel worker
@@ -17,81 +18,41 @@ processes; a crash or hang in one converter is reported and the others go on. Sa
 (reported at once as a cached result until --force).
 """
 
+EXAMPLES = examples("""\
+examples:
+  edgeopt build model.onnx --targets jetson,h100,cpu
+  edgeopt build model.onnx -t cpu,intel-cpu -p fp32,int8 --calib images/ --shape x:1x3x224x224
+  edgeopt build model.onnx -t cpu,intel-cpu -p cpu=fp32,int8,intel-cpu=int8 --calib data.npz
+  edgeopt build yolo.onnx -t mobile --shapes=images:1x3x640x640 --option int8_mode=full --json
 
-def add_build_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--targets", "-t", required=True,
-                   help="comma-separated targets, e.g. cpu,intel-cpu,jetson,h100 (see `edgeopt targets`)")
-    p.add_argument("--precision", "-p", default="auto",
-                   help="comma-separated: fp32,fp16,int8,fp8 or auto (the target's default) [auto]")
-    p.add_argument("--shape", action="append", metavar="NAME:DIMS",
-                   help="concrete shape of an input with dynamic dims, e.g. x:1x3x640x640 (repeatable)")
-    p.add_argument("--calib", metavar="PATH",
-                   help="calibration/validation data: a folder of images, a .npy or .npz (keys = input names); "
-                        "without it, random data is used with a loud warning")
-    p.add_argument("--preprocess", metavar="SPEC",
-                   help="how images become tensors, e.g. 'preset=imagenet resize=256 crop=1 order=rgb "
-                        "layout=nchw' (presets: imagenet, unit, pm1, raw)")
-    p.add_argument("--calib-count", type=int, default=32, help="calibration samples at most [32]")
-    p.add_argument("--val-count", type=int, default=8, help="validation samples held out [8]")
-    p.add_argument("--out", "-o", default="dist", help="output folder [dist]")
-    p.add_argument("--jobs", "-j", type=int, default=min(2, os.cpu_count() or 1),
-                   help="targets built at once, each in its own process [2]")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds before a hung converter is killed [1800]")
-    p.add_argument("--force", action="store_true",
-                   help="rebuild even when the cache has the bundle, or has this build's failed check")
-    p.add_argument("--allow-mismatch", action="store_true",
-                   help="keep bundles whose host check fails (marked failed in the manifest)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", default=[],
-                   help="backend option (repeatable). Common: int8_tolerance=cosine_min=0.95,top1_min=0.98 "
-                        "(any INT8), int8_search=quick|full and int8_budget_s=N (cpu, intel-*), "
-                        "int8_mode=auto|full|dynamic and io_dtype=float32|int8 (mobile), "
-                        "min_deployment_target=iOS17 and compute_units=ALL (apple). Every target reads its "
-                        "own keys and ignores the rest; bad values, and keys no target reads, are refused "
-                        "before anything is built")
-    p.add_argument("--config", help="config file with user-defined targets (default ./edgeopt.yaml)")
-    p.add_argument("--json", action="store_true", help="print the build report as JSON on stdout")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+exit codes: 0 every target built and passed its check, 2 bad input (nothing built), 3 a target
+failed to build or failed its check (the others are kept).""")
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("build", help="compile and check the model for targets", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_build_args(p)
-    p.set_defaults(func=run)
+@click.command("build", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="Compile and check the model for targets.")
+@build_options
+@json_option
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
 
 
-def parse_options(items: list[str]) -> dict:
-    from edgeopt.errors import UsageError
+def parse_options(items) -> dict:
+    from edgeopt.api import parse_options as _parse
 
-    out = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise UsageError(f"bad --option {item!r}", hint="use KEY=VALUE")
-        out[k.strip()] = _value(v.strip())
-    return out
+    return _parse(items)
 
 
-def _value(v: str):
-    for cast in (int, float):
-        try:
-            return cast(v)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(v.lower(), v)
-
-
-def build_from_args(args: argparse.Namespace):
-    from edgeopt.model import parse_shapes
-    from edgeopt.pipeline import build
+def build_from_args(args):
+    from edgeopt import api
     from edgeopt.ui import stderr_progress
 
-    return build(args.model, args.targets, precisions=args.precision.split(","), shapes=parse_shapes(args.shape),
-                 calib=args.calib, preprocess=args.preprocess, out=args.out, jobs=args.jobs, force=args.force,
-                 allow_mismatch=args.allow_mismatch, config=args.config, options=parse_options(args.option),
-                 timeout=args.timeout, n_calib=args.calib_count, n_val=args.val_count,
-                 progress=stderr_progress(args.quiet))
+    return api.build(args.model, args.targets, precision=list(args.precision) if not isinstance(args.precision, str)
+                     else args.precision, shapes=list(args.shape), calib=args.calib, preprocess=args.preprocess,
+                     dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
+                     config=args.config, options=list(args.option), timeout=args.timeout,
+                     calib_count=args.calib_count, val_count=args.val_count, progress=stderr_progress(args.quiet))
 
 
 def print_report(report) -> None:
@@ -111,6 +72,8 @@ def print_report(report) -> None:
         print(f"note: {n}")
     for w in report.warnings:
         print(f"WARNING: {w}")
+    for sk in report.skipped:
+        print(f"skipped {sk['target']} {sk['precision']}: {sk['reason']}")
     cached = sum(r.status in ("cached", "up-to-date") for r in report.results)
     if cached:
         print(f"{cached} of {len(report.results)} bundle(s) taken from the cache (no rebuild)")
@@ -118,12 +81,12 @@ def print_report(report) -> None:
           f"{sum(not r.ok for r in report.results)} failed")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
     from edgeopt.errors import EXIT_BUILD_FAILED
 
     report = build_from_args(args)
     if args.json:
-        emit_json(report.as_dict())
+        emit_json(report.as_dict(), "build")
     else:
         print_report(report)
     return 0 if report.ok else EXIT_BUILD_FAILED

@@ -2,39 +2,76 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
-from .bench import add_device_args, select_devices
+from ._common import CONTEXT, device_options, examples, json_option, ns, verbosity
 
-HELP = """\
+HELP = """List the inventory; probe devices.
+
 List the devices of an inventory (edgeopt YAML or Ansible INI/YAML) with how they are reached and
 which target they run. With --probe, connect to each (host keys checked), install the agent if
 needed and show what the device is: OS, CPU, memory, disk, GPUs, runtimes. Exit 4 when a probe fails.
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("devices", help="list the inventory; probe devices", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_device_args(p)
-    p.add_argument("--probe", action="store_true", help="connect and show each device's probe")
-    p.add_argument("--json", action="store_true", help="print as JSON on stdout")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+EXAMPLES = examples("""\
+examples:
+  edgeopt devices --devices lab.yaml                 # who is in the inventory, how reached, which target
+  edgeopt devices --devices lab.yaml --probe --limit orin1,orin2
+  edgeopt devices gc --devices lab.yaml --dry-run    # what the stores would free
+  edgeopt devices --devices hosts.ini --label jetson --probe --json
+
+exit codes: 0 ok, 2 bad inventory or selection, 4 a probe (or gc) failed on a device.""")
 
 
-def _probe(dev, trust: bool, progress) -> dict:
-    from edgeopt.errors import DeviceError
-    from edgeopt.push import DeviceSession
+@click.group("devices", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT, invoke_without_command=True,
+             short_help="List the inventory; probe devices; clean their stores.")
+@device_options
+@click.option("--probe", is_flag=True, help="Connect and show each device's probe.")
+@json_option
+@verbosity
+@click.pass_context
+def command(ctx: click.Context, **kw) -> int | None:
+    if ctx.invoked_subcommand is not None:
+        return None
+    return run(ns(**kw))
 
-    try:
-        with DeviceSession.open(dev, trust, progress=progress) as s:
-            return {"ok": True, "probe": s.probe(), "agent_path": s.agent_dir,
-                    "connect_s": round(getattr(s, "connect_s", 0.0), 3)}
-    except DeviceError as exc:
-        progress(f"{dev.name}: FAILED: {exc.message}")
-        return {"ok": False, "error": str(exc)}
+
+@command.command("gc", context_settings=CONTEXT, epilog=examples("""\
+examples:
+  edgeopt devices gc --devices lab.yaml --dry-run
+  edgeopt devices gc --devices lab.yaml --limit orin1 --keep 1"""))
+@device_options
+@click.option("--keep", type=click.IntRange(min=0), default=3,
+              help="Previous versions kept per slot (for rollback), besides the current one and armed trials.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@json_option
+@verbosity
+def gc_command(**kw) -> int:
+    """Remove bundles no slot needs from each device's store (current, history up to --keep and armed
+    trials stay), and interrupted uploads."""
+    from edgeopt import api
+    from edgeopt.errors import EXIT_DEVICE_FAILED
+    from edgeopt.ui import stderr_progress, table
+
+    args = ns(**kw)
+    res = api.gc(args.devices, list(args.only), list(args.label), args.trust_new_host_keys, keep=args.keep,
+                 dry_run=args.dry_run, progress=stderr_progress(args.quiet))
+    if args.json:
+        emit_json(res, "devices-gc")
+    else:
+        rows = []
+        for name, r in res.items():
+            if not r.get("ok"):
+                rows.append({"device": name, "removed": "FAILED: " + r["error"].splitlines()[0]})
+                continue
+            removed = r.get("removed") or r.get("would_remove") or []
+            freed = r.get("freed_mb", r.get("freed_bytes"))
+            rows.append({"device": name, "removed": f"{len(removed)} bundle(s)" + (" (dry run)" if args.dry_run else ""),
+                         "freed": "" if freed is None else str(freed), "kept": str(len(r.get("kept") or []))})
+        click.echo(table(rows, [("device", "device"), ("removed", "removed"), ("freed", "freed"), ("kept", "kept")]))
+    return EXIT_DEVICE_FAILED if any(not r.get("ok") for r in res.values()) else 0
 
 
 def _summary(p: dict) -> str:
@@ -51,22 +88,20 @@ def _summary(p: dict) -> str:
     return "; ".join(b for b in bits if b.strip())
 
 
-def run(args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
+def run(args) -> int:
+    from edgeopt import api
     from edgeopt.errors import EXIT_DEVICE_FAILED
     from edgeopt.ui import stderr_progress, table
 
-    devices = select_devices(args)
+    devices = api.select_devices(args.devices, list(args.only), list(args.label))
     progress = stderr_progress(args.quiet)
     probes: dict[str, dict] = {}
     if args.probe:
-        with ThreadPoolExecutor(max_workers=max(1, min(args.parallel, len(devices)))) as pool:
-            probes = dict(zip([d.name for d in devices],
-                              pool.map(lambda d: _probe(d, args.trust_new_host_keys, progress), devices)))
+        probes = api.probe(args.devices, list(args.only), list(args.label), args.trust_new_host_keys,
+                           args.parallel, progress)
     if args.json:
         emit_json([{**d.public(), "python": d.python, "root": d.root, **({"probe": probes[d.name]} if probes else {})}
-                   for d in devices])
+                   for d in devices], "devices")
     else:
         rows = [{"name": d.name, "via": "local" if d.is_local else
                  f"ssh {d.user + '@' if d.user else ''}{d.host}{':' + str(d.port) if d.port else ''}",

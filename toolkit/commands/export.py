@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
+from ._common import CONTEXT, examples, json_option, ns, verbosity
 
-HELP = """\
+HELP = """Export a bundle for a serving system (Triton).
+
 Write a Triton model repository entry for a TensorRT bundle of a datacenter target (a100, h100,
 l4, nvidia): DIR/<name>/config.pbtxt (platform tensorrt_plan, inputs and outputs, max batch size,
 dynamic batching with the queue delay you set, instance groups) and DIR/<name>/1/ for the engine.
@@ -27,28 +29,32 @@ def _ints(text: str | None, what: str) -> tuple[int, ...]:
         raise UsageError(f"{what} takes comma-separated integers, got {text!r}") from None
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="export a bundle for a serving system (Triton)", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("format", choices=["triton"], help="what to export to")
-    p.add_argument("bundle", help="a TensorRT bundle folder (OUT/<model>/<target>-<precision>)")
-    p.add_argument("--out", "-o", required=True, help="the model repository folder")
-    p.add_argument("--name", help="model name in the repository [the model's name]")
-    p.add_argument("--max-batch", type=int, help="max_batch_size [the profile's largest batch, 0 without one]")
-    p.add_argument("--queue-delay-us", type=int, default=100,
-                   help="dynamic batching: longest wait for more requests, microseconds [100]")
-    p.add_argument("--preferred-batch", help="dynamic batching: preferred batch sizes, e.g. 4,8")
-    p.add_argument("--no-dynamic-batching", action="store_true", help="leave dynamic batching off")
-    p.add_argument("--instances", type=int, default=1, help="model instances per GPU [1]")
-    p.add_argument("--gpus", help="GPU indices for the instances, e.g. 0,1 [all]")
-    p.add_argument("--engine", help="an engine built for the serving GPU, copied to <name>/<version>/model.plan")
-    p.add_argument("--version", type=int, default=1, help="model version folder [1]")
-    p.add_argument("--force", action="store_true", help="replace an existing <name> in the repository")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run)
+@click.command("export", help=HELP, context_settings=CONTEXT,
+               short_help="Export a bundle for a serving system (Triton).", epilog=examples("""\
+examples:
+  edgeopt export triton dist/resnet/h100-fp16 --out model_repository
+  edgeopt export triton dist/resnet/h100-fp16 --out repo --name resnet --max-batch 32 --preferred-batch 8,16"""))
+@click.argument("format", type=click.Choice(["triton"]))
+@click.argument("bundle", type=click.Path())
+@click.option("--out", "-o", required=True, metavar="DIR", help="The model repository folder.")
+@click.option("--name", help="Model name in the repository [the model's name].")
+@click.option("--max-batch", type=click.IntRange(min=0), help="max_batch_size [the profile's largest batch, 0 without one].")
+@click.option("--queue-delay-us", type=click.IntRange(min=0), default=100,
+              help="Dynamic batching: longest wait for more requests, microseconds.")
+@click.option("--preferred-batch", metavar="LIST", help="Dynamic batching: preferred batch sizes, e.g. 4,8.")
+@click.option("--no-dynamic-batching", is_flag=True, help="Leave dynamic batching off.")
+@click.option("--instances", type=click.IntRange(min=1), default=1, help="Model instances per GPU.")
+@click.option("--gpus", metavar="LIST", help="GPU indices for the instances, e.g. 0,1 [all].")
+@click.option("--engine", type=click.Path(), help="An engine built for the serving GPU, copied to <name>/<version>/model.plan.")
+@click.option("--version", type=click.IntRange(min=1), default=1, help="Model version folder.")
+@click.option("--force", is_flag=True, help="Replace an existing <name> in the repository.")
+@json_option
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
     from edgeopt.triton import TritonOptions, export_triton
 
     opts = TritonOptions(name=args.name, max_batch=args.max_batch, dynamic_batching=not args.no_dynamic_batching,
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     res = export_triton(args.bundle, args.out, opts)
     if args.json:
         emit_json({"model_dir": str(res.model_dir), "config": res.config, "engine_copied": res.engine_copied,
-                   "next_steps": res.next_steps})
+                   "next_steps": res.next_steps}, "export")
         return 0
     print(f"wrote {res.model_dir}/config.pbtxt:\n")
     print(res.config_text)

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
+from ._common import CONTEXT, config_option, examples, json_option, ns, verbosity
+
+EXAMPLES = examples("""\
+examples:
+  edgeopt inspect model.onnx
+  edgeopt inspect detector.onnx --shape images:1x3x640x640   # FLOPs at that shape
+  edgeopt inspect model.onnx --json | jq '.support[] | select(.supported | not)'
+
+exit codes: 0 ok, 2 the model is missing, truncated or not ONNX.""")
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("inspect", help="IO, ops, parameters, FLOPs and the target support matrix of a model",
-                       description="Show a model's opset, inputs/outputs (dynamic dims named), op histogram, "
-                                   "parameters, rough FLOPs, external data, and for every target whether it "
-                                   "can take the model (all unsupported ops listed with node names).")
-    p.add_argument("model", help="path to an .onnx file")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--config", help="config file with user-defined targets (default ./edgeopt.yaml)")
-    p.set_defaults(func=run)
+@click.command("inspect", epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="IO, ops, parameters, FLOPs and the target support matrix of a model.")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--shape", "--shapes", "shape", multiple=True, metavar="NAME:DIMS",
+              help="Fix dynamic dims for the FLOPs count (x:1x3x224x224, x:[1,3,224,224]).")
+@config_option
+@json_option
+@verbosity
+def command(**kw) -> int:
+    """Show a model's opset, inputs/outputs (dynamic dims named), op histogram, parameters, rough
+    FLOPs, external data, and for every target whether it can take the model (every unsupported
+    node listed with its name)."""
+    return run(ns(**kw))
 
 
 def support_matrix(info, config=None) -> list[dict]:
@@ -32,14 +45,17 @@ def support_matrix(info, config=None) -> list[dict]:
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
-    from edgeopt.model import inspect
+def run(args) -> int:
+    from edgeopt.model import flops_for, inspect, parse_shapes, static_input_shapes
     from edgeopt.ui import table
 
     info = inspect(args.model)
     matrix = support_matrix(info, args.config)
+    static = static_input_shapes(info, parse_shapes(list(args.shape))) if args.shape else None
+    if static is not None:
+        info.flops = flops_for(args.model, static)
     if args.json:
-        emit_json({**info.as_dict(), "support": matrix})
+        emit_json({**info.as_dict(), **({"shapes": static} if static else {}), "support": matrix}, "inspect")
         return 0
     mb = info.size_bytes / 1e6
     print(f"{info.path}  ({mb:.1f} MB, sha256 {info.sha256[:12]})")
@@ -50,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
             shape = "[" + ", ".join("?" if d is None else str(d) for d in t.shape) + "]"
             dyn = "  dynamic: " + ", ".join(t.dynamic_dims) if t.dynamic_dims else ""
             print(f"  {kind} {t.name}: {t.dtype} {shape}{dyn}")
+    at = f" at {', '.join(f'{k}{v}' for k, v in static.items())}" if static else ""
+    dynamic = any(t.dynamic_dims for t in info.inputs) and not static
     print(f"  parameters {info.parameters:,} ({info.parameter_bytes / 1e6:.1f} MB)"
-          + (f", ~{info.flops / 1e9:.2f} GFLOPs (Conv/MatMul/Gemm)" if info.flops else ""))
+          + (f", ~{info.flops / 1e9:.2f} GFLOPs{at} (Conv/MatMul/Gemm"
+             + ("; dynamic dims counted as 1, --shape fixes them" if dynamic else "") + ")" if info.flops else ""))
     if info.external_data:
         print(f"  external data: {', '.join(info.external_data)}")
     print(f"  {len(info.nodes)} nodes: " + ", ".join(f"{op}×{n}" for op, n in info.op_histogram.items()))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
+from ._common import CONTEXT, examples, json_option, ns, verbosity
 
 EXAMPLES = """\
 examples:
@@ -18,35 +19,36 @@ files. Exit codes: 0 passed, 3 the reading missed the bound, 2 bad input.
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("ocr-check", help="task gate: does a PP-OCR det + rec pair still read an image?",
-                       description="Read an image with a text detector + recogniser pair (PP-OCR / rapidocr "
-                                   "pipeline: DB boxes, line pieces, CTC decode) and judge the reading: "
-                                   "expected text found, and/or the FP32 ONNX pair's reading matched.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("det", help="det bundle folder or .onnx")
-    p.add_argument("rec", help="rec bundle folder or .onnx")
-    p.add_argument("image", help="the image to read (png/jpg)")
-    p.add_argument("--expect", metavar="TEXT", help="text that must be read (its words, in order, in one line)")
-    p.add_argument("--min-words", type=float, default=1.0, metavar="F",
-                   help="share of --expect's words that must be found (default 1.0: all)")
-    p.add_argument("--reference", nargs=2, metavar=("DET.onnx", "REC.onnx"),
-                   help="the FP32 models: the pair must read the page like them (also gives the character "
-                        "list when the rec bundle's artifact carries none)")
-    p.add_argument("--min-similarity", type=float, default=0.9, metavar="F",
-                   help="character similarity to the reference reading over the page (default 0.9)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=run)
+@click.command("ocr-check", epilog=examples(EXAMPLES), context_settings=CONTEXT,
+               short_help="Task gate: does a PP-OCR det + rec pair still read an image?")
+@click.argument("det", type=click.Path())
+@click.argument("rec", type=click.Path())
+@click.argument("image", type=click.Path())
+@click.option("--expect", metavar="TEXT", help="Text that must be read (its words, in order, in one line).")
+@click.option("--min-words", type=click.FloatRange(0, 1), default=1.0, metavar="F",
+              help="Share of --expect's words that must be found (1.0: all).")
+@click.option("--reference", nargs=2, metavar="DET.onnx REC.onnx", default=None,
+              help="The FP32 models: the pair must read the page like them (also gives the character list "
+                   "when the rec bundle's artifact carries none).")
+@click.option("--min-similarity", type=click.FloatRange(0, 1), default=0.9, metavar="F",
+              help="Character similarity to the reference reading over the page.")
+@json_option
+@verbosity
+def command(**kw) -> int:
+    """Read IMAGE with a text detector (DET) + recogniser (REC) pair (PP-OCR / rapidocr pipeline: DB
+    boxes, line pieces, CTC decode) and judge the reading: expected text found, and/or the FP32 ONNX
+    pair's reading matched."""
+    return run(ns(**kw))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
     from edgeopt.errors import EXIT_BUILD_FAILED
     from edgeopt.tasks.ocr import check_pair
 
     res = check_pair(args.det, args.rec, args.image, args.expect, tuple(args.reference) if args.reference else None,
                      args.min_words, args.min_similarity)
     if args.json:
-        emit_json(res)
+        emit_json(res, "ocr-check")
     else:
         print(f"read {len(res['lines'])} line(s) of {res['image']}:")
         for line in res["lines"]:

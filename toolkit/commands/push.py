@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
-from .bench import add_device_args, select_devices
+from ._common import CONTEXT, device_options, examples, json_option, ns, verbosity
 
-HELP = """\
+HELP = """Copy the agent and bundles to devices (what they lack only).
+
 Copy the agent (versioned by its content) and the bundles to every selected device over SFTP (a
 plain copy for `local`). What a device already has, by sha256, is skipped. Each bundle is uploaded
 to a temp folder and installed by the agent only after every file's sha256 matched the manifest,
@@ -15,50 +16,46 @@ so an interrupted push never leaves a half-installed bundle; re-run it to finish
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("push", help="copy the agent and bundles to devices", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("bundles", nargs="*", help="bundle folders (default: every bundle under --dist)")
-    add_device_args(p)
-    p.add_argument("--dist", default="dist", help="folder of built bundles [dist]")
-    p.add_argument("--targets", "-t", help="only bundles of these targets (comma-separated)")
-    p.add_argument("--all-targets", action="store_true",
-                   help="push every bundle to every device, not only those matching the device's target")
-    p.add_argument("--verify", action="store_true",
-                   help="re-verify bundles already on the device (sha256 of every file); repair corrupted ones")
-    p.add_argument("--activate", action="store_true",
-                   help="make each pushed bundle the current version of its slot (<model>/<target>) on the device; "
-                        "the one it replaces stays for rollback")
-    p.add_argument("--json", action="store_true", help="print the push results as JSON on stdout")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+EXAMPLES = examples("""\
+examples:
+  edgeopt push --devices lab.yaml                       # what each device lacks, from dist/
+  edgeopt push dist/cls/jetson-orin-fp16 --devices lab.yaml --limit orin1 --activate
+  edgeopt push --devices lab.yaml --verify --json        # re-hash what is there, repair damage
+
+exit codes: 0 every device has its bundles, 2 bad input, 4 a device was unreachable or failed.""")
 
 
-def run(args: argparse.Namespace) -> int:
-    from edgeopt.errors import EXIT_DEVICE_FAILED, UsageError
-    from edgeopt.fleetbench import plan
-    from edgeopt.push import find_bundles, load_bundle, push
+@click.command("push", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="Copy the agent and bundles to devices.")
+@click.argument("bundles", nargs=-1, type=click.Path())
+@device_options
+@click.option("--dist", "--out", "dist", default="dist", metavar="DIR",
+              help="Folder of built bundles (when no BUNDLES are given).")
+@click.option("--targets", "-t", metavar="LIST", help="Only bundles of these targets (comma-separated).")
+@click.option("--all-targets", is_flag=True,
+              help="Push every bundle to every device, not only those matching the device's target.")
+@click.option("--verify", is_flag=True,
+              help="Re-verify bundles already on the device (sha256 of every file); repair corrupted ones.")
+@click.option("--activate", is_flag=True,
+              help="Make each pushed bundle the current version of its slot (<model>/<target>) on the device; "
+                   "the one it replaces stays for `edgeopt rollback`.")
+@json_option
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
+
+
+def run(args) -> int:
+    from edgeopt import api
+    from edgeopt.errors import EXIT_DEVICE_FAILED
     from edgeopt.ui import stderr_progress, table
 
-    progress = stderr_progress(args.quiet)
-    bundles = [load_bundle(b) for b in args.bundles] if args.bundles else find_bundles(args.dist)
-    devices = select_devices(args)
-    targets = [t for t in (args.targets or "").split(",") if t] or None
-    if args.all_targets:
-        work = [(d, bundles) for d in devices]
-    else:
-        work, skipped = plan(devices, bundles, targets)
-        for s in skipped:
-            progress(f"skipping {s['device']}: {s['reason']}")
-    if not work:
-        raise UsageError("nothing to push", hint="check the devices' `target` and --dist, or use --all-targets")
-    results = []
-    for group in {tuple(b.bundle_id for b in bs): bs for _, bs in work}.values():
-        devs = [d for d, bs in work if bs == group]
-        results += push(devs, group, trust_new_host_keys=args.trust_new_host_keys, verify=args.verify,
-                        activate=args.activate, jobs=args.parallel, progress=progress)
+    results = api.push(list(args.bundles) or None, dist=args.dist, devices=args.devices, limit=list(args.only),
+                       labels=list(args.label), targets=args.targets, all_targets=args.all_targets,
+                       trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
+                       activate=args.activate, progress=stderr_progress(args.quiet))
     if args.json:
-        emit_json([r.as_dict() for r in results])
+        emit_json([r.as_dict() for r in results], "push")
     else:
         rows = []
         for r in results:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
-HELP = """\
+from ._common import CONTEXT, examples, ns, verbosity
+
+HELP = """Compare measured runs from the results database.
+
 One comparison of the runs in the results database: latency percentiles, throughput, load time,
 memory and accuracy against the FP32 reference, per model, target, precision and device. By
 default the latest run of each; --all for every run. Formats: table (default), md, html (a
@@ -12,27 +15,33 @@ self-contained page with plots: latency distribution per artifact, latency vs ac
 """
 
 
-def add_report_filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="only this model (comma-separated for several)")
-    p.add_argument("--target", help="only these targets")
-    p.add_argument("--device", help="only these devices")
-    p.add_argument("--precision", help="only these precisions")
-    p.add_argument("--since", help="only runs since a date/time (2025-01-31, 2025-01-31T12:00) or a span ago (12h, 7d)")
-    p.add_argument("--run", dest="run_id", help="only the runs of one `edgeopt bench` invocation (its run id)")
-    p.add_argument("--all", action="store_true", help="every run, not only the latest of each")
+EXAMPLES = examples("""\
+examples:
+  edgeopt report                                     # the latest run of each artifact, as a table
+  edgeopt report --out report.html                   # a page with plots (format from the extension)
+  edgeopt report --targets jetson,cpu --since 7d --format csv
+  edgeopt report --run 20261122-154105-ab12 --json""")
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="compare measured runs (table, md, html, json, csv)", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--db", default=None, metavar="FILE", help="results database [./edgeopt-results.db]")
-    p.add_argument("--format", "-f", choices=["table", "md", "html", "json", "csv"], default=None,
-                   help="output format [table, or from --out's extension]")
-    p.add_argument("--out", "-o", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--title", default="edgeopt report", help="title of md/html reports")
-    add_report_filters(p)
-    p.add_argument("--json", action="store_true", help="same as --format json")
-    p.set_defaults(func=run)
+@click.command("report", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="Compare measured runs (table, md, html, json, csv).")
+@click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
+@click.option("--format", "-f", "format_", type=click.Choice(["table", "md", "html", "json", "csv"]), default=None,
+              help="Output format [table, or from --out's extension].")
+@click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("--title", default="edgeopt report", help="Title of md/html reports.")
+@click.option("--model", help="Only this model (comma-separated for several).")
+@click.option("--targets", "--target", "target", metavar="LIST",
+              help="Only these targets (aliases resolve: jetson = jetson-orin).")
+@click.option("--device", help="Only these devices.")
+@click.option("--precision", help="Only these precisions.")
+@click.option("--since", help="Only runs since a date/time (2025-01-31, 2025-01-31T12:00) or a span ago (12h, 7d).")
+@click.option("--run", "run_id", help="Only the runs of one `edgeopt bench` invocation (its run id).")
+@click.option("--all", "all_", is_flag=True, help="Every run, not only the latest of each.")
+@click.option("--json", "json_", is_flag=True, help="Same as --format json.")
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
 
 
 def guess_format(fmt: str | None, out: str | None, json_flag: bool = False) -> str:
@@ -52,7 +61,7 @@ def write_report(records: list, fmt: str, out: str | None, title: str, filters: 
     from pathlib import Path
 
     from edgeopt.errors import UsageError
-    from edgeopt.report import render
+    from edgeopt.reporting import render
 
     text = render(records, fmt, title=title, filters=filters)
     if not out:
@@ -76,11 +85,30 @@ def write_report(records: list, fmt: str, out: str | None, title: str, filters: 
     print(f"report written to {path}", file=sys.stderr)
 
 
-def run(args: argparse.Namespace) -> int:
-    from edgeopt.results import DEFAULT_DB, ResultsDB
+def check_writable(out: str) -> None:
+    """Refuse an unwritable report path before any work (run builds and benches first)."""
+    import os
+    from pathlib import Path
 
-    filters = {k: getattr(args, k) for k in ("model", "target", "device", "precision", "since", "run_id")}
-    with ResultsDB(args.db or DEFAULT_DB, create=False) as db:
-        records = db.query(**filters, latest=not args.all)
-    write_report(records, guess_format(args.format, args.out, args.json), args.out, args.title, filters)
+    from edgeopt.errors import UsageError
+
+    path = Path(out)
+    parent = path.parent if str(path.parent) else Path(".")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if path.is_dir():
+        raise UsageError(f"--report {out!r} is a folder", hint="give a file name, e.g. report.html")
+    if not os.access(probe, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write the report to {out!r}: permission denied")
+
+
+def run(args) -> int:
+    from edgeopt import api
+
+    filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
+               "since": args.since, "run_id": args.run_id}
+    records = api.query(args.db, **filters, all_runs=args.all_)
+    shown = {**{k: v for k, v in filters.items() if k != "targets"}, "target": api.resolve_target_filter(args.target)}
+    write_report(records, guess_format(args.format_, args.out, args.json), args.out, args.title, shown)
     return 0

@@ -2,46 +2,72 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
-from .bench import add_bench_args, add_device_args
+from ._common import CONTEXT, build_options, device_options, examples, ns, verbosity
+from ._common import bench_options as bench_options_decorator
 
-HELP = """\
+HELP = """Build, push, bench and report in one command.
+
 The whole job: build a bundle per (target, precision) as `edgeopt build` does, push the bundles
 to the devices (`local`, this host, by default), bench each where its target matches, store the
 runs in the results database and print the comparison (or write it with --report FILE, e.g.
-report.html). Exit 3 when a build failed (the bundles that built are still measured), 4 when a
-device was unreachable or a run failed, 0 when all is well.
+report.html). The inventory, the bench options and the report path are checked before anything
+is built.
 """
 
+EXAMPLES = examples("""\
+examples:
+  edgeopt run model.onnx --targets cpu,intel-cpu --precision fp32,int8 --calib images/ --report report.html
+  edgeopt run model.onnx -t jetson,cpu --devices lab.yaml --limit orin1,local --duration 5
+  edgeopt run model.onnx -t cpu --json > run.json     # build, bench and report rows as one JSON object
 
-def add_parser(sub) -> None:
-    from .build import add_build_args
-
-    p = sub.add_parser("run", help="build + push + bench + report in one command", description=HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_build_args(p)
-    add_device_args(p)
-    add_bench_args(p)
-    p.add_argument("--report", metavar="FILE", help="also write the report to FILE (format from the extension)")
-    p.add_argument("--report-format", choices=["table", "md", "html", "json", "csv"], help="format of --report")
-    p.set_defaults(func=run)
+exit codes: 0 all built and measured, 2 bad input (nothing built), 3 a build failed (the bundles that
+built are still measured), 4 a device was unreachable or a run failed.""")
 
 
-def run(args: argparse.Namespace) -> int:
+@click.command("run", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="Build + push + bench + report in one command.")
+@build_options
+@device_options
+@bench_options_decorator
+@click.option("--report", metavar="FILE", help="Also write the report to FILE (format from the extension).")
+@click.option("--report-format", type=click.Choice(["table", "md", "html", "json", "csv"]),
+              help="Format of --report [from its extension].")
+@click.option("--json", "json_", is_flag=True,
+              help="Print build, bench and the report rows as one JSON object on stdout.")
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
+
+
+def run(args) -> int:
     import sys
     from pathlib import Path
 
+    from edgeopt import api
     from edgeopt.errors import EXIT_BUILD_FAILED, EXIT_DEVICE_FAILED
     from edgeopt.push import load_bundle
-    from edgeopt.report import render
+    from edgeopt.reporting import render
     from edgeopt.ui import stderr_progress
 
-    from .bench import print_fleet, run_bench
+    from .bench import bench_kwargs, print_fleet, run_bench
     from .build import build_from_args, print_report
-    from .report import guess_format, write_report
+    from .report import check_writable, guess_format, write_report
 
+    # everything that can be wrong with the input is refused before the (long) build
+    api.bench_options(**bench_kwargs(args))
+    api.select_devices(args.devices, list(args.only), list(args.label))
+    if args.report:
+        fmt = guess_format(args.report_format, args.report)
+        check_writable(args.report)
+        if fmt == "html":
+            from edgeopt.reporting import html_dependency_note
+
+            note = html_dependency_note()
+            if note:
+                print(f"edgeopt: note: {note}", file=sys.stderr)
     report = build_from_args(args)
     if not args.json:
         # stdout carries the final comparison; the build table goes with the progress on stderr
@@ -53,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     bundles = [load_bundle(r.bundle) for r in report.results if r.ok and r.bundle]
     fleet = None
     if bundles:
+        api.check_batch(bundles, args.batch)
         fleet = run_bench(args, bundles, stderr_progress(args.quiet))
     records = [r.as_dict() for r in fleet.records] if fleet else []
     if args.report:
@@ -60,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                      f"edgeopt run: {Path(report.model).stem}", {"run_id": fleet.run_id if fleet else None})
     if args.json:
         emit_json({"build": report.as_dict(), "bench": fleet.as_dict() if fleet else None,
-                   "report": __import__("json").loads(render(records, "json"))["rows"]})
+                   "report": __import__("json").loads(render(records, "json"))["rows"]}, "run")
     elif fleet:
         print_fleet(fleet)
     else:

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from . import emit_json
+from ._common import CONTEXT, config_option, examples, json_option, ns, verbosity
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("targets", help="list the known targets and their backends",
-                       description="List every target (built-in and from the config file), its backend, "
-                                   "precisions, default precision, and whether it builds on this machine.")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--config", help="config file with user-defined targets (default ./edgeopt.yaml)")
-    p.set_defaults(func=run)
+@click.command("targets", context_settings=CONTEXT, short_help="List the known targets and their backends.",
+               epilog=examples("""\
+examples:
+  edgeopt targets
+  edgeopt targets --config edgeopt.yaml --json"""))
+@config_option
+@json_option
+@verbosity
+def command(**kw) -> int:
+    """List every target (built-in and from the config file), its backend, precisions, default
+    precision, aliases, and whether it builds on this machine."""
+    return run(ns(**kw))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args) -> int:
     from edgeopt.targets.registry import ALIASES, all_targets, get_backend
     from edgeopt.ui import table
 
@@ -29,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
                      "precisions_s": ",".join(s.precisions), "alias_s": ",".join(aliases),
                      "here": "yes" if why is None else "no"})
     if args.json:
-        emit_json([{k: v for k, v in r.items() if not k.endswith("_s") and k != "here"} for r in rows])
+        emit_json([{k: v for k, v in r.items() if not k.endswith("_s") and k != "here"} for r in rows], "targets")
         return 0
     print(table(rows, [("name", "target"), ("backend", "backend"), ("precisions_s", "precisions"),
                        ("default_precision", "auto"), ("here", "builds here"), ("alias_s", "aliases"),

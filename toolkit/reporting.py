@@ -100,7 +100,7 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
     """The report of these records in one format (see ``FORMATS``)."""
     rows = rows_of(records)
     if fmt == "json":
-        return json.dumps({"title": title, "filters": filters or {}, "count": len(rows), "rows": rows},
+        return json.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {}, "count": len(rows), "rows": rows},
                           indent=2, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -171,8 +171,9 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
         tds = "".join(f'<td class="{"num" if k in num else k}">{html.escape(c[k])}</td>' for k, _ in cols)
         body.append(f'<tr class="{cls}">{tds}</tr>')
     errs = _errors(rows)
-    plots = _plots(rows, records) if rows else []
-    figs = "".join(f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{data}">'
+    note = html_dependency_note()
+    plots = _plots(rows, records) if rows and not note else []
+    figs = (f'<p class="meta">{html.escape(note)}</p>' if note and rows else "") + "".join(f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{data}">'
                    f"<figcaption>{html.escape(cap)}</figcaption></figure>" for cap, data in plots)
     shown = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "latest run of each artifact on each device"
     model_line = f"model {html.escape(models[0])} &middot; " if len(models) == 1 else ""
@@ -186,6 +187,15 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 <div class="plots">{figs}</div>
 </body></html>
 """
+
+
+def html_dependency_note() -> str | None:
+    """Why the HTML page comes without plots on this install (None: it has them)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return "no plots: matplotlib is not installed (pip install 'edgeopt[report]')"
+    return None
 
 
 def _label(r: dict[str, Any], with_model: bool = True) -> str:

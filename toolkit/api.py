@@ -1,0 +1,364 @@
+"""The Python API: one function per command, with the command's options as keyword arguments.
+
+Each returns the typed result the command's ``--json`` output serialises and raises the
+``edgeopt.errors.EdgeoptError`` classes (``.exit_code`` says what the CLI would exit with); none
+calls ``sys.exit``. The CLI (``edgeopt.commands``) is a thin layer over these.
+
+    import edgeopt
+
+    report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", calib="images/")
+    fleet = edgeopt.bench(dist="dist", devices="rig.yaml", duration=2)
+    for rec in fleet.records:
+        print(rec.device["name"], rec.target, rec.precision, rec.ok)
+
+Heavy modules load on use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from edgeopt.errors import UsageError
+
+Progress = Callable[[str], None]
+JSON_SCHEMA = "edgeopt/v1"
+
+
+def _quiet(s: str) -> None:
+    return None
+
+
+def _split(value: str | Iterable[str] | None) -> list[str] | None:
+    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]``; None/empty -> None."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    out = [p.strip() for item in items for p in str(item).split(",") if p.strip()]
+    return out or None
+
+
+def envelope(kind: str, body: Any) -> dict[str, Any]:
+    """The one shape of every ``--json`` output: ``{"schema": "edgeopt/v1", "kind": ..., ...}``."""
+    if isinstance(body, dict):
+        return {"schema": JSON_SCHEMA, "kind": kind, **body}
+    return {"schema": JSON_SCHEMA, "kind": kind, "items": body}
+
+
+# --- model -----------------------------------------------------------------------------------------
+
+
+def inspect(model: str | os.PathLike, config: str | None = None,
+            shapes: dict[str, list[int]] | list[str] | None = None) -> dict[str, Any]:
+    """What is in the model and which targets can take it (``edgeopt inspect``)."""
+    from edgeopt.model import inspect as _inspect
+    from edgeopt.targets.registry import all_targets, get_backend
+
+    info = _inspect(model)
+    static = None
+    if shapes:
+        from edgeopt.model import static_input_shapes
+
+        static = static_input_shapes(info, parse_shapes(shapes))
+    rows = []
+    for spec in all_targets(config).values():
+        backend = get_backend(spec.backend)
+        bad = backend.unsupported_nodes(info, spec.as_dict())
+        rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad,
+                     "unsupported": [{"op": op, "node": n} for op, n in bad],
+                     "builds_here": backend.available() is None, "host_check": backend.check_kind})
+    out = {**info.as_dict(), "support": rows}
+    if static is not None:
+        from edgeopt.model import flops_for
+
+        out["shapes"] = static
+        out["flops"] = flops_for(model, static)
+    return out
+
+
+def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[str, list[int]]:
+    from edgeopt.model import parse_shapes as _parse
+
+    if isinstance(shapes, dict):
+        return {k: [int(d) for d in v] for k, v in shapes.items()}
+    if isinstance(shapes, str):
+        shapes = [shapes]
+    return _parse(list(shapes or []))
+
+
+def targets(config: str | None = None) -> list[dict[str, Any]]:
+    """Every target, built-in and from the config file (``edgeopt targets``)."""
+    from edgeopt.targets.registry import ALIASES, all_targets, get_backend
+
+    rows = []
+    for s in all_targets(config).values():
+        why = get_backend(s.backend).available()
+        rows.append({**s.as_dict(), "aliases": [a for a, t in ALIASES.items() if t == s.name],
+                     "builds_here": why is None, "why_not": why})
+    return rows
+
+
+def parse_options(items: dict[str, Any] | Iterable[str] | None) -> dict[str, Any]:
+    """``["k=v", ...]`` -> ``{"k": v}`` (ints, floats and booleans cast); a dict is taken as is."""
+    if isinstance(items, dict):
+        return dict(items)
+    out: dict[str, Any] = {}
+    for item in items or []:
+        k, sep, v = str(item).partition("=")
+        if not sep or not k.strip():
+            raise UsageError(f"bad --option {item!r}", hint="use KEY=VALUE")
+        out[k.strip()] = _value(v.strip())
+    return out
+
+
+def _value(v: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(v.lower(), v)
+
+
+def build(model: str | os.PathLike, targets: str | list[str], precision: str | list[str] = "auto",
+          shapes: dict[str, list[int]] | list[str] | str | None = None, calib: str | None = None,
+          preprocess: str | None = None, dist: str | os.PathLike = "dist", jobs: int = 2,
+          timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
+          options: dict[str, Any] | list[str] | None = None, config: str | None = None,
+          calib_count: int = 32, val_count: int = 8, progress: Progress = _quiet):
+    """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
+
+    ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
+    ``"cpu=fp32,int8,intel-cpu=int8"``. ``shapes``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
+    """
+    from edgeopt.pipeline import build as _build
+
+    for name, v, low in (("jobs", jobs, 1), ("calib_count", calib_count, 1), ("val_count", val_count, 1)):
+        if int(v) < low:
+            raise UsageError(f"{name} must be at least {low}, got {v}")
+    if not timeout > 0:
+        raise UsageError(f"timeout must be above 0 s, got {timeout}")
+    return _build(model, targets, precisions=precision, shapes=parse_shapes(shapes), calib=calib,
+                  preprocess=preprocess, out=dist, jobs=jobs, force=force, allow_mismatch=allow_mismatch,
+                  config=config, options=parse_options(options), timeout=timeout, n_calib=calib_count,
+                  n_val=val_count, progress=progress)
+
+
+# --- devices ---------------------------------------------------------------------------------------
+
+
+def select_devices(devices: str | os.PathLike | None = "local", limit: str | list[str] | None = None,
+                   labels: str | list[str] | None = None) -> list:
+    """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error."""
+    from edgeopt.inventory import load_inventory
+
+    inv = load_inventory(devices or "local")
+    chosen = inv.select(_split(limit), _split(labels))
+    if not chosen:
+        raise UsageError(f"no device of {str(devices)!r} matches "
+                         + " and ".join(x for x in (f"--limit {','.join(_split(limit) or [])}" if limit else "",
+                                                     f"--label {','.join(_split(labels) or [])}" if labels else "")
+                                        if x),
+                         hint="`edgeopt devices --devices FILE` lists the devices and their labels")
+    check_device_targets(chosen)
+    return chosen
+
+
+def check_device_targets(devices: list) -> None:
+    """A device's `target` must be a known target (a typo suggests the closest)."""
+    from edgeopt.targets.registry import resolve_target
+
+    for d in devices:
+        if d.target:
+            try:
+                resolve_target(d.target)
+            except UsageError as exc:
+                raise UsageError(f"device {d.name!r}: {exc.message}", hint=exc.hint) from None
+
+
+def check_bench_targets(names: str | list[str] | None) -> list[str] | None:
+    """``--targets`` filter of bench/push: each a known target or alias (did-you-mean otherwise)."""
+    from edgeopt.targets.registry import resolve_target
+
+    picked = _split(names)
+    if picked:
+        for n in picked:
+            resolve_target(n)
+    return picked
+
+
+def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str = 10, threads: int | None = None,
+                  batch: int = 1, bench_timeout: float = 300, limit_memory: float | None = None,
+                  limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
+                  target_qps: float | None = None, latency_bound: str | None = None,
+                  samples_per_query: int | None = None, engine: str | None = None) -> dict[str, Any]:
+    """The options the agent's bench takes, checked (UsageError before any device is touched)."""
+    from types import SimpleNamespace
+
+    from edgeopt.commands.bench import bench_options as _opts
+
+    warm_iters, warm_s = _warmup(warmup)
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+    args = SimpleNamespace(duration=duration, min_iters=min_iters, warmup=warm_iters if warm_iters is not None else 0,
+                           threads=threads, batch=batch, bench_timeout=bench_timeout, limit_memory=limit_memory,
+                           limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
+                           latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine)
+    opts = _opts(args)
+    if warm_s is not None:
+        opts["warmup_s"] = warm_s
+    return opts
+
+
+def _warmup(value: int | str) -> tuple[int | None, float | None]:
+    if isinstance(value, int):
+        if value < 0:
+            raise UsageError(f"--warmup must not be negative, got {value}")
+        return value, None
+    import click
+
+    from edgeopt.commands._common import warmup_value
+
+    try:
+        return warmup_value(value)
+    except click.BadParameter as exc:
+        raise UsageError(f"--warmup: {exc.message}") from None
+
+
+def check_batch(bundles: list, batch: int) -> None:
+    """A batch above 1 needs bundles whose first input dim is dynamic or equals it."""
+    if batch <= 1:
+        return
+    for b in bundles:
+        inputs = (b.manifest.get("io") or {}).get("inputs") or []
+        dyn = (b.manifest.get("runtime") or {}).get("dynamic_batch") or (b.manifest.get("trt") or {}).get("profile")
+        fixed = [i for i in inputs if i.get("shape") and i["shape"][0] != batch]
+        if fixed and not dyn:
+            i = fixed[0]
+            raise UsageError(f"--batch {batch}: bundle {b.target}-{b.precision} of {b.model} was built for input "
+                             f"{i['name']} {i['shape']} (batch {i['shape'][0]})",
+                             hint=f"rebuild with --shape {i['name']}:{'x'.join(str(d) for d in [batch] + i['shape'][1:])}")
+
+
+def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
+          labels: str | list[str] | None = None, targets: str | list[str] | None = None,
+          bundles: list | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
+          verify: bool = False, db: str | None = None, progress: Progress = _quiet, **options: Any):
+    """Push what is missing and measure every bundle on its devices (``edgeopt bench``)
+    -> ``fleetbench.FleetResult``. ``options``: see :func:`bench_options`."""
+    from edgeopt.fleetbench import bench_fleet
+    from edgeopt.push import find_bundles
+    from edgeopt.results import DEFAULT_DB, ResultsDB
+
+    opts = bench_options(**options)
+    picked = check_bench_targets(targets)
+    devs = select_devices(devices, limit, labels)
+    found = bundles if bundles is not None else find_bundles(dist)
+    check_batch(found, opts["batch"])
+    with ResultsDB(db or DEFAULT_DB) as rdb:
+        return bench_fleet(devs, found, opts, targets=picked, trust_new_host_keys=trust_new_host_keys,
+                           jobs=parallel, verify=verify, db=rdb, progress=progress)
+
+
+def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local",
+         limit: str | list[str] | None = None, labels: str | list[str] | None = None,
+         targets: str | list[str] | None = None, all_targets: bool = False, trust_new_host_keys: bool = False,
+         parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet) -> list:
+    """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult]."""
+    from edgeopt.fleetbench import plan
+    from edgeopt.push import find_bundles, load_bundle
+    from edgeopt.push import push as _push
+
+    found = [load_bundle(b) for b in bundles] if bundles else find_bundles(dist)
+    picked = check_bench_targets(targets)
+    devs = select_devices(devices, limit, labels)
+    if all_targets:
+        work = [(d, found) for d in devs]
+    else:
+        work, skipped = plan(devs, found, picked)
+        for s in skipped:
+            progress(f"skipping {s['device']}: {s['reason']}")
+    if not work:
+        raise UsageError("nothing to push", hint="check the devices' `target` and --dist, or use --all-targets")
+    results = []
+    for group in {tuple(b.bundle_id for b in bs): bs for _, bs in work}.values():
+        devs_g = [d for d, bs in work if bs == group]
+        results += _push(devs_g, group, trust_new_host_keys=trust_new_host_keys, verify=verify,
+                         activate=activate, jobs=parallel, progress=progress)
+    return results
+
+
+def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
+          labels: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
+          progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
+    """Connect to each device (host keys checked), install the agent if needed, and return its probe
+    (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgeopt.errors import DeviceError
+    from edgeopt.push import DeviceSession
+
+    devs = select_devices(devices, limit, labels)
+
+    def one(dev) -> dict[str, Any]:
+        try:
+            with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
+                return {"ok": True, "probe": s.probe(), "agent_path": s.agent_dir,
+                        "connect_s": round(getattr(s, "connect_s", 0.0), 3)}
+        except DeviceError as exc:
+            progress(f"{dev.name}: FAILED: {exc.message}")
+            return {"ok": False, "error": str(exc)}
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(devs)))) as pool:
+        return dict(zip([d.name for d in devs], pool.map(one, devs)))
+
+
+def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
+       labels: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
+       dry_run: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
+    """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``)."""
+    from edgeopt.errors import DeviceError
+    from edgeopt.push import DeviceSession
+
+    out: dict[str, dict[str, Any]] = {}
+    for dev in select_devices(devices, limit, labels):
+        try:
+            with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
+                out[dev.name] = {"ok": True, **s.gc(keep=keep, dry_run=dry_run)}
+        except DeviceError as exc:
+            progress(f"{dev.name}: FAILED: {exc.message}")
+            out[dev.name] = {"ok": False, "error": str(exc)}
+    return out
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+def resolve_target_filter(value: str | list[str] | None) -> str | None:
+    """Report filters take aliases (`jetson` -> jetson-orin); unknown names are refused."""
+    from edgeopt.targets.registry import resolve_target
+
+    names = _split(value)
+    if not names:
+        return None
+    return ",".join(resolve_target(n).name for n in names)
+
+
+def query(db: str | None = None, model: str | None = None, targets: str | list[str] | None = None,
+          device: str | None = None, precision: str | None = None, since: str | None = None,
+          run_id: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
+    """Run records from the results database (the latest of each unless ``all_runs``)."""
+    from edgeopt.results import DEFAULT_DB, ResultsDB
+
+    with ResultsDB(db or DEFAULT_DB, create=False) as rdb:
+        return rdb.query(model=model, target=resolve_target_filter(targets), device=device, precision=precision,
+                         since=since, run_id=run_id, latest=not all_runs)
+
+
+def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", **filters: Any) -> str:
+    """The comparison of measured runs as text in one format (``edgeopt report``)."""
+    from edgeopt.reporting import render
+
+    records = query(db, **filters)
+    return render(records, format, title=title, filters=filters)
