@@ -171,12 +171,17 @@ class Target:
         return None
 
     def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
-        """Every (op_type, node name) of the model the backend cannot take."""
+        """Every (op_type, node name) of the model the backend cannot take; ops of a custom domain
+        (no model-local function) for every backend, as the FP32 reference cannot run them."""
+        from edgeopt.model import foreign_nodes
+
+        foreign = foreign_nodes(info) if hasattr(info, "functions") else []
         ops = self.supported_ops(spec)
         if ops is None:
-            return []
-        return [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
-                if (dom not in ("", "ai.onnx")) or op not in ops]
+            return foreign
+        seen = {name for _, name in foreign}
+        return foreign + [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
+                          if name not in seen and ((dom not in ("", "ai.onnx")) or op not in ops)]
 
     def toolchain(self) -> dict[str, str]:
         return package_versions(["onnx", "onnxruntime", "numpy", *self.packages])

@@ -227,18 +227,19 @@ def _warmup(value: int | str) -> tuple[int | None, float | None]:
 
 
 def check_batch(bundles: list, batch: int) -> None:
-    """A batch above 1 needs bundles whose first input dim is dynamic or equals it."""
+    """Refuse up front a batch a bundle cannot take (the agent's own rule, run on the host)."""
+    import json
+
+    from edgeopt_agent.bench import BenchError
+    from edgeopt_agent.bench import check_batch as _check
+
     if batch <= 1:
         return
     for b in bundles:
-        inputs = (b.manifest.get("io") or {}).get("inputs") or []
-        dyn = (b.manifest.get("runtime") or {}).get("dynamic_batch") or (b.manifest.get("trt") or {}).get("profile")
-        fixed = [i for i in inputs if i.get("shape") and i["shape"][0] != batch]
-        if fixed and not dyn:
-            i = fixed[0]
-            raise UsageError(f"--batch {batch}: bundle {b.target}-{b.precision} of {b.model} was built for input "
-                             f"{i['name']} {i['shape']} (batch {i['shape'][0]})",
-                             hint=f"rebuild with --shape {i['name']}:{'x'.join(str(d) for d in [batch] + i['shape'][1:])}")
+        try:
+            _check(json.loads((b.path / "manifest.json").read_text()), batch)
+        except BenchError as exc:
+            raise UsageError(f"--batch {batch}: {b.model} {b.target}-{b.precision}: {exc}") from None
 
 
 def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local", limit: str | list[str] | None = None,

@@ -72,7 +72,7 @@ class LazyGroup(click.Group):
         if self.get_command(ctx, name) is None and not name.startswith("-"):
             close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
             hint = f" Did you mean {' or '.join(close)}?" if close else ""
-            raise click.UsageError(f"no such command {name!r}.{hint} (`edgeopt --help` lists them)", ctx)
+            raise click.UsageError(f"no such command {name!r}.{hint}", ctx)
         return super().resolve_command(ctx, args)
 
 

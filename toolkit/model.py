@@ -57,6 +57,7 @@ class ModelInfo:
     external_data: list[str]
     metadata: dict[str, str] = field(default_factory=dict)
     quantized: dict[str, int] = field(default_factory=dict)  # already-quantized ops (quantized_ops)
+    functions: list[str] = field(default_factory=list)  # model-local functions, "domain::name"
 
     @property
     def opset(self) -> int:
@@ -229,6 +230,19 @@ def _flops(model) -> int | None:
     return total if known and total >= 0 else None
 
 
+# Op domains ONNX Runtime (the FP32 reference every target is held to) implements.
+ORT_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
+                         "ai.onnx.preview.training", "com.ms.internal.nhwc"})
+
+
+def foreign_nodes(info: ModelInfo) -> list[tuple[str, str]]:
+    """(domain::op, node name) of nodes in a domain no runtime here knows (a custom op library), not
+    defined by a model-local function: no target can take them, since the FP32 reference cannot run."""
+    local = set(info.functions)
+    return [(f"{dom}::{op}", name) for dom, op, name in info.nodes
+            if dom not in ORT_DOMAINS and f"{dom}::{op}" not in local]
+
+
 def flops_for(path: str | os.PathLike, shapes: dict[str, list[int]]) -> int | None:
     """FLOPs with the inputs fixed at ``shapes`` (what ``inspect --shape`` shows for a dynamic model)."""
     model = load(path)
@@ -251,6 +265,7 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     init_names = {i.name for i in graph.initializer}
     nodes = [(n.domain or "", n.op_type, n.name or f"<unnamed {n.op_type} #{i}>")
              for i, n in enumerate(walk_nodes(graph))]
+    functions = [f"{f.domain}::{f.name}" for f in model.functions]
     params = 0
     pbytes = 0
     for init in graph.initializer:
@@ -286,6 +301,7 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         external_data=_external_files(model),
         metadata={p.key: p.value for p in model.metadata_props},
         quantized=quantized_ops(nodes),
+        functions=functions,
     )
 
 

@@ -418,14 +418,25 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     progress("preparing: static shapes, data, FP32 reference")
     original = modelmod.load(model)
     m = modelmod.make_static(original, static)
-    onnx.save(m, str(work / "prepared.onnx"), save_as_external_data=m.ByteSize() > 1_900_000_000)
     notes = []
+    big = m.ByteSize() > 1_900_000_000
+    onnx.save(m, str(work / "prepared.onnx"), save_as_external_data=big)
+    lowered = _fit_ir_version(work / "prepared.onnx", [m, original], big)
+    if lowered:
+        notes.append(lowered)
+        progress(f"note: {lowered}")
     if not _ort_loads(work / "prepared.onnx"):
         # Fixing the input dims can break shape inference inside control flow (If branches whose
         # untaken side reshapes differently); then keep the model's own dims and feed static data.
         onnx.save(original, str(work / "prepared.onnx"), save_as_external_data=original.ByteSize() > 1_900_000_000)
         notes.append("input dims left dynamic in prepared.onnx: fixing them broke ONNX Runtime's shape "
                      "inference; the bundle's data has the static shapes")
+    err = _ort_error(work / "prepared.onnx")
+    if err:
+        from edgeopt.errors import ModelError
+
+        raise ModelError(f"ONNX Runtime cannot load the model, so no FP32 reference can be made: {err}",
+                         hint="`edgeopt inspect MODEL` lists ops in custom domains; re-export with standard ops")
     names = [t["name"] for t in io["inputs"]]
     data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
@@ -438,7 +449,10 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     return {**data.source, **({"prepare_notes": notes} if notes else {})}
 
 
-def _ort_loads(path: Path) -> bool:
+def _ort_error(path: Path) -> str | None:
+    """None when ONNX Runtime loads the model, else the first line of its complaint."""
+    import re
+
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -446,9 +460,32 @@ def _ort_loads(path: Path) -> bool:
     so.log_severity_level = 3
     try:
         ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        return True
-    except Exception:
-        return False
+        return None
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+
+
+def _ort_loads(path: Path) -> bool:
+    return _ort_error(path) is None
+
+
+def _fit_ir_version(path: Path, models: list, big: bool) -> str | None:
+    """A model newer than this ONNX Runtime reads (the pinned onnx writes IR 12 by default, ORT 1.23
+    reads <= 11) is saved at the newest IR it reads; the ops and opsets are unchanged. Returns a note."""
+    import re
+
+    import onnx
+
+    err = _ort_error(path) or ""
+    m = re.search(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)", err)
+    if not m:
+        return None
+    have, top = int(m.group(1)), int(m.group(2))
+    for model in models:
+        model.ir_version = top
+    onnx.save(models[0], str(path), save_as_external_data=big)
+    return f"IR version {have} saved as {top}, the newest this ONNX Runtime reads (ops and opsets unchanged)"
 
 
 def reference_outputs(model_path: Path, feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:

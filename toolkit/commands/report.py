@@ -97,6 +97,8 @@ def check_writable(out: str) -> None:
     probe = parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"cannot write the report to {out!r}: {str(probe)!r} is not a folder")
     if path.is_dir():
         raise UsageError(f"--report {out!r} is a folder", hint="give a file name, e.g. report.html")
     if not os.access(probe, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

@@ -68,6 +68,8 @@ def run(args) -> int:
             note = html_dependency_note()
             if note:
                 print(f"edgeopt: note: {note}", file=sys.stderr)
+    if args.batch > 1:
+        _check_batch_shapes(args)
     report = build_from_args(args)
     if not args.json:
         # stdout carries the final comparison; the build table goes with the progress on stderr
@@ -95,3 +97,16 @@ def run(args) -> int:
     if not report.ok:
         return EXIT_BUILD_FAILED
     return 0 if fleet is None or fleet.ok else EXIT_DEVICE_FAILED
+
+
+def _check_batch_shapes(args) -> None:
+    """--batch N needs inputs whose leading dim will be N (bundles are built at the given shapes)."""
+    from edgeopt.errors import UsageError
+    from edgeopt.model import inspect, parse_shapes, static_input_shapes
+
+    info = inspect(args.model)
+    static = static_input_shapes(info, parse_shapes(list(args.shape)))
+    for name, shape in static.items():
+        if shape and shape[0] != args.batch:
+            raise UsageError(f"--batch {args.batch}: input {name!r} will be built at {shape} (batch {shape[0]})",
+                             hint=f"add --shape {name}:{'x'.join(str(d) for d in [args.batch, *shape[1:]])}")
