@@ -9,7 +9,7 @@ calls ``sys.exit``. The CLI (``edgeopt.commands``) is a thin layer over these.
     report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", calib="images/")
     fleet = edgeopt.bench(dist="dist", devices="rig.yaml", duration=2)
     for rec in fleet.records:
-        print(rec.device["name"], rec.target, rec.precision, rec.ok)
+        print(rec.device["name"], rec.bundle["target"], rec.bundle["precision"], rec.ok)
 
 Heavy modules load on use.
 """
@@ -352,8 +352,9 @@ def query(db: str | None = None, model: str | None = None, targets: str | list[s
     """Run records from the results database (the latest of each unless ``all_runs``)."""
     from edgeopt.results import DEFAULT_DB, ResultsDB
 
+    target = resolve_target_filter(targets)
     with ResultsDB(db or DEFAULT_DB, create=False) as rdb:
-        return rdb.query(model=model, target=resolve_target_filter(targets), device=device, precision=precision,
+        return rdb.query(model=model, target=target, device=device, precision=precision,
                          since=since, run_id=run_id, latest=not all_runs)
 
 

@@ -144,6 +144,7 @@ def build(
     pre = calibmod.Preprocess.parse(preprocess)
     options = dict(options or {})
     check_options(plans, options)
+    calibmod.check_source(calib, (n_calib, n_val))  # before the cache lookup: a typo must not hit a cached bundle
     info = modelmod.inspect(model)
     static = modelmod.static_input_shapes(info, shapes or {})
     out = Path(out)
