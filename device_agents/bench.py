@@ -435,6 +435,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             "inputs": {"validation_samples": len(samples), "batch": opts["batch"], "feeds": len(feeds),
                        "distinct_in_loop": len({_digest(feeds[j]) for j in range(used)})},
             "runner": info, "environment": env, "options": opts,
+            "artifact": _artifact_facts(manifest),
         }
         if opts["return_samples"]:
             result["samples_ms"] = subsample(ns)
@@ -463,7 +464,23 @@ def _accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[
     result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
                              manifest.get("tolerance_override"), manifest.get("output_kinds"))
     result["samples"] = len(per_sample)
+    src = (manifest.get("validation") or {}).get("source") or {}
+    # what "agreement" was measured on: n samples of images / arrays / RANDOM data
+    result["data"] = {"kind": src.get("kind", "unknown"), "n": len(per_sample),
+                      "path": Path(str(src["path"])).name if src.get("path") else None}
     return result
+
+
+def _artifact_facts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Size, input shapes and the build's warnings, carried into every run record (and the report)."""
+    files = manifest.get("files") or {}
+    size = sum(int(f.get("size", 0)) for f in files.values()) if isinstance(files, dict) else None
+    art_size = None
+    if isinstance(files, dict):  # the model files: everything but the validation data
+        art_size = sum(int(f.get("size", 0)) for name, f in files.items() if not name.startswith("validation/"))
+    return {"bundle_bytes": size, "artifact_bytes": art_size or None,
+            "input_shapes": {i["name"]: i.get("shape") for i in (manifest.get("io") or {}).get("inputs", [])},
+            "build_warnings": list(manifest.get("warnings") or []), "notes": list(manifest.get("notes") or [])[:5]}
 
 
 # ---- the child process ------------------------------------------------------------------------

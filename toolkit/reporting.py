@@ -21,11 +21,15 @@ FORMATS = ("table", "md", "html", "json", "csv")
 # (key, header) of the comparison, in order.
 COLUMNS = [
     ("model", "model"), ("target", "target"), ("precision", "precision"), ("device", "device"),
-    ("status", "status"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
-    ("mean_ms", "mean ms"), ("throughput_ips", "inf/s"), ("load_s", "load s"),
-    ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("accuracy", "accuracy"),
-    ("cosine_min", "cosine"), ("top1", "top-1"), ("runtime", "runtime"), ("time", "measured (UTC)"),
+    ("status", "status"), ("ship", "ship"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
+    ("p99_9_ms", "p99.9 ms"), ("throughput_ips", "inf/s"), ("vs_fp32", "× fp32"), ("load_s", "load s"),
+    ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("artifact_mb", "size MB"),
+    ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"), ("top1", "top-1 agree"),
+    ("runtime", "runtime"), ("time", "measured (UTC)"),
 ]
+# Targets whose artifacts run natively on an x86 build host: any other target measured on `local`
+# ran on the build host, not on the device it is built for.
+HOST_NATIVE = {"cpu", "intel-cpu"}
 
 
 def _num(v: Any) -> float | None:
@@ -43,41 +47,145 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
     runner = bench.get("runner") or {}
     err = rec.get("error") or {}
     first = _num(bench.get("first_inference_s"))
+    dev = rec.get("device") or {}
+    env = bench.get("environment") or {}
+    art = bench.get("artifact") or {}
+    data = acc.get("data") or {}
+    n = acc.get("samples") or data.get("n")
+    kind = data.get("kind")
+    shapes = art.get("input_shapes") or {}
+    load = (env.get("loadavg") or [None])[0]
+    cores = env.get("cores_usable") or env.get("cores")
+    p50, p90 = _num(lat.get("p50")), _num(lat.get("p90"))
+    noise = []
+    if _num(load) is not None and cores and load > cores:
+        noise.append(f"load {load:.1f} above {cores} cores")
+    if p50 and p90 and p90 / p50 > 1.5:
+        noise.append(f"p90/p50 {p90 / p50:.1f}")
+    target = b.get("target")
     return {
-        "model": b.get("model"), "target": b.get("target"), "precision": b.get("precision"),
-        "backend": b.get("backend"), "device": (rec.get("device") or {}).get("name"), "status": rec.get("status"),
-        "p50_ms": _num(lat.get("p50")), "p90_ms": _num(lat.get("p90")), "p95_ms": _num(lat.get("p95")),
-        "p99_ms": _num(lat.get("p99")), "mean_ms": _num(lat.get("mean")), "std_ms": _num(lat.get("std")),
-        "min_ms": _num(lat.get("min")), "max_ms": _num(lat.get("max")),
+        "model": b.get("model"), "target": target, "precision": b.get("precision"),
+        "backend": b.get("backend"), "device": dev.get("name"), "status": rec.get("status"),
+        "p50_ms": p50, "p90_ms": p90, "p95_ms": _num(lat.get("p95")),
+        "p99_ms": _num(lat.get("p99")), "p99_9_ms": _num(lat.get("p99_9")), "mean_ms": _num(lat.get("mean")),
+        "std_ms": _num(lat.get("std")), "min_ms": _num(lat.get("min")), "max_ms": _num(lat.get("max")),
         "throughput_ips": _num(bench.get("throughput_ips")), "iterations": bench.get("iterations"),
         "load_s": _num(bench.get("load_s")), "first_inference_ms": None if first is None else first * 1000,
         "peak_rss_mb": _num(bench.get("peak_rss_mb")),
+        "artifact_mb": None if not art.get("artifact_bytes") else art["artifact_bytes"] / 1e6,
+        "input_shape": ", ".join(f"{k}{v}" for k, v in shapes.items()) or None,
+        "batch": (bench.get("inputs") or {}).get("batch"),
         "accuracy": None if "passed" not in acc else ("passed" if acc["passed"] else "FAILED"),
+        "samples": n, "data_source": kind,
+        "agreement": None if "passed" not in acc else (
+            ("passed" if acc["passed"] else "FAILED") + (f", n={n}" if n else "")
+            + (", RANDOM data" if kind == "random" else f", {kind}" if kind and kind != "unknown" else "")),
         "cosine_min": min(cos) if cos else None, "top1": min(top1) if top1 else None,
-        "runtime": " ".join(str(x) for x in (runner.get("runtime"), runner.get("version")) if x) or None,
+        "runtime": " ".join(str(x).split("-")[0] for x in (runner.get("runtime"), runner.get("version")) if x) or None,
         "time": rec.get("time"), "run_id": rec.get("run_id"), "bundle_id": b.get("bundle_id"),
         "error": (f"{err.get('type')}: {err.get('message')}" if err else None),
+        "on_build_host": dev.get("transport") == "local" and target not in HOST_NATIVE and target is not None,
+        "noise": "; ".join(noise) or None, "loadavg": _num(load), "cores": cores,
+        "threads": env.get("threads"), "cpu_model": env.get("cpu_model"),
+        "build_warnings": art.get("build_warnings") or [],
+        "ship": None, "vs_fp32": None,
     }
 
 
+def choose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mark, per (model, device), the artifact to ship: the fastest p50 among the runs within their
+    tolerance (on real data when there is any); with the runner-up and the ratio. Also the speed-up of
+    each row over the FP32 bundle of the same runtime on the same device (runtime vs precision effect)."""
+    picks = []
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["device"]), []).append(r)
+    for (model, device), rs in groups.items():
+        for r in rs:
+            base = next((x for x in rs if x["backend"] == r["backend"] and x["precision"] == "fp32"
+                         and x["p50_ms"]), None)
+            if base and r["p50_ms"] and r is not base:
+                r["vs_fp32"] = base["p50_ms"] / r["p50_ms"]
+        good = [r for r in rs if r["status"] == "ok" and r["accuracy"] == "passed" and r["p50_ms"]]
+        if any(not r["on_build_host"] for r in good):  # a row measured off its device is no evidence
+            good = [r for r in good if not r["on_build_host"]]
+        if not good:
+            continue
+        good.sort(key=lambda r: r["p50_ms"])
+        best = good[0]
+        best["ship"] = "SHIP"
+        pick = {"model": model, "device": device, "ship": f"{best['target']}-{best['precision']}",
+                "p50_ms": best["p50_ms"], "on_build_host": best["on_build_host"],
+                "random_data": best["data_source"] == "random"}
+        if len(good) > 1:
+            pick["runner_up"] = f"{good[1]['target']}-{good[1]['precision']}"
+            pick["ratio"] = good[1]["p50_ms"] / best["p50_ms"]
+        picks.append(pick)
+    return picks
+
+
 def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted model, target, precision, device."""
+    """Rows sorted model, target, precision, device; the ship marks and × fp32 filled in."""
     rows = [row_of(r) for r in records]
-    return sorted(rows, key=lambda r: tuple(str(r.get(k) or "") for k in ("model", "target", "precision", "device")))
+    rows = sorted(rows, key=lambda r: tuple(str(r.get(k) or "") for k in ("model", "target", "precision", "device")))
+    choose(rows)
+    return rows
+
+
+def notes_of(rows: list[dict[str, Any]]) -> list[str]:
+    """What a reader must know before trusting the table: the choice, host-measured rows, random data,
+    noise and build warnings."""
+    out = []
+    for p in choose([dict(r) for r in rows]):
+        line = f"{p['device']}: ship {p['ship']} ({p['p50_ms']:.3g} ms p50, within its tolerance)"
+        if p.get("runner_up"):
+            line += f"; runner-up {p['runner_up']}, {p['ratio']:.2f}x slower"
+        if p["on_build_host"]:
+            line += " -- but measured on the build host, not on its device"
+        if p["random_data"]:
+            line += " -- agreement measured on RANDOM data"
+        out.append(line)
+    host = sorted({f"{r['target']}-{r['precision']}" for r in rows if r["on_build_host"]})
+    if host:
+        out.append(f"measured on the build host, not on the target device: {', '.join(host)} "
+                   "(its speed here says little about the device)")
+    rnd = sorted({f"{r['target']}-{r['precision']}" for r in rows if r["data_source"] == "random"})
+    if rnd:
+        out.append(f"validated on RANDOM data (no --calib): {', '.join(rnd)}")
+    for r in rows:
+        if r["noise"]:
+            out.append(f"noisy: {r['device']} {r['target']}-{r['precision']}: {r['noise']}")
+    for w in sorted({w for r in rows for w in r["build_warnings"]}):
+        out.append(f"build warning: {w}")
+    return out
 
 
 def _fmt(key: str, v: Any) -> str:
+    """One format per column."""
     if v is None:
         return ""
-    if key in ("cosine_min",):
+    if key == "cosine_min":
         return f"{v:.6f}"
     if key == "top1":
         return f"{v:.1%}"
+    if key == "vs_fp32":
+        return f"{v:.2f}x"
     if key == "time":
         return str(v)[:16].replace("T", " ")
+    if key == "throughput_ips":
+        return f"{v:,.0f}"
+    if key.endswith("_ms") or key.endswith("_s"):
+        return f"{v:.2f}"
+    if key.endswith("_mb"):
+        return f"{v:.1f}"
     if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) >= 1000 or abs(v) < 0.01 else f"{v:.2f}"
+        return f"{v:.3g}"
     return str(v)
+
+
+# Columns a narrow terminal loses first (COLUMNS, or the terminal's width).
+DROP_ORDER = ["time", "runtime", "cosine_min", "first_inference_ms", "load_s", "p99_9_ms", "peak_rss_mb",
+              "artifact_mb", "p90_ms", "vs_fp32", "model"]
 
 
 def _cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -100,7 +208,9 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
     """The report of these records in one format (see ``FORMATS``)."""
     rows = rows_of(records)
     if fmt == "json":
-        return json.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {}, "count": len(rows), "rows": rows},
+        return json.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {},
+                           "count": len(rows), "rows": rows, "ship": choose([dict(r) for r in rows]),
+                           "notes": notes_of(rows)},
                           indent=2, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -114,9 +224,11 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
 
         if not rows:
             return "no runs match\n"
-        text = table(_cells(rows), COLUMNS)
+        text = table(_cells(rows), COLUMNS, drop=DROP_ORDER)
         errs = _errors(rows)
-        return text + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "") + "\n"
+        notes = notes_of(rows)
+        return (text + ("\n\n" + "\n".join(notes) if notes else "")
+                + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "") + "\n")
     if fmt == "md":
         return _markdown(rows, title)
     if fmt == "html":
@@ -138,6 +250,9 @@ def _markdown(rows: list[dict[str, Any]], title: str) -> str:
                  + "|")
     for c in _cells(rows):
         lines.append("| " + " | ".join(esc(c[k]) for k, _ in COLUMNS) + " |")
+    notes = notes_of(rows)
+    if notes:
+        lines += [""] + [f"- {esc(n)}" for n in notes]
     errs = _errors(rows)
     if errs:
         lines += ["", "## Failures", ""] + [f"- {esc(e)}" for e in errs]
@@ -154,7 +269,50 @@ th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums
 tr.ok td.status{color:#1a7f37;font-weight:600} tr.bad td{background:#fff5f5} tr.bad td.status{color:#cf222e;font-weight:600}
 .plots{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0} figcaption{color:#57606a;font-size:12px}
 img{max-width:100%;border:1px solid #d0d7de} ul.err{color:#cf222e} .scroll{overflow-x:auto}
+tr.ship td{background:#dafbe1} tr.ship td.ship{color:#1a7f37;font-weight:700} tr.host td.device{color:#9a6700}
+th{white-space:normal;max-width:90px;vertical-align:bottom} ul.notes{margin:6px 0 10px;padding-left:18px}
+dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px;margin:0 0 10px}
+dl.meta dt{color:#57606a} dl.meta dd{margin:0}
 """
+
+
+def _meta_html(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> str:
+    """Where and how it was measured: per device its CPU, cores, memory, OS, load during the run;
+    threads, warm-up, duration and iterations of the runs."""
+    import sys
+
+    items = []
+    seen = set()
+    for rec in records:
+        dev = (rec.get("device") or {}).get("name")
+        bench = rec.get("bench") or {}
+        env = bench.get("environment") or {}
+        if dev in seen or not env:
+            continue
+        seen.add(dev)
+        probe = rec.get("probe") or {}
+        mem = probe.get("memory_mb")
+        mem = mem.get("total") if isinstance(mem, dict) else mem
+        load = env.get("loadavg") or []
+        after = (env.get("after") or {}).get("loadavg") or []
+        bits = [f"{env.get('cpu_model') or '?'} × {env.get('cores_usable') or env.get('cores') or '?'} cores",
+                f"{mem / 1024:.0f} GiB" if isinstance(mem, (int, float)) else "",
+                f"{env.get('os') or ''} {env.get('kernel') or ''} {env.get('arch') or ''}".strip(),
+                f"load {load[0]:.2f} → {after[0]:.2f} during the runs" if load and after else ""]
+        items.append((f"device {dev}", " · ".join(b for b in bits if b)))
+    opts = [(rec.get("bench") or {}).get("options") or {} for rec in records]
+    if opts:
+        o = opts[0]
+        iters = [r.get("iterations") for r in rows if r.get("iterations")]
+        items.append(("runs", f"threads {o.get('threads') or 'runtime default'}, warm-up "
+                      + (f"{o['warmup_s']:g} s" if o.get("warmup_s") else f"{o.get('warmup')} iterations")
+                      + f", {o.get('duration_s')} s timed, batch {o.get('batch')}"
+                      + (f", {min(iters)}–{max(iters)} iterations per artifact" if iters else "")))
+    shapes = sorted({r["input_shape"] for r in rows if r.get("input_shape")})
+    if shapes:
+        items.append(("inputs", "; ".join(shapes)))
+    items.append(("report made by", " ".join(["edgeopt", *sys.argv[1:]])[:300]))
+    return '<dl class="meta">' + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items) + "</dl>"
 
 
 def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str, filters: dict[str, Any]) -> str:
@@ -163,11 +321,12 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
     models = sorted({str(r["model"]) for r in rows})
     # One model: say it once in the heading and give its column's width to the numbers.
     cols = [c for c in COLUMNS if not (c[0] == "model" and len(models) == 1)]
-    num = {k for k, _ in cols if k.endswith(("_ms", "_s", "_mb", "_ips")) or k in ("cosine_min", "top1")}
+    num = {k for k, _ in cols if k.endswith(("_ms", "_s", "_mb", "_ips")) or k in ("cosine_min", "top1", "vs_fp32")}
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in cols)
     body = []
     for r, c in zip(rows, _cells(rows)):
-        cls = "ok" if r["status"] == "ok" else "bad"
+        cls = ("ok" if r["status"] == "ok" else "bad") + (" ship" if r.get("ship") else "") + (
+            " host" if r.get("on_build_host") else "")
         tds = "".join(f'<td class="{"num" if k in num else k}">{html.escape(c[k])}</td>' for k, _ in cols)
         body.append(f'<tr class="{cls}">{tds}</tr>')
     errs = _errors(rows)
@@ -182,6 +341,8 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 <style>{_CSS}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <div class="meta">{model_line}{len(rows)} run(s) &middot; {html.escape(shown)} &middot; edgeopt {html.escape(__version__)}</div>
+{_meta_html(rows, records)}
+{('<ul class="notes">' + ''.join(f'<li>{html.escape(n)}</li>' for n in notes_of(rows)) + '</ul>') if rows else ''}
 <div class="scroll"><table id="comparison"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>
 {('<h2>Failures</h2><ul class="err">' + ''.join(f'<li>{html.escape(e)}</li>' for e in errs) + '</ul>') if errs else ''}
 <div class="plots">{figs}</div>
@@ -196,6 +357,17 @@ def html_dependency_note() -> str | None:
     if importlib.util.find_spec("matplotlib") is None:
         return "no plots: matplotlib is not installed (pip install 'edgeopt[report]')"
     return None
+
+
+def _log_ms(ax) -> None:
+    """A log latency axis with plain numbers (0.5, 1, 2 ms), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_xscale("log")
+    fmt = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(fmt)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
 def _label(r: dict[str, Any], with_model: bool = True) -> str:
@@ -263,7 +435,8 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 a = np.asarray(v, dtype=float)[:2000]
                 jitter = np.random.default_rng(i).uniform(-0.18, 0.18, a.size)
                 ax.scatter(a, i + jitter, s=3, alpha=0.25, color="#1b1f24", linewidths=0)
-        ax.set_xlabel("latency per inference (ms), box = quartiles, whiskers = p1..p99")
+        _log_ms(ax)
+        ax.set_xlabel("latency per inference (ms, log scale), box = quartiles, whiskers = p1..p99")
         ax.set_title("Latency distribution per artifact")
         ax.grid(axis="x", alpha=0.3)
         ax.invert_yaxis()
@@ -271,21 +444,32 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
 
         fig, ax = plt.subplots(figsize=(8, 4.6))
         lo, hi = min(r["p50_ms"] for r in ok), max(r["p50_ms"] for r in ok)
-        for r in ok:
+        placed: list[tuple[float, float]] = []
+        ys = []
+        for r in sorted(ok, key=lambda r: r["p50_ms"]):
             y = r["top1"] if r["top1"] is not None else r["cosine_min"]
             if y is None:
                 continue
+            ys.append(y)
             col = "#2f81f7" if r["accuracy"] == "passed" else "#cf222e"
-            ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3)
-            right = r["p50_ms"] > (lo + hi) / 2  # labels point inwards so none runs off the plot
+            ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3, clip_on=False)
+            right = math.log(r["p50_ms"]) > (math.log(lo) + math.log(hi)) / 2  # labels point inwards
+            # labels of points close together are stacked, not drawn over each other
+            near = sum(1 for px, py in placed if abs(math.log(px / r["p50_ms"])) < 0.25 and abs(py - y) < 0.02)
+            placed.append((r["p50_ms"], y))
             ax.annotate(f"{r['target']}-{r['precision']} @ {r['device']}", (r["p50_ms"], y), fontsize=8,
-                        xytext=(-6 if right else 6, 4), textcoords="offset points", ha="right" if right else "left")
-        ax.set_xlabel("median latency (ms)")
+                        xytext=(-6 if right else 6, -12 - 11 * near), textcoords="offset points",
+                        ha="right" if right else "left")
+        _log_ms(ax)
+        ax.set_xlabel("median latency (ms, log scale)")
         use_top1 = any(r["top1"] is not None for r in ok)
         ax.set_ylabel("top-1 agreement with FP32 reference" if use_top1 else "cosine similarity to FP32 reference")
         ax.set_title("Latency vs accuracy (blue: within tolerance, red: not)")
         ax.grid(alpha=0.3)
         ax.margins(x=0.25, y=0.15)
+        if ys:  # agreement cannot pass 1.0: the axis does not either
+            low = min(ys)
+            ax.set_ylim(max(0.0, low - max(0.02, (1 - low) * 0.5)), 1.0)
         out.append(("Latency vs accuracy against the FP32 reference", png(fig)))
 
         fig, ax = plt.subplots(figsize=(8, 0.45 * len(ok) + 1.4))

@@ -6,7 +6,11 @@ import click
 
 
 @click.group("fleet", short_help="What the fleet runs, read from the devices themselves",
-             context_settings={"help_option_names": ["-h", "--help"]})
+             context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
+examples:
+  edgeopt fleet status --devices fleet.yaml
+  edgeopt fleet status --devices fleet.yaml --rollout 3f2a9c1d0b7e --json
+""")
 def command() -> None:
     """Fleet views read from the devices' agents."""
 
