@@ -177,7 +177,41 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         val, cal = samples[:n_val], samples[:n_calib]
         source["note"] = "fewer samples than calibration + validation need: the two sets overlap"
     source.update({"calibration_samples": len(cal), "validation_samples": len(val)})
+    _check_range(val, inputs, source)
     return DataSet(cal, val, source)
+
+
+def describe(source: dict[str, Any]) -> str:
+    """The one progress line for the data: what was read, how it was split, what was skipped."""
+    kind = source.get("kind")
+    if kind == "random":
+        return f"data: RANDOM (seed {source.get('seed')}), no --calib given"
+    what = (f"{source.get('count')} images" if kind == "images" else "arrays") + f" from {source.get('path')}"
+    pre = source.get("preprocess") or {}
+    line = (f"data: {what}" + (f" (preset={pre.get('preset')})" if pre.get("preset") else "")
+            + f" -> {source.get('calibration_samples')} calib + {source.get('validation_samples')} val")
+    if source.get("skipped_unreadable"):
+        line += f"; skipped {len(source['skipped_unreadable'])} unreadable"
+    return line
+
+
+def _check_range(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, Any]], source: dict[str, Any]) -> None:
+    """Warn when arrays do not fit the model's inputs (dtype, or a range far from the preprocessing's)."""
+    warnings = []
+    for t in inputs:
+        arrs = [s[t["name"]] for s in samples if t["name"] in s]
+        if not arrs:
+            continue
+        a = np.stack(arrs)
+        if a.dtype != np.dtype(t["dtype"]):
+            warnings.append(f"input {t['name']!r}: data is {a.dtype}, the model takes {t['dtype']} (cast)")
+        if a.dtype.kind == "f" and a.size and source.get("kind") == "npz":
+            lo, hi = float(a.min()), float(a.max())
+            if hi > 20 or lo < -20:
+                warnings.append(f"input {t['name']!r}: values span {lo:.3g}..{hi:.3g}; an image model usually "
+                                "takes normalised values (was the preprocessing applied?)")
+    if warnings:
+        source["data_warnings"] = warnings
 
 
 def _random_feed(inputs: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -233,6 +267,13 @@ def _from_images(files: list[Path], inputs: list[dict[str, Any]], pre: Preproces
     if len(inputs) != 1 or not image_inputs:
         raise CalibrationError("a folder of images fits a model with one 4-D image input; this model's inputs are "
                                f"{[(t['name'], t['shape']) for t in inputs]}; use a .npz keyed by input name")
+    import importlib.util
+
+    if importlib.util.find_spec("PIL") is None:
+        from edgeopt.errors import MissingDependency
+
+        raise MissingDependency("reading images as calibration data needs Pillow",
+                                hint="pip install 'edgeopt[images]', or pass a .npz keyed by input name")
     t = image_inputs[0]
     cfg = pre.resolved()
     n, a, b, c = t["shape"]

@@ -104,6 +104,34 @@ def _check_summary(manifest: dict[str, Any]) -> str:
     return head + (" (" + "; ".join(worst[:2]) + (" …" if len(worst) > 2 else "") + ")" if worst else "")
 
 
+def sweep_work_dirs(out: Path, progress: Callable[[str], None] = lambda s: None) -> list[str]:
+    """Remove work folders a killed build left in ``out``: their owner process is gone (or, with no
+    owner recorded, they are over an hour old). A running build's folder is never touched."""
+    removed = []
+    for d in out.glob(".edgeopt-work-*"):
+        if not d.is_dir():
+            continue
+        try:
+            pid = int((d / "owner.pid").read_text().strip())
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None:
+            try:
+                os.kill(pid, 0)
+                continue  # alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # someone else's, alive
+        elif time.time() - d.stat().st_mtime < 3600:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d.name)
+    if removed:
+        progress(f"removed {len(removed)} work folder(s) left by an interrupted build")
+    return removed
+
+
 def _writable(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -149,6 +177,7 @@ def build(
     static = modelmod.static_input_shapes(info, shapes or {})
     out = Path(out)
     _writable(out)
+    sweep_work_dirs(out, progress)
     progress(f"model {info.name}: opset {info.opset}, {len(info.nodes)} nodes, inputs "
              + ", ".join(f"{n}{static[n]}" for n in static))
 
@@ -200,6 +229,7 @@ def build(
     if todo:
         # absolute: converters may run in child processes with another working directory
         work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out)).resolve()
+        (work / "owner.pid").write_text(str(os.getpid()))
         try:
             data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress)
             if data_source.get("warning"):
@@ -440,6 +470,9 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
                          hint="`edgeopt inspect MODEL` lists ops in custom domains; re-export with standard ops")
     names = [t["name"] for t in io["inputs"]]
     data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
+    progress(calibmod.describe(data.source))
+    for w in ([data.source["note"]] if data.source.get("note") else []) + data.source.get("data_warnings", []):
+        progress(f"WARNING: data: {w}")
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
     refs = reference_outputs(work / "prepared.onnx", data.validation)
