@@ -63,11 +63,11 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
 
+    from edgeopt.deploy import DeviceSession, load_bundle
     from edgeopt.fixtures import path as fixture_path
     from edgeopt.hil.gate import run_gate
     from edgeopt.hil.gatefile import load_gate
     from edgeopt.inventory import local_device
-    from edgeopt.push import DeviceSession, load_bundle
     from tests.hil.models import slower
 
     work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-gate-"))

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_push.py
 
 Starts a real OpenSSH server on 127.0.0.1 (a free port, generated host and user keys; needs
-/usr/sbin/sshd), pushes with `edgeopt.push.push` as `edgeopt push` does, and reports the bytes and
+/usr/sbin/sshd), pushes with `edgeopt.deploy.push` as `edgeopt push` does, and reports the bytes and
 time of each push (and paramiko's connect time). Writes the `push` section of docs/BENCHMARKS.md.
 """
 
@@ -24,10 +24,10 @@ from _common import load, machine, md_table, stamp, write_section  # noqa: E402
 def main() -> int:
     import yaml
 
+    from edgeopt.deploy import find_bundles, push
     from edgeopt.fixtures import path
     from edgeopt.inventory import load_inventory
     from edgeopt.pipeline import build
-    from edgeopt.push import find_bundles, push
     from tests.devices.conftest import Sshd, keygen, known_hosts
 
     work = Path(tempfile.mkdtemp(prefix="bench-push-"))

@@ -58,10 +58,10 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
 
+    from edgeopt.deploy import DeviceSession, load_bundle
     from edgeopt.fixtures import path as fixture_path
     from edgeopt.inventory import local_device
     from edgeopt.pipeline import build
-    from edgeopt.push import DeviceSession, load_bundle
 
     work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-scen-"))
     models = {"ocr-cls": ({"x": [1, 3, 48, 192]}, "preset=pm1"), "ocr-rec": ({"x": [1, 3, 48, 320]}, "preset=pm1")}

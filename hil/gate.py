@@ -25,7 +25,7 @@ EXIT = {"pass": 0, "improved": 0, "regressed": 5, "error": 4, "inconclusive": EX
 
 
 def _bundle(path: str | Path, what: str):
-    from edgeopt.push import load_bundle
+    from edgeopt.deploy import load_bundle
 
     p = Path(path)
     if not p.exists():
@@ -70,7 +70,7 @@ def run_gate(candidate: str | Path, baseline: str | Path, devices: list, spec: G
                          + ", ".join(f"{d.name}: {d.target or 'no target'}" for d in devices) + ")",
                          hint="set `target:` for the rig's devices in the inventory")
     gate_id = uuid.uuid4().hex[:12]
-    result: dict[str, Any] = {"schema": 1, "kind": "gate", "gate_id": gate_id, "model": cand.model,
+    result: dict[str, Any] = {"schema": "edgeopt/v1", "kind": "gate", "gate_id": gate_id, "model": cand.model,
                               "target": cand.target, "baseline_id": base.bundle_id,
                               "candidate_id": cand.bundle_id, "baseline": str(base.path),
                               "candidate": str(cand.path), "spec": spec.as_dict(), "budget_s": budget_s,
@@ -108,9 +108,9 @@ def _overall(devs: list[dict[str, Any]]) -> str:
 
 def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust_new: bool,
                  progress: Callable[[str], None]) -> dict[str, Any]:
+    from edgeopt.deploy import DeviceSession
     from edgeopt.hil.paired import measure_pair
     from edgeopt.hil.stats import judge
-    from edgeopt.push import DeviceSession
     from edgeopt.transport import AuthFailed, HostKeyError
 
     out: dict[str, Any] = {"device": dev.name, "status": "ok"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import UsageError, yaml_error
 
 LATENCY = ("p50", "p90", "p99")
 # Samples needed before a tail percentile is judged at all (MLPerf LoadGen's early-stopping minimums).
@@ -106,7 +106,7 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
         try:
             data = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
-            raise UsageError(f"gate file {path}: not valid YAML: {exc}".replace("\n", " ")) from None
+            raise UsageError(yaml_error(exc, str(path))) from None
         name = str(path)
         spec.source = name
     if not isinstance(data, dict):

@@ -109,8 +109,8 @@ def summary(comparison: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, per in comparison["outputs"].items():
         m = per["metrics"]
-        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match",
-                                                             "flip_rate", "vector_cosine_min")
+        out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n",
+                                                             "seq_match", "flip_rate", "vector_cosine_min")
                      if k in m}
         if per["reasons"]:
             out[name]["fails"] = per["reasons"]

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import UsageError
+from edgeopt_agent.compare import top1_text
 
 from .base import BuildJob, BuildOutput, CheckFailed, parse_tolerance, require
 from .ort_int8_quant import (
@@ -97,7 +98,7 @@ class Variant:
         for name, m in self.outputs.items():
             txt = f"cos {m.get('cosine', float('nan')):.4f} rel_l2 {m.get('rel_l2', float('nan')):.3f}"
             if "top1" in m:
-                txt += f" top1 {m['top1']:.0%}"
+                txt += f" top1 {top1_text(m)}"
             bits.append(txt if len(self.outputs) == 1 else f"{name}: {txt}")
         return f"{self.settings.label()}: " + "; ".join(bits) + f", {self.latency_ms:.2f} ms" + (
             "" if self.passed else " (fails: " + "; ".join(self.reasons[:2]) + ")")
@@ -390,7 +391,7 @@ class _Search:
 
 
 def headline(metrics: dict[str, float]) -> dict[str, float]:
-    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "seq_match", "snr_db")
+    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n", "seq_match", "snr_db")
     return {k: round(float(metrics[k]), 6) for k in keys if k in metrics}
 
 

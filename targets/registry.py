@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import UsageError, yaml_error
 
 # backend name -> "module:Class" of its Target implementation.
 BACKENDS: dict[str, str] = {
@@ -123,7 +123,7 @@ def load_user_targets(path: Path | None) -> dict[str, TargetSpec]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        raise UsageError(yaml_error(exc, str(path))) from None
     entries = data.get("targets") or {}
     if not isinstance(entries, dict):
         raise UsageError(f"{path}: `targets` must be a mapping of name -> settings")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
+from edgeopt_agent.compare import top1_text
 
 from .base import BuildJob, BuildOutput, CheckFailed, Target, host_check, package_versions, require
 
@@ -352,7 +353,7 @@ def _summary(check: dict[str, Any]) -> str:
     for name, out in (check.get("outputs") or {}).items():
         m = out.get("metrics", {})
         bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"rel_l2 {m['rel_l2']:.3g}" if "rel_l2" in m else "",
-                f"top1 {m['top1']:.0%}" if "top1" in m else ""]
+                f"top1 {top1_text(m)}" if "top1" in m else ""]
         parts.append(f"{name}: " + " ".join(b for b in bits if b)
                      + ("" if out.get("passed") else " FAIL (" + "; ".join(out.get("reasons", [])) + ")"))
     head = "passed" if check.get("passed") else "FAILED"

@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt_agent.compare import top1_text
+
 CONVERTER_REV = 3  # bump when the SavedModel stage changes, to invalidate cached conversions
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf would download
 
@@ -524,6 +526,9 @@ class Attempt:
             vals = [m[key] for m in self.metrics.values() if key in m]
             if vals:
                 out[key] = pick(vals)
+        ns = [int(m["top1_n"]) for m in self.metrics.values() if "top1_n" in m]
+        if "top1" in out and ns:
+            out["top1_n"] = min(ns)
         return out
 
     def figures(self) -> str:
@@ -531,7 +536,7 @@ class Attempt:
             return f"failed: {self.error}"
         w = self.worst()
         bits = [f"cos {w['cosine']:.4f}" if "cosine" in w else "", f"rel_l2 {w['rel_l2']:.3f}" if "rel_l2" in w else "",
-                f"top1 {w['top1']:.0%}" if "top1" in w else "",
+                f"top1 {top1_text(w)}" if "top1" in w else "",
                 f"ctc-decode {w['seq_match']:.0%}" if "seq_match" in w else "",
                 f"flips {w['flip_rate']:.2%}" if "flip_rate" in w else ""]
         return " ".join(b for b in bits if b) or ("meets the bound" if self.passed else "; ".join(self.reasons))

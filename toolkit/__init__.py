@@ -1,7 +1,7 @@
 """edgeopt: one ONNX model in; a faithful, measured artifact for every target out.
 
 The API mirrors the CLI (``edgeopt.api``): ``edgeopt.inspect``, ``edgeopt.build``, ``edgeopt.push``,
-``edgeopt.bench``, ``edgeopt.report`` ... take the command's options as keyword arguments, return
+``edgeopt.bench``, ``edgeopt.report``, ``edgeopt.list_targets`` (``edgeopt targets``) ... take the command's options as keyword arguments, return
 what its ``--json`` prints (typed), and raise ``edgeopt.errors.EdgeoptError`` subclasses. Heavy
 modules load on use.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-API = ("inspect", "targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
-       "bench_options")
+API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
+       "bench_options", "gate", "rollout")
 __all__ = ["__version__", *API]
 
 

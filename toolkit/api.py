@@ -87,8 +87,9 @@ def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[
     return _parse(list(shapes or []))
 
 
-def targets(config: str | None = None) -> list[dict[str, Any]]:
-    """Every target, built-in and from the config file (``edgeopt targets``)."""
+def list_targets(config: str | None = None) -> list[dict[str, Any]]:
+    """Every target, built-in and from the config file (``edgeopt targets``; ``edgeopt.targets`` is the
+    package of backends, so the function has this name)."""
     from edgeopt.targets.registry import ALIASES, all_targets, get_backend
 
     rows = []
@@ -126,16 +127,17 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           preprocess: str | None = None, dist: str | os.PathLike = "dist", jobs: int = 2,
           timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
           options: dict[str, Any] | list[str] | None = None, config: str | None = None,
-          calib_count: int = 32, val_count: int = 8, progress: Progress = _quiet):
+          calib_count: int = 32, val_count: int | None = None, progress: Progress = _quiet):
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
+    ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shapes``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
     """
     from edgeopt.pipeline import build as _build
 
     for name, v, low in (("jobs", jobs, 1), ("calib_count", calib_count, 1), ("val_count", val_count, 1)):
-        if int(v) < low:
+        if v is not None and int(v) < low:
             raise UsageError(f"{name} must be at least {low}, got {v}")
     if not timeout > 0:
         raise UsageError(f"timeout must be above 0 s, got {timeout}")
@@ -162,6 +164,10 @@ def select_devices(devices: str | os.PathLike | None = "local", limit: str | lis
                                         if x),
                          hint="`edgeopt devices --devices FILE` lists the devices and their labels")
     check_device_targets(chosen)
+    if any(not d.is_local for d in chosen):
+        from edgeopt.transport import require_paramiko
+
+        require_paramiko()  # a core install without the devices extra: one line now, not after the build
     return chosen
 
 
@@ -248,8 +254,8 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
           verify: bool = False, db: str | None = None, progress: Progress = _quiet, **options: Any):
     """Push what is missing and measure every bundle on its devices (``edgeopt bench``)
     -> ``fleetbench.FleetResult``. ``options``: see :func:`bench_options`."""
+    from edgeopt.deploy import find_bundles
     from edgeopt.fleetbench import bench_fleet
-    from edgeopt.push import find_bundles
     from edgeopt.results import DEFAULT_DB, ResultsDB
 
     opts = bench_options(**options)
@@ -267,9 +273,9 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
          targets: str | list[str] | None = None, all_targets: bool = False, trust_new_host_keys: bool = False,
          parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet) -> list:
     """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult]."""
+    from edgeopt.deploy import find_bundles, load_bundle
+    from edgeopt.deploy import push as _push
     from edgeopt.fleetbench import plan
-    from edgeopt.push import find_bundles, load_bundle
-    from edgeopt.push import push as _push
 
     found = [load_bundle(b) for b in bundles] if bundles else find_bundles(dist)
     picked = check_bench_targets(targets)
@@ -297,8 +303,8 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
     (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
-    from edgeopt.push import DeviceSession
 
     devs = select_devices(devices, limit, labels)
 
@@ -319,8 +325,8 @@ def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = Non
        labels: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
        dry_run: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
     """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``)."""
+    from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
-    from edgeopt.push import DeviceSession
 
     out: dict[str, dict[str, Any]] = {}
     for dev in select_devices(devices, limit, labels):
@@ -364,3 +370,129 @@ def report(db: str | None = None, format: str = "table", title: str = "edgeopt r
 
     records = query(db, **filters)
     return render(records, format, title=title, filters=filters)
+
+
+# --- HIL gate and fleet rollout --------------------------------------------------------------------
+
+
+def parse_duration(text: str | float, what: str = "--budget") -> float:
+    """``60``, ``60s``, ``2m`` (or a number) -> seconds above 0."""
+    if isinstance(text, (int, float)):
+        v = float(text)
+    else:
+        t = str(text).strip().lower()
+        mult = 60.0 if t.endswith("m") else 1.0
+        t = t[:-1] if t and t[-1] in "sm" else t
+        try:
+            v = float(t) * mult
+        except ValueError:
+            raise UsageError(f"{what}: expected seconds like 60s or 2m, got {text!r}") from None
+    if not v > 0:
+        raise UsageError(f"{what} must be above 0 s, got {text!r}")
+    return v
+
+
+def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
+         limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
+         budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
+         trust_new_host_keys: bool = False, progress: Progress = _quiet) -> dict[str, Any]:
+    """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
+    ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
+    with ratios and intervals. ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code."""
+    from edgeopt.hil.gate import EXIT, run_gate
+    from edgeopt.hil.gatefile import load_gate
+
+    if on_inconclusive not in ("exit6", "fail", "pass"):
+        raise UsageError(f"on_inconclusive must be exit6, fail or pass, not {on_inconclusive!r}")
+    spec = load_gate(gate)
+    budget_s = parse_duration(budget)
+    rig = select_devices(devices, limit, labels)
+    result = run_gate(candidate, baseline, rig, spec, budget_s, trust_new_host_keys, db_path=db, progress=progress)
+    if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":
+        result["exit_code"] = EXIT["regressed"] if on_inconclusive == "fail" else 0
+    return result
+
+
+def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select: str | list[str] | None = None,
+                   waves: str = "1,10%,50%,100%", limit: str | list[str] | None = None):
+    """The plan of a rollout and what it needs: ``(plan, devices by name, bundle per device)``."""
+    from pathlib import Path
+
+    from edgeopt.deploy import find_bundles, load_bundle
+    from edgeopt.fleet.plan import make_plan, parse_select, parse_waves
+    from edgeopt.inventory import canonical_target, load_inventory
+
+    bundles = [bundles] if isinstance(bundles, (str, os.PathLike)) else list(bundles)
+    wave_specs = parse_waves(waves)
+    sel = parse_select(_split(select))
+    found = []
+    for b in bundles:
+        p = Path(b)
+        found.extend([load_bundle(p)] if (p / "manifest.json").is_file() else find_bundles(p))
+    if not found:
+        raise UsageError(f"no bundle in {', '.join(map(str, bundles))}",
+                         hint="give bundle folders or a dist/<model>/ folder")
+    devs = load_inventory(devices).select(_split(limit))
+    plan = make_plan(devs, found, wave_specs, sel)
+    by_target = {canonical_target(b.target): b for b in found}
+    devmap = {d.name: d for d in devs}
+    bmap = {w["device"]: by_target[canonical_target(w["target"])] for wave in plan.waves for w in wave}
+    return plan, devmap, bmap
+
+
+def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail: str | int = "0", parallel: int = 8,
+                    bake: float = 0.0, on_inconclusive: str = "pause", on_halt: str = "keep",
+                    health_watch: float = 0.0, trust_new_host_keys: bool = False,
+                    max_disagreement: str | float | None = None, latency_gate: bool = True):
+    """A rollout's options checked (``edgeopt.fleet.rollout.Options``)."""
+    from edgeopt.fleet.plan import parse_max_fail
+    from edgeopt.fleet.rollout import Options
+    from edgeopt.hil.gatefile import load_gate, parse_fraction
+
+    if int(parallel) < 1:
+        raise UsageError(f"--parallel must be >= 1, got {parallel}")
+    for name, v in (("--bake", bake), ("--health-watch", health_watch)):
+        if float(v) < 0:
+            raise UsageError(f"{name} must be >= 0 s, got {v}")
+    if not float(gate_budget) > 0:
+        raise UsageError(f"--gate-budget must be above 0 s, got {gate_budget}")
+    if on_inconclusive not in ("pause", "continue", "fail") or on_halt not in ("keep", "rollback-all"):
+        raise UsageError(f"on_inconclusive must be pause|continue|fail and on_halt keep|rollback-all, "
+                         f"not {on_inconclusive!r}/{on_halt!r}")
+    spec = load_gate(gate)
+    if max_disagreement is not None:
+        spec.max_disagreement = parse_fraction(str(max_disagreement), "--max-disagreement")
+    return Options(gate=spec, gate_budget_s=float(gate_budget), max_fail=parse_max_fail(max_fail),
+                   parallel=int(parallel), bake_s=float(bake), on_inconclusive=on_inconclusive, on_halt=on_halt,
+                   health_watch_s=float(health_watch), trust_new_host_keys=trust_new_host_keys,
+                   latency_gate=latency_gate)
+
+
+def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "1,10%,50%,100%",
+            select: str | list[str] | None = None, limit: str | list[str] | None = None, dry_run: bool = False,
+            db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
+            progress: Progress = _quiet, **options: Any) -> dict[str, Any]:
+    """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
+    (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
+    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``options``: those of
+    ``rollout_options`` (gate, max_fail, parallel, bake, health_watch, on_inconclusive, on_halt …)."""
+    from pathlib import Path
+
+    from edgeopt.fleet.journal import Journal
+    from edgeopt.fleet.rollout import run_rollout
+
+    opts = rollout_options(**options)
+    plan, devmap, bmap = rollout_inputs(bundles, devices, select, waves, limit)
+    if dry_run:
+        return {**plan.as_dict(), "bytes": sum(w["bytes"] for wave in plan.waves for w in wave)}
+    bl = [bundles] if isinstance(bundles, (str, os.PathLike)) else list(bundles)
+    spec = {"bundles": [str(Path(b).resolve()) for b in bl],
+            "devices": "local" if str(devices) == "local" else str(Path(devices).resolve()),
+            "limit": _split(limit) or [], "select": _split(select) or [], "waves": waves,
+            "gate": str(Path(options["gate"]).resolve()) if options.get("gate") else None,
+            "gate_budget": opts.gate_budget_s, "max_fail": str(options.get("max_fail", "0")),
+            "parallel": opts.parallel, "bake": opts.bake_s, "health_watch": opts.health_watch_s,
+            "on_inconclusive": opts.on_inconclusive, "on_halt": opts.on_halt,
+            "max_disagreement": options.get("max_disagreement"), "no_latency_gate": not opts.latency_gate}
+    with Journal(db, on_event) as j:
+        return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)

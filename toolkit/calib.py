@@ -118,9 +118,12 @@ def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list
     return h.hexdigest()
 
 
+VAL_DEFAULT, VAL_MAX = 8, 32
+
+
 def check_source(path: str | None, counts: tuple[int, int] = (1, 1)) -> None:
     """Refuse a data source that cannot give samples (CalibrationError, exit 2), without decoding it."""
-    n_calib, n_val = counts
+    n_calib, n_val = counts[0], (VAL_DEFAULT if counts[1] is None else counts[1])
     if n_calib < 1 or n_val < 1:
         raise CalibrationError(f"--calib-count and --val-count must be >= 1 (got {n_calib} and {n_val})")
     if not path:
@@ -136,8 +139,13 @@ def check_source(path: str | None, counts: tuple[int, int] = (1, 1)) -> None:
 
 
 def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Preprocess,
-              n_calib: int = 32, n_val: int = 8, seed: int = 0) -> DataSet:
-    """Calibration + validation feeds from ``path`` (or random data when path is None)."""
+              n_calib: int = 32, n_val: int | None = None, seed: int = 0) -> DataSet:
+    """Calibration + validation feeds from ``path`` (or random data when path is None).
+
+    ``n_val=None``: 8 validation samples, grown up to ``VAL_MAX`` when the data has more samples than
+    calibration takes (top-1 agreement on n samples moves in 1/n steps)."""
+    auto_val = n_val is None
+    n_val = VAL_DEFAULT if n_val is None else n_val
     if path is None:
         rng = np.random.default_rng(seed)
         samples = [_random_feed(inputs, rng) for _ in range(n_calib + n_val)]
@@ -170,6 +178,8 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         raise CalibrationError(f"{p}: calibration data must be a folder of images, a .npy or a .npz file")
     if not samples:
         raise CalibrationError(f"{p}: no samples found")
+    if auto_val:
+        n_val = max(n_val, min(VAL_MAX, len(samples) - n_calib))
     if len(samples) >= n_val + 2:
         val = samples[-n_val:]
         cal = samples[:-n_val][:n_calib]

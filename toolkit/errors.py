@@ -76,3 +76,12 @@ class HostKeyError(DeviceError):
 
 class GateFailed(EdgeoptError):
     exit_code = EXIT_GATE_FAILED
+
+
+def yaml_error(exc: Exception, src: str) -> str:
+    """PyYAML's error as one line that keeps where it is: ``FILE:LINE:COL: not valid YAML: problem``."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    where = f"{src}:{mark.line + 1}:{mark.column + 1}" if mark is not None else src
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from edgeopt.deploy import DeviceSession, LocalBundle, reply_error
 from edgeopt.errors import DeviceError, HostKeyError, UsageError
 from edgeopt.inventory import Device, canonical_target
-from edgeopt.push import DeviceSession, LocalBundle, reply_error
 from edgeopt.transport import AuthFailed, ConnectionLost, connect
 
 Progress = Callable[[str], None]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import UsageError, yaml_error
 
 LOCAL = "local"
 DEFAULT_ROOT = "~/.edgeopt"
@@ -161,6 +161,7 @@ def load_inventory(spec: str | Path | None) -> Inventory:
         devices = _from_ansible_ini(text, src)
     else:
         data = _yaml(text, src)
+        _near_devices_key(data, src)
         if isinstance(data, dict) and "devices" in data:
             devices = _from_native(data, src)
         elif isinstance(data, dict) and data and all(isinstance(v, (dict, type(None))) for v in data.values()):
@@ -190,7 +191,19 @@ def _yaml(text: str, src: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InventoryError(f"{src} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise InventoryError(yaml_error(exc, src)) from None
+
+
+def _near_devices_key(data: Any, src: str) -> None:
+    """``device:`` / ``Devices:`` for ``devices:`` is a typo, not an Ansible inventory: say so."""
+    import difflib
+
+    if not isinstance(data, dict) or "devices" in data:
+        return
+    for key in map(str, data):
+        if key != "devices" and difflib.get_close_matches(key.lower(), ["devices"], n=1, cutoff=0.7):
+            raise InventoryError(f"{src}: unknown top-level key {key!r}; did you mean 'devices'?",
+                                 hint="an edgeopt inventory has a top-level `devices:` mapping")
 
 
 def _refuse_secrets(keys, where: str, src: str) -> None:

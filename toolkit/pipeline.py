@@ -72,10 +72,27 @@ class BuildReport:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for r in d["results"]:
+        for r, res in zip(d["results"], self.results):
             r.pop("manifest", None)
+            r["check"] = check_result(res.manifest, r["check"])
         d["ok"] = self.ok
         return d
+
+
+def check_result(manifest: dict[str, Any] | None, summary: str = "") -> dict[str, Any] | None:
+    """The host check as data for scripts: passed, kind, n samples, data source, per-output kind,
+    metrics and the metrics that failed, the tolerance it was judged at; ``summary`` is the one line."""
+    if not manifest:
+        return {"passed": None, "summary": summary} if summary else None
+    hc = manifest.get("host_check") or {}
+    src = ((manifest.get("validation") or {}).get("source") or {})
+    out = {"passed": hc.get("passed"), "kind": hc.get("kind"), "summary": summary or hc.get("summary"),
+           "samples": hc.get("samples"), "data": src.get("kind"), "tolerance": hc.get("tolerance"),
+           "outputs": {name: {k: o.get(k) for k in ("kind", "passed", "metrics", "failed")}
+                       for name, o in (hc.get("outputs") or {}).items()}}
+    if "error" in hc:
+        out["error"] = hc["error"]
+    return out
 
 
 def cache_dir() -> Path:
@@ -94,14 +111,9 @@ def _check_summary(manifest: dict[str, Any]) -> str:
         return "on device"
     if "error" in hc:
         return "FAILED: " + hc["error"]
-    worst = []
-    for name, o in (hc.get("outputs") or {}).items():
-        m = o.get("metrics", {})
-        bits = [f"cos {m['cosine']:.4f}" if "cosine" in m else "", f"top1 {m['top1']:.0%}" if "top1" in m else "",
-                f"ctc-decode {m['seq_match']:.0%}" if "seq_match" in m else ""]
-        worst.append(f"{name}: " + " ".join(b for b in bits if b) + ("" if o.get("passed") else " FAIL"))
-    head = "passed" if hc.get("passed") else "FAILED"
-    return head + (" (" + "; ".join(worst[:2]) + (" …" if len(worst) > 2 else "") + ")" if worst else "")
+    from edgeopt_agent.compare import summary_line
+
+    return summary_line(hc)  # a failed output names the metric that failed, a passing one its figures
 
 
 def sweep_work_dirs(out: Path, progress: Callable[[str], None] = lambda s: None) -> list[str]:
@@ -156,7 +168,7 @@ def build(
     options: dict[str, Any] | None = None,
     timeout: float = 1800,
     n_calib: int = 32,
-    n_val: int = 8,
+    n_val: int | None = None,
     progress: Callable[[str], None] = lambda s: None,
 ) -> BuildReport:
     """Build a bundle for every (target, precision); see ``edgeopt build --help``."""
@@ -172,7 +184,7 @@ def build(
     pre = calibmod.Preprocess.parse(preprocess)
     options = dict(options or {})
     check_options(plans, options)
-    calibmod.check_source(calib, (n_calib, n_val))  # before the cache lookup: a typo must not hit a cached bundle
+    calibmod.check_source(calib, (n_calib, n_val or 1))  # before the cache lookup: a typo must not hit a cached bundle
     info = modelmod.inspect(model)
     static = modelmod.static_input_shapes(info, shapes or {})
     out = Path(out)
@@ -249,7 +261,7 @@ def build(
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
             try:
                 list(pool.map(lambda a: _run_job(*a, work=work, timeout=timeout, allow_mismatch=allow_mismatch,
-                                                 progress=progress), jobs_list))
+                                                 progress=progress, force=force), jobs_list))
             except BaseException:  # Ctrl-C or SIGTERM: stop the workers now, not when they finish
                 _stop_workers()
                 pool.shutdown(wait=False, cancel_futures=True)
@@ -543,9 +555,56 @@ def reference_outputs(model_path: Path, feeds: list[dict[str, Any]]) -> list[dic
     return outs
 
 
+@contextlib.contextmanager
+def _key_lock(key: str, tag: str, progress: Callable[[str], None]):
+    """Hold the cache key's lock (``<cache>/<key[:2]>/<key>.lock``, flock: freed when a process dies).
+    A second build of the same key waits here instead of doing the work twice; yields whether it waited."""
+    import fcntl
+
+    path = cache_dir() / key[:2] / f"{key}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:  # a read-only cache: no lock, build as before
+        yield False
+        return
+    waited = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waited = True
+            progress(f"{tag}: another build of the same model/target/options is running; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield waited
+    finally:
+        os.close(fd)
+
+
 def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, timeout: float,
-             allow_mismatch: bool, progress: Callable[[str], None]) -> None:
+             allow_mismatch: bool, progress: Callable[[str], None], force: bool = False) -> None:
     tag = f"{res.target} {res.precision}"
+    key = job["cache_key"]
+    with _key_lock(key, tag, progress) as waited:
+        cached = cache_dir() / key[:2] / key
+        if waited and not force and _bundle_key(cached) == key:  # the other build finished it: take its bundle
+            _install(cached, final, copy=True)
+            res.status, res.bundle, res.time_s = "cached", str(final), 0.0
+            res.manifest = json.loads((final / "manifest.json").read_text())
+            res.check = _check_summary(res.manifest)
+            progress(f"{tag}: taken from the build that ran beside this one")
+            return
+        failed = None if force or not waited else _cached_failure(key)
+        if failed:
+            res.status, res.time_s, res.manifest = failed["status"], 0.0, failed.get("manifest")
+            res.error = f"{CACHED_FAILURE} {failed['error']}"
+            res.check = f"{failed['check']} {CACHED_FAILURE}" if failed.get("check") else ""
+            return
+        _build_job(res, job, final, work, timeout, allow_mismatch, progress, tag)
+
+
+def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, timeout: float,
+               allow_mismatch: bool, progress: Callable[[str], None], tag: str) -> None:
     job_file = work / f"job-{res.target}-{res.precision}.json"
     result_file = work / f"result-{res.target}-{res.precision}.json"
     job_file.write_text(json.dumps(job))

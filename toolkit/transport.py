@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeopt.errors import DeviceError, HostKeyError
+from edgeopt.errors import DeviceError, HostKeyError, MissingDependency
 from edgeopt.inventory import Device
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,16 @@ class Transport:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def require_paramiko():
+    """paramiko, or one line naming the extra that brings it (a core install has no SSH)."""
+    try:
+        import paramiko
+    except ImportError:
+        raise MissingDependency("SSH devices need paramiko, which is not installed",
+                                hint="pip install 'edgeopt[devices]' (or use `--devices local`)") from None
+    return paramiko
 
 
 def shell_command(argv: list[str], cwd: str | None = None) -> str:
@@ -188,7 +198,7 @@ def ssh_params(device: Device) -> SshParams:
     cfg: dict = {}
     cfg_path = device.ssh_config or "~/.ssh/config"
     if cfg_path != "none" and Path(cfg_path).expanduser().is_file():
-        import paramiko
+        paramiko = require_paramiko()
 
         try:
             cfg = paramiko.SSHConfig.from_path(str(Path(cfg_path).expanduser())).lookup(device.host or "")
@@ -236,7 +246,7 @@ class SshTransport(Transport):
     # connection ---------------------------------------------------------------------------
     def connect(self) -> SshTransport:
         """Open the connection; host key and authentication failures raise at once (no retry)."""
-        import paramiko
+        paramiko = require_paramiko()
 
         p, name = self.params, self.device.name
         missing = [k for k in p.key_files if self.device.key_file and not os.path.isfile(k)]
@@ -331,7 +341,7 @@ class SshTransport(Transport):
 
     # commands -----------------------------------------------------------------------------
     def run(self, argv, stdin=None, cwd=None, timeout=None):
-        import paramiko
+        paramiko = require_paramiko()
 
         timeout = timeout or self.device.command_timeout
         cmd = shell_command(argv, cwd)

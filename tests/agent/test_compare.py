@@ -167,3 +167,37 @@ def test_time_major_ctc_logits_are_recognised():
     ref[..., 0] += 4.0
     assert infer_kind("387", ref, "Add")["kind"] == "ctc_time_major"
     assert infer_kind("387", rng.normal(size=(5, 20, 1, 50)), "Add")["kind"] == "dense"
+
+
+def _logits(n: int, flips: int, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` samples of class logits; the first ``flips`` have their top class moved (barely)."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(n, 1, classes)).astype(np.float32)  # [N, 1, classes]: a classifier's logits
+    out = ref.copy()
+    for i in range(flips):
+        a, b = np.argsort(-ref[i, 0])[:2]
+        out[i, 0, b] = ref[i, 0, a] + 1e-3
+    return out, ref
+
+
+def test_top1_bound_is_applied_to_a_count_with_n_shown():
+    from edgeopt_agent.compare import top1_allowed
+
+    assert (top1_allowed(8, 0.90), top1_allowed(32, 0.90), top1_allowed(8, 0.99), top1_allowed(10, 0.95)) == (1, 3, 0, 1)
+    loose = {"rel_l2_max": 1.0, "cosine_min": 0.5}
+    out, ref = _logits(8, 1)  # 87.5%: one sample's step below 90%, within half a step of the bound
+    res = compare_outputs({"y": out}, {"y": ref}, "int8", loose)
+    assert res["passed"] and "top1 88% (7/8)" in res["summary"]
+    out, ref = _logits(8, 2)  # 75%: two of eight differ
+    res = compare_outputs({"y": out}, {"y": ref}, "int8", loose)
+    assert not res["passed"] and res["outputs"]["y"]["failed"] == ["top1"]
+    assert "(6/8) < 90%: 2 of 8 decisions differ, at most 1 allowed" in res["summary"]
+    out, ref = _logits(32, 4)  # 87.5% again, but now 4 of 32: more than the 3 allowed
+    assert not compare_outputs({"y": out}, {"y": ref}, "int8", loose)["passed"]
+
+
+def test_a_failed_summary_names_the_metric_that_failed():
+    out, ref = _logits(8, 0)
+    out = out + np.float32(0.4) * np.abs(ref).mean()  # shift every logit: ranks kept, rel_l2 breaks
+    res = compare_outputs({"y": out}, {"y": ref}, "fp16")
+    assert not res["passed"] and res["summary"].startswith("FAILED (y: rel_l2")

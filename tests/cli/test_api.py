@@ -26,7 +26,11 @@ def test_build_returns_the_report_the_cli_prints(built):
     assert report.ok and [(r.target, r.precision) for r in report.results] == [("cpu", "fp32"), ("intel-cpu", "fp32")]
     assert all((tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / f"{r.target}-fp32" / "manifest.json").is_file()
                for r in report.results)
-    json.dumps(report.as_dict())  # what --json prints
+    doc = json.loads(json.dumps(report.as_dict()))  # what --json prints
+    check = doc["results"][0]["check"]  # data, not a formatted string
+    assert check["passed"] is True and check["samples"] >= 1 and check["data"] in ("random", "images", "npz")
+    out = next(iter(check["outputs"].values()))
+    assert out["kind"] == "classification" and 0.99 < out["metrics"]["cosine"] <= 1.0 + 1e-6
 
 
 def test_a_precision_one_target_lacks_is_skipped_and_said(built, tmp_path):
@@ -63,3 +67,22 @@ def test_inspect_takes_shapes_and_lists_support():
     info = edgeopt.inspect(fixture("ocr-cls"), shapes="x:1x3x48x192")
     assert info["shapes"] == {"x": [1, 3, 48, 192]} and info["flops"] > 0
     assert {r["target"] for r in info["support"]} >= {"cpu", "intel-cpu", "mobile", "jetson-orin"}
+
+
+def test_gate_and_rollout_through_the_api(built, tmp_path):
+    """The HIL gate and the fleet rollout are functions too: same checks, typed results, errors raised."""
+    tmp, _ = built
+    bundle = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("devices:\n" + "".join(f"  d{i}: {{transport: local, target: cpu, root: {tmp_path / f'd{i}'}}}\n"
+                                            for i in range(3)))
+    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", dry_run=True)
+    assert [len(w) for w in plan["waves"]] == [1, 2] and plan["bytes"] > 0
+    assert not any((tmp_path / f"d{i}").exists() for i in range(3))  # a dry run changes nothing
+    with pytest.raises(UsageError, match="--max-fail"):
+        edgeopt.rollout(bundle, fleet, max_fail="lots")
+    with pytest.raises(UsageError, match="--budget"):
+        edgeopt.gate(bundle, bundle, fleet, budget="0s")
+    res = edgeopt.gate(bundle, bundle, fleet, limit="d0", budget="3s", db=None)  # A/A: the same bundle
+    assert res["schema"] == "edgeopt/v1" and res["kind"] == "gate" and [d["device"] for d in res["devices"]] == ["d0"]
+    assert res["verdict"] in ("pass", "inconclusive") and res["exit_code"] in (0, 6)

@@ -43,6 +43,8 @@ def world(tmp_path_factory):
     (root / "typo-target.yaml").write_text("devices:\n  - name: a\n    host: 127.0.0.1\n    target: jetsn-orin\n")
     (root / "bad-syntax.yaml").write_text("devices:\n  - name: a\n    host: [127.0.0.1\n")
     (root / "notafolder").write_text("x")
+    (root / "devices-typo.yaml").write_text("device:\n  a: {host: 127.0.0.1}\n")
+    (root / "ssh.yaml").write_text("devices:\n  a: {host: 127.0.0.1, target: cpu}\n")
     return {"root": root, "env": env, "model": model, "built": built}
 
 
@@ -84,7 +86,10 @@ def _cases(w) -> list[tuple[str, list[str], int, str, str]]:
         ("bench-no-dist", ["bench"], 2, "is not a folder", "fresh"),
         ("inventory-target-typo", ["devices", "--devices", str(r / "typo-target.yaml")], 2,
          "did you mean jetson-orin", "fresh"),
-        ("inventory-yaml-syntax", ["devices", "--devices", str(r / "bad-syntax.yaml")], 2, "YAML", "fresh"),
+        ("inventory-yaml-syntax", ["devices", "--devices", str(r / "bad-syntax.yaml")], 2, "bad-syntax.yaml:4:",
+         "fresh"),
+        ("inventory-devices-key-typo", ["devices", "--devices", str(r / "devices-typo.yaml")], 2,
+         "did you mean 'devices'", "fresh"),
         ("inventory-limit-nothing", ["devices", "--limit", "ghost"], 2, "ghost", "fresh"),
         ("command-typo", ["biuld"], 2, "did you mean build", "fresh"),
         ("no-command", [], 2, "", "fresh"),
@@ -96,7 +101,7 @@ def _cases(w) -> list[tuple[str, list[str], int, str, str]]:
     ]
 
 
-def _one(w, case) -> tuple[str, str | None]:
+def _one(w, case, pre: list[str] | None = None) -> tuple[str, str | None]:
     name, argv, code, needle, where = case
     cwd = w["root"] / "runs" / name
     if where == "built":
@@ -104,7 +109,7 @@ def _one(w, case) -> tuple[str, str | None]:
     else:
         cwd.mkdir(parents=True)
     before, cache_before = _tree(cwd), _tree(w["root"] / "cache")
-    proc = subprocess.run([sys.executable, "-m", "edgeopt", *argv], cwd=cwd, env=w["env"], capture_output=True,
+    proc = subprocess.run([sys.executable, *(pre or ["-m", "edgeopt"]), *argv], cwd=cwd, env=w["env"], capture_output=True,
                           text=True, timeout=180)
     err = proc.stderr.strip()
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -135,3 +140,13 @@ def test_bad_input_battery(world):
     failed = [msg for _, msg in results if msg]
     assert not failed, "\n".join(failed)
     assert len(results) == len(cases) >= 35
+
+
+def test_core_install_without_paramiko_gets_one_line_before_any_work(world):
+    """A core install has no paramiko: an SSH device is refused up front, naming the extra, nothing built."""
+    block = ["-c", "import sys; sys.modules['paramiko'] = None; from edgeopt.cli import main; "
+                   "sys.exit(main(sys.argv[1:]))"]
+    case = ("no-paramiko", ["run", world["model"], "-t", "cpu", "--shape", SHAPE, "--devices",
+                            str(world["root"] / "ssh.yaml")], 2, "edgeopt[devices]", "fresh")
+    _, problem = _one(world, case, pre=block)
+    assert problem is None, problem

@@ -53,6 +53,24 @@ def test_rebuild_uses_cache_and_says_so(tmp_path, capsys):
     assert "cached" in capsys.readouterr().out
 
 
+def test_two_builds_of_the_same_key_at_once_do_the_work_once(tmp_path):
+    """Two processes, one cache, the same model/target/options: one builds, the other waits for it and takes
+    its bundle (the cache key's lock), instead of both running the INT8 search."""
+    import subprocess
+    import sys
+
+    model = fixture("ocr-cls")
+    procs = [subprocess.Popen([sys.executable, "-m", "edgeopt", "build", str(model), "-t", "cpu", "-p", "int8",
+                               "--shape", "x:1x3x48x192", "--dist", str(tmp_path / f"d{i}"), "--json", "-v"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-800:] for _, e in outs]
+    statuses = sorted(json.loads(o)["results"][0]["status"] for o, _ in outs)
+    assert statuses == ["built", "cached"], statuses
+    assert any("waiting for it" in e or "taken from the cache" in e or "cached" in e for _, e in outs)
+
+
 def test_random_data_is_loud(tmp_path):
     report = build(tiny_cnn(tmp_path / "t.onnx"), "cpu", ["fp32"], out=tmp_path / "d")
     assert any("RANDOM" in w for w in report.warnings)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import socket
 
+from edgeopt.deploy import load_bundle
 from edgeopt.fleetbench import bench_fleet, plan
 from edgeopt.inventory import load_inventory, local_device, make_device
-from edgeopt.push import load_bundle
 from edgeopt.results import ResultsDB
 
 from .conftest import device_entry, known_hosts, write_inventory

@@ -8,8 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+from edgeopt.deploy import DeviceSession, load_bundle, push
 from edgeopt.inventory import local_device, make_device
-from edgeopt.push import DeviceSession, load_bundle, push
 
 from .conftest import device_entry, known_hosts
 
@@ -110,7 +110,7 @@ def test_push_refuses_manifest_with_unsafe_path(tmp_path, cls_bundle):
 
     import pytest
 
-    from edgeopt.push import BundleNotValid
+    from edgeopt.deploy import BundleNotValid
 
     bad = tmp_path / "bad"
     shutil.copytree(cls_bundle, bad)

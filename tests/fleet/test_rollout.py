@@ -134,9 +134,9 @@ def test_host_killed_mid_rollout_then_resume_finishes(versions, ssh_env, sshd, t
 
 @pytest.mark.parametrize("waves, n, sizes", [("1,10%,50%,100%", 20, [1, 1, 8, 10]), ("2,100%", 5, [2, 3])])
 def test_waves_are_cumulative_and_stable(waves, n, sizes):
+    from edgeopt.deploy import LocalBundle
     from edgeopt.fleet.plan import make_plan, parse_waves
     from edgeopt.inventory import make_device
-    from edgeopt.push import LocalBundle
 
     devs = [make_device(f"d{i}", {"transport": "local", "target": "cpu"}) for i in range(n)]
     b = LocalBundle(Path("/x"), "a" * 64, "m", "cpu", "fp32", "onnxruntime", "numeric", (("f", 10),))
@@ -153,9 +153,9 @@ def test_max_fail_follows_ansibles_exceed_rule():
 
 
 def test_a_halted_wave_rolls_back_its_done_devices_and_the_journal_says_so(versions, tmp_path):
+    from edgeopt.deploy import load_bundle
     from edgeopt.fleet.plan import make_plan, parse_waves
     from edgeopt.inventory import make_device
-    from edgeopt.push import load_bundle
 
     names = [f"loc-{i}" for i in range(5)]
     devs = {n: {"transport": "local", "root": str(tmp_path / f"r-{n}"), "target": "cpu"} for n in names}

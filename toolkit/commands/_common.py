@@ -175,7 +175,9 @@ def build_options(f: Callable) -> Callable:
                           "layout=nchw' (presets: imagenet, unit, pm1, raw) [from the input's range: pm1 "
                           "for 3-channel NCHW float inputs]."),
         click.option("--calib-count", type=click.IntRange(min=1), default=32, help="Calibration samples at most."),
-        click.option("--val-count", type=click.IntRange(min=1), default=8, help="Validation samples held out."),
+        click.option("--val-count", type=click.IntRange(min=1), default=None,
+                     help="Validation samples held out [8; up to 32 when --calib has more samples than "
+                          "calibration takes: top-1 agreement on 8 samples moves in 12.5% steps]."),
         click.option("--dist", "--out", "-o", "out", default="dist", metavar="DIR",
                      help="Bundle folder: DIST/<model>/<target>-<precision>/."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=jobs,

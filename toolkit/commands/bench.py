@@ -130,8 +130,8 @@ def print_fleet(result) -> None:
 
 def run(args) -> int:
     from edgeopt import api
+    from edgeopt.deploy import find_bundles
     from edgeopt.errors import EXIT_DEVICE_FAILED
-    from edgeopt.push import find_bundles
     from edgeopt.ui import stderr_progress
 
     args.bench_targets = args.targets

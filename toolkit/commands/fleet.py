@@ -33,9 +33,9 @@ def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, a
     from concurrent.futures import ThreadPoolExecutor
 
     from edgeopt.commands import emit_json
+    from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
     from edgeopt.inventory import load_inventory
-    from edgeopt.push import DeviceSession
 
     devs = load_inventory(devices_file).select(list(limit) or None)
     expect = {}
@@ -61,7 +61,7 @@ def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, a
         if want and want not in got:
             drift[name] = {"journal": want, "device": sorted(x for x in got if x)}
     if as_json:
-        emit_json({"schema": 1, "kind": "fleet-status", "devices": rows, "drift": drift})
+        emit_json({"devices": rows, "drift": drift}, "fleet-status")
     else:
         for name, r in rows.items():
             if "error" in r:

@@ -28,22 +28,6 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 """
 
 
-def parse_duration(text: str) -> float:
-    """``60``, ``60s``, ``2m`` → seconds (> 0)."""
-    from edgeopt.errors import UsageError
-
-    t = text.strip().lower()
-    mult = 60.0 if t.endswith("m") else 1.0
-    t = t[:-1] if t and t[-1] in "sm" else t
-    try:
-        v = float(t) * mult
-    except ValueError:
-        raise UsageError(f"--budget: expected seconds like 60s or 2m, got {text!r}") from None
-    if not v > 0:
-        raise UsageError(f"--budget must be above 0 s, got {text!r}")
-    return v
-
-
 @click.command("gate", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]},
                short_help="Did a candidate regress against a baseline on the rig? (CI gate)")
 @click.argument("candidate", type=click.Path())
@@ -51,6 +35,7 @@ def parse_duration(text: str) -> float:
 @click.option("--devices", "devices", default="local", show_default=True,
               help="Rig inventory (devices YAML or Ansible inventory), or `local`.")
 @click.option("--limit", "limit", multiple=True, help="Only these devices (comma-separated names).")
+@click.option("--label", "labels", multiple=True, help="Only devices with this label (comma-separated).")
 @click.option("--gate", "gate_file", type=click.Path(), help="Thresholds per metric (see below).")
 @click.option("--budget", default="60s", show_default=True, help="Measuring time per device (sequential "
               "rounds stop earlier once every metric is decided).")
@@ -64,7 +49,7 @@ def parse_duration(text: str) -> float:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def command(candidate, baseline, devices, limit, gate_file, budget, on_inconclusive, junit, md, raw, db,
+def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_inconclusive, junit, md, raw, db,
             trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Gate CANDIDATE (a bundle folder) against --baseline on every rig device that takes its target.
 
@@ -72,38 +57,27 @@ def command(candidate, baseline, devices, limit, gate_file, budget, on_inconclus
     drift and background load hit both alike; each metric gets a ratio with a 95% interval and a
     Holm-corrected test, and one of pass / regressed / improved / inconclusive. Accuracy is exact.
     """
-    import json
     import logging
 
+    from edgeopt.api import gate
     from edgeopt.commands import emit_json
-    from edgeopt.hil.gate import EXIT, run_gate
-    from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.junit import markdown, write_outputs
-    from edgeopt.inventory import load_inventory
 
     if verbose:
         logging.getLogger().setLevel(logging.DEBUG)
-    spec = load_gate(gate_file)
-    budget_s = parse_duration(budget)
-    rig = load_inventory(devices).select(list(limit) or None)
     progress = (lambda s: None) if quiet else (lambda s: print(f"[gate] {s}", file=sys.stderr, flush=True))
-    result = run_gate(candidate, baseline, rig, spec, budget_s, trust_new_host_keys, db_path=db,
-                      progress=progress)
+    result = gate(candidate, baseline, devices, list(limit), list(labels), gate_file, budget, on_inconclusive, db,
+                  trust_new_host_keys, progress)
     code = result["exit_code"]
-    if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":
-        code = EXIT["regressed"] if on_inconclusive == "fail" else 0
-    result["exit_code"] = code
     write_outputs(result, junit, md, raw)
     for dev in result["devices"]:
         line = dev["error"] if dev.get("error") else ", ".join(
             f"{v['metric']} {v['verdict']}" for v in dev.get("verdicts") or [])
         print(f"edgeopt gate: {dev['device']}: {dev.get('verdict')}: {line}", file=sys.stderr)
     if as_json:
-        emit_json({k: v for k, v in result.items()} | {"devices": [
-            {k: v for k, v in d.items() if k != "raw"} for d in result["devices"]]})
+        emit_json(result | {"devices": [{k: v for k, v in d.items() if k != "raw"} for d in result["devices"]]})
     else:
         click.echo(markdown(result))
         if raw:
             click.echo(f"raw rounds: {raw}")
-    del json
     return code

@@ -34,7 +34,7 @@ def command(devices_file, model, target, limit, trust_new_host_keys, as_json) ->
     res = rollback_devices(devs, model, {d.name: d.target for d in devs}, trust_new_host_keys,
                            lambda *a, **k: None)
     if as_json:
-        emit_json({"schema": 1, "kind": "rollback", "model": model, "devices": res})
+        emit_json({"model": model, "devices": res}, "rollback")
     else:
         for name, cur in res.items():
             click.echo(f"{name}: {cur if str(cur).startswith('failed') else 'now on ' + str(cur)[:12]}")

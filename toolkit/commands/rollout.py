@@ -88,49 +88,17 @@ def _print_summary(summary: dict) -> None:
 
 
 def _load(bundles, devices_file, select, waves_text, limit=None):
-    from edgeopt.fleet.plan import make_plan, parse_select, parse_waves
-    from edgeopt.inventory import load_inventory
-    from edgeopt.push import find_bundles, load_bundle
+    from edgeopt.api import rollout_inputs
 
-    waves = parse_waves(waves_text)
-    sel = parse_select(list(select))
-    found = []
-    for b in bundles:
-        p = Path(b)
-        if (p / "manifest.json").is_file():
-            found.append(load_bundle(p))
-        else:
-            found.extend(find_bundles(p))
-    if not found:
-        from edgeopt.errors import UsageError
-
-        raise UsageError(f"no bundle in {', '.join(bundles)}", hint="give bundle folders or a dist/<model>/ folder")
-    inv = load_inventory(devices_file)
-    devs = inv.select(list(limit) if limit else None)
-    plan = make_plan(devs, found, waves, sel)
-    from edgeopt.inventory import canonical_target
-
-    by_target = {canonical_target(b.target): b for b in found}
-    devmap = {d.name: d for d in devs}
-    bmap = {w["device"]: by_target[canonical_target(w["target"])] for wave in plan.waves for w in wave}
-    return plan, devmap, bmap
+    return rollout_inputs(list(bundles), devices_file, list(select), waves_text, list(limit or []) or None)
 
 
 def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch, trust,
              max_disagreement, no_latency_gate):
-    from edgeopt.errors import UsageError
-    from edgeopt.fleet.plan import parse_max_fail
-    from edgeopt.fleet.rollout import Options
-    from edgeopt.hil.gatefile import load_gate, parse_fraction
+    from edgeopt.api import rollout_options
 
-    if parallel < 1:
-        raise UsageError(f"--parallel must be >= 1, got {parallel}")
-    spec = load_gate(gate_file)
-    if max_disagreement is not None:
-        spec.max_disagreement = parse_fraction(max_disagreement, "--max-disagreement")
-    return Options(gate=spec, gate_budget_s=gate_budget, max_fail=parse_max_fail(max_fail), parallel=parallel,
-                   bake_s=bake, on_inconclusive=on_inconclusive, on_halt=on_halt, health_watch_s=health_watch,
-                   trust_new_host_keys=trust, latency_gate=not no_latency_gate)
+    return rollout_options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch,
+                           trust, max_disagreement, not no_latency_gate)
 
 
 @command.command("start", epilog=EXAMPLES)
@@ -167,39 +135,33 @@ def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, m
           trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Roll BUNDLES (bundle folders or a dist/<model>/ folder) out to the fleet; each device gets the
     bundle of its own target."""
+    from edgeopt.api import rollout
     from edgeopt.commands import emit_json
-    from edgeopt.fleet.journal import Journal
-    from edgeopt.fleet.rollout import run_rollout
 
-    opts = _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch,
-                    trust_new_host_keys, max_disagreement, no_latency_gate)
-    plan, devmap, bmap = _load(bundles, devices_file, select, waves, limit)
+    result = rollout(list(bundles), devices_file, waves=waves, select=list(select), limit=list(limit),
+                     dry_run=dry_run, db=db, on_event=_listener(events, as_json), progress=_progress(quiet),
+                     gate=gate_file, gate_budget=gate_budget, max_fail=max_fail, parallel=parallel, bake=bake,
+                     on_inconclusive=on_inconclusive, on_halt=on_halt, health_watch=health_watch,
+                     trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
+                     latency_gate=not no_latency_gate)
     if dry_run:
-        total = sum(w["bytes"] for wave in plan.waves for w in wave)
         if as_json:
-            emit_json({"schema": 1, "kind": "rollout-plan", **plan.as_dict(), "bytes": total})
+            emit_json(result, "rollout-plan")
             return 0
-        click.echo(f"plan for {plan.model}: {sum(len(w) for w in plan.waves)} device(s) in {len(plan.waves)} wave(s),"
-                   f" up to {total / 1e6:.1f} MB to send (less what devices already hold)")
-        for i, wave in enumerate(plan.waves):
+        click.echo(f"plan for {result['model']}: {sum(len(w) for w in result['waves'])} device(s) in "
+                   f"{len(result['waves'])} wave(s), up to {result['bytes'] / 1e6:.1f} MB to send (less what "
+                   "devices already hold)")
+        for i, wave in enumerate(result["waves"]):
             click.echo(f"  wave {i + 1}: " + ", ".join(f"{w['device']} ({w['target']}, {w['bundle_id'][:12]})"
                                                        for w in wave))
-        for s in plan.skipped:
+        for s in result["skipped"]:
             click.echo(f"  skipped {s['device']}: {s['reason']}")
         return 0
-    spec = {"bundles": [str(Path(b).resolve()) for b in bundles], "devices": str(Path(devices_file).resolve())
-            if devices_file != "local" else "local", "limit": list(limit), "select": list(select), "waves": waves,
-            "gate": str(Path(gate_file).resolve()) if gate_file else None, "gate_budget": gate_budget,
-            "max_fail": max_fail, "parallel": parallel, "bake": bake, "health_watch": health_watch,
-            "on_inconclusive": on_inconclusive, "on_halt": on_halt, "max_disagreement": max_disagreement,
-            "no_latency_gate": no_latency_gate}
-    with Journal(db, _listener(events, as_json)) as j:
-        summary = run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=_progress(quiet))
     if as_json:
-        emit_json(summary)
+        emit_json(result)
     else:
-        _print_summary(summary)
-    return _exit(summary)
+        _print_summary(result)
+    return _exit(result)
 
 
 @command.command("status")
@@ -218,7 +180,7 @@ def status(rollout_id, db, as_json) -> int:
         r = j.rollout(rollout_id)
         states = j.device_states(rollout_id)
     if as_json:
-        emit_json({"schema": 1, "kind": "rollout-status", **r, "devices": states})
+        emit_json({**r, "devices": states}, "rollout-status")
         return 0
     click.echo(f"rollout {r['id']} of {r['model']} started {r['time']}: {r['status']}"
                + (f" — {r['spec'].get('reason')}" if r["spec"].get("reason") else ""))

@@ -47,8 +47,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from edgeopt import api
+    from edgeopt.deploy import load_bundle
     from edgeopt.errors import EXIT_BUILD_FAILED, EXIT_DEVICE_FAILED
-    from edgeopt.push import load_bundle
     from edgeopt.reporting import render
     from edgeopt.ui import stderr_progress
 

@@ -76,9 +76,9 @@ def _run_hook(sess, argv: tuple[str, ...], timeout: float, what: str) -> None:
 
 def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome:
     """One device through every step; never leaves it on a half state."""
+    from edgeopt.deploy import DeviceSession
     from edgeopt.hil.paired import measure_pair
     from edgeopt.hil.stats import judge
-    from edgeopt.push import DeviceSession
     from edgeopt.transport import AuthFailed, HostKeyError
 
     t0 = time.perf_counter()
@@ -177,7 +177,7 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
 def rollback_devices(devs: list, model: str, targets: dict[str, str], trust_new: bool,
                      emit: Callable[..., None]) -> dict[str, str]:
     """Put these devices' slot back on its previous bundle (halt with rollback-all, `edgeopt rollback`)."""
-    from edgeopt.push import DeviceSession
+    from edgeopt.deploy import DeviceSession
 
     result = {}
     for dev in devs:
@@ -204,7 +204,7 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
     if new:
         journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict()})
     done = dict(done or {})
-    summary: dict[str, Any] = {"schema": 1, "kind": "rollout", "rollout_id": rollout_id, "model": plan.model,
+    summary: dict[str, Any] = {"schema": "edgeopt/v1", "kind": "rollout", "rollout_id": rollout_id, "model": plan.model,
                                "waves": [], "skipped": plan.skipped}
     finished: list[str] = []  # devices moved to the candidate by this rollout, in order
 
