@@ -291,6 +291,11 @@ def top1_allowed(n: int, top1_min: float) -> int:
     return int(math.floor(n * (1.0 - top1_min) + 0.5 + 1e-9))
 
 
+def top1_floor(n: int, top1_min: float) -> float:
+    """The agreement share that passes ``top1_min`` on ``n`` decisions (``1 - allowed/n``)."""
+    return 1.0 - top1_allowed(n, top1_min) / n if n > 0 else top1_min
+
+
 def _top1_reason(metrics: dict[str, float], top1_min: float) -> str | None:
     top1, n = metrics["top1"], int(metrics.get("top1_n") or 0)
     if not n:  # figures from before n was recorded: the plain share

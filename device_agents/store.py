@@ -496,8 +496,10 @@ def watchdog(root: Path, slot: Any, deadline: Any, request_file: str | None = No
     return {"reverted": expire_trials(root)}
 
 
-def rollback(root: Path, slot: Any) -> dict[str, Any]:
-    """current <- previous; the rolled-back bundle leaves the history (gc may then remove it)."""
+def rollback(root: Path, slot: Any, to_empty: bool = False) -> dict[str, Any]:
+    """current <- previous; the rolled-back bundle leaves the history (gc may then remove it).
+    ``to_empty``: a slot with no previous version goes back to nothing active (a rollout halted after a
+    device's first install puts it back as it was); without it that is refused."""
     slot = check_slot(slot)
     with locked(root):
         state = read_slot(root, slot)
@@ -511,9 +513,9 @@ def rollback(root: Path, slot: Any) -> dict[str, Any]:
         if state["current"] is None:
             raise StoreError(f"slot {slot!r} has never been activated")
         history = [h for h in state["history"] if installed(root, h)]
-        if not history:
+        if not history and not to_empty:
             raise StoreError(f"slot {slot!r} has no previous version to roll back to")
-        res = _write_slot(root, slot, history[0], history[1:])
+        res = _write_slot(root, slot, history[0], history[1:]) if history else _write_slot(root, slot, None, [])
     return {**res, "rolled_back": state["current"]}
 
 

@@ -129,7 +129,7 @@ def verb_rollback(req: dict[str, Any]) -> dict[str, Any]:
     """A slot's current <- previous."""
     from .store import agent_root, rollback
 
-    return {"ok": True, "rollback": rollback(agent_root(req), req.get("slot"))}
+    return {"ok": True, "rollback": rollback(agent_root(req), req.get("slot"), bool(req.get("to_empty", False)))}
 
 
 def verb_gc(req: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BuildFailed, UsageError
-from edgeopt_agent.compare import compare_outputs, tolerance_for
+from edgeopt_agent.compare import compare_outputs, tolerance_for, top1_floor
 
 from .base import BuildJob, CheckFailed, parse_tolerance, require
 
@@ -97,7 +97,9 @@ def margin(comparison: dict[str, Any]) -> float:
             continue
         for bound, metric in _HIGHER_IS_BETTER.items():
             if tol.get(bound) is not None and metric in m:
-                worst = min(worst, (m[metric] - tol[bound]) / max(1.0 - tol[bound], 1e-9))
+                # top-1 is judged on a count (compare.top1_allowed): its floor depends on n
+                floor = top1_floor(int(m.get("top1_n") or 0), tol[bound]) if metric == "top1" else tol[bound]
+                worst = min(worst, (m[metric] - floor + 1e-9) / max(1.0 - floor, 1e-9))
         for bound, metric in _LOWER_IS_BETTER.items():
             if tol.get(bound) is not None and metric in m:  # a bound of None is not judged
                 worst = min(worst, (tol[bound] - m[metric]) / max(tol[bound], 1e-9))

@@ -443,7 +443,8 @@ def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select:
 def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail: str | int = "0", parallel: int = 8,
                     bake: float = 0.0, on_inconclusive: str = "pause", on_halt: str = "keep",
                     health_watch: float = 0.0, trust_new_host_keys: bool = False,
-                    max_disagreement: str | float | None = None, latency_gate: bool = True):
+                    max_disagreement: str | float | None = None, latency_gate: bool = True,
+                    engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2):
     """A rollout's options checked (``edgeopt.fleet.rollout.Options``)."""
     from edgeopt.fleet.plan import parse_max_fail
     from edgeopt.fleet.rollout import Options
@@ -459,10 +460,20 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
     if on_inconclusive not in ("pause", "continue", "fail") or on_halt not in ("keep", "rollback-all"):
         raise UsageError(f"on_inconclusive must be pause|continue|fail and on_halt keep|rollback-all, "
                          f"not {on_inconclusive!r}/{on_halt!r}")
+    if engine not in ("builtin", "ansible"):
+        raise UsageError(f"--engine must be builtin or ansible, not {engine!r}")
+    if engine == "ansible":
+        from edgeopt.fleet.ansible_engine import require_ansible
+
+        require_ansible()
+    if not float(step_timeout) > 0:
+        raise UsageError(f"--step-timeout must be above 0 s, got {step_timeout}")
     spec = load_gate(gate)
     if max_disagreement is not None:
         spec.max_disagreement = parse_fraction(str(max_disagreement), "--max-disagreement")
-    return Options(gate=spec, gate_budget_s=float(gate_budget), max_fail=parse_max_fail(max_fail),
+    if int(retries) < 0:
+        raise UsageError(f"--retries must be >= 0, got {retries}")
+    return Options(engine=engine, step_timeout_s=float(step_timeout), retries=int(retries), gate=spec, gate_budget_s=float(gate_budget), max_fail=parse_max_fail(max_fail),
                    parallel=int(parallel), bake_s=float(bake), on_inconclusive=on_inconclusive, on_halt=on_halt,
                    health_watch_s=float(health_watch), trust_new_host_keys=trust_new_host_keys,
                    latency_gate=latency_gate)
@@ -493,6 +504,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "gate_budget": opts.gate_budget_s, "max_fail": str(options.get("max_fail", "0")),
             "parallel": opts.parallel, "bake": opts.bake_s, "health_watch": opts.health_watch_s,
             "on_inconclusive": opts.on_inconclusive, "on_halt": opts.on_halt,
-            "max_disagreement": options.get("max_disagreement"), "no_latency_gate": not opts.latency_gate}
+            "max_disagreement": options.get("max_disagreement"), "no_latency_gate": not opts.latency_gate,
+            "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries}
     with Journal(db, on_event) as j:
         return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)

@@ -350,8 +350,8 @@ class DeviceSession:
     def commit(self, slot: str, bundle_id: str) -> dict[str, Any]:
         return self._verb("commit", slot=slot, bundle_id=bundle_id)
 
-    def rollback(self, slot: str) -> dict[str, Any]:
-        return self._verb("rollback", slot=slot)
+    def rollback(self, slot: str, to_empty: bool = False) -> dict[str, Any]:
+        return self._verb("rollback", slot=slot, **({"to_empty": True} if to_empty else {}))
 
     def gc(self, keep: int = 3, grace_s: float = 3600, dry_run: bool = False) -> dict[str, Any]:
         return self._verb("gc", keep=keep, grace_s=grace_s, dry_run=dry_run)

@@ -339,6 +339,18 @@ class SshTransport(Transport):
         return ConnectionLost(f"{self.device.name}: connection lost during {what}: {exc or type(exc).__name__}",
                               hint="re-run: finished parts are skipped, unfinished ones were never installed")
 
+    def _link_gone(self, wait_s: float = 1.0) -> bool:
+        """Whether the SSH connection is dead (given a moment for paramiko to notice the closed socket).
+        A command killed by a signal on a live link also ends without an exit status: that is not this."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            t = self._client.get_transport() if self._client is not None else None
+            if t is None or not t.is_active():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
     # commands -----------------------------------------------------------------------------
     def run(self, argv, stdin=None, cwd=None, timeout=None):
         paramiko = require_paramiko()
@@ -376,6 +388,8 @@ class SshTransport(Transport):
                     time.sleep(0.01)
             rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
             chan.close()
+            if rc == -1 and self._link_gone():  # no exit status because sshd or the link died, not the command
+                raise self._lost(f"`{cmd}`", EOFError("the session closed before the command finished"))
         except DeviceError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -13,6 +13,7 @@ examples:
   edgeopt rollout dist/cls --devices fleet.yaml --waves 1,10%,50%,100% --dry-run
   edgeopt rollout dist/cls --devices fleet.yaml --gate gate.yaml --max-fail 10% --parallel 16
   edgeopt rollout dist/cls/cpu-fp32 --devices fleet.yaml --select label=shop --health-watch 30
+  edgeopt rollout dist/cls --devices inventory.ini --engine ansible --parallel 50 --waves 1,5%,25%,100%
   edgeopt rollout status 3f2a9c1d0b7e
   edgeopt rollout resume 3f2a9c1d0b7e --approve
 
@@ -94,11 +95,11 @@ def _load(bundles, devices_file, select, waves_text, limit=None):
 
 
 def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch, trust,
-             max_disagreement, no_latency_gate):
+             max_disagreement, no_latency_gate, engine="builtin", step_timeout=600.0, retries=2):
     from edgeopt.api import rollout_options
 
     return rollout_options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch,
-                           trust, max_disagreement, not no_latency_gate)
+                           trust, max_disagreement, not no_latency_gate, engine, step_timeout, retries)
 
 
 @command.command("start", epilog=EXAMPLES)
@@ -115,7 +116,17 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("--no-latency-gate", is_flag=True, help="Skip the comparison with the incumbent (fidelity only).")
 @click.option("--max-fail", default="0", show_default=True, help="Failures a wave may have (count or %); "
               "more halts the rollout.")
-@click.option("--parallel", default=8, show_default=True, type=int, help="Devices worked on at once.")
+@click.option("--parallel", default=8, show_default=True, type=int, help="Devices worked on at once "
+              "(Ansible's forks with --engine ansible).")
+@click.option("--engine", type=click.Choice(["builtin", "ansible"]), default="builtin", show_default=True,
+              help="builtin: a thread pool in this process (up to a few hundred devices); ansible: each wave "
+                   "an Ansible play run by ansible-runner (forks, max_fail_percentage, its event stream in the "
+                   "journal; needs edgeopt[fleet]). Both run the same steps per device.")
+@click.option("--retries", default=2, show_default=True, type=int,
+              help="Retries of a device that was unreachable or lost its connection before its trial activation "
+                   "(with a growing delay); a failed gate, hook or health check is never retried.")
+@click.option("--step-timeout", default=600.0, show_default=True, type=float,
+              help="Seconds one agent call of a device's steps may take (a hung device is timed-out).")
 @click.option("--bake", default=0.0, show_default=True, type=float, help="Seconds to wait between waves.")
 @click.option("--health-watch", default=0.0, show_default=True, type=float,
               help="Seconds health_cmd is re-run after activation before the bundle is committed.")
@@ -131,7 +142,7 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, max_disagreement, no_latency_gate,
-          max_fail, parallel, bake, health_watch, on_inconclusive, on_halt, dry_run, events, db,
+          max_fail, parallel, engine, retries, step_timeout, bake, health_watch, on_inconclusive, on_halt, dry_run, events, db,
           trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Roll BUNDLES (bundle folders or a dist/<model>/ folder) out to the fleet; each device gets the
     bundle of its own target."""
@@ -143,7 +154,7 @@ def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, m
                      gate=gate_file, gate_budget=gate_budget, max_fail=max_fail, parallel=parallel, bake=bake,
                      on_inconclusive=on_inconclusive, on_halt=on_halt, health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
-                     latency_gate=not no_latency_gate)
+                     latency_gate=not no_latency_gate, engine=engine, step_timeout=step_timeout, retries=retries)
     if dry_run:
         if as_json:
             emit_json(result, "rollout-plan")
@@ -217,7 +228,8 @@ def resume(rollout_id, approve, db, events, as_json, quiet) -> int:
         s = r["spec"]
         opts = _options(s.get("gate"), s["gate_budget"], s["max_fail"], s["parallel"], s["bake"],
                         "continue" if approve else s["on_inconclusive"], s["on_halt"], s["health_watch"], False,
-                        s.get("max_disagreement"), s.get("no_latency_gate", False))
+                        s.get("max_disagreement"), s.get("no_latency_gate", False), s.get("engine", "builtin"),
+                        s.get("step_timeout", 600.0), s.get("retries", 2))
         plan, devmap, bmap = _load(s["bundles"], s["devices"], s["select"], s["waves"], s.get("limit"))
         done = {d: ev["status"] for d, ev in j.device_states(rollout_id).items()}
         j.set_status(rollout_id, "running", {"resumed": True})

@@ -94,6 +94,20 @@ class Journal:
         return [json.loads(r[0]) for r in self._conn.execute(
             "SELECT json FROM rollout_events WHERE rollout_id=? ORDER BY seq", (rollout_id,))]
 
+    def last_seq(self) -> int:
+        return int(self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM rollout_events").fetchone()[0])
+
+    def forward(self, rollout_id: str, after_seq: int, devices: set[str]) -> int:
+        """Hand to the listener the events other processes (an engine's per-device steps) wrote for
+        ``devices`` since ``after_seq``; returns the new last seq."""
+        rows = self._conn.execute("SELECT seq, json FROM rollout_events WHERE rollout_id=? AND seq>? ORDER BY seq",
+                                  (rollout_id, after_seq)).fetchall()
+        for _, js in rows:
+            ev = json.loads(js)
+            if self.listener and ev.get("device") in devices and ev.get("step") != "ansible":
+                self.listener(ev)
+        return rows[-1][0] if rows else after_seq
+
     def device_states(self, rollout_id: str) -> dict[str, dict[str, Any]]:
         """The last outcome per device: {device: {"status", "step", "wave", "before", "after"}}."""
         out: dict[str, dict[str, Any]] = {}

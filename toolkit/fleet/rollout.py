@@ -38,6 +38,9 @@ class Options:
     trust_new_host_keys: bool = False
     latency_gate: bool = True
     step_timeout_s: float = 600.0
+    retries: int = 2  # for transient failures before activation only (connection lost/refused), never a gate
+    retry_delay_s: float = 2.0
+    engine: str = "builtin"  # builtin (thread pool) | ansible (a play per wave, ansible-runner)
 
 
 @dataclass
@@ -50,6 +53,8 @@ class Outcome:
     after: str | None = None
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     time_s: float = 0.0
+    attempts: int = 1
+    activated: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -75,7 +80,21 @@ def _run_hook(sess, argv: tuple[str, ...], timeout: float, what: str) -> None:
 
 
 def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome:
-    """One device through every step; never leaves it on a half state."""
+    """One device through every step; never leaves it on a half state. A transient failure (the device
+    unreachable or the connection lost) *before* the trial activation is retried ``opts.retries`` times
+    with a growing delay; a failed gate, hook or health check never is."""
+    attempt = 1
+    while True:
+        out = _roll_once(dev, bundle, opts, emit)
+        if out.status != "unreachable" or out.activated or attempt > opts.retries:
+            out.attempts = attempt
+            return out
+        emit(dev.name, "retry", "wait", attempt=attempt, reason=out.reason)
+        time.sleep(opts.retry_delay_s * attempt)
+        attempt += 1
+
+
+def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome:
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.paired import measure_pair
     from edgeopt.hil.stats import judge
@@ -86,6 +105,7 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
     slot = slot_of(bundle.model, bundle.target)
     activated = False
     sess = None
+    stage = "connect"
     try:
         emit(dev.name, "connect", "start")
         sess = DeviceSession.open(dev, opts.trust_new_host_keys)
@@ -97,12 +117,14 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
             out.status, out.after, out.step = "already", bundle.bundle_id, "done"
             emit(dev.name, "device", "already", before=incumbent, after=bundle.bundle_id)
             return out
+        stage = "push"
         emit(dev.name, "push", "start", bytes=bundle.size)
         pr = sess.push([bundle])
         if not pr.ok:
             raise _Step("push", pr.bundles[0].error or "push failed")
         emit(dev.name, "push", "ok", status_detail=pr.bundles[0].status)
         # (a) fidelity: the candidate against its own FP32 reference, on this device
+        stage = "gate"
         reply = sess.agent("check", {"root": sess.root, "bundle_id": bundle.bundle_id}, timeout=opts.step_timeout_s)
         if not reply.get("ok"):
             raise _Step("gate", f"fidelity check could not run: {(reply.get('error') or {}).get('message')}")
@@ -127,8 +149,10 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
                             status=status, verdicts=verdicts)
         # activate as a trial the agent reverts by itself unless we commit after the health window
         window = opts.health_watch_s + (dev.health_timeout if dev.health_cmd else 0) + 60
+        stage = "activate"
         sess.activate(bundle.bundle_id, slot, confirm_within_s=window + opts.step_timeout_s)
-        activated = True
+        activated = out.activated = True
+        stage = "health"
         emit(dev.name, "activate", "trial", confirm_within_s=window + opts.step_timeout_s)
         if dev.activate_cmd:
             _run_hook(sess, dev.activate_cmd, dev.health_timeout, "activate_cmd")
@@ -143,6 +167,7 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
                     break
                 time.sleep(min(2.0, max(0.1, end - time.monotonic())))
             emit(dev.name, "health", "ok", checks=checks)
+        stage = "commit"
         sess.commit(slot, bundle.bundle_id)
         out.status, out.step, out.after = "done", "commit", bundle.bundle_id
         emit(dev.name, "device", "done", before=incumbent, after=bundle.bundle_id)
@@ -151,7 +176,7 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
     except DeviceError as exc:
         from edgeopt.transport import ConnectionLost, DeviceTimeout
 
-        out.step = out.step or "connect"
+        out.step = out.step or stage
         out.reason = exc.message
         out.status = ("refused" if isinstance(exc, (HostKeyError, AuthFailed)) else
                       "timed-out" if isinstance(exc, DeviceTimeout) else
@@ -183,7 +208,7 @@ def rollback_devices(devs: list, model: str, targets: dict[str, str], trust_new:
     for dev in devs:
         try:
             with DeviceSession.open(dev, trust_new) as sess:
-                r = sess.rollback(slot_of(model, targets[dev.name]))
+                r = sess.rollback(slot_of(model, targets[dev.name]), to_empty=True)  # a first install: back to none
                 result[dev.name] = r.get("current")
                 emit(dev.name, "rollback", "ok", after=r.get("current"))
                 # the device's outcome in the journal is now this, not the "done" it had before
@@ -220,8 +245,14 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
         def emit(device, step, status, _wi=wi, **data):
             journal.event(rollout_id, _wi, device, step, status, data)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(todo)))) as pool:
-            outs = list(pool.map(lambda w: roll_device(devices[w["device"]], bundles[w["device"]], opts, emit), todo))
+        if opts.engine == "ansible":
+            from edgeopt.fleet.ansible_engine import run_wave
+
+            outs = run_wave(rollout_id, wi, todo, devices, bundles, opts, journal, progress)
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, min(opts.parallel, len(todo)))) as pool:
+                outs = list(pool.map(lambda w: roll_device(devices[w["device"]], bundles[w["device"]], opts, emit),
+                                     todo))
         counts: dict[str, int] = {}
         for o in outs:
             counts[o.status] = counts.get(o.status, 0) + 1
