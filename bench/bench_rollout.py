@@ -4,7 +4,10 @@ cannot be written), and the invariant checked after every rollout from the agent
 device runs exactly v1 or v2, never a third bundle or an unconfirmed trial, and the journal agrees.
 Writes section `rollout` of docs/BENCHMARKS.md.
 
-    .venv/bin/python bench/bench_rollout.py [--devices-n 40] [--parallel 1,4,16]
+    .venv/bin/python bench/bench_rollout.py [--devices-n 40] [--parallel 1,4,16] [--engines builtin,ansible]
+
+With several engines, each --parallel value runs every engine back to back (interleaved), on the same
+fleet and the same faults, so their wall times and outcomes compare in one run.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices-n", type=int, default=40)
     ap.add_argument("--parallel", default="1,4,16")
+    ap.add_argument("--engines", default="builtin", help="builtin, ansible or both (comma-separated)")
     ap.add_argument("--health-fail", type=float, default=0.05)
     ap.add_argument("--store-fail", type=float, default=0.03)
     ap.add_argument("--no-write", action="store_true")
@@ -100,20 +104,22 @@ def main() -> None:
     for i in range(n_health, n_health + n_store):
         os.chmod(work / "roots" / f"d{i:03d}" / "agent" / "store", 0o500)
     rows = []
-    for par in [int(x) for x in a.parallel.split(",")]:
+    runs = [(par, eng) for par in [int(x) for x in a.parallel.split(",")] for eng in a.engines.split(",")]
+    for par, eng in runs:
         t0 = time.perf_counter()
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         p = edgeopt("rollout", str(vers["v2"]), "--devices", "fleet.yaml", "--no-latency-gate", "--max-fail", "10%",
-                    "--waves", "1,10%,50%,100%", "--parallel", str(par), "--json", cwd=work)
+                    "--waves", "1,10%,50%,100%", "--parallel", str(par), "--engine", eng, "--json", cwd=work)
         wall = time.perf_counter() - t0
         lines = p.stdout.splitlines()
+        assert "{" in lines, p.stdout[-2000:] + p.stderr[-2000:]
         summary = json.loads("\n".join(lines[lines.index("{"):]))
         ok, on, why = invariant(work, summary["rollout_id"], v1, v2)
         counts: dict[str, int] = {}
         for w in summary["waves"]:
             for k, v in (w.get("counts") or {}).items():
                 counts[k] = counts.get(k, 0) + v
-        rows.append({"devices": n, "--parallel": par, "wall s": f"{wall:.1f}", "status": summary["status"],
+        rows.append({"devices": n, "engine": eng, "--parallel": par, "wall s": f"{wall:.1f}", "status": summary["status"],
                      "outcomes": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
                      "on v1 / v2 / other": f"{on.get('v1', 0)} / {on.get('v2', 0)} / {on.get('other', 0)}",
                      "invariant": "held" if ok else f"BROKEN: {why}",
@@ -127,7 +133,10 @@ def main() -> None:
             f"health_cmd, {n_store} with an unwritable store. The latency gate against the incumbent is off here "
             "(`--no-latency-gate`: every simulated device's runtime runs on this same 2-core host, so their timings "
             "would measure each other); fidelity, activation as a trial, hooks and commit run for real. The invariant "
-            "is read back from the agents (`edgeopt fleet status`) and compared with the journal.\n\n"
+            "is read back from the agents (`edgeopt fleet status`) and compared with the journal. With both engines, "
+            "each --parallel value ran builtin then ansible back to back (`--engine ansible`: each wave an Ansible "
+            "play through ansible-runner, forks = --parallel; each host's task starts a Python process that runs "
+            "the same per-device steps).\n\n"
             + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
     print(body)
     if not a.no_write:
