@@ -200,15 +200,17 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
 
 
 def rollback_devices(devs: list, model: str, targets: dict[str, str], trust_new: bool,
-                     emit: Callable[..., None]) -> dict[str, str]:
-    """Put these devices' slot back on its previous bundle (halt with rollback-all, `edgeopt rollback`)."""
+                     emit: Callable[..., None], to_empty: bool = False) -> dict[str, str]:
+    """Put these devices' slot back on its previous bundle (halt with rollback-all, `edgeopt rollback`).
+    ``to_empty`` (a halt): a device with no previous bundle goes back to none, as before its first install;
+    without it (`edgeopt rollback`) such a device is refused and stays as it is."""
     from edgeopt.deploy import DeviceSession
 
     result = {}
     for dev in devs:
         try:
             with DeviceSession.open(dev, trust_new) as sess:
-                r = sess.rollback(slot_of(model, targets[dev.name]), to_empty=True)  # a first install: back to none
+                r = sess.rollback(slot_of(model, targets[dev.name]), to_empty=to_empty)
                 result[dev.name] = r.get("current")
                 emit(dev.name, "rollback", "ok", after=r.get("current"))
                 # the device's outcome in the journal is now this, not the "done" it had before
@@ -269,7 +271,7 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
             to_roll = wave_done if opts.on_halt == "keep" else finished
             summary["rolled_back"] = rollback_devices([devices[n] for n in to_roll], plan.model, targets,
                                                       opts.trust_new_host_keys,
-                                                      lambda d, s, st, **kw: emit(d, s, st, **kw))
+                                                      lambda d, s, st, **kw: emit(d, s, st, **kw), to_empty=True)
             summary["status"] = "halted"
             summary["reason"] = f"wave {wi + 1}: {failures} failure(s) exceed --max-fail"
             journal.set_status(rollout_id, "halted", {"reason": summary["reason"]})
