@@ -81,6 +81,27 @@ def verb_pairbench(req: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
+def verb_evaluate(req: dict[str, Any]) -> dict[str, Any]:
+    """Installed bundles' decisions on an evaluation set already on the device (a rollout's --eval)."""
+    from .evaluate import evaluate
+    from .store import agent_root, resolve_bundle
+
+    ids, data = req.get("bundle_ids"), req.get("data")
+    if not isinstance(ids, list) or not ids or not isinstance(data, str):
+        raise ValueError("evaluate needs 'bundle_ids': [id, ...] and 'data': the .npz's path under <root>/eval")
+    root = agent_root(req)
+    path = (root / "eval" / data.replace("\\", "/").rsplit("/", 1)[-1]).resolve()
+    if path.parent != (root / "eval").resolve() or not path.is_file():
+        raise ValueError(f"evaluation data {data!r} is not a file under {root / 'eval'}")
+    paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
+    for p in paths:
+        v = verify(p, load_manifest(p))
+        if not v["ok"]:
+            raise ValueError(f"bundle {p.name[:12]}… fails verification: "
+                             + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+    return {"ok": True, "evaluate": evaluate(paths, path, req.get("threads"))}
+
+
 def verb_install(req: dict[str, Any]) -> dict[str, Any]:
     """Verify an uploaded bundle in ``<root>/staging/`` and move it into the store."""
     from .store import InstallRejected, agent_root, install
@@ -161,6 +182,7 @@ VERBS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "verify": verb_verify,
     "bench": verb_bench,
     "pairbench": verb_pairbench,
+    "evaluate": verb_evaluate,
     "install": verb_install,
     "has": verb_has,
     "activate": verb_activate,

@@ -482,11 +482,14 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
 def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "1,10%,50%,100%",
             select: str | list[str] | None = None, limit: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
-            progress: Progress = _quiet, **options: Any) -> dict[str, Any]:
+            progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
+            **options: Any) -> dict[str, Any]:
     """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
     ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``options``: those of
-    ``rollout_options`` (gate, max_fail, parallel, bake, health_watch, on_inconclusive, on_halt …)."""
+    ``rollout_options`` (gate, max_fail, parallel, bake, health_watch, on_inconclusive, on_halt …).
+    ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
+    the candidate may score at most ``eval_max_drop`` below it."""
     from pathlib import Path
 
     from edgeopt.fleet.journal import Journal
@@ -494,6 +497,10 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
 
     opts = rollout_options(**options)
     plan, devmap, bmap = rollout_inputs(bundles, devices, select, waves, limit)
+    if eval is not None:
+        from edgeopt.fleet.evalset import load_eval
+
+        opts.eval_set = load_eval(eval, list({b.bundle_id: b for b in bmap.values()}.values()), eval_max_drop)
     if dry_run:
         return {**plan.as_dict(), "bytes": sum(w["bytes"] for wave in plan.waves for w in wave)}
     bl = [bundles] if isinstance(bundles, (str, os.PathLike)) else list(bundles)
@@ -505,6 +512,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "parallel": opts.parallel, "bake": opts.bake_s, "health_watch": opts.health_watch_s,
             "on_inconclusive": opts.on_inconclusive, "on_halt": opts.on_halt,
             "max_disagreement": options.get("max_disagreement"), "no_latency_gate": not opts.latency_gate,
-            "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries}
+            "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries,
+            "eval": str(Path(eval).resolve()) if eval is not None else None, "eval_max_drop": eval_max_drop}
     with Journal(db, on_event) as j:
         return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)

@@ -113,6 +113,10 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
               help="Seconds of interleaved latency measurement per device against its incumbent.")
 @click.option("--max-disagreement", default=None, help="Allowed share of decisions differing from the "
               "incumbent on the same inputs (e.g. 2%).")
+@click.option("--eval", "eval_data", type=click.Path(), help="Labelled evaluation set (.npz: the model's inputs, "
+              "samples on axis 0, and `labels`): scored on each device beside the bundle it replaces.")
+@click.option("--eval-max-drop", default=0.01, show_default=True, type=float,
+              help="How far the candidate's top-1 on --eval may fall below the incumbent's (0.01 = 1 point).")
 @click.option("--no-latency-gate", is_flag=True, help="Skip the comparison with the incumbent (fidelity only).")
 @click.option("--max-fail", default="0", show_default=True, help="Failures a wave may have (count or %); "
               "more halts the rollout.")
@@ -141,7 +145,8 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
-def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, max_disagreement, no_latency_gate,
+def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, max_disagreement, eval_data,
+          eval_max_drop, no_latency_gate,
           max_fail, parallel, engine, retries, step_timeout, bake, health_watch, on_inconclusive, on_halt, dry_run, events, db,
           trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Roll BUNDLES (bundle folders or a dist/<model>/ folder) out to the fleet; each device gets the
@@ -151,6 +156,7 @@ def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, m
 
     result = rollout(list(bundles), devices_file, waves=waves, select=list(select), limit=list(limit),
                      dry_run=dry_run, db=db, on_event=_listener(events, as_json), progress=_progress(quiet),
+                     eval=eval_data, eval_max_drop=eval_max_drop,
                      gate=gate_file, gate_budget=gate_budget, max_fail=max_fail, parallel=parallel, bake=bake,
                      on_inconclusive=on_inconclusive, on_halt=on_halt, health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
@@ -231,6 +237,11 @@ def resume(rollout_id, approve, db, events, as_json, quiet) -> int:
                         s.get("max_disagreement"), s.get("no_latency_gate", False), s.get("engine", "builtin"),
                         s.get("step_timeout", 600.0), s.get("retries", 2))
         plan, devmap, bmap = _load(s["bundles"], s["devices"], s["select"], s["waves"], s.get("limit"))
+        if s.get("eval"):
+            from edgeopt.fleet.evalset import load_eval
+
+            opts.eval_set = load_eval(s["eval"], list({b.bundle_id: b for b in bmap.values()}.values()),
+                                      s.get("eval_max_drop", 0.01))
         done = {d: ev["status"] for d, ev in j.device_states(rollout_id).items()}
         j.set_status(rollout_id, "running", {"resumed": True})
         summary = run_rollout(plan, devmap, bmap, opts, j, rollout_id=rollout_id, done=done,

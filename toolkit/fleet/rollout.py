@@ -40,6 +40,7 @@ class Options:
     step_timeout_s: float = 600.0
     retries: int = 2  # for transient failures before activation only (connection lost/refused), never a gate
     retry_delay_s: float = 2.0
+    eval_set: Any = None  # evalset.EvalSet: labelled data scored on the device (--eval)
     engine: str = "builtin"  # builtin (thread pool) | ansible (a play per wave, ansible-runner)
 
 
@@ -132,11 +133,19 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
         if not chk.get("passed", False):
             raise _Step("gate", f"fidelity: {chk.get('summary', 'the candidate misses its own FP32 reference')}")
         emit(dev.name, "gate-fidelity", "pass")
+        if opts.eval_set is not None:  # (b) with labels: accuracy on the device, beside the incumbent
+            from edgeopt.fleet.evalset import gate as eval_gate
+
+            ev = eval_gate(sess, opts.eval_set, incumbent, bundle.bundle_id, opts.step_timeout_s)
+            out.verdicts = [*out.verdicts, ev]
+            emit(dev.name, "gate-eval", "pass" if ev["passed"] else "regressed", **ev)
+            if not ev["passed"]:
+                raise _Step("gate", ev["reason"], verdicts=out.verdicts)
         # (b)+(c) against the incumbent on the same device: decisions and latency, interleaved
         if incumbent and opts.latency_gate:
             run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s)
             verdicts = [v.as_dict() for v in judge(run, opts.gate)]
-            out.verdicts = verdicts
+            out.verdicts = [*out.verdicts, *verdicts]
             bad = [v for v in verdicts if v["verdict"] == "regressed"]
             unsure = [v for v in verdicts if v["verdict"] == "inconclusive"]
             emit(dev.name, "gate-incumbent", "regressed" if bad else "inconclusive" if unsure else "pass",
