@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--health-fail", type=float, default=0.05)
     ap.add_argument("--store-fail", type=float, default=0.03)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--section", default="rollout", help="docs/BENCHMARKS.md section to (re)write")
     a = ap.parse_args()
 
     from edgeopt.fixtures import path as fixture_path
@@ -127,7 +128,7 @@ def main() -> None:
         print(rows[-1], flush=True)
         # back to v1 for the next run
         edgeopt("rollback", "--devices", "fleet.yaml", "--model", summary["model"], cwd=work)
-    body = (f"### Rollout of a simulated fleet (`bench/bench_rollout.py`)\n\n{stamp()} · {machine()} · load before: "
+    body = (f"### Rollout of a simulated fleet of {n} (`bench/bench_rollout.py`)\n\n{stamp()} · {machine()} · load before: "
             f"{load()}\n\n{n} `transport: local` devices with their own agent roots, the real PP-OCR classifier "
             f"(cpu fp32) v1 → v2, waves 1,10%,50%,100%, --max-fail 10%; faults: {n_health} devices with a failing "
             f"health_cmd, {n_store} with an unwritable store. The latency gate against the incumbent is off here "
@@ -140,7 +141,7 @@ def main() -> None:
             + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
     print(body)
     if not a.no_write:
-        write_section("rollout", body)
+        write_section(a.section, body)
 
 
 if __name__ == "__main__":
