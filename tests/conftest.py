@@ -38,13 +38,13 @@ def images_dir() -> Path:
     return fixture("images")
 
 
-def tiny_cnn(path: Path, seed: int = 0, classes: int = 10) -> Path:
-    """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax, input x [1,3,32,32], real-valued weights."""
+def tiny_cnn(path: Path, seed: int = 0, classes: int = 10, channels: int = 3) -> Path:
+    """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax, input x [1,C,32,32], real-valued weights."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
-    w = numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w")
+    w = numpy_helper.from_array((rng.standard_normal((8, channels, 3, 3)) * 0.3).astype(np.float32), "w")
     b = numpy_helper.from_array(np.zeros(8, np.float32), "b")
     fw = numpy_helper.from_array((rng.standard_normal((classes, 8)) * 0.5).astype(np.float32), "fw")
     fb = numpy_helper.from_array(np.zeros(classes, np.float32), "fb")
@@ -56,7 +56,7 @@ def tiny_cnn(path: Path, seed: int = 0, classes: int = 10) -> Path:
         helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], name="fc", transB=1),
         helper.make_node("Softmax", ["logits"], ["prob"], name="softmax", axis=1),
     ]
-    graph = helper.make_graph(nodes, "tiny_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+    graph = helper.make_graph(nodes, "tiny_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 32, 32])],
                               [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, classes])],
                               initializer=[w, b, fw, fb])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

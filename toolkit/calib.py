@@ -76,12 +76,27 @@ class Preprocess:
             raise UsageError("--preprocess order must be rgb|bgr|gray and layout nchw|nhwc")
         return p
 
-    def resolved(self) -> dict[str, Any]:
+    def resolved(self, channels: int | None = None) -> dict[str, Any]:
+        """The settings in full. ``channels=1`` (a grayscale input): order ``gray`` and one mean/std,
+        the average of a preset's three unless given with one value (what is recorded is what is done)."""
         base = PRESETS[self.preset]
-        return {"preset": self.preset, "resize": self.resize, "crop": self.crop, "order": self.order,
-                "layout": self.layout, "scale": self.scale if self.scale is not None else base["scale"],
-                "mean": list(self.mean if self.mean is not None else base["mean"]),
-                "std": list(self.std if self.std is not None else base["std"])}
+        cfg = {"preset": self.preset, "resize": self.resize, "crop": self.crop, "order": self.order,
+               "layout": self.layout, "scale": self.scale if self.scale is not None else base["scale"],
+               "mean": list(self.mean if self.mean is not None else base["mean"]),
+               "std": list(self.std if self.std is not None else base["std"])}
+        if channels == 1:
+            cfg["order"] = "gray"
+            cfg["mean"] = [round(sum(cfg["mean"]) / len(cfg["mean"]), 6)]
+            cfg["std"] = [round(sum(cfg["std"]) / len(cfg["std"]), 6)]
+        return cfg
+
+    def channels_of(self, inputs: list[dict[str, Any]]) -> int | None:
+        """The channel count of the single 4-D image input, in this layout (None when there is none)."""
+        imgs = [t for t in inputs if len(t.get("shape") or []) == 4]
+        if len(inputs) != 1 or not imgs:
+            return None
+        shape = imgs[0]["shape"]
+        return shape[1] if self.layout == "nchw" else shape[3]
 
 
 def eval_fraction(v: str) -> float:
@@ -160,7 +175,8 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         if images:
             skipped: list[str] = []
             samples = _from_images(images, inputs, preprocess, skipped)
-            source = {"kind": "images", "path": str(p), "count": len(samples), "preprocess": preprocess.resolved()}
+            source = {"kind": "images", "path": str(p), "count": len(samples),
+                      "preprocess": preprocess.resolved(preprocess.channels_of(inputs))}
             if skipped:
                 source["skipped_unreadable"] = skipped
         elif arrays:
@@ -173,7 +189,8 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         source = {"kind": "npz", "path": str(p)}
     elif p.suffix.lower() in IMAGE_EXT:
         samples = _from_images([p], inputs, preprocess)
-        source = {"kind": "images", "path": str(p), "count": 1, "preprocess": preprocess.resolved()}
+        source = {"kind": "images", "path": str(p), "count": 1,
+                  "preprocess": preprocess.resolved(preprocess.channels_of(inputs))}
     else:
         raise CalibrationError(f"{p}: calibration data must be a folder of images, a .npy or a .npz file")
     if not samples:
@@ -232,8 +249,9 @@ def _random_feed(inputs: list[dict[str, Any]], rng: np.random.Generator) -> dict
             feed[t["name"]] = rng.standard_normal(t["shape"]).astype(dt)
         elif dt.kind == "b":
             feed[t["name"]] = rng.integers(0, 2, t["shape"]).astype(dt)
-        else:
-            feed[t["name"]] = rng.integers(0, 4, t["shape"]).astype(dt)
+        else:  # inside the range the model implies (token ids into a table); build refuses the unknown
+            lo, hi = t.get("range") or (0, 4)
+            feed[t["name"]] = rng.integers(lo, hi, t["shape"]).astype(dt)
     return feed
 
 
@@ -285,7 +303,7 @@ def _from_images(files: list[Path], inputs: list[dict[str, Any]], pre: Preproces
         raise MissingDependency("reading images as calibration data needs Pillow",
                                 hint="pip install 'edgeopt[images]', or pass a .npz keyed by input name")
     t = image_inputs[0]
-    cfg = pre.resolved()
+    cfg = pre.resolved(pre.channels_of(inputs))
     n, a, b, c = t["shape"]
     if cfg["layout"] == "nchw":
         ch, h, w = a, b, c

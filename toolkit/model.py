@@ -305,6 +305,71 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
     )
 
 
+_PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose"}
+
+
+def integer_input_ranges(path_or_model, names: list[str]) -> dict[str, tuple[int, int] | None]:
+    """The valid value range ``[lo, hi)`` of each named integer input where the model tells it, else None.
+
+    Followed through shape-only ops (Cast, Reshape, Unsqueeze ...): indices of a ``Gather`` into a
+    constant table are ``[0, rows)``; indices of ``OneHot`` are ``[0, depth)``; an input every use of
+    which is bounded gets the tightest bound. A name with ``mask`` in it that is otherwise unbounded
+    is taken as 0/1. Anything else (lengths, shapes, positions used in arithmetic) is unknown: random
+    values there are not safe, and build asks for real data instead."""
+    from onnx import numpy_helper
+
+    model = load(path_or_model) if isinstance(path_or_model, (str, os.PathLike)) else path_or_model
+    g = model.graph
+    consts: dict[str, Any] = {i.name: list(i.dims) for i in g.initializer}
+    values: dict[str, Any] = {}
+    for n in g.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = list(a.t.dims)
+                    try:
+                        values[n.output[0]] = numpy_helper.to_array(a.t)
+                    except Exception:  # noqa: BLE001 - an odd constant: shape known, value not
+                        pass
+    for i in g.initializer:
+        if len(i.dims) <= 1:
+            try:
+                values[i.name] = numpy_helper.to_array(i)
+            except Exception:  # noqa: BLE001
+                pass
+    users: dict[str, list[tuple[Any, int]]] = {}
+    for n in g.node:
+        for k, t in enumerate(n.input):
+            users.setdefault(t, []).append((n, k))
+
+    def bound(tensor: str, depth: int = 0) -> int | None:
+        uses = users.get(tensor, [])
+        if not uses or depth > 8:
+            return None
+        highs = []
+        for node, k in uses:
+            op = node.op_type
+            if op in _PASS_THROUGH and k == 0:
+                highs.append(bound(node.output[0], depth + 1))
+            elif op == "Gather" and k == 1 and node.input[0] in consts:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                dims = consts[node.input[0]]
+                highs.append(int(dims[axis]) if dims and -len(dims) <= axis < len(dims) else None)
+            elif op == "OneHot" and k == 0 and node.input[1] in values:
+                highs.append(int(values[node.input[1]].reshape(-1)[0]))
+            else:
+                highs.append(None)
+        return None if any(h is None for h in highs) else min(highs)
+
+    out: dict[str, tuple[int, int] | None] = {}
+    for name in names:
+        hi = bound(name)
+        if hi is None and "mask" in name.lower():
+            hi = 2
+        out[name] = (0, hi) if hi and hi > 0 else None
+    return out
+
+
 MAX_INPUT_ELEMENTS = 1 << 30  # 4 GiB as float32: larger is a typo, not a model input
 
 
