@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
-       "bench_options", "gate", "rollout")
+       "bench_options", "gate", "rollout", "tune")
 __all__ = ["__version__", *API]
 
 

@@ -516,3 +516,12 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "eval": str(Path(eval).resolve()) if eval is not None else None, "eval_max_drop": eval_max_drop}
     with Journal(db, on_event) as j:
         return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
+
+
+def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", **options: Any):
+    """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tune.TuneResult``.
+    ``options``: limit, precision, batches, threads, slo, min_accuracy, objective, shapes, calib,
+    preprocess, dist, duration, exhaustive, db, progress (see ``edgeopt tune --help``)."""
+    from edgeopt.tune import tune as _tune
+
+    return _tune(str(model), targets, devices=str(devices), **options)

@@ -34,7 +34,10 @@ class Runner:
     def __init__(self, bundle: Path, manifest: dict[str, Any], options: dict[str, Any] | None = None) -> None:
         self.bundle = Path(bundle)
         self.manifest = manifest
-        self.options = dict(options or {})
+        # a tuned bundle (``edgeopt tune``) carries its threads in runtime.options: the default here;
+        # a request's own options win
+        rt = manifest["runtime"].get("options") or {}
+        self.options = {**{k: rt[k] for k in ("threads", "inter_op_threads") if rt.get(k)}, **dict(options or {})}
         from ..bundle import listed_path
 
         self.artifact = self.bundle / listed_path(manifest, manifest["runtime"]["artifact"], "runtime.artifact")

@@ -1,0 +1,45 @@
+"""edgeopt tune: a real (short) sweep on the local device, the tuned bundle it writes, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from edgeopt.fixtures import path as fixture
+
+SHAPE = "x:1x3x48x192"
+
+
+def _tune(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgeopt", "tune", str(fixture("ocr-cls")), "-t", "cpu", "-p", "fp32",
+                           "--shape", SHAPE, "--duration", "0.3", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_tune_picks_writes_a_tuned_bundle_that_bench_runs_as_tuned(tmp_path):
+    p = _tune("--threads", "1,2", "--exhaustive", "--json", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout)
+    assert res["schema"] == "edgeopt/v1" and res["kind"] == "tune" and res["benches"] == 2
+    win = res["winners"]["local"]
+    best = max((pt for pt in res["points"] if pt["feasible"]), key=lambda pt: -pt["p50_ms"])
+    assert (win["threads"], win["p50_ms"]) == (best["threads"], best["p50_ms"])  # the best measured point
+    tuned = tmp_path / res["tuned"]["local"]
+    m = json.loads((tuned / "manifest.json").read_text())
+    assert m["runtime"]["options"]["threads"] == win["threads"] and m["tuned"]["device"] == "local"
+    b = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--dist", str(tuned.parent), "--duration", "0.3",
+                        "--json", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert b.returncode == 0, b.stderr[-1500:]
+    runner = json.loads(b.stdout)["records"][0]["bench"]["runner"]
+    assert runner["threads"] == win["threads"]  # the agent runs a tuned bundle with its tuned threads
+
+
+def test_tune_refuses_bad_goals_and_says_when_nothing_meets_them(tmp_path):
+    for args, msg in ((["--slo", "p100=5ms"], "--slo"), (["--min-accuracy", "top1=2"], "--min-accuracy"),
+                      (["--batch", "0"], "--batch"), (["--objective", "latency", "--batch", "1,2"], "batch 1")):
+        p = _tune(*args, cwd=tmp_path)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not (tmp_path / "dist").exists()  # refused before building
+    p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "no configuration meets" in p.stderr and "closest" in p.stderr, p.stderr

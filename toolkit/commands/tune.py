@@ -1,0 +1,109 @@
+"""``edgeopt tune``: pick the best configuration of a model per device, measured there (click)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ._common import CONTEXT, examples
+
+EXAMPLES = examples("""\
+examples:
+  edgeopt tune model.onnx --targets cpu,intel-cpu --shape x:1x3x224x224 --devices local
+  edgeopt tune model.onnx -t intel-cpu -p fp32,int8 --batch 1,2,4,8 --slo p99=20ms --objective throughput
+  edgeopt tune model.onnx -t cpu --threads 1,2,4 --min-accuracy top1=0.99 --exhaustive --json
+
+The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
+upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the first
+that misses the SLO or stops paying (--exhaustive measures everything). The winner per device is
+written as a tuned bundle (the threads in runtime.options) under DIST/<model>/tuned/<device>/ —
+bench or roll out that folder. Exit 2 when no configuration meets the SLO/accuracy (the closest is
+shown), 4 when a device failed.
+""")
+
+
+@click.command("tune", context_settings=CONTEXT, epilog=EXAMPLES,
+               short_help="Pick the fastest configuration per device under an SLO")
+@click.argument("model", type=click.Path())
+@click.option("--targets", "-t", required=True, help="Targets to consider (comma-separated; aliases work).")
+@click.option("--precision", "-p", default="fp32,int8", show_default=True, help="Precisions to consider.")
+@click.option("--batch", "batches", default="1", show_default=True, help="Batch sizes (comma-separated).")
+@click.option("--threads", default=None, help="Thread counts to try [1, 2, 4 … up to the device's cores].")
+@click.option("--slo", default=None, help="Latency bound, e.g. p99=20ms (per request).")
+@click.option("--min-accuracy", default=None, help="Agreement with the FP32 reference on the device, e.g. "
+              "top1=0.99 or cosine=0.999 (besides each bundle's own bound).")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default=None,
+              help="latency: lowest p50 at batch 1; throughput: most inferences/s [throughput when --batch "
+                   "has more than 1, else latency].")
+@click.option("--shape", "shapes", multiple=True, help="Input shape NAME:1x3x224x224 (the batch is replaced "
+              "by each --batch value).")
+@click.option("--calib", default=None, help="Calibration/validation data (as for build).")
+@click.option("--preprocess", default=None, help="Image preprocessing (as for build).")
+@click.option("--devices", default="local", show_default=True, help="Inventory or `local`.")
+@click.option("--limit", multiple=True, help="Only these devices (comma-separated names).")
+@click.option("--duration", default=1.0, show_default=True, type=float, help="Seconds per measured point.")
+@click.option("--exhaustive", is_flag=True, help="Measure every point (no pruning).")
+@click.option("--dist", default="dist", show_default=True, help="Where candidate and tuned bundles go.")
+@click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (every point).")
+@click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1), help="Parallel builds.")
+@click.option("--trust-new-host-keys", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, shapes, calib, preprocess,
+            devices, limit, duration, exhaustive, dist, db, jobs, trust_new_host_keys, as_json, verbose,
+            quiet) -> int:
+    """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
+    from edgeopt.commands import emit_json
+    from edgeopt.errors import EXIT_DEVICE_FAILED, UsageError
+    from edgeopt.tune import tune
+
+    def ints(text: str | None, what: str) -> list[int] | None:
+        if not text:
+            return None
+        try:
+            return [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
+
+    progress = (lambda s: None) if quiet else (lambda s: print(f"[tune] {s}", file=sys.stderr, flush=True))
+    res = tune(model, targets, devices=devices, limit=list(limit) or None, precision=precision,
+               batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
+               min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
+               preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
+               trust_new_host_keys=trust_new_host_keys, progress=progress)
+    if as_json:
+        emit_json(res.as_dict(), "tune")
+    else:
+        _print(res)
+    failed = [p for p in res.points if p.status != "ok"]
+    if res.closest and not res.winners:
+        d, p = next(iter(res.closest.items()))
+        raise UsageError(f"no configuration meets the goals on {', '.join(res.closest)}; closest on {d}: "
+                         f"{p.target} {p.precision} batch {p.batch} threads {p.threads} ({p.why_not})")
+    return EXIT_DEVICE_FAILED if failed and not res.winners else 0
+
+
+def _print(res) -> None:
+    from edgeopt.ui import table
+
+    rows = [{"device": p.device, "target": p.target, "prec": p.precision, "batch": str(p.batch),
+             "threads": str(p.threads), "p50 ms": f"{p.p50_ms:.2f}" if p.p50_ms else "-",
+             "p99 ms": f"{p.p99_ms:.2f}" if p.p99_ms else "-",
+             "inf/s": f"{p.throughput_ips:.1f}" if p.throughput_ips else "-",
+             "agree": f"{p.agreement:.4f}" if p.agreement is not None else "-",
+             "ok": "yes" if p.feasible else (p.why_not or p.status)[:40]} for p in res.points]
+    cols = [(k, k) for k in rows[0]] if rows else []
+    if rows:
+        click.echo(table(rows, cols))
+    for d, p in res.winners.items():
+        click.echo(f"{d}: {p.target} {p.precision} batch {p.batch} threads {p.threads} — p50 {p.p50_ms:.2f} ms, "
+                   f"p99 {p.p99_ms:.2f} ms, {p.throughput_ips:.1f} inf/s → {res.tuned[d]}")
+    for d, p in res.closest.items():
+        click.echo(f"{d}: nothing meets the goals; closest {p.target} {p.precision} batch {p.batch} threads "
+                   f"{p.threads}: {p.why_not}")
+    for s in res.skipped:
+        click.echo("skipped " + ", ".join(f"{k} {v}" for k, v in s.items()))
+    click.echo(f"{len(res.points)} points measured ({'exhaustive' if res.exhaustive else 'pruned'}); "
+               f"build {res.build_s:.1f}s, sweep {res.sweep_s:.1f}s")

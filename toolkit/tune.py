@@ -1,0 +1,306 @@
+"""``edgeopt tune``: the best configuration of a model per device, measured on the device.
+
+The space: the targets' artifacts (backend × precision, each batch size built as its own bundle) ×
+runtime threads. Each point is benched on the device (the agent's bench: the same harness, the same
+results DB). A point is *feasible* when its bundle passed its check, its bench's agreement with the
+FP32 reference met ``min_accuracy`` and its latency met the SLO. The objective is the lowest p50 per
+request (``latency``, batch 1) or the highest throughput (``throughput``, any batch).
+
+The search is not exhaustive when it need not be (``exhaustive=False``):
+- threads are swept upward (1, 2, 4, … up to the device's cores) and the sweep of a bundle stops as
+  soon as a step does not improve the objective by ``IMPROVE`` (runtimes stop scaling once the cores
+  are busy; further steps only repeat a worse figure);
+- batch sizes are tried upward per (target, precision) and stop once a batch misses the SLO at its
+  best threads (a bigger batch only makes each request slower), or once throughput stops improving.
+``exhaustive=True`` measures every point; ``bench/bench_tune.py`` compares both.
+
+The winner of each device is written as a *tuned bundle*: the winning bundle's files with the
+threads in ``runtime.options`` (the agent's runners read them as their default), under
+``DIST/<model>/tuned/<device>/``; ``edgeopt bench``/``rollout`` take that folder like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import UsageError
+
+IMPROVE = 0.03  # a step must beat the best so far by 3% to keep a sweep going
+_SLO = re.compile(r"^(p50|p90|p95|p99|p99\.9)\s*=\s*([0-9.]+)\s*(ms|s)?$")
+
+
+@dataclass
+class Point:
+    device: str
+    target: str
+    precision: str
+    batch: int
+    threads: int
+    bundle: str
+    status: str  # ok | failed
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    latency_ms: float | None = None  # the SLO's percentile
+    throughput_ips: float | None = None
+    agreement: float | None = None  # top-1 (or cosine) vs the FP32 reference, on the device
+    feasible: bool = False
+    why_not: str = ""
+    run_id: str = ""
+
+    def objective(self, kind: str) -> float:
+        """Bigger is better: throughput, or minus the per-request p50."""
+        if kind == "throughput":
+            return self.throughput_ips or 0.0
+        return -(self.p50_ms or float("inf"))
+
+
+@dataclass
+class TuneResult:
+    model: str
+    objective: str
+    slo: dict[str, float] | None
+    min_accuracy: dict[str, float] | None
+    exhaustive: bool
+    points: list[Point] = field(default_factory=list)
+    winners: dict[str, Point] = field(default_factory=dict)
+    closest: dict[str, Point] = field(default_factory=dict)  # devices with no feasible point
+    tuned: dict[str, str] = field(default_factory=dict)  # device -> tuned bundle folder
+    build_s: float = 0.0
+    sweep_s: float = 0.0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["benches"] = len(self.points)
+        return d
+
+
+def parse_slo(text: str | None) -> dict[str, float] | None:
+    """``p99=20ms`` (or ``p90=0.05s``) -> ``{"p99": 20.0}`` in ms."""
+    if not text:
+        return None
+    m = _SLO.match(text.strip().lower())
+    if not m:
+        raise UsageError(f"--slo: expected PERCENTILE=LATENCY such as p99=20ms, got {text!r}",
+                         hint="percentiles: p50, p90, p95, p99, p99.9")
+    value = float(m.group(2)) * (1000.0 if m.group(3) == "s" else 1.0)
+    if not value > 0:
+        raise UsageError(f"--slo must be above 0, got {text!r}")
+    return {m.group(1).replace(".", "_"): value}
+
+
+def parse_min_accuracy(text: str | None) -> dict[str, float] | None:
+    """``top1=0.99`` or ``cosine=0.999`` (agreement with the FP32 reference, measured on the device)."""
+    if not text:
+        return None
+    key, sep, value = text.strip().partition("=")
+    key = key.strip().lower()
+    try:
+        v = float(value.rstrip("%")) / (100.0 if value.strip().endswith("%") else 1.0)
+    except ValueError:
+        v = -1.0
+    if not sep or key not in ("top1", "cosine") or not 0 < v <= 1:
+        raise UsageError(f"--min-accuracy: expected top1=0.99 or cosine=0.999, got {text!r}")
+    return {key: v}
+
+
+def thread_steps(cores: int, given: list[int] | None) -> list[int]:
+    if given:
+        return sorted(set(given))
+    steps, t = [], 1
+    while t < cores:
+        steps.append(t)
+        t *= 2
+    return [*steps, max(1, cores)]
+
+
+def _with_batch(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int]]:
+    return {k: [batch, *v[1:]] if v else v for k, v in shapes.items()}
+
+
+def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc) -> Point:
+    b = rec.bundle or {}
+    p = Point(dev, b.get("target", ""), b.get("precision", ""), batch, threads, str(bundle.path), rec.status,
+              run_id=rec.run_id)
+    if not rec.ok:
+        p.why_not = ((rec.error or {}).get("message") or rec.status)[:200]
+        return p
+    bench = rec.bench or {}
+    lat = bench.get("latency_ms") or {}
+    p.p50_ms, p.p99_ms = lat.get("p50"), lat.get("p99")
+    p.throughput_ips = bench.get("throughput_ips")
+    acc = bench.get("accuracy") or {}
+    metrics = [o.get("metrics") or {} for o in (acc.get("outputs") or {}).values()]
+    key = next(iter(min_acc)) if min_acc else "top1"
+    vals = [m[key] for m in metrics if isinstance(m.get(key), (int, float))]
+    if not vals and key == "top1":
+        vals = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
+    p.agreement = min(vals) if vals else None
+    why = []
+    if acc and acc.get("passed") is False:
+        why.append("misses its FP32 bound on the device")
+    if min_acc:
+        k, v = next(iter(min_acc.items()))
+        if p.agreement is None or p.agreement < v:
+            why.append(f"{k} {p.agreement if p.agreement is not None else 'n/a'} < {v}")
+    if slo:
+        k, v = next(iter(slo.items()))
+        p.latency_ms = lat.get(k)
+        if p.latency_ms is None or p.latency_ms > v:
+            why.append(f"{k} {p.latency_ms:.2f} ms > {v:g} ms" if p.latency_ms is not None else f"no {k}")
+    p.feasible, p.why_not = not why, "; ".join(why)
+    return p
+
+
+def tune(model: str, targets: str, devices: str = "local", limit: str | list[str] | None = None,
+         precision: str = "fp32,int8", batches: list[int] | None = None, threads: list[int] | None = None,
+         slo: str | None = None, min_accuracy: str | None = None, objective: str | None = None,
+         shapes: Any = None, calib: str | None = None, preprocess: str | None = None, dist: str = "dist",
+         duration: float = 1.0, exhaustive: bool = False, db: str | None = None, jobs: int = 2,
+         trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None) -> TuneResult:
+    """Build the candidates, sweep them on each device, pick and write the winner per device."""
+    from edgeopt import api
+    from edgeopt.deploy import load_bundle
+    from edgeopt.fleetbench import plan
+    from edgeopt.model import inspect, static_input_shapes
+
+    batches = sorted(set(batches or [1]))
+    if any(b < 1 for b in batches) or any(t < 1 for t in threads or []):
+        raise UsageError("--batch and --threads values must be at least 1")
+    objective = objective or ("throughput" if batches != [1] else "latency")
+    if objective not in ("latency", "throughput"):
+        raise UsageError(f"--objective must be latency or throughput, not {objective!r}")
+    if objective == "latency" and batches != [1]:
+        raise UsageError("--objective latency is per request at batch 1; drop --batch or use --objective throughput")
+    slo_d, acc_d = parse_slo(slo), parse_min_accuracy(min_accuracy)
+    if not duration > 0:
+        raise UsageError(f"--duration must be above 0 s, got {duration}")
+    devs = api.select_devices(devices, limit)
+    info = inspect(model)
+    base = static_input_shapes(info, api.parse_shapes(shapes) or {})
+    result = TuneResult(info.name, objective, slo_d, acc_d, exhaustive)
+
+    # 1. the candidate bundles: one build per batch size (the batch is part of the artifact's shape)
+    t0 = time.perf_counter()
+    built: dict[int, list] = {}
+    for b in batches:
+        progress(f"building batch {b}: {targets} × {precision}")
+        rep = api.build(model, targets, precision=precision, shapes=_with_batch(base, b), calib=calib,
+                        preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress)
+        for r in rep.results:
+            if r.ok:
+                built.setdefault(b, []).append(load_bundle(r.bundle))
+            else:
+                result.skipped.append({"target": r.target, "precision": r.precision, "batch": str(b),
+                                       "reason": f"{r.status}: {(r.error or r.status).splitlines()[0][:160]}"})
+    result.build_s = round(time.perf_counter() - t0, 2)
+    if not built:
+        raise UsageError("no candidate built: " + "; ".join(f"{s['target']} {s['precision']} batch {s['batch']}: "
+                                                           f"{s['reason']}" for s in result.skipped))
+
+    # 2. the sweep, per device
+    t1 = time.perf_counter()
+    for dev in devs:
+        cores = _cores(dev, trust_new_host_keys)
+        steps = thread_steps(cores, threads)
+        mine: dict[tuple[str, str], dict[int, Any]] = {}
+        for b, bundles in built.items():
+            work, _ = plan([dev], bundles)
+            for _, bs in work:
+                for bundle in bs:
+                    mine.setdefault((bundle.target, bundle.precision), {})[b] = bundle
+        if not mine:
+            result.skipped.append({"device": dev.name, "reason": "no candidate bundle runs on this device"})
+            continue
+        for (target, prec), per_batch in sorted(mine.items()):
+            best_prev: Point | None = None
+            for b in sorted(per_batch):
+                bundle = per_batch[b]
+                best_here: Point | None = None
+                for t in steps:
+                    progress(f"{dev.name}: {target} {prec} batch {b} threads {t}")
+                    fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=t, batch=b,
+                                   duration=duration, min_iters=20, warmup="0.3s", db=db,
+                                   trust_new_host_keys=trust_new_host_keys)
+                    recs = [r for r in fr.records if r.device.get("name") == dev.name]
+                    if not recs:
+                        break
+                    p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d)
+                    result.points.append(p)
+                    if p.status != "ok":
+                        break
+                    improved = best_here is None or p.objective(objective) > best_here.objective(objective) * (
+                        1 + IMPROVE if objective == "throughput" else 1 - IMPROVE)
+                    if best_here is None or p.objective(objective) > best_here.objective(objective):
+                        best_here = p
+                    if not exhaustive and not improved:
+                        break
+                if exhaustive or best_here is None:
+                    continue
+                # bigger batches only add latency: stop once this one misses the SLO, or stops paying
+                if slo_d and best_here.latency_ms is not None and best_here.latency_ms > next(iter(slo_d.values())):
+                    break
+                if best_prev is not None and best_here.objective(objective) <= best_prev.objective(objective) * (
+                        1 + IMPROVE):
+                    break
+                best_prev = best_here
+        pts = [p for p in result.points if p.device == dev.name and p.status == "ok"]
+        feasible = [p for p in pts if p.feasible]
+        if feasible:
+            win = max(feasible, key=lambda p: p.objective(objective))
+            result.winners[dev.name] = win
+            result.tuned[dev.name] = str(write_tuned(Path(win.bundle), Path(dist) / info.name / "tuned" / dev.name,
+                                                     win, result))
+        elif pts:
+            result.closest[dev.name] = min(pts, key=lambda p: _miss(p, slo_d, acc_d))
+    result.sweep_s = round(time.perf_counter() - t1, 2)
+    return result
+
+
+def _miss(p: Point, slo, acc) -> float:
+    """How far a point is from feasible (relative), for "the closest" when nothing meets the goals."""
+    miss = 0.0
+    if slo and p.latency_ms is not None:
+        miss += max(0.0, p.latency_ms / next(iter(slo.values())) - 1)
+    if acc and p.agreement is not None:
+        miss += max(0.0, next(iter(acc.values())) - p.agreement)
+    return miss
+
+
+def _cores(dev, trust_new: bool) -> int:
+    """The cores the device's agent may use (its probe), 1 when it cannot tell."""
+    from edgeopt.deploy import DeviceSession
+    from edgeopt.errors import DeviceError
+
+    try:
+        with DeviceSession.open(dev, trust_new) as s:
+            probe = s.probe()
+    except DeviceError:
+        return 1  # the bench that follows says what is wrong with the device
+    cpu = probe.get("cpu") or {}
+    return int(cpu.get("cores_usable") or cpu.get("cores") or cpu.get("logical") or 1)
+
+
+def write_tuned(src: Path, dest: Path, win: Point, result: TuneResult) -> Path:
+    """A copy of the winning bundle with the tuned threads in ``runtime.options`` (a new bundle id)."""
+    manifest = json.loads((src / "manifest.json").read_text())
+    out = dest / src.name
+    tmp = dest / f".{src.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    manifest["runtime"].setdefault("options", {})["threads"] = win.threads
+    manifest["tuned"] = {"device": win.device, "threads": win.threads, "batch": win.batch,
+                         "objective": result.objective, "slo": result.slo, "min_accuracy": result.min_accuracy,
+                         "p50_ms": win.p50_ms, "p99_ms": win.p99_ms, "throughput_ips": win.throughput_ips,
+                         "run_id": win.run_id, "from_bundle": src.name}
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
