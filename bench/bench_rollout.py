@@ -101,9 +101,16 @@ def main() -> None:
     p = edgeopt("rollout", str(vers["v1"]), "--devices", "fleet-v1.yaml", "--no-latency-gate", "--max-fail", "100%",
                 "--waves", "100%", "--parallel", "8", "-q", cwd=work)
     assert p.returncode == 0, p.stdout + p.stderr
-    # then some stores become unwritable (an injected fault: install must fail, the device stays on v1)
+    # then some devices cannot take a new bundle (an injected fault: the push must fail, the device stays on
+    # v1): their staging area is a file, not a folder. (A read-only store is no fault for root, who writes
+    # through 0500: the first runs of this bench injected nothing that way.)
     for i in range(n_health, n_health + n_store):
-        os.chmod(work / "roots" / f"d{i:03d}" / "agent" / "store", 0o500)
+        staging = work / "roots" / f"d{i:03d}" / "agent" / "staging"
+        if staging.is_dir():
+            import shutil
+
+            shutil.rmtree(staging)
+        staging.write_text("not a folder: injected fault\n")
     rows = []
     runs = [(par, eng) for par in [int(x) for x in a.parallel.split(",")] for eng in a.engines.split(",")]
     for par, eng in runs:
@@ -131,7 +138,7 @@ def main() -> None:
     body = (f"### Rollout of a simulated fleet of {n} (`bench/bench_rollout.py`)\n\n{stamp()} · {machine()} · load before: "
             f"{load()}\n\n{n} `transport: local` devices with their own agent roots, the real PP-OCR classifier "
             f"(cpu fp32) v1 → v2, waves 1,10%,50%,100%, --max-fail 10%; faults: {n_health} devices with a failing "
-            f"health_cmd, {n_store} with an unwritable store. The latency gate against the incumbent is off here "
+            f"health_cmd, {n_store} whose staging area cannot be written (a file where the folder goes). The latency gate against the incumbent is off here "
             "(`--no-latency-gate`: every simulated device's runtime runs on this same 2-core host, so their timings "
             "would measure each other); fidelity, activation as a trial, hooks and commit run for real. The invariant "
             "is read back from the agents (`edgeopt fleet status`) and compared with the journal. With both engines, "
