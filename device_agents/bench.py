@@ -74,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "latency_bound_ms": None,
     "latency_percentile": None,
     "engine": None,  # loadgen | edgeopt (None: LoadGen when installed)
+    "profile": 0,  # > 0: after the timed loop, the stages of one request and a per-op profile over N runs
 }
 LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
 MAX_SAMPLES = 2000
@@ -125,6 +126,7 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
     _number(opts, "threads", 1, integer=True, allow_none=True)
     _number(opts, "batch", 1, integer=True)
     _number(opts, "timeout_s", 0.1)
+    _number(opts, "profile", 0, integer=True)
     if opts["max_iters"] is not None and opts["max_iters"] < opts["min_iters"]:
         raise BenchError(f"max_iters {opts['max_iters']} is below min_iters {opts['min_iters']}")
     if opts["duration_s"] >= opts["timeout_s"]:
@@ -441,6 +443,12 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             result["samples_ms"] = subsample(ns)
         if scenario is not None:
             result["scenario"] = scenario
+        if opts["profile"]:
+            from .decompose import decompose
+
+            stage("profile", {})
+            result["decomposition"] = decompose(runner, manifest, feeds, first, result["latency_ms"]["p50"],
+                                                opts["profile"])
     except BaseException:
         with contextlib.suppress(Exception):  # the first failure is the one to report
             runner.close()
@@ -558,7 +566,7 @@ def _stages(path: Path) -> list[dict[str, Any]]:
 
 _STAGE_WORDS = {"start": "start-up", "prepare": "data preparation", "limits": "applying limits", "load": "model load",
                 "first_inference": "the first inference", "accuracy": "the accuracy pass",
-                "warmup": "warm-up", "timed": "the timed loop", "report": "reporting"}
+                "warmup": "warm-up", "timed": "the timed loop", "report": "reporting", "profile": "profiling"}
 
 
 def bench_in_child(bundle: Path, opts: dict[str, Any], pair: list[Path] | None = None,

@@ -198,7 +198,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   batch: int = 1, bench_timeout: float = 300, limit_memory: float | None = None,
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
                   target_qps: float | None = None, latency_bound: str | None = None,
-                  samples_per_query: int | None = None, engine: str | None = None) -> dict[str, Any]:
+                  samples_per_query: int | None = None, engine: str | None = None, profile: int = 0) -> dict[str, Any]:
     """The options the agent's bench takes, checked (UsageError before any device is touched)."""
     from types import SimpleNamespace
 
@@ -210,7 +210,8 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
     args = SimpleNamespace(duration=duration, min_iters=min_iters, warmup=warm_iters if warm_iters is not None else 0,
                            threads=threads, batch=batch, bench_timeout=bench_timeout, limit_memory=limit_memory,
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
-                           latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine)
+                           latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
+                           profile=profile)
     opts = _opts(args)
     if warm_s is not None:
         opts["warmup_s"] = warm_s

@@ -227,7 +227,8 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
         text = table(_cells(rows), COLUMNS, drop=DROP_ORDER)
         errs = _errors(rows)
         notes = notes_of(rows)
-        return (text + ("\n\n" + "\n".join(notes) if notes else "")
+        dec = decomposition_text(records)
+        return (text + ("\n\n" + "\n".join(notes) if notes else "") + ("\n\n" + dec if dec else "")
                 + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "") + "\n")
     if fmt == "md":
         return _markdown(rows, title)
@@ -346,8 +347,70 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 <div class="scroll"><table id="comparison"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>
 {('<h2>Failures</h2><ul class="err">' + ''.join(f'<li>{html.escape(e)}</li>' for e in errs) + '</ul>') if errs else ''}
 <div class="plots">{figs}</div>
+{_decomposition_html(records)}
 </body></html>
 """
+
+
+def decompositions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records benched with ``--profile``: label, stages and top ops (see device_agents/decompose.py)."""
+    out = []
+    for rec in records:
+        d = (rec.get("bench") or {}).get("decomposition")
+        if not d:
+            continue
+        b, dev = rec.get("bundle") or {}, rec.get("device") or {}
+        out.append({"label": f"{b.get('target')}-{b.get('precision')} @ {dev.get('name')}", **d})
+    return out
+
+
+def decomposition_text(records: list[dict[str, Any]], top: int = 5) -> str:
+    """Where one request's time goes, per profiled artifact, as text lines."""
+    lines = []
+    for d in decompositions(records):
+        st = "  ".join(f"{s['stage']} {s['ms']:.3f}" if s.get("ms") is not None else f"{s['stage']} -"
+                       for s in d["stages"])
+        lines.append(f"{d['label']}: ms per request: {st}")
+        p = d.get("profile") or {}
+        if p.get("ops"):
+            ov = p.get("overhead_vs_p50")
+            lines.append(f"  top ops ({p['profiler']}, {p['iterations']} runs"
+                         + (f", profiled runs {ov:+.0%} vs p50" if ov is not None else "") + "): "
+                         + ", ".join(f"{o['op']} {o['share']:.0%}" for o in p["ops"][:top]))
+        elif p:
+            lines.append(f"  per-op profile: {p.get('why')}")
+    return "\n".join(lines)
+
+
+_STAGE_COLOURS = {"preprocess": "#7aa6c2", "copy in": "#c9b458", "compute": "#5a8f5a", "copy out": "#c98f58",
+                  "postprocess": "#a77bb0"}
+
+
+def _decomposition_html(records: list[dict[str, Any]]) -> str:
+    ds = decompositions(records)
+    if not ds:
+        return ""
+    parts = ["<h2>Where one request's time goes</h2>"]
+    for d in ds:
+        known = [s for s in d["stages"] if s.get("ms")]
+        total = sum(s["ms"] for s in known) or 1e-12
+        bar = "".join(f'<span title="{html.escape(s["stage"])}: {s["ms"]:.3f} ms ({html.escape(s["how"])})" '
+                      f'style="display:inline-block;height:14px;width:{max(0.5, 100 * s["ms"] / total):.2f}%;'
+                      f'background:{_STAGE_COLOURS.get(s["stage"], "#999")}"></span>' for s in known)
+        legend = " &middot; ".join(f'{html.escape(s["stage"])} {s["ms"]:.3f} ms' if s.get("ms") is not None
+                                   else f'{html.escape(s["stage"])}: {html.escape(s["how"])}' for s in d["stages"])
+        p = d.get("profile") or {}
+        ops = ""
+        if p.get("ops"):
+            ov = p.get("overhead_vs_p50")
+            ops = (f'<div class="meta">top ops ({html.escape(p["profiler"])}, {p["iterations"]} runs'
+                   + (f", profiled runs {ov:+.0%} vs the p50" if ov is not None else "") + "): "
+                   + ", ".join(f'{html.escape(o["op"])} {o["share"]:.0%}' for o in p["ops"][:6]) + "</div>")
+        elif p:
+            ops = f'<div class="meta">per-op profile: {html.escape(str(p.get("why")))}</div>'
+        parts.append(f'<div class="decomp"><b>{html.escape(d["label"])}</b><div style="width:60%;white-space:nowrap">'
+                     f'{bar}</div><div class="meta">{legend}</div>{ops}</div>')
+    return "\n".join(parts)
 
 
 def html_dependency_note() -> str | None:

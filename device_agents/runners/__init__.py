@@ -52,6 +52,13 @@ class Runner:
         """Runtime name, version and the settings in force (threads, delegates, device)."""
         return {"runtime": self.runtime}
 
+    def profile(self, feeds: list[dict[str, np.ndarray]], iterations: int) -> dict[str, Any]:
+        """Per-node times from the runtime's own profiler over ``iterations`` runs, in a separate
+        profiled instance (the measured one stays unprofiled): ``{"nodes": [{"name", "op", "ms"}],
+        "iterations", "profiler"}`` with each node's mean ms per run; runtimes whose Python API has no
+        profiler say so (``{"available": False, "why": ...}``)."""
+        return {"available": False, "why": f"{self.runtime}: no per-op profiler in its Python API is wired up"}
+
     def close(self) -> None:
         pass
 

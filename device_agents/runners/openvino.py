@@ -8,6 +8,7 @@ latency hint and the thread count are set at compile time, so nothing is re-plan
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,32 @@ class OpenVinoRunner(Runner):
         # infer() copies the outputs (share_outputs=False), so the next run cannot overwrite them.
         result = self.request.infer(feed)
         return {name: result[port] for port, name in self._outputs}
+
+    def profile(self, feeds: list[dict[str, np.ndarray]], iterations: int) -> dict[str, Any]:
+        """OpenVINO's performance counters (``PERF_COUNT``: ``get_profiling_info`` per infer request, the
+        executed nodes with their real time) on a second compiled model with the same config."""
+        compiled = self.core.compile_model(self.core.read_model(str(self.artifact)), self.device,
+                                           {**self.config, "PERF_COUNT": "YES"})
+        req = compiled.create_infer_request()
+        nodes: dict[str, dict[str, Any]] = {}
+        wall = 0.0
+        for j in range(iterations):
+            feed = feeds[j % len(feeds)]
+            for name, value in feed.items():
+                shape = self._shapes.get(name)
+                if shape is not None and np.shape(value) != shape and np.size(value) == int(np.prod(shape)):
+                    feed = {**feed, name: np.reshape(value, shape)}
+            t0 = time.perf_counter()
+            req.infer(feed)
+            wall += time.perf_counter() - t0
+            for p in req.get_profiling_info():
+                if str(p.status).endswith("EXECUTED"):
+                    n = nodes.setdefault(p.node_name, {"name": p.node_name, "op": p.node_type,
+                                                       "exec": p.exec_type, "us": 0.0})
+                    n["us"] += p.real_time.total_seconds() * 1e6
+        return {"profiler": "openvino PERF_COUNT", "iterations": iterations, "wall_ms": wall * 1000.0 / iterations,
+                "nodes": [{"name": n["name"], "op": n["op"], "exec": n["exec"], "ms": n["us"] / 1000.0 / iterations}
+                          for n in nodes.values()]}
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {"runtime": self.runtime, "version": self._ov.get_version(), "device": self.device,

@@ -143,6 +143,10 @@ def bench_options(f: Callable) -> Callable:
         click.option("--target-qps", type=float, metavar="QPS", help="server: arrival rate; offline: expected rate."),
         click.option("--latency-bound", metavar="pNN=MS", help="E.g. p99=20ms: the bound LoadGen judges VALID by."),
         click.option("--samples-per-query", type=int, metavar="N", help="multi-stream: samples per query."),
+        click.option("--profile", type=click.IntRange(min=0), default=0, metavar="N",
+                     help="After the timed loop: where one request's time goes (preprocess, copies, compute, "
+                          "postprocess) and the runtime's own per-op profile over N runs (ONNX Runtime, "
+                          "OpenVINO) [0: off]."),
         click.option("--engine", type=click.Choice(["loadgen", "edgeopt"]),
                      help="loadgen (needed for multi-stream/offline) or the agent's own loops [loadgen if "
                           "installed on the device]."),

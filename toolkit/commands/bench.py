@@ -42,6 +42,8 @@ def bench_options(args) -> dict:
     opts = {"duration_s": args.duration, "min_iters": args.min_iters, "warmup": args.warmup,
             "threads": args.threads, "batch": args.batch, "timeout_s": args.bench_timeout,
             "return_samples": not args.no_samples, "limits": limits}
+    if getattr(args, "profile", 0):
+        opts["profile"] = int(args.profile)
     scenario = getattr(args, "scenario", None)
     pct, bound = parse_latency_bound(getattr(args, "latency_bound", None))
     if not scenario:
@@ -91,7 +93,7 @@ def bench_kwargs(args) -> dict:
     """The bench options of parsed CLI args, as ``edgeopt.api.bench_options`` takes them."""
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
-                                          "latency_bound", "samples_per_query", "engine")}
+                                          "latency_bound", "samples_per_query", "engine", "profile")}
 
 
 def run_bench(args, bundles: list, progress):

@@ -1,0 +1,63 @@
+"""bench --profile: the stages of one request and the runtimes' own per-op profiles, on real bundles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import edgeopt
+from edgeopt.fixtures import path as fixture
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("decomp")
+    rep = edgeopt.build(fixture("ocr-cls"), "cpu,intel-cpu", precision="fp32", shapes="x:1x3x48x192",
+                        calib=str(fixture("images")), preprocess="preset=pm1", dist=tmp / "dist", calib_count=4)
+    assert rep.ok, rep.results
+    return tmp
+
+
+def test_profile_splits_a_request_and_names_the_ops(dist):
+    fleet = edgeopt.bench(dist=dist / "dist", duration=0.3, min_iters=10, warmup=2, profile=10,
+                          db=str(dist / "r.db"))
+    assert fleet.ok and len(fleet.records) == 2
+    for rec in fleet.records:
+        d = rec.bench["decomposition"]
+        stages = {s["stage"]: s for s in d["stages"]}
+        assert list(stages) == ["preprocess", "copy in", "compute", "copy out", "postprocess"]
+        assert stages["preprocess"]["ms"] > 0 and "48x192" in stages["preprocess"]["how"]  # the declared resize
+        assert stages["postprocess"]["ms"] > 0 and "argmax" in stages["postprocess"]["how"]
+        assert stages["compute"]["ms"] == pytest.approx(rec.bench["latency_ms"]["p50"])
+        p = d["profile"]
+        want = {"cpu": "onnxruntime enable_profiling", "intel-cpu": "openvino PERF_COUNT"}[rec.bundle["target"]]
+        assert p["profiler"] == want and p["iterations"] == 10
+        assert sum(o["share"] for o in p["ops"]) == pytest.approx(1.0)
+        assert any("Conv" in o["op"] for o in p["ops"][:3])  # a CNN spends its time in convolutions
+        assert p["top_nodes"] and p["overhead_vs_p50"] is not None
+    text = edgeopt.report(db=str(dist / "r.db"), format="table")
+    assert "ms per request" in text and "top ops" in text
+    page = edgeopt.report(db=str(dist / "r.db"), format="html")
+    assert "Where one request's time goes" in page
+
+
+def test_resize_matches_a_reference_bilinear():
+    from edgeopt_agent.decompose import resize_bilinear
+
+    img = np.arange(4 * 6 * 1, dtype=np.float32).reshape(4, 6, 1)
+    out = resize_bilinear(img, 2, 3)  # exact halves: each output pixel averages a 2x2 block
+    expect = img.reshape(2, 2, 3, 2, 1).mean(axis=(1, 3))
+    assert np.allclose(out, expect)
+
+
+def test_a_runner_without_a_profiler_says_so():
+    from edgeopt_agent.runners import Runner
+
+    class Bare(Runner):
+        runtime = "bare"
+
+        def __init__(self) -> None:  # no bundle needed for this
+            self.options = {}
+
+    assert Bare().profile([], 1) == {"available": False,
+                                     "why": "bare: no per-op profiler in its Python API is wired up"}
