@@ -190,6 +190,10 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
         out.status = ("refused" if isinstance(exc, (HostKeyError, AuthFailed)) else
                       "timed-out" if isinstance(exc, DeviceTimeout) else
                       "unreachable" if sess is None or isinstance(exc, ConnectionLost) else "failed")
+    except (OSError, ValueError, KeyError) as exc:  # a step that broke on this device fails this device only
+        out.step = out.step or stage
+        out.reason = f"{type(exc).__name__}: {exc}"[:500]
+        out.status = "failed"
     finally:
         if out.status not in ("done", "already") and activated and sess is not None:
             try:
