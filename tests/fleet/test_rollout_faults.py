@@ -99,3 +99,18 @@ def test_a_halt_after_first_installs_puts_devices_back_to_nothing(versions, ssh_
     assert summary["status"] == "halted" and summary["rolled_back"] == {"loc-0": None, "ssh-0": None}
     flaky.start()
     assert _current(tmp_path) == {"loc-0": None, "ssh-0": None, "ssh-x": None}
+
+
+def test_a_device_whose_store_cannot_take_the_bundle_fails_alone(versions, tmp_path):
+    """Its staging area is a file (a fault that holds even for root): that device fails at push; the
+    rollout goes on for the others (was: an internal error that stopped the whole rollout)."""
+    devs = {f"d{i}": {"transport": "local", "root": str(tmp_path / f"r{i}"), "target": "cpu"} for i in range(3)}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"devices": devs}))
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "staging").write_text("not a folder")
+    p = _edgeopt("rollout", str(versions["v1"]), "--devices", "fleet.yaml", "--waves", "100%", "--max-fail", "1",
+                 "--no-latency-gate", "--json", cwd=tmp_path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stdout[-1500:] + p.stderr[-1500:]
+    out = _outcomes(p.stdout)
+    assert out["d1"]["status"] == "failed" and out["d1"]["step"] == "push", out["d1"]
+    assert out["d0"]["status"] == out["d2"]["status"] == "done"
