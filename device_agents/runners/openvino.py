@@ -45,6 +45,8 @@ class OpenVinoRunner(Runner):
         settings = {**rt, **{k: v for k, v in self.options.items() if v is not None}}
         self.device = str(settings.get("device") or "CPU")
         self.core = ov.Core()
+        if settings.get("cache_dir"):  # compiled-blob cache: a warm one skips most of compile_model
+            self.core.set_property({"CACHE_DIR": str(settings["cache_dir"])})
         available = list(self.core.available_devices)
         if not device_present(available, self.device):
             raise RunnerUnavailable(f"OpenVINO device {self.device!r} is not present on this machine "
