@@ -52,46 +52,117 @@ def check_pair(baseline, candidate) -> None:
         raise UsageError(f"the baseline's inputs {ia} differ from the candidate's {ib}")
 
 
+def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None = "local",
+         limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
+         budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
+         trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """``edgeopt gate`` as a function (what ``edgeopt.api.gate`` should call): the rig file's ``rig:`` policy
+    read from the inventory, ``--baseline`` a bundle folder or ``results:NAME``; every input checked first."""
+    from edgeopt.api import parse_duration, select_devices
+    from edgeopt.hil.gatefile import load_gate
+    from edgeopt.hil.rig import load_rig
+
+    if on_inconclusive not in ("exit6", "fail", "pass"):
+        raise UsageError(f"on_inconclusive must be exit6, fail or pass, not {on_inconclusive!r}")
+    rig = load_rig(devices)
+    spec = load_gate(gate)
+    budget_s = parse_duration(budget)
+    chosen = select_devices(devices, limit, labels)
+    result = run_gate(candidate, baseline, chosen, spec, budget_s, trust_new_host_keys, db_path=db,
+                      progress=progress, rig=rig)
+    if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":
+        result["exit_code"] = EXIT["regressed"] if on_inconclusive == "fail" else 0
+    return result
+
+
 def run_gate(candidate: str | Path, baseline: str | Path, devices: list, spec: GateSpec,
              budget_s: float = 60.0, trust_new_host_keys: bool = False, jobs: int = 4,
              db_path: str | Path | None = None,
-             progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Gate ``candidate`` against ``baseline`` on every device that takes their target.  Every input
-    is checked before anything is measured or recorded; the DB is written only once a verdict exists."""
+             progress: Callable[[str], None] = lambda s: None, rig: Any = None) -> dict[str, Any]:
+    """Gate ``candidate`` against ``baseline`` (a bundle folder, or ``results:NAME``: a stored baseline,
+    compared unpaired) on every device that takes their target.  ``rig``: an ``edgeopt.hil.rig.Rig``
+    (health policy, hooks, quarantine); None = no policy.  Every input is checked before anything is
+    measured or recorded; the DB is written only once a verdict exists."""
     from edgeopt.fleetbench import matches
+    from edgeopt.hil.baseline import PREFIX, resolve
+    from edgeopt.hil.rig import Rig, quarantined
 
+    rig = rig or Rig()
     if budget_s <= 0:
         raise UsageError(f"--budget must be above 0 s, got {budget_s:g}")
-    cand, base = _bundle(candidate, "candidate"), _bundle(baseline, "baseline")
-    check_pair(base, cand)
-    rig = [d for d in devices if matches(d, cand)]
-    if not rig:
+    cand = _bundle(candidate, "candidate")
+    stored: dict[str, dict[str, Any]] | None = None
+    if str(baseline).startswith(PREFIX):
+        base = None
+        bname, entries = resolve(str(baseline), db_path, cand.model, cand.target)
+        stored = {e["device"]: e for e in entries}
+    else:
+        base = _bundle(baseline, "baseline")
+        check_pair(base, cand)
+    targets = [d for d in devices if matches(d, cand)]
+    if not targets:
         raise UsageError(f"no device of the rig takes target {cand.target!r} ("
                          + ", ".join(f"{d.name}: {d.target or 'no target'}" for d in devices) + ")",
                          hint="set `target:` for the rig's devices in the inventory")
+    held = quarantined(db_path, [d.name for d in targets])
+    live = [d for d in targets if d.name not in held]
+    if stored is not None:
+        lacking = [d.name for d in live if d.name not in stored]
+        if lacking:
+            raise UsageError(f"baseline {bname!r} has no rounds for device(s) {', '.join(lacking)} (it has "
+                             f"{', '.join(sorted(stored))}): a stored baseline is compared on its own device only",
+                             hint="--limit the gate to those devices, or save a baseline from a run on these")
     gate_id = uuid.uuid4().hex[:12]
     result: dict[str, Any] = {"schema": "edgeopt/v1", "kind": "gate", "gate_id": gate_id, "model": cand.model,
-                              "target": cand.target, "baseline_id": base.bundle_id,
-                              "candidate_id": cand.bundle_id, "baseline": str(base.path),
+                              "target": cand.target, "mode": "paired" if base is not None else "unpaired",
+                              "baseline_id": base.bundle_id if base else f"{PREFIX}{bname}",
+                              "candidate_id": cand.bundle_id, "baseline": str(base.path) if base else str(baseline),
                               "candidate": str(cand.path), "spec": spec.as_dict(), "budget_s": budget_s,
-                              "devices": []}
+                              "rig": {"source": rig.source, "policy": rig.policy.as_dict()}, "devices": []}
     t0 = time.perf_counter()
 
     def one(dev) -> dict[str, Any]:
-        return _gate_device(dev, base, cand, spec, budget_s, trust_new_host_keys, progress)
+        if dev.name in held:
+            q = held[dev.name]
+            progress(f"{dev.name}: SKIPPED: quarantined since {q['quarantined_at']} ({q['reason']})")
+            return {"device": dev.name, "status": "quarantined", "verdict": "skipped",
+                    "skipped": f"quarantined since {q['quarantined_at']}: {q['reason']}; "
+                               f"`edgeopt rig release {dev.name}` puts it back"}
+        return _gate_device(dev, base, cand, spec, budget_s, trust_new_host_keys, progress,
+                            rig.for_device(dev.name), stored.get(dev.name) if stored is not None else None)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(rig)))) as pool:
-        result["devices"] = list(pool.map(one, rig))
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(targets)))) as pool:
+        result["devices"] = list(pool.map(one, targets))
     result["elapsed_s"] = round(time.perf_counter() - t0, 3)
     result["verdict"] = _overall(result["devices"])
     result["exit_code"] = EXIT[result["verdict"]]
     if db_path is not None:
+        from edgeopt.hil.rig import RigState
         from edgeopt.results import ResultsDB
 
         with ResultsDB(db_path) as db:
             for dev in result["devices"]:
-                db.add(_record(result, dev, cand))
+                if dev.get("status") != "quarantined":
+                    db.add(_record(result, dev, cand))
+        with RigState(db_path) as st:
+            for dev in result["devices"]:
+                _rig_bookkeeping(st, dev, rig.for_device(dev["device"]), progress)
     return result
+
+
+def _rig_bookkeeping(st, dev: dict[str, Any], policy, progress: Callable[[str], None]) -> None:
+    if dev.get("status") == "quarantined":
+        return
+    for ev in dev.get("events") or []:
+        st.event(dev["device"], ev["kind"], ev["detail"])
+    if dev.get("error"):
+        if st.record_failure(dev["device"], dev["error"], policy.quarantine_after, kind=dev.get("status", "failed"),
+                             seen=dev.get("status") == "unfit", health=dev.get("health")):
+            dev["quarantined_now"] = True
+            progress(f"{dev['device']}: QUARANTINED after {policy.quarantine_after} failures in a row "
+                     f"(`edgeopt rig release {dev['device']}` lifts it)")
+    else:
+        st.record_ok(dev["device"], dev.get("health"))
 
 
 def _overall(devs: list[dict[str, Any]]) -> str:
@@ -103,38 +174,119 @@ def _overall(devs: list[dict[str, Any]]) -> str:
         return "regressed"  # a real regression on one device outranks a dead device elsewhere
     if any(d.get("error") for d in devs):
         return "error"
+    if all(d.get("status") == "quarantined" for d in devs):
+        return "error"  # nothing was measured: never a pass
     return ov
 
 
-def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust_new: bool,
-                 progress: Callable[[str], None]) -> dict[str, Any]:
-    from edgeopt.deploy import DeviceSession
-    from edgeopt.hil.paired import measure_pair
-    from edgeopt.hil.stats import judge
+def _retryable(exc: Exception) -> bool:
+    """Unreachable or hung (worth a power cycle), as opposed to refused, unfit, or a bundle that fails."""
+    from edgeopt.hil.paired import AgentFailed
+    from edgeopt.hil.rig import HookFailed, RigUnfit
     from edgeopt.transport import AuthFailed, HostKeyError
 
-    out: dict[str, Any] = {"device": dev.name, "status": "ok"}
+    return not isinstance(exc, (HostKeyError, AuthFailed, RigUnfit, HookFailed, AgentFailed, _PushFailed))
+
+
+class _PushFailed(DeviceError):
+    pass
+
+
+def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
+                 progress: Callable[[str], None], policy: Any = None,
+                 stored: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One device: measure (with the rig's policy); an unreachable or hung device is power-cycled (when the
+    rig says how) and tried once more.  Infrastructure failures are ``status`` failed/refused/unfit."""
+    from edgeopt.hil.rig import Policy, RigUnfit, power_cycle
+    from edgeopt.transport import AuthFailed, HostKeyError
+
+    policy = policy or Policy()
+    out: dict[str, Any] = {"device": dev.name, "status": "ok", "attempts": 0, "events": []}
     t0 = time.perf_counter()
-    try:
-        progress(f"{dev.name}: connecting")
-        with DeviceSession.open(dev, trust_new, progress=progress) as sess:
-            probe = sess.probe()
-            push = sess.push([base, cand])
-            failed = [b for b in push.bundles if b.status == "failed"]
-            if failed:
-                raise DeviceError(f"{dev.name}: push failed: {failed[0].error}")
-            progress(f"{dev.name}: measuring baseline and candidate interleaved (budget {budget_s:g}s)")
-            run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe)
-        verdicts = judge(run, spec)
-        out.update({"verdicts": [v.as_dict() for v in verdicts], "verdict": overall(verdicts),
-                    "rounds": len(run.blocks) // 2, "calls": run.calls, "fingerprint": run.fingerprint,
-                    "raw": run.as_dict()})
-    except DeviceError as exc:
-        status = "refused" if isinstance(exc, (HostKeyError, AuthFailed)) else "failed"
-        out.update({"status": status, "error": exc.message, "verdict": "error"})
-        progress(f"{dev.name}: {status.upper()}: {exc.message}")
+    while True:
+        out["attempts"] += 1
+        try:
+            out.update(_measure_device(dev, base, cand, spec, budget_s, trust, progress, policy, stored))
+            out["status"] = "ok"
+            out.pop("error", None)
+            break
+        except DeviceError as exc:
+            status = "refused" if isinstance(exc, (HostKeyError, AuthFailed)) else \
+                "unfit" if isinstance(exc, RigUnfit) else "failed"
+            out.update({"status": status, "error": exc.message, "verdict": "error"})
+            progress(f"{dev.name}: {status.upper()}: {exc.message}")
+            if out["attempts"] == 1 and policy.power_cycle and _retryable(exc):
+                out["events"].append({"kind": "failure", "detail": exc.message})
+                try:
+                    pc = power_cycle(dev, policy, progress)
+                except DeviceError as pexc:
+                    out["error"] = f"{exc.message}; then {pexc.message}"
+                    out["events"].append({"kind": "power_cycle_failed", "detail": pexc.message})
+                    break
+                out["power_cycle"] = pc
+                out["events"].append({"kind": "power_cycle", "detail": " ".join(pc["command"])})
+                progress(f"{dev.name}: back after the power cycle ({pc['elapsed_s']:.1f}s); retrying once")
+                continue
+            break
     out["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return out
+
+
+def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
+                    progress: Callable[[str], None], policy: Any, stored: dict[str, Any] | None) -> dict[str, Any]:
+    from edgeopt.deploy import DeviceSession
+    from edgeopt.hil.baseline import fingerprint_diff
+    from edgeopt.hil.paired import measure_pair, measure_unpaired
+    from edgeopt.hil.rig import health_summary, run_hooks, wait_until_fit
+    from edgeopt.hil.stats import judge, judge_unpaired
+
+    warnings: list[str] = []
+    progress(f"{dev.name}: connecting")
+    with DeviceSession.open(dev, trust, progress=progress) as sess:
+        probe = sess.probe()
+        try:
+            if policy.prepare:
+                progress(f"{dev.name}: prepare ({len(policy.prepare)} command(s))")
+                run_hooks(sess, policy.prepare, "prepare")
+            if policy.settle_s and policy.prepare:
+                time.sleep(policy.settle_s)
+                probe = sess.probe()
+            probe, warnings = wait_until_fit(sess, policy, probe, progress)
+            push = sess.push([cand] if base is None else [base, cand])
+            failed = [b for b in push.bundles if b.status == "failed"]
+            if failed:
+                raise _PushFailed(f"{dev.name}: push failed: {failed[0].error}")
+            if stored is None:
+                progress(f"{dev.name}: measuring baseline and candidate interleaved (budget {budget_s:g}s)")
+                run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe)
+            else:
+                progress(f"{dev.name}: measuring the candidate against the stored baseline's "
+                         f"{len(stored['blocks'])} rounds (unpaired, budget {budget_s:g}s)")
+                run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe)
+        finally:
+            if policy.restore:
+                try:
+                    run_hooks(sess, policy.restore, "restore")
+                except DeviceError as exc:
+                    warnings.append(f"restore failed: {exc.message}")
+    if stored is None:
+        verdicts = judge(run, spec)
+        rounds = {"A": [b["ms"] for b in run.blocks if b["arm"] == "A"],
+                  "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
+    else:
+        verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1])
+        rounds = {"A": stored["blocks"], "B": [b["ms"] for b in run.blocks]}
+        diff = fingerprint_diff(stored.get("fingerprint") or {}, run.fingerprint)
+        if diff:
+            warnings.append("the device's fingerprint differs from the stored baseline's: " + "; ".join(diff))
+        warnings.append(f"unpaired: compared with baseline rounds saved {stored.get('source_time') or stored['created']}"
+                        " (another session); 99% intervals")
+    for w in warnings:
+        progress(f"{dev.name}: WARNING: {w}")
+    return {"verdicts": [v.as_dict() for v in verdicts], "verdict": overall(verdicts),
+            "rounds": len(run.blocks) // 2 if stored is None else len(run.blocks), "calls": run.calls,
+            "fingerprint": run.fingerprint, "health": health_summary(probe), "warnings": warnings,
+            "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds}
 
 
 def _record(result: dict[str, Any], dev: dict[str, Any], cand) -> dict[str, Any]:
@@ -145,5 +297,6 @@ def _record(result: dict[str, Any], dev: dict[str, Any], cand) -> dict[str, Any]
             "bundle": cand.describe(), "status": f"gate-{dev.get('verdict')}",
             "error": {"message": dev["error"]} if dev.get("error") else None,
             "bench": {"latency_ms": {"p50": p50.get("candidate") if p50 else None}},
-            "gate": {k: v for k, v in dev.items() if k != "raw"},
-            "gate_id": result["gate_id"], "baseline_id": result["baseline_id"]}
+            "gate": {k: v for k, v in dev.items() if k not in ("raw", "samples")},
+            "rounds": {k: [[round(x, 4) for x in b] for b in v] for k, v in (dev.get("samples") or {}).items()},
+            "gate_id": result["gate_id"], "baseline_id": result["baseline_id"], "mode": result.get("mode")}

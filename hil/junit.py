@@ -33,6 +33,11 @@ def junit_xml(result: dict[str, Any]) -> str:
             ET.SubElement(case, "error", message=dev["error"], type=dev.get("status", "device"))
             counts["tests"] += 1
             counts["errors"] += 1
+        elif dev.get("status") == "quarantined":
+            case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name="device")
+            ET.SubElement(case, "skipped", message=dev.get("skipped") or "quarantined", type="quarantined")
+            counts["tests"] += 1
+            counts["skipped"] += 1
         for v in cases:
             case = ET.SubElement(suite, "testcase", classname=suite.get("name"), name=v["metric"],
                                  time=f"{dev.get('elapsed_s', 0) / max(1, len(cases)):.3f}")
@@ -42,6 +47,10 @@ def junit_xml(result: dict[str, Any]) -> str:
                 if v.get(key) is not None:
                     ET.SubElement(props, "property", name=key, value=str(v[key]))
             ET.SubElement(props, "property", name="fingerprint", value=json.dumps(dev.get("fingerprint") or {}))
+            ET.SubElement(props, "property", name="mode", value=dev.get("mode") or result.get("mode") or "paired")
+            if dev.get("warnings"):
+                ET.SubElement(props, "property", name="warnings", value=" | ".join(dev["warnings"]))
+                ET.SubElement(case, "system-out").text = "\n".join(f"WARNING: {w}" for w in dev["warnings"])
             counts["tests"] += 1
             if v["verdict"] == "regressed":
                 ET.SubElement(case, "failure", message=v.get("reason", ""), type="regressed")
@@ -58,12 +67,16 @@ def junit_xml(result: dict[str, Any]) -> str:
 def markdown(result: dict[str, Any]) -> str:
     icon = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
     lines = [f"### edgeopt gate: {result['model']} on {result['target']} — **{result['verdict']}**", "",
-             f"baseline `{result['baseline_id'][:12]}` vs candidate `{result['candidate_id'][:12]}`", "",
+             f"baseline `{result['baseline_id'][:40 if result.get('mode') == 'unpaired' else 12]}` vs candidate "
+             f"`{result['candidate_id'][:12]}`" + (" — **unpaired** (stored rounds, 99% intervals)"
+                                                  if result.get("mode") == "unpaired" else ""), "",
              "| device | metric | verdict | baseline | candidate | change (95% CI) | p | n |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for dev in result["devices"]:
         if dev.get("error"):
             lines.append(f"| {dev['device']} | — | 💥 {dev.get('status', 'error')} | | | {dev['error'][:80]} | | |")
+        elif dev.get("status") == "quarantined":
+            lines.append(f"| {dev['device']} | — | ⏸️ skipped (quarantined) | | | {dev.get('skipped', '')[:80]} | | |")
         for v in dev.get("verdicts") or []:
             ch = ""
             if v.get("ratio") is not None and v["metric"] not in ("accuracy", "decisions"):
@@ -81,6 +94,9 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {dev['device']} | {v['metric']} | {icon.get(v['verdict'], v['verdict'])} | "
                          f"{fmt(v.get('baseline'))} | {fmt(v.get('candidate'))} | {ch} | "
                          f"{pv} | {v.get('n', '')} |")
+    warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
+    if warn:
+        lines += ["", *warn]
     lines += ["", "Latency in ms (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "
               "and beyond the allowed change; pass = the 95% interval stays within it; inconclusive = "
               "neither, within the budget."]

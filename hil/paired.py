@@ -13,7 +13,11 @@ from typing import Any
 
 from edgeopt.errors import DeviceError
 from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import PairedRun, decided, judge
+from edgeopt.hil.stats import PairedRun, decided, judge, judge_unpaired
+
+
+class AgentFailed(DeviceError):
+    """The agent answered, with an error (the bundle failed to load or run): not a hang, never retried."""
 
 
 def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, Any]:
@@ -45,10 +49,7 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
                            "warmup": 10, "timeout_s": timeout_s or max(60.0, left * 2 + 60)}}
         reply = session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30)
         run.calls += 1
-        if not reply.get("ok"):
-            e = reply.get("error") or {}
-            raise DeviceError(f"{session.device.name}: pairbench failed: {e.get('type')}: {e.get('message')}")
-        pb = reply["pairbench"]
+        pb = _reply(session, reply)
         run.blocks.extend(pb["blocks"])
         if not run.arms:
             run.arms = pb["arms"]
@@ -57,6 +58,50 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         verdicts = judge(run, spec)
         done = len(run.blocks) // 2
         progress(f"{run.device}: {done} rounds: " + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
+        if decided(verdicts) or done >= spec.rounds_max or pb.get("budget_hit"):
+            break
+        want = min(spec.rounds_max, done * 2)
+    run.elapsed_s = round(time.monotonic() - t0, 3)
+    return run
+
+
+def _reply(session: Any, reply: dict[str, Any]) -> dict[str, Any]:
+    if not reply.get("ok"):
+        e = reply.get("error") or {}
+        raise AgentFailed(f"{session.device.name}: pairbench failed: {e.get('type')}: {e.get('message')}")
+    return reply["pairbench"]
+
+
+def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list[float]], spec: GateSpec,
+                     budget_s: float = 60.0, progress: Callable[[str], None] = lambda s: None,
+                     probe: dict[str, Any] | None = None) -> PairedRun:
+    """The candidate alone against a stored baseline's rounds: ``pairbench`` with the candidate in both arms
+    (the same method, settle runs and switches as the rounds the baseline was saved from), every block a
+    candidate block (relabelled ``B``); sequential like ``measure_pair``, judged by ``judge_unpaired``."""
+    run = PairedRun(device=session.device.name)
+    t0 = time.monotonic()
+    want = spec.rounds_start
+    while True:
+        left = budget_s - (time.monotonic() - t0)
+        if run.blocks and left <= 0:
+            break
+        rounds = -(-(want - len(run.blocks)) // 2)  # two candidate blocks per pairbench round
+        if rounds <= 0:
+            break
+        req = {"root": session.root, "bundle_ids": [candidate_id, candidate_id],
+               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
+                           "warmup": 10, "timeout_s": max(60.0, left * 2 + 60)}}
+        pb = _reply(session, session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30))
+        run.calls += 1
+        run.blocks.extend({**b, "arm": "B"} for b in pb["blocks"])
+        if not run.arms:
+            run.arms = [{}, pb["arms"][1]]
+            run.fingerprint = fingerprint(probe, pb["arms"][1])
+        run.environment.append(pb.get("environment") or {})
+        verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1])
+        done = len(run.blocks)
+        progress(f"{run.device}: {done} candidate rounds (unpaired): "
+                 + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
         if decided(verdicts) or done >= spec.rounds_max or pb.get("budget_hit"):
             break
         want = min(spec.rounds_max, done * 2)

@@ -167,10 +167,18 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         res = _center_metric(pairs, "mean", rng)
         raw.append(("throughput", res, 1 / (1 - spec.throughput_max_drop) if spec.throughput_max_drop < 1 else
                     float("inf"), None, "Hodges-Lehmann on paired log ratios of block mean latency (1/throughput)"))
-    adj = holm([r[1][3] for r in raw]) if raw else []
-    out = []
     all_a = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
     all_b = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
+    out = _latency_verdicts(raw, spec, all_a, all_b)
+    out.extend(_accuracy_verdicts(run, spec))
+    return out
+
+
+def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.ndarray,
+                      ci: str = "95%", unit: str = "paired rounds") -> list[Verdict]:
+    """Holm across the latency metrics, then each metric's verdict from (ratio, interval, p, n)."""
+    adj = holm([r[1][3] for r in raw]) if raw else []
+    out = []
     for (name, (r, lo, hi, _p, n), limit, max_ms, method), p in zip(raw, adj):
         v = Verdict(name, "inconclusive", r, lo, hi, p, n, method, threshold=limit - 1)
         need = MIN_SAMPLES.get(name, 2)
@@ -184,7 +192,7 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
             v.baseline, v.candidate = 1000 / float(np.mean(all_a)), 1000 / float(np.mean(all_b))
         if (n < need) if name in ("p90", "p99") else (n < 3):
             v.reason = (f"{n} samples per arm; {name} is judged from {need}" if name in ("p90", "p99")
-                        else f"only {n} paired rounds")
+                        else f"only {n} {unit}")
         elif math.isnan(r):
             v.reason = "no data"
         elif max_ms is not None and v.candidate is not None and v.candidate > max_ms:
@@ -197,13 +205,98 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
             v.verdict, v.reason = "improved", f"{(r - 1) * 100:+.1f}% (p={p:.3g})"
         elif hi <= limit:
             v.verdict = "pass"
-            v.reason = f"{(r - 1) * 100:+.1f}%; the 95% CI's upper end {(hi - 1) * 100:+.1f}% is within " \
+            v.reason = f"{(r - 1) * 100:+.1f}%; the {ci} CI's upper end {(hi - 1) * 100:+.1f}% is within " \
                        f"{(limit - 1) * 100:.1f}%"
         else:
             v.reason = f"{(r - 1) * 100:+.1f}% (CI {(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%, p={p:.3g}): " \
                        "cannot tell yet"
         out.append(v)
-    out.extend(_accuracy_verdicts(run, spec))
+    return out
+
+
+
+# --- unpaired: the candidate against a stored baseline's rounds ---------------------------------------
+UNPAIRED_CI = (0.5, 99.5)  # a 99% interval: another session, another day: wider than the paired 95%
+
+
+def _hl2(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sample Hodges–Lehmann shift: the median of every y_j - x_i."""
+    return float(np.median(np.subtract.outer(y, x)))
+
+
+def _mann_whitney_p(x: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> float:
+    """Two-sided Mann–Whitney U p-value by random relabelling (FLIPS permutations)."""
+    z = np.concatenate([x, y])
+    n = len(x)
+    ranks = np.argsort(np.argsort(z, kind="stable"), kind="stable") + 1.0
+    expect = n * (len(z) + 1) / 2
+    stat = abs(float(ranks[:n].sum()) - expect)
+    perms = np.argsort(rng.random((FLIPS, len(z))), axis=1)[:, :n]
+    null = np.abs(ranks[perms].sum(axis=1) - expect)
+    return float((np.sum(null >= stat - 1e-9) + 1) / (FLIPS + 1))
+
+
+def _unpaired_center(a_blocks, b_blocks, stat: str, rng) -> tuple[float, float, float, float, int]:
+    f = np.median if stat == "median" else np.mean
+    la = np.log([f(x) for x in a_blocks if len(x) and f(x) > 0])
+    lb = np.log([f(x) for x in b_blocks if len(x) and f(x) > 0])
+    n = int(min(len(la), len(lb)))
+    if n < 2:
+        return float("nan"), float("nan"), float("nan"), 1.0, n
+    est = _hl2(la, lb)
+    boots = np.array([_hl2(la[rng.integers(0, len(la), len(la))], lb[rng.integers(0, len(lb), len(lb))])
+                      for _ in range(BOOT)])
+    lo, hi = np.percentile(boots, UNPAIRED_CI)
+    return math.exp(est), math.exp(lo), math.exp(hi), _mann_whitney_p(la, lb, rng), n
+
+
+def _unpaired_tail(a_blocks, b_blocks, q: float, rng) -> tuple[float, float, float, float, int]:
+    a_all, b_all = np.concatenate(a_blocks), np.concatenate(b_blocks)
+    n = int(min(len(a_all), len(b_all)))
+    if n == 0:
+        return float("nan"), float("nan"), float("nan"), 1.0, 0
+    est = math.log(np.percentile(b_all, q) / np.percentile(a_all, q))
+    boots = np.empty(BOOT // 2)
+    for r in range(len(boots)):
+        a = np.concatenate([a_blocks[i] for i in rng.integers(0, len(a_blocks), len(a_blocks))])
+        b = np.concatenate([b_blocks[i] for i in rng.integers(0, len(b_blocks), len(b_blocks))])
+        boots[r] = math.log(np.percentile(b, q) / np.percentile(a, q))
+    lo, hi = np.percentile(boots, UNPAIRED_CI)
+    p = min(1.0, 2 * min(np.mean(boots <= 0), np.mean(boots >= 0)) + 1 / len(boots))
+    return math.exp(est), math.exp(lo), math.exp(hi), float(p), n
+
+
+def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[list[float]], spec: GateSpec,
+                   candidate_arm: dict[str, Any] | None = None) -> list[Verdict]:
+    """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
+    independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
+    interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
+    99% block bootstrap.  Holm and the verdict rules are the paired gate's.  Accuracy: the candidate's own
+    bound (no baseline outputs to compare decisions with)."""
+    rng = np.random.default_rng(SEED)
+    a_blocks = [np.asarray(b, float) for b in baseline_blocks if len(b)]
+    b_blocks = [np.asarray(b, float) for b in candidate_blocks if len(b)]
+    raw: list[tuple[str, tuple, float, float | None, str]] = []
+    for name, thr in spec.latency.items():
+        if name == "p50":
+            res = _unpaired_center(a_blocks, b_blocks, "median", rng)
+            method = ("UNPAIRED against stored rounds: two-sample Hodges-Lehmann on log block medians; "
+                      "bootstrap 99% CI; Mann-Whitney test")
+        else:
+            q = {"p90": 90, "p99": 99}[name]
+            res = _unpaired_tail(a_blocks, b_blocks, q, rng)
+            method = f"UNPAIRED against stored rounds: pooled p{q} ratio; block-bootstrap 99% CI and p-value"
+        raw.append((name, res, 1 + (thr.max_change if thr.max_change is not None else 0.05), thr.max_ms, method))
+    if spec.throughput_max_drop is not None:
+        res = _unpaired_center(a_blocks, b_blocks, "mean", rng)
+        raw.append(("throughput", res, 1 / (1 - spec.throughput_max_drop) if spec.throughput_max_drop < 1 else
+                    float("inf"), None, "UNPAIRED: two-sample Hodges-Lehmann on log block means; bootstrap 99% CI"))
+    all_a = np.concatenate(a_blocks) if a_blocks else np.array([])
+    all_b = np.concatenate(b_blocks) if b_blocks else np.array([])
+    out = _latency_verdicts(raw, spec, all_a, all_b, ci="99%", unit="rounds per arm")
+    if candidate_arm is not None:
+        out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
+        out = [v for v in out if v.metric != "decisions"]
     return out
 
 

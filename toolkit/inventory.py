@@ -222,7 +222,7 @@ def _refuse_secrets(keys, where: str, src: str) -> None:
 
 
 # --- edgeopt's own YAML -----------------------------------------------------------------
-_TOP_KEYS = {"devices", "defaults", "version"}
+_TOP_KEYS = {"devices", "defaults", "version", "rig"}  # rig: the HIL policy (edgeopt.hil.rig)
 
 
 def _from_native(data: dict[str, Any], src: str) -> list[Device]:

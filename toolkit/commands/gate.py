@@ -11,6 +11,13 @@ examples:
   edgeopt gate dist/new/cls/cpu-fp32 --baseline dist/old/cls/cpu-fp32 --devices rig.yaml
   edgeopt gate CAND --baseline BASE --devices rig.yaml --gate gate.yaml --junit gate.xml --md gate.md
   edgeopt gate CAND --baseline BASE --budget 30s --on-inconclusive pass --json
+  edgeopt gate CAND --baseline results:main --devices rig.yaml   # against stored rounds (unpaired)
+
+\b
+rig.yaml: the inventory plus a `rig:` policy (see docs/HIL.md):
+  rig: {max_load: 1.5, max_temp_c: 70, governor: performance, settle_s: 5, wait_s: 60,
+        prepare: ["sudo jetson_clocks"], restore: ["sudo jetson_clocks --restore"],
+        power_cycle: [relayctl, cycle, "{device}"], quarantine_after: 3}
 
 \b
 gate.yaml (defaults shown):
@@ -31,7 +38,8 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.command("gate", epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]},
                short_help="Did a candidate regress against a baseline on the rig? (CI gate)")
 @click.argument("candidate", type=click.Path())
-@click.option("--baseline", required=True, type=click.Path(), help="The bundle folder to compare against.")
+@click.option("--baseline", required=True, type=click.Path(),
+              help="The bundle folder to compare against, or results:NAME (a stored baseline: unpaired).")
 @click.option("--devices", "devices", default="local", show_default=True,
               help="Rig inventory (devices YAML or Ansible inventory), or `local`.")
 @click.option("--limit", "limit", multiple=True, help="Only these devices (comma-separated names).")
@@ -59,8 +67,8 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     """
     import logging
 
-    from edgeopt.api import gate
     from edgeopt.commands import emit_json
+    from edgeopt.hil.gate import gate
     from edgeopt.hil.junit import markdown, write_outputs
 
     if verbose:
@@ -71,11 +79,14 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     code = result["exit_code"]
     write_outputs(result, junit, md, raw)
     for dev in result["devices"]:
-        line = dev["error"] if dev.get("error") else ", ".join(
+        line = dev.get("error") or dev.get("skipped") or ", ".join(
             f"{v['metric']} {v['verdict']}" for v in dev.get("verdicts") or [])
+        if dev.get("warnings"):
+            line += f" ({len(dev['warnings'])} warning(s): {dev['warnings'][0][:120]})"
         print(f"edgeopt gate: {dev['device']}: {dev.get('verdict')}: {line}", file=sys.stderr)
     if as_json:
-        emit_json(result | {"devices": [{k: v for k, v in d.items() if k != "raw"} for d in result["devices"]]})
+        emit_json(result | {"devices": [{k: v for k, v in d.items() if k not in ("raw", "samples")}
+                                        for d in result["devices"]]})
     else:
         click.echo(markdown(result))
         if raw:

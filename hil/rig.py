@@ -1,0 +1,482 @@
+"""The rig file: an inventory plus a ``rig:`` section — device health, prepare/restore, power cycling,
+quarantine (``edgeopt rig status|release``).
+
+```yaml
+devices:                      # the inventory, as everywhere else
+  jetson-1: {host: 10.0.0.5, target: tensorrt}
+rig:
+  max_load: 1.5               # 1-minute load average above this: unfit
+  min_free_mb: 500            # available memory below this: unfit
+  max_temp_c: 70              # hottest thermal zone above this: unfit
+  governor: performance       # cpufreq governor other than this: unfit
+  settle_s: 5                 # pause after prepare, and between re-checks of an unfit device
+  wait_s: 60                  # how long an unfit device is waited for before it is an error (exit 4)
+  prepare: ["sudo jetson_clocks"]          # run on the device (over SSH, each argument quoted) before
+  restore: ["sudo jetson_clocks --restore"] # ... and after measuring (also after a failure)
+  power_cycle: [relayctl, cycle, "{device}"]  # run on the HOST when a device is unreachable or hangs
+  power_cycle_wait_s: 120     # then wait this long for its SSH to answer, and retry once
+  quarantine_after: 3         # consecutive infrastructure failures before a device is quarantined
+  devices:                    # per-device overrides of any of the above
+    jetson-1: {max_temp_c: 80}
+```
+
+Every key is checked (did-you-mean for typos); a bad rig file is exit 2 before anything is measured.
+``{device}``, ``{host}`` and ``{port}`` in ``power_cycle`` are replaced by the device's values; the
+command runs without a shell.  Quarantine state and recent failures live in the results DB
+(tables ``rig_state`` and ``rig_events``, created beside ``runs``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edgeopt.errors import DeviceError, UsageError, yaml_error
+
+POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "settle_s", "wait_s", "prepare", "restore",
+               "power_cycle", "power_cycle_wait_s", "power_cycle_timeout_s", "quarantine_after")
+RIG_KEYS = (*POLICY_KEYS, "devices")
+
+
+class RigUnfit(DeviceError):
+    """The device stayed outside the rig's health policy for the whole wait: never measured."""
+
+
+class HookFailed(DeviceError):
+    """A prepare/restore command failed on the device, or power_cycle on the host."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_load: float | None = None
+    min_free_mb: float | None = None
+    max_temp_c: float | None = None
+    governor: str | None = None
+    settle_s: float = 0.0
+    wait_s: float = 60.0
+    prepare: tuple[tuple[str, ...], ...] = ()
+    restore: tuple[tuple[str, ...], ...] = ()
+    power_cycle: tuple[str, ...] = ()
+    power_cycle_wait_s: float = 120.0
+    power_cycle_timeout_s: float = 60.0
+    quarantine_after: int = 3
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (list(map(list, v)) if k in ("prepare", "restore") else list(v) if k == "power_cycle" else v)
+                for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Rig:
+    policy: Policy = field(default_factory=Policy)
+    per_device: dict[str, Policy] = field(default_factory=dict)
+    source: str = "<none>"
+
+    def for_device(self, name: str) -> Policy:
+        return self.per_device.get(name, self.policy)
+
+
+def _dym(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _num(v: Any, where: str, lo: float, integer: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and int(v) != v) or v < lo:
+        raise UsageError(f"{where}: expected {'an integer' if integer else 'a number'} >= {lo:g}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def _argv(value: Any, where: str) -> tuple[str, ...]:
+    from edgeopt.inventory import _argv as inv_argv
+
+    return inv_argv(value, where)
+
+
+def _commands(value: Any, where: str) -> tuple[tuple[str, ...], ...]:
+    """A list of commands; each a string (split like a shell would, no shell runs it) or an argv list."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise UsageError(f"{where}: expected a list of commands (strings or argv lists)")
+    return tuple(_argv(c, f"{where}[{i}]") for i, c in enumerate(value))
+
+
+def _policy(data: Any, base: Policy, where: str) -> Policy:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping of policy settings")
+    kw: dict[str, Any] = {}
+    for key, v in data.items():
+        w = f"{where}.{key}"
+        if key not in POLICY_KEYS:
+            raise UsageError(f"{where}: unknown key {key!r}{_dym(key, POLICY_KEYS)}; known: {', '.join(POLICY_KEYS)}")
+        if v is None:
+            kw[key] = None if key in ("max_load", "min_free_mb", "max_temp_c", "governor") else getattr(Policy(), key)
+        elif key in ("max_load", "min_free_mb", "max_temp_c", "settle_s", "wait_s", "power_cycle_wait_s"):
+            kw[key] = _num(v, w, 0 if key != "max_temp_c" else -273)
+        elif key == "power_cycle_timeout_s":
+            kw[key] = _num(v, w, 1)
+        elif key == "quarantine_after":
+            kw[key] = _num(v, w, 0, integer=True)
+        elif key == "governor":
+            if not isinstance(v, str) or not v.strip():
+                raise UsageError(f"{w}: expected a governor name like performance, got {v!r}")
+            kw[key] = v.strip()
+        elif key in ("prepare", "restore"):
+            kw[key] = _commands(v, w)
+        elif key == "power_cycle":
+            kw[key] = _argv(v, w)
+    return replace(base, **kw)
+
+
+def parse_rig(data: Any, src: str = "<rig>", device_names: list[str] | None = None) -> Rig:
+    """The ``rig:`` section of an inventory (``None``: defaults). Bad keys/values: UsageError (exit 2)."""
+    if data is None:
+        return Rig(source=src)
+    if not isinstance(data, dict):
+        raise UsageError(f"{src}: `rig` must be a mapping of policy settings")
+    for key in data:
+        if key not in RIG_KEYS:
+            raise UsageError(f"{src}: rig: unknown key {key!r}{_dym(key, RIG_KEYS)}; known: {', '.join(RIG_KEYS)}")
+    base = _policy({k: v for k, v in data.items() if k != "devices"}, Policy(), f"{src}: rig")
+    per: dict[str, Policy] = {}
+    devs = data.get("devices") or {}
+    if not isinstance(devs, dict):
+        raise UsageError(f"{src}: rig.devices must be a mapping of device name -> policy overrides")
+    for name, over in devs.items():
+        if device_names is not None and str(name) not in device_names:
+            raise UsageError(f"{src}: rig.devices: no device {name!r} in the inventory{_dym(name, device_names)}")
+        per[str(name)] = _policy(over or {}, base, f"{src}: rig.devices.{name}")
+    return Rig(base, per, src)
+
+
+def load_rig(spec: str | Path | None) -> Rig:
+    """The rig section of an inventory file (read again: the inventory loader checks the devices). ``local``,
+    ``None`` and Ansible inventories have no rig section: the default policy (nothing checked, no hooks)."""
+    if spec is None or str(spec) == "local":
+        return Rig(source="local")
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        return Rig(source=str(spec))  # the inventory loader says what is wrong with it
+    import yaml
+
+    text = path.read_text(errors="replace")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            raise UsageError(yaml_error(exc, str(path))) from None
+        return Rig(source=str(path))  # an INI inventory
+    if not isinstance(data, dict) or "devices" not in data:
+        return Rig(source=str(path))
+    near = [k for k in data if k not in ("devices", "defaults", "version", "rig")
+            and difflib.get_close_matches(str(k), ["rig"], n=1, cutoff=0.6)]
+    if near:
+        raise UsageError(f"{path}: unknown top-level key {near[0]!r} (did you mean 'rig'?)")
+    devs = data.get("devices")
+    names = [str(d.get("name")) for d in devs if isinstance(d, dict)] if isinstance(devs, list) else \
+        [str(k) for k in (devs or {})]
+    return parse_rig(data.get("rig"), str(path), names + ["local"])
+
+
+# --- health ---------------------------------------------------------------------------------
+def fitness(probe: dict[str, Any], policy: Policy) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of a probe against the policy. A limit the device cannot report (no thermal
+    zone, no cpufreq) is a warning, not a problem: said in the verdict, never silently ignored."""
+    env = probe.get("environment") or {}
+    problems: list[str] = []
+    warnings: list[str] = []
+    load = (env.get("loadavg") or [None])[0]
+    if policy.max_load is not None:
+        if load is None:
+            warnings.append("max_load set but the device reports no load average")
+        elif load > policy.max_load:
+            problems.append(f"load average {load:.2f} > max_load {policy.max_load:g}")
+    free = probe.get("memory_available_mb")
+    if policy.min_free_mb is not None:
+        if free is None:
+            warnings.append("min_free_mb set but the device reports no available memory")
+        elif free < policy.min_free_mb:
+            problems.append(f"available memory {free} MiB < min_free_mb {policy.min_free_mb:g}")
+    temp = env.get("temperature_c")
+    if policy.max_temp_c is not None:
+        if temp is None:
+            warnings.append("max_temp_c set but the device reports no temperature")
+        elif temp > policy.max_temp_c:
+            problems.append(f"temperature {temp:.1f} C > max_temp_c {policy.max_temp_c:g}")
+    gov = env.get("governor")
+    if policy.governor is not None:
+        if gov is None:
+            warnings.append(f"governor: {policy.governor} set but the device exposes no cpufreq governor")
+        elif gov != policy.governor:
+            shown = gov if isinstance(gov, str) else ",".join(sorted(set(gov.values())))
+            problems.append(f"cpufreq governor {shown} != {policy.governor}")
+    return problems, warnings
+
+
+def health_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    env = probe.get("environment") or {}
+    return {"load": (env.get("loadavg") or [None])[0], "free_mb": probe.get("memory_available_mb"),
+            "temp_c": env.get("temperature_c"), "governor": env.get("governor"), "freq_mhz": env.get("freq_mhz")}
+
+
+def wait_until_fit(sess: Any, policy: Policy, probe: dict[str, Any],
+                   progress: Callable[[str], None] = lambda s: None) -> tuple[dict[str, Any], list[str]]:
+    """Re-probe an unfit device every ``settle_s`` (at least 1 s) for up to ``wait_s``; returns the fit probe
+    and the warnings, or raises RigUnfit naming what stayed wrong."""
+    deadline = time.monotonic() + policy.wait_s
+    while True:
+        problems, warnings = fitness(probe, policy)
+        if not problems:
+            return probe, warnings
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RigUnfit(f"{sess.device.name}: unfit for measuring after waiting {policy.wait_s:g}s: "
+                           + "; ".join(problems),
+                           hint="see `edgeopt rig status`; the policy is the rig file's `rig:` section")
+        pause = min(left, max(1.0, policy.settle_s))
+        progress(f"{sess.device.name}: unfit ({'; '.join(problems)}); re-checking in {pause:.0f}s")
+        time.sleep(pause)
+        probe = sess.probe()
+
+
+def run_hooks(sess: Any, commands: tuple[tuple[str, ...], ...], what: str, timeout: float = 300.0) -> None:
+    """Run each command on the device over its transport (arguments quoted); the first failure raises."""
+    for argv in commands:
+        rc, out, err = sess.transport.run(list(argv), timeout=timeout)
+        if rc != 0:
+            tail = " | ".join((err or out).strip().splitlines()[-2:])[:300]
+            raise HookFailed(f"{sess.device.name}: {what} command `{' '.join(argv)}` exited {rc}: {tail}")
+
+
+def power_cycle(dev: Any, policy: Policy, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Run ``power_cycle`` on the host, then wait for the device's SSH banner (``power_cycle_wait_s``)."""
+    values = {"{device}": dev.name, "{host}": dev.host or "", "{port}": str(dev.port or 22)}
+    argv = []
+    for a in policy.power_cycle:
+        for k, v in values.items():
+            a = a.replace(k, v)
+        argv.append(a)
+    progress(f"{dev.name}: power cycling: {' '.join(argv)}")
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=policy.power_cycle_timeout_s)
+    except FileNotFoundError:
+        raise HookFailed(f"{dev.name}: power_cycle command {argv[0]!r} not found on this host") from None
+    except subprocess.TimeoutExpired:
+        raise HookFailed(f"{dev.name}: power_cycle ran past {policy.power_cycle_timeout_s:g}s") from None
+    if p.returncode != 0:
+        tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-2:])[:300]
+        raise HookFailed(f"{dev.name}: power_cycle exited {p.returncode}: {tail}")
+    if not dev.is_local:
+        wait_for_ssh(dev, policy.power_cycle_wait_s)
+    return {"command": argv, "elapsed_s": round(time.monotonic() - t0, 3)}
+
+
+def wait_for_ssh(dev: Any, timeout_s: float) -> None:
+    """Until the device's port answers with an SSH banner, or HookFailed after ``timeout_s``."""
+    from edgeopt.transport import ssh_params
+
+    p = ssh_params(dev)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((p.hostname, p.port), timeout=2) as s:
+                s.settimeout(2)
+                if s.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise HookFailed(f"{dev.name}: no SSH on {p.hostname}:{p.port} within {timeout_s:g}s of the power cycle")
+        time.sleep(0.25)
+
+
+# --- state in the results DB ------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rig_state (
+    device TEXT PRIMARY KEY, consecutive_failures INTEGER NOT NULL DEFAULT 0, quarantined INTEGER NOT NULL DEFAULT 0,
+    quarantined_at TEXT, reason TEXT, last_seen TEXT, last_status TEXT, last_health TEXT
+);
+CREATE TABLE IF NOT EXISTS rig_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, device TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT
+);
+CREATE INDEX IF NOT EXISTS rig_events_device ON rig_events (device, time);
+"""
+
+
+def _now() -> str:
+    from edgeopt.fleetbench import now_iso
+
+    return now_iso()
+
+
+class RigState:
+    """Quarantine and health per device, in the results DB file (its own tables)."""
+
+    def __init__(self, path: str | Path) -> None:
+        from edgeopt.results import ResultsDB
+
+        ResultsDB(path).close()  # the file is a results DB (creates/validates it)
+        self.conn = sqlite3.connect(str(path), timeout=30)
+        self.conn.executescript(_SCHEMA)
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> RigState:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def get(self, device: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT device, consecutive_failures, quarantined, quarantined_at, reason, last_seen, "
+                                "last_status, last_health FROM rig_state WHERE device = ?", (device,))
+        row = cur.fetchone()
+        return _state_row(row) if row else None
+
+    def all(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT device, consecutive_failures, quarantined, quarantined_at, reason, last_seen, "
+                                 "last_status, last_health FROM rig_state ORDER BY device").fetchall()
+        return [_state_row(r) for r in rows]
+
+    def events(self, device: str, limit: int = 5) -> list[dict[str, Any]]:
+        rows = self.conn.execute("SELECT time, kind, detail FROM rig_events WHERE device = ? ORDER BY id DESC LIMIT ?",
+                                 (device, limit)).fetchall()
+        return [{"time": t, "kind": k, "detail": d} for t, k, d in rows]
+
+    def _ensure(self, device: str) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO rig_state (device) VALUES (?)", (device,))
+
+    def record_ok(self, device: str, health: dict[str, Any] | None = None) -> None:
+        with self.conn:
+            self._ensure(device)
+            self.conn.execute("UPDATE rig_state SET consecutive_failures = 0, last_seen = ?, last_status = 'ok', "
+                              "last_health = ? WHERE device = ?", (_now(), json.dumps(health or {}), device))
+
+    def record_failure(self, device: str, reason: str, quarantine_after: int, kind: str = "failure",
+                       seen: bool = False, health: dict[str, Any] | None = None) -> bool:
+        """Count one infrastructure failure; True when this one quarantines the device."""
+        now = _now()
+        with self.conn:
+            self._ensure(device)
+            self.conn.execute("UPDATE rig_state SET consecutive_failures = consecutive_failures + 1, last_status = ?"
+                              + (", last_seen = ?" if seen else "") + (", last_health = ?" if health else "")
+                              + " WHERE device = ?",
+                              (kind, *([now] if seen else []), *([json.dumps(health)] if health else []), device))
+            self.conn.execute("INSERT INTO rig_events (time, device, kind, detail) VALUES (?,?,?,?)",
+                              (now, device, kind, reason[:500]))
+            n, q = self.conn.execute("SELECT consecutive_failures, quarantined FROM rig_state WHERE device = ?",
+                                     (device,)).fetchone()
+            if quarantine_after and n >= quarantine_after and not q:
+                self.conn.execute("UPDATE rig_state SET quarantined = 1, quarantined_at = ?, reason = ? "
+                                  "WHERE device = ?", (now, f"{n} failures in a row; last: {reason}"[:500], device))
+                self.conn.execute("INSERT INTO rig_events (time, device, kind, detail) VALUES (?,?,?,?)",
+                                  (now, device, "quarantined", f"after {n} failures in a row"))
+                return True
+        return False
+
+    def event(self, device: str, kind: str, detail: str) -> None:
+        with self.conn:
+            self.conn.execute("INSERT INTO rig_events (time, device, kind, detail) VALUES (?,?,?,?)",
+                              (_now(), device, kind, detail[:500]))
+
+    def release(self, device: str) -> dict[str, Any]:
+        st = self.get(device)
+        if st is None:
+            known = [s["device"] for s in self.all()]
+            raise UsageError(f"no rig state for device {device!r}{_dym(device, known)}",
+                             hint=("devices with state: " + ", ".join(known)) if known else
+                             "no device has failed or been gated with this --db yet")
+        with self.conn:
+            self.conn.execute("UPDATE rig_state SET quarantined = 0, consecutive_failures = 0, quarantined_at = NULL, "
+                              "reason = NULL WHERE device = ?", (device,))
+            self.conn.execute("INSERT INTO rig_events (time, device, kind, detail) VALUES (?,?,?,?)",
+                              (_now(), device, "released", "by edgeopt rig release"))
+        return {"device": device, "was_quarantined": st["quarantined"], "failures_cleared": st["consecutive_failures"]}
+
+
+def _state_row(r: tuple) -> dict[str, Any]:
+    return {"device": r[0], "consecutive_failures": r[1], "quarantined": bool(r[2]), "quarantined_at": r[3],
+            "reason": r[4], "last_seen": r[5], "last_status": r[6], "last_health": json.loads(r[7]) if r[7] else None}
+
+
+def quarantined(db_path: str | Path | None, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The quarantined devices among ``names`` (read-only: a DB that does not exist is not created)."""
+    if db_path is None or not Path(db_path).is_file():
+        return {}
+    try:
+        conn = sqlite3.connect(f"file:{Path(db_path).absolute()}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = conn.execute("SELECT device, consecutive_failures, quarantined, quarantined_at, reason, last_seen, "
+                                "last_status, last_health FROM rig_state WHERE quarantined = 1").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return {}  # no rig_state table yet
+    return {r[0]: _state_row(r) for r in rows if r[0] in names}
+
+
+# --- edgeopt rig status / release ----------------------------------------------------------------
+def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-results.db", probe: bool = True,
+           trust_new_host_keys: bool = False, jobs: int = 8) -> dict[str, Any]:
+    """Every device of the rig: its health now (probed, judged against the policy), last seen, quarantine
+    and recent failures (``edgeopt rig status``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgeopt.inventory import load_inventory
+
+    rig = load_rig(devices)
+    inv = load_inventory(devices or "local")
+    state: dict[str, dict[str, Any]] = {}
+    events: dict[str, list[dict[str, Any]]] = {}
+    if Path(db).is_file():
+        with RigState(db) as st:
+            state = {s["device"]: s for s in st.all()}
+            events = {d.name: st.events(d.name) for d in inv.devices}
+
+    def one(dev) -> dict[str, Any]:
+        pol = rig.for_device(dev.name)
+        s = state.get(dev.name) or {}
+        row: dict[str, Any] = {"device": dev.name, "target": dev.target, "quarantined": bool(s.get("quarantined")),
+                               "quarantine_reason": s.get("reason"), "consecutive_failures": s.get("consecutive_failures", 0),
+                               "last_seen": s.get("last_seen"), "last_status": s.get("last_status"),
+                               "recent_failures": [e for e in events.get(dev.name, []) if e["kind"] not in ("released",)],
+                               "policy": pol.as_dict()}
+        if not probe:
+            row["health"] = "not probed"
+            row["figures"] = s.get("last_health")
+            return row
+        from edgeopt.deploy import DeviceSession
+
+        try:
+            with DeviceSession.open(dev, trust_new_host_keys, retries=0) as sess:
+                p = sess.probe()
+            problems, warnings = fitness(p, pol)
+            row.update({"health": "unfit" if problems else "fit", "problems": problems, "warnings": warnings,
+                        "figures": health_summary(p)})
+        except DeviceError as exc:
+            row.update({"health": "unreachable", "problems": [exc.message], "figures": s.get("last_health")})
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(inv.devices)))) as pool:
+        rows = list(pool.map(one, inv.devices))
+    return {"rig": rig.source, "db": str(db), "devices": rows}
+
+
+def release(device: str, db: str | Path = "edgeopt-results.db") -> dict[str, Any]:
+    """Lift a device's quarantine and clear its failure count (``edgeopt rig release``)."""
+    if not Path(db).is_file():
+        raise UsageError(f"no results database at {str(db)!r}", hint="pass the --db the gates wrote to")
+    with RigState(db) as st:
+        return st.release(device)
