@@ -1,0 +1,195 @@
+"""The rig file: health policy, prepare/restore, power_cycle + one retry, quarantine — on real devices
+(the local agent and a real sshd that is SIGKILLed mid-gate and brought back by a real power_cycle script)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgeopt.errors import UsageError
+from edgeopt.hil.rig import Policy, fitness, load_rig, parse_rig
+from tests.devices.conftest import device_entry, known_hosts
+
+
+def _edgeopt(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgeopt", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def _rig_file(path: Path, devices: dict, rig: dict | None) -> Path:
+    data = {"devices": devices}
+    if rig is not None:
+        data["rig"] = rig
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _local(tmp: Path) -> dict:
+    return {"local": {"transport": "local", "root": str(tmp / "agent-root")}}
+
+
+# --- the rig file ------------------------------------------------------------------------------
+@pytest.mark.parametrize("rig, message", [
+    ({"max_tmp_c": 70}, "did you mean 'max_temp_c'"),
+    ({"max_load": "high"}, "expected a number"),
+    ({"quarantine_after": 1.5}, "expected an integer"),
+    ({"prepare": [["echo", 1], {"x": 1}]}, "prepare[1]"),
+    ({"devices": {"lokal": {"max_load": 1}}}, "did you mean 'local'"),
+    ({"devices": {"local": {"governer": "performance"}}}, "did you mean 'governor'"),
+])
+def test_bad_rig_sections_are_refused(rig, message):
+    with pytest.raises(UsageError) as e:
+        parse_rig(rig, "rig.yaml", ["local"])
+    assert message in e.value.message
+
+
+def test_rig_file_parses_with_per_device_overrides(tmp_path):
+    f = _rig_file(tmp_path / "rig.yaml", _local(tmp_path),
+                  {"max_load": 2, "governor": "performance", "prepare": ["echo 'a b'", ["true"]],
+                   "power_cycle": "relay cycle {device}", "devices": {"local": {"max_load": 5}}})
+    rig = load_rig(f)
+    assert rig.policy.max_load == 2 and rig.for_device("local").max_load == 5
+    assert rig.for_device("local").governor == "performance"  # overrides inherit the rig's defaults
+    assert rig.policy.prepare == (("echo", "a b"), ("true",)) and rig.policy.power_cycle == ("relay", "cycle", "{device}")
+    assert rig.for_device("other").max_load == 2
+
+
+def test_fitness_names_every_problem_and_what_it_cannot_check():
+    probe = {"memory_available_mb": 300,
+             "environment": {"loadavg": [3.5, 1, 1], "temperature_c": 81.0, "governor": "powersave"}}
+    problems, warnings = fitness(probe, Policy(max_load=2, min_free_mb=500, max_temp_c=75, governor="performance"))
+    assert len(problems) == 4 and not warnings
+    assert any("load average 3.50 > max_load 2" in p for p in problems)
+    assert any("powersave != performance" in p for p in problems)
+    problems, warnings = fitness({"environment": {"loadavg": [0.1]}}, Policy(max_load=2, max_temp_c=75, governor="x"))
+    assert not problems and len(warnings) == 2  # no sensor / no cpufreq: said, not silently passed
+    assert fitness(probe, Policy()) == ([], [])
+
+
+def test_bad_rig_files_are_one_line_exit_2_nothing_measured(tmp_path):
+    (tmp_path / "yaml-error.yaml").write_text("devices:\n  local: {transport: local}\nrig: {max_load: [1, 2}\n")
+    _rig_file(tmp_path / "typo.yaml", _local(tmp_path), {"max_lod": 1})
+    (tmp_path / "toplevel.yaml").write_text("devices:\n  local: {transport: local}\nrgi: {max_load: 1}\n")
+    for name, msg in [("yaml-error.yaml", "yaml-error.yaml:3:"), ("typo.yaml", "did you mean 'max_load'"),
+                      ("toplevel.yaml", "did you mean 'rig'")]:
+        for args in (["gate", "cand", "--baseline", "base", "--devices", name], ["rig", "status", "--devices", name]):
+            p = _edgeopt(*args, cwd=tmp_path)
+            assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)
+            assert len([x for x in p.stderr.splitlines() if not x.startswith("  hint")]) == 1, p.stderr
+    assert not (tmp_path / "edgeopt-results.db").exists()
+
+
+# --- health, prepare/restore, quarantine on the local device ------------------------------------
+def test_unfit_device_is_an_error_then_quarantined_skipped_and_released(gate_bundles, tmp_path):
+    from junitparser import JUnitXml, Skipped
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rig = _rig_file(tmp_path / "rig.yaml", _local(tmp_path), {
+        "max_load": 0.0, "min_free_mb": 1, "wait_s": 1.5, "settle_s": 0.5, "quarantine_after": 2,
+        "prepare": [["touch", str(marks / "prepared")]], "restore": [["touch", str(marks / "restored")]]})
+    base = str(gate_bundles["base"])
+    args = [base, "--baseline", base, "--devices", str(rig), "--budget", "3s", "--db", "r.db", "--junit", "g.xml"]
+    t0 = time.monotonic()
+    p = _edgeopt("gate", *args, cwd=tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr  # an unfit device is infrastructure, never measured
+    assert "unfit for measuring after waiting 1.5s" in p.stderr and "max_load 0" in p.stderr
+    assert (marks / "prepared").exists() and (marks / "restored").exists()  # restore runs after a failure too
+    assert "measuring baseline" not in p.stderr and time.monotonic() - t0 < 60
+    xml = (tmp_path / "g.xml").read_text()
+    assert 'type="unfit"' in xml and "<failure" not in xml
+
+    p = _edgeopt("gate", *args, cwd=tmp_path)  # 2nd failure in a row: quarantined
+    assert p.returncode == 4 and "QUARANTINED after 2 failures" in p.stderr, p.stderr
+    p = _edgeopt("gate", *args, cwd=tmp_path)  # now skipped, not probed; nothing left to gate: exit 4
+    assert p.returncode == 4 and "SKIPPED: quarantined" in p.stderr and "connecting" not in p.stderr, p.stderr
+    cases = [c for s in JUnitXml.fromfile(str(tmp_path / "g.xml")) for c in s]
+    assert len(cases) == 1 and isinstance(cases[0].result[0], Skipped) and "quarantined" in cases[0].result[0].message
+    with sqlite3.connect(tmp_path / "r.db") as c:  # the skipped run left no gate record
+        assert c.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+
+    p = _edgeopt("rig", "status", "--devices", str(rig), "--db", "r.db", "--json", cwd=tmp_path)
+    assert p.returncode == 4, p.stderr
+    row = json.loads(p.stdout)["devices"][0]
+    assert row["quarantined"] and row["health"] == "unfit" and row["consecutive_failures"] == 2
+    assert any("max_load" in e["detail"] for e in row["recent_failures"])
+    p = _edgeopt("rig", "release", "lokal", "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 2 and "did you mean 'local'" in p.stderr
+    p = _edgeopt("rig", "release", "local", "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 0 and "released from quarantine" in p.stdout
+
+    _rig_file(rig, _local(tmp_path), {"max_load": 1000, "quarantine_after": 2})  # a policy it meets
+    p = _edgeopt("gate", *args, "--on-inconclusive", "pass", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr  # measured again after the release
+    p = _edgeopt("rig", "status", "--devices", str(rig), "--db", "r.db", cwd=tmp_path)
+    assert p.returncode == 0 and "local " in p.stdout and " fit " in p.stdout, p.stdout
+
+
+# --- power_cycle: a real sshd SIGKILLed mid-gate, restarted by the rig's host command ------------------
+def _sshd_daemon_pid(server) -> int | None:
+    try:
+        return int((server.dir / "sshd.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def test_device_killed_mid_gate_is_power_cycled_and_retried_once(gate_bundles, ssh_env, tmp_path):
+    victim = ssh_env.make("victim")
+    kh = known_hosts(tmp_path / "known_hosts", victim)
+    script = tmp_path / "power_cycle.sh"  # the "relay": starts the device's sshd again (it daemonizes)
+    script.write_text(f"#!/bin/sh\necho \"cycling $1\" >> {tmp_path / 'cycles.log'}\n"
+                      f"exec /usr/sbin/sshd -f {victim.config} -E {victim.dir / 'sshd-cycled.log'}\n")
+    script.chmod(0o755)
+    rig = _rig_file(tmp_path / "rig.yaml", {"victim": device_entry(ssh_env, victim, tmp_path / "root", kh, target="cpu")},
+                    {"power_cycle": [str(script), "{device}"], "power_cycle_wait_s": 20})
+    killed = threading.Event()
+
+    def kill_mid_gate() -> None:  # once the agent's pairbench runs on the device, pull the plug
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed.is_set():
+            for pid in victim.descendants():
+                try:
+                    if b"pairbench" in Path(f"/proc/{pid}/cmdline").read_bytes() or \
+                            b"edgeopt_agent.bench" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        time.sleep(0.5)
+                        victim.kill()
+                        killed.set()
+                        return
+                except OSError:
+                    continue
+            time.sleep(0.1)
+
+    t = threading.Thread(target=kill_mid_gate, daemon=True)
+    t.start()
+    base = str(gate_bundles["base"])
+    try:
+        p = _edgeopt("gate", base, "--baseline", base, "--devices", str(rig), "--budget", "3s", "--db", "r.db",
+                     "--on-inconclusive", "pass", "--json", cwd=tmp_path)
+    finally:
+        killed.set()
+        t.join(5)
+        pid = _sshd_daemon_pid(victim)
+        if pid and victim.proc is None:
+            try:
+                os.kill(pid, signal.SIGTERM)  # the daemon the power-cycle script started
+            except ProcessLookupError:
+                pass
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    dev = json.loads(p.stdout)["devices"][0]
+    assert dev["attempts"] == 2 and dev["status"] == "ok" and dev["power_cycle"]["command"][-1] == "victim"
+    assert (tmp_path / "cycles.log").read_text() == "cycling victim\n"
+    assert "retrying once" in p.stderr and dev["verdicts"]
+    with sqlite3.connect(tmp_path / "r.db") as c:
+        kinds = [k for (k,) in c.execute("SELECT kind FROM rig_events WHERE device = 'victim' ORDER BY id")]
+        state = c.execute("SELECT consecutive_failures, quarantined FROM rig_state WHERE device='victim'").fetchone()
+    assert kinds == ["failure", "power_cycle"] and state == (0, 0)  # recovered: the streak is not counted
