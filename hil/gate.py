@@ -237,7 +237,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.baseline import fingerprint_diff
     from edgeopt.hil.paired import measure_pair, measure_unpaired
-    from edgeopt.hil.rig import health_summary, run_hooks, wait_until_fit
+    from edgeopt.hil.rig import ThrottleWatch, health_summary, run_hooks, wait_until_fit
     from edgeopt.hil.stats import judge, judge_unpaired
 
     warnings: list[str] = []
@@ -252,17 +252,20 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                 time.sleep(policy.settle_s)
                 probe = sess.probe()
             probe, warnings = wait_until_fit(sess, policy, probe, progress)
+            watch = ThrottleWatch(sess, policy, progress) if policy.throttle else None
             push = sess.push([cand] if base is None else [base, cand])
             failed = [b for b in push.bundles if b.status == "failed"]
             if failed:
                 raise _PushFailed(f"{dev.name}: push failed: {failed[0].error}")
             if stored is None:
                 progress(f"{dev.name}: measuring baseline and candidate interleaved (budget {budget_s:g}s)")
-                run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe)
+                run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe,
+                                   check=watch)
             else:
                 progress(f"{dev.name}: measuring the candidate against the stored baseline's "
                          f"{len(stored['blocks'])} rounds (unpaired, budget {budget_s:g}s)")
-                run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe)
+                run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe,
+                                       check=watch)
         finally:
             if policy.restore:
                 try:
@@ -286,7 +289,8 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
     return {"verdicts": [v.as_dict() for v in verdicts], "verdict": overall(verdicts),
             "rounds": len(run.blocks) // 2 if stored is None else len(run.blocks), "calls": run.calls,
             "fingerprint": run.fingerprint, "health": health_summary(probe), "warnings": warnings,
-            "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds}
+            "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds,
+            "throttle": watch.as_dict() if watch else None}
 
 
 def _record(result: dict[str, Any], dev: dict[str, Any], cand) -> dict[str, Any]:

@@ -32,8 +32,9 @@ def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, 
 
 def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSpec, budget_s: float = 60.0,
                  progress: Callable[[str], None] = lambda s: None, timeout_s: float | None = None,
-                 probe: dict[str, Any] | None = None) -> PairedRun:
-    """Interleaved rounds of baseline (A) and candidate (B) on ``session``'s device until decided."""
+                 probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None) -> PairedRun:
+    """Interleaved rounds of baseline (A) and candidate (B) on ``session``'s device until decided.
+    ``check`` runs after every agent call (the rig's throttling check; it raises to stop)."""
     run = PairedRun(device=session.device.name)
     t0 = time.monotonic()
     want = spec.rounds_start
@@ -55,6 +56,8 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
             run.arms = pb["arms"]
             run.fingerprint = fingerprint(probe, pb["arms"][0])
         run.environment.append(pb.get("environment") or {})
+        if check is not None:
+            check()
         verdicts = judge(run, spec)
         done = len(run.blocks) // 2
         progress(f"{run.device}: {done} rounds: " + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
@@ -74,7 +77,7 @@ def _reply(session: Any, reply: dict[str, Any]) -> dict[str, Any]:
 
 def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list[float]], spec: GateSpec,
                      budget_s: float = 60.0, progress: Callable[[str], None] = lambda s: None,
-                     probe: dict[str, Any] | None = None) -> PairedRun:
+                     probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None) -> PairedRun:
     """The candidate alone against a stored baseline's rounds: ``pairbench`` with the candidate in both arms
     (the same method, settle runs and switches as the rounds the baseline was saved from), every block a
     candidate block (relabelled ``B``); sequential like ``measure_pair``, judged by ``judge_unpaired``."""
@@ -98,6 +101,8 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
             run.arms = [{}, pb["arms"][1]]
             run.fingerprint = fingerprint(probe, pb["arms"][1])
         run.environment.append(pb.get("environment") or {})
+        if check is not None:
+            check()
         verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1])
         done = len(run.blocks)
         progress(f"{run.device}: {done} candidate rounds (unpaired): "

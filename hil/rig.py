@@ -41,8 +41,8 @@ from typing import Any
 
 from edgeopt.errors import DeviceError, UsageError, yaml_error
 
-POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "settle_s", "wait_s", "prepare", "restore",
-               "power_cycle", "power_cycle_wait_s", "power_cycle_timeout_s", "quarantine_after")
+POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "settle_s", "wait_s", "throttle", "prepare",
+               "restore", "power_cycle", "power_cycle_wait_s", "power_cycle_timeout_s", "quarantine_after")
 RIG_KEYS = (*POLICY_KEYS, "devices")
 
 
@@ -62,6 +62,7 @@ class Policy:
     governor: str | None = None
     settle_s: float = 0.0
     wait_s: float = 60.0
+    throttle: float | None = None  # calibration slower than this x the session's first: throttled (1.10)
     prepare: tuple[tuple[str, ...], ...] = ()
     restore: tuple[tuple[str, ...], ...] = ()
     power_cycle: tuple[str, ...] = ()
@@ -119,9 +120,14 @@ def _policy(data: Any, base: Policy, where: str) -> Policy:
         if key not in POLICY_KEYS:
             raise UsageError(f"{where}: unknown key {key!r}{_dym(key, POLICY_KEYS)}; known: {', '.join(POLICY_KEYS)}")
         if v is None:
-            kw[key] = None if key in ("max_load", "min_free_mb", "max_temp_c", "governor") else getattr(Policy(), key)
+            kw[key] = None if key in ("max_load", "min_free_mb", "max_temp_c", "governor", "throttle") else \
+                getattr(Policy(), key)
         elif key in ("max_load", "min_free_mb", "max_temp_c", "settle_s", "wait_s", "power_cycle_wait_s"):
             kw[key] = _num(v, w, 0 if key != "max_temp_c" else -273)
+        elif key == "throttle":
+            kw[key] = _num(v, w, 1.0)
+            if kw[key] <= 1.0:
+                raise UsageError(f"{w}: a slowdown factor above 1 (e.g. 1.10), got {v!r}")
         elif key == "power_cycle_timeout_s":
             kw[key] = _num(v, w, 1)
         elif key == "quarantine_after":
@@ -246,6 +252,58 @@ def wait_until_fit(sess: Any, policy: Policy, probe: dict[str, Any],
         progress(f"{sess.device.name}: unfit ({'; '.join(problems)}); re-checking in {pause:.0f}s")
         time.sleep(pause)
         probe = sess.probe()
+
+
+# A fixed pure-Python workload (no numpy, no runtime): the best of 5 runs, in ms.  Same code, same
+# interpreter, same device: when it gets slower the CPU was throttled (or something else took it).
+CALIBRATION = ("import time\nbest = 1e9\nfor _ in range(5):\n    t = time.perf_counter()\n    s = 0\n"
+               "    for i in range(150000):\n        s += i * i % 7\n    best = min(best, time.perf_counter() - t)\n"
+               "print(round(best * 1000, 3))")
+
+
+def calibrate(sess: Any) -> float:
+    """The calibration workload's time on the device (ms)."""
+    rc, out, err = sess.transport.run([*sess.python, "-c", CALIBRATION], timeout=120)
+    try:
+        if rc != 0:
+            raise ValueError
+        return float(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " | ".join((err or out).strip().splitlines()[-2:])[:300]
+        raise DeviceError(f"{sess.device.name}: the calibration workload failed (exit {rc}): {tail}") from None
+
+
+class ThrottleWatch:
+    """androidx.benchmark's rule between measuring calls: the calibration workload > ``policy.throttle`` x its
+    time at the session's start = throttled; back off (``settle_s`` at a time, up to ``wait_s``) until it is
+    not, else RigUnfit.  Every check is kept (``checks``)."""
+
+    def __init__(self, sess: Any, policy: Policy, progress: Callable[[str], None] = lambda s: None) -> None:
+        self.sess, self.policy, self.progress = sess, policy, progress
+        self.reference_ms = calibrate(sess)
+        self.checks: list[dict[str, Any]] = []
+
+    def __call__(self) -> None:
+        limit = self.policy.throttle or float("inf")
+        deadline = time.monotonic() + self.policy.wait_s
+        while True:
+            ms = calibrate(self.sess)
+            ratio = ms / self.reference_ms if self.reference_ms > 0 else 1.0
+            self.checks.append({"ms": ms, "ratio": round(ratio, 3)})
+            if ratio <= limit:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RigUnfit(f"{self.sess.device.name}: throttled: the calibration workload is {ratio:.2f}x slower "
+                               f"than at the session's start (limit {limit:g}x) after backing off "
+                               f"{self.policy.wait_s:g}s", hint="cool the device down, or lock its clocks in `prepare:`")
+            pause = min(left, max(1.0, self.policy.settle_s))
+            self.progress(f"{self.sess.device.name}: throttled ({ratio:.2f}x the calibration at the start); "
+                          f"backing off {pause:.0f}s")
+            time.sleep(pause)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reference_ms": self.reference_ms, "limit": self.policy.throttle, "checks": self.checks}
 
 
 def run_hooks(sess: Any, commands: tuple[tuple[str, ...], ...], what: str, timeout: float = 300.0) -> None:

@@ -193,3 +193,36 @@ def test_device_killed_mid_gate_is_power_cycled_and_retried_once(gate_bundles, s
         kinds = [k for (k,) in c.execute("SELECT kind FROM rig_events WHERE device = 'victim' ORDER BY id")]
         state = c.execute("SELECT consecutive_failures, quarantined FROM rig_state WHERE device='victim'").fetchone()
     assert kinds == ["failure", "power_cycle"] and state == (0, 0)  # recovered: the streak is not counted
+
+
+# --- throttling: the calibration workload between measuring calls -----------------------------------
+def test_a_device_slowed_mid_gate_is_caught_by_the_calibration_check(gate_bundles, tmp_path):
+    """CPU hogs started once measuring begins take the 2 cores: the fixed calibration workload gets far
+    slower than at the session's start (androidx.benchmark's > 1.10x rule), the gate backs off for wait_s
+    and then reports an infrastructure error, not a verdict."""
+    rig = _rig_file(tmp_path / "rig.yaml", _local(tmp_path), {"throttle": 1.10, "wait_s": 1, "settle_s": 0.5})
+    base = str(gate_bundles["base"])
+    proc = subprocess.Popen([sys.executable, "-m", "edgeopt", "gate", base, "--baseline", base, "--devices", str(rig),
+                             "--budget", "3s", "--db", "r.db", "--json"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    hogs: list[subprocess.Popen] = []
+    err_lines = []
+    try:
+        for line in proc.stderr:
+            err_lines.append(line)
+            if "measuring baseline" in line and not hogs:
+                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(6)]
+        out = proc.stdout.read()
+        proc.wait(120)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        if proc.poll() is None:
+            proc.kill()
+    err = "".join(err_lines)
+    assert hogs, err
+    assert proc.returncode == 4, err
+    assert "throttled" in err and "backing off" in err and "Traceback" not in err
+    dev = json.loads(out)["devices"][0]
+    assert dev["status"] == "unfit" and "slower than at the session's start" in dev["error"]
