@@ -72,6 +72,7 @@ examples:
   edgeopt bench --devices lab.yaml --limit orin1,orin2 --duration 10 --warmup 2s
   edgeopt bench --devices lab.yaml --label jetson --targets jetson --json > runs.json
   edgeopt bench --scenario server --target-qps 200 --latency-bound p99=20ms
+  edgeopt bench --find-max-qps --latency-bound p99=20ms --targets intel-cpu
 
 exit codes: 0 every run ok, 2 bad input (nothing measured), 4 a device was unreachable or a run
 failed (the other devices finish).""")
@@ -82,11 +83,47 @@ failed (the other devices finish).""")
 @device_options
 @click.option("--dist", "--out", "dist", default="dist", metavar="DIR", help="Folder of built bundles.")
 @click.option("--targets", "-t", metavar="LIST", help="Only bundles of these targets (comma-separated).")
+@click.option("--find-max-qps", is_flag=True,
+              help="Search the highest server QPS each device sustains within --latency-bound (bisection on "
+                   "the server scenario: LoadGen's VALID where installed, else the agent's open-loop server).")
 @bench_options_decorator
 @json_option
 @verbosity
 def command(**kw) -> int:
-    return run(ns(**kw))
+    args = ns(**kw)
+    if args.find_max_qps:
+        return run_max_qps(args)
+    return run(args)
+
+
+def run_max_qps(args) -> int:
+    from edgeopt import api
+    from edgeopt.deploy import find_bundles
+    from edgeopt.errors import EXIT_DEVICE_FAILED, UsageError
+    from edgeopt.maxqps import find_max_qps
+    from edgeopt.ui import stderr_progress, table
+
+    pct, bound = parse_latency_bound(args.latency_bound)
+    if bound is None:
+        raise UsageError("--find-max-qps needs --latency-bound, e.g. p99=20ms")
+    if args.target_qps is not None or args.scenario not in (None, "server"):
+        raise UsageError("--find-max-qps searches the server scenario's rate: drop --target-qps/--scenario")
+    picked = api.check_bench_targets(args.targets)
+    devs = api.select_devices(args.devices, list(args.only), list(args.label))
+    rows = find_max_qps(devs, find_bundles(args.dist), bound, pct, args.engine, args.threads,
+                        args.trust_new_host_keys, picked, stderr_progress(args.quiet))
+    if args.json:
+        emit_json(rows, "max-qps")
+    else:
+        cols = [("device", "device"), ("target", "target"), ("precision", "precision"), ("qps", "max QPS"),
+                ("bound", "within"), ("engine", "engine"), ("probes", "probes"), ("note", "note")]
+        click.echo(table([{"device": r["device"], "target": r["target"], "precision": r["precision"],
+                           "qps": f"{r['max_qps']:.1f}" if r.get("max_qps") else "-",
+                           "bound": f"p{pct:g} <= {bound:g} ms", "engine": r.get("engine") or "-",
+                           "probes": str(len(r.get("probes") or [])),
+                           "note": r.get("error") or r.get("note") or ("" if r.get("converged") else "not converged")}
+                          for r in rows], cols))
+    return 0 if all(r["status"] == "ok" for r in rows) else EXIT_DEVICE_FAILED
 
 
 def bench_kwargs(args) -> dict:

@@ -1,0 +1,43 @@
+"""bench --find-max-qps: a real bisection on the local device's server scenario (the agent's own open-loop
+server, p90: quick), and its refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import edgeopt
+from edgeopt.fixtures import path as fixture
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("maxqps")
+    rep = edgeopt.build(fixture("ocr-cls"), "intel-cpu", precision="fp32", shapes="x:1x3x48x192", dist=tmp / "dist")
+    assert rep.ok, rep.results
+    return tmp
+
+
+def test_find_max_qps_is_the_highest_valid_probe(dist):
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--find-max-qps", "--latency-bound", "p90=30ms",
+                        "--engine", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-1500:]
+    doc = json.loads(p.stdout)
+    assert doc["kind"] == "max-qps"
+    row = doc["items"][0]
+    assert row["status"] == "ok" and row["engine"] == "edgeopt" and len(row["probes"]) >= 2
+    valid = [pr["qps"] for pr in row["probes"] if pr["valid"]]
+    assert row["max_qps"] == (max(valid) if valid else None)
+    assert all(pr["p90_ms"] <= 30 for pr in row["probes"] if pr["valid"])  # VALID means within the bound
+    assert all("why" in pr for pr in row["probes"] if not pr["valid"])
+
+
+def test_find_max_qps_refusals(dist):
+    for args, msg in ((["--find-max-qps"], "needs --latency-bound"),
+                      (["--find-max-qps", "--latency-bound", "p99=5ms", "--target-qps", "10"], "drop --target-qps")):
+        p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", *args], cwd=dist, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
