@@ -1,10 +1,17 @@
 """``edgeopt gate``: did the candidate regress against the baseline on the rig's hardware?
 
-For each device of the rig that takes the bundles' target: connect, push both bundles (content-
-addressed: nothing is re-sent), probe, then ``measure_pair`` (interleaved A B B A rounds, sequential
-until decided or the budget is spent) and ``judge``.  A device that cannot be reached or fails is an
-infrastructure error (exit 4), never a regression.  Results go to the results DB and, on request,
-JUnit XML, Markdown and the raw rounds as JSON (every file written atomically).
+For each device of the rig that takes the bundles' target (quarantined devices are skipped): connect,
+probe, run the rig's ``prepare`` commands, wait until the device is fit under the rig's policy (load,
+free memory, temperature, governor), push both bundles (content-addressed: nothing is re-sent), then
+``measure_pair`` (interleaved A B B A rounds, sequential until decided or the budget is spent; the
+optional throttle check between calls) and ``judge``; ``restore`` runs afterwards whatever happened.
+With ``--baseline results:NAME`` only the candidate is measured and compared with the stored rounds
+(``measure_unpaired`` / ``judge_unpaired``: 99% intervals, fingerprint differences as warnings).
+A device that cannot be reached, hangs or is unfit is an infrastructure error (exit 4), never a
+regression; an unreachable or hung one is power-cycled (the rig's host command) and retried once.
+Results go to the results DB (with the per-round samples, so a run can become a named baseline), the
+rig's quarantine bookkeeping to its tables, and on request JUnit XML, Markdown and the raw rounds as
+JSON (every file written atomically).
 """
 
 from __future__ import annotations

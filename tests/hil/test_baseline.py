@@ -95,6 +95,7 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
     assert "fingerprint differs" in p.stderr
 
     # bad input: one line, exit 2, nothing measured
+    (tmp_path / "other.yaml").write_text("devices:\n  bench-2: {transport: local, target: cpu}\n")
     with sqlite3.connect(tmp_path / "ci.db") as c:
         before = c.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     for args, msg in [
@@ -102,6 +103,7 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
         (["--baseline", "results:main", "--db", "nothere.db"], "no results database"),
         (["--baseline", "results:other", "--db", "ci.db"], "holds some-other-model on cpu"),
         (["--baseline", "results:", "--db", "ci.db"], "needs a name"),
+        (["--baseline", "results:main", "--db", "ci.db", "--devices", "other.yaml"], "no rounds for device(s) bench-2"),
     ]:
         p = _edgeopt("gate", slow, *args, cwd=tmp_path)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
