@@ -48,6 +48,10 @@ def junit_xml(result: dict[str, Any]) -> str:
                     ET.SubElement(props, "property", name=key, value=str(v[key]))
             ET.SubElement(props, "property", name="fingerprint", value=json.dumps(dev.get("fingerprint") or {}))
             ET.SubElement(props, "property", name="mode", value=dev.get("mode") or result.get("mode") or "paired")
+            if dev.get("health"):
+                ET.SubElement(props, "property", name="health", value=json.dumps(dev["health"]))
+            if dev.get("attempts", 1) > 1:
+                ET.SubElement(props, "property", name="attempts", value=str(dev["attempts"]))
             if dev.get("warnings"):
                 ET.SubElement(props, "property", name="warnings", value=" | ".join(dev["warnings"]))
                 ET.SubElement(case, "system-out").text = "\n".join(f"WARNING: {w}" for w in dev["warnings"])

@@ -226,3 +226,17 @@ def test_a_device_slowed_mid_gate_is_caught_by_the_calibration_check(gate_bundle
     assert "throttled" in err and "backing off" in err and "Traceback" not in err
     dev = json.loads(out)["devices"][0]
     assert dev["status"] == "unfit" and "slower than at the session's start" in dev["error"]
+
+
+def test_rig_status_shows_an_unreachable_device(ssh_env, sshd, tmp_path):
+    kh = known_hosts(tmp_path / "known_hosts", sshd)
+    rig = _rig_file(tmp_path / "rig.yaml", {
+        "up": device_entry(ssh_env, sshd, tmp_path / "r1", kh, target="cpu"),
+        "down": {**device_entry(ssh_env, sshd, tmp_path / "r2", kh, target="cpu"), "port": 1}},
+        {"max_load": 1000, "min_free_mb": 1})
+    p = _edgeopt("rig", "status", "--devices", str(rig), "--json", cwd=tmp_path)
+    assert p.returncode == 4, p.stderr
+    rows = {r["device"]: r for r in json.loads(p.stdout)["devices"]}
+    assert rows["up"]["health"] == "fit" and rows["up"]["figures"]["free_mb"] > 1
+    assert rows["down"]["health"] == "unreachable" and "cannot connect" in rows["down"]["problems"][0]
+    assert not (tmp_path / "edgeopt-results.db").exists()  # status reads the state, never creates it
