@@ -41,7 +41,8 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.option("--baseline", required=True, type=click.Path(),
               help="The bundle folder to compare against, or results:NAME (a stored baseline: unpaired).")
 @click.option("--devices", "devices", default="local", show_default=True,
-              help="Rig inventory (devices YAML or Ansible inventory), or `local`.")
+              help="The rig file: a devices inventory (its `rig:` section: health policy, prepare/restore, "
+                   "power_cycle, quarantine), an Ansible inventory, or `local`.")
 @click.option("--limit", "limit", multiple=True, help="Only these devices (comma-separated names).")
 @click.option("--label", "labels", multiple=True, help="Only devices with this label (comma-separated).")
 @click.option("--gate", "gate_file", type=click.Path(), help="Thresholds per metric (see below).")
@@ -64,6 +65,9 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     Baseline and candidate are measured interleaved (A B B A …) in one process on each device, so
     drift and background load hit both alike; each metric gets a ratio with a 95% interval and a
     Holm-corrected test, and one of pass / regressed / improved / inconclusive. Accuracy is exact.
+    With --baseline results:NAME only the candidate is measured and compared with NAME's stored
+    rounds (unpaired: 99% intervals; a changed device fingerprint is a warning). Unfit, unreachable
+    or quarantined devices are infrastructure errors or skipped, never regressions.
     """
     import logging
 
