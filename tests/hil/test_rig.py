@@ -151,7 +151,9 @@ def test_device_killed_mid_gate_is_power_cycled_and_retried_once(gate_bundles, s
                       f"exec /usr/sbin/sshd -f {victim.config} -E {victim.dir / 'sshd-cycled.log'}\n")
     script.chmod(0o755)
     rig = _rig_file(tmp_path / "rig.yaml", {"victim": device_entry(ssh_env, victim, tmp_path / "root", kh, target="cpu")},
-                    {"power_cycle": [str(script), "{device}"], "power_cycle_wait_s": 20})
+                    {"power_cycle": [str(script), "{device}"], "power_cycle_wait_s": 20,
+                     "prepare": [["sh", "-c", f"echo 'prepared it' >> {tmp_path / 'hooks.log'}"]],
+                     "restore": [f"sh -c \"echo 'restored it' >> {tmp_path / 'hooks.log'}\""]})
     killed = threading.Event()
 
     def kill_mid_gate() -> None:  # once the agent's pairbench runs on the device, pull the plug
@@ -189,6 +191,8 @@ def test_device_killed_mid_gate_is_power_cycled_and_retried_once(gate_bundles, s
     assert dev["attempts"] == 2 and dev["status"] == "ok" and dev["power_cycle"]["command"][-1] == "victim"
     assert (tmp_path / "cycles.log").read_text() == "cycling victim\n"
     assert "retrying once" in p.stderr and dev["verdicts"]
+    # prepare/restore ran over SSH, quoted: prepare on both attempts, restore once (the first link was dead)
+    assert (tmp_path / "hooks.log").read_text() == "prepared it\nprepared it\nrestored it\n"
     with sqlite3.connect(tmp_path / "r.db") as c:
         kinds = [k for (k,) in c.execute("SELECT kind FROM rig_events WHERE device = 'victim' ORDER BY id")]
         state = c.execute("SELECT consecutive_failures, quarantined FROM rig_state WHERE device='victim'").fetchone()
