@@ -316,9 +316,21 @@ def _parser_errors(parser) -> list[str]:
     return out
 
 
+def check_typing(tensorrt_version: str, spec: dict[str, Any]) -> None:
+    """TensorRT 11 removed weak typing (the FP16/INT8/FP8/BF16 builder flags, calibrators, precision
+    constraints): a bundle built for the builder-flag path cannot compile there. Refused in one line."""
+    weak = [f for f in spec.get("flags", []) if f in ("FP16", "INT8", "FP8", "BF16")]
+    if version_tuple(tensorrt_version) >= (11,) and (weak or not spec.get("strongly_typed")):
+        raise CompileError(
+            f"this bundle was built for TensorRT {spec.get('tensorrt_major') or 10}'s builder flags "
+            f"({', '.join(weak) or 'weakly typed'}); TensorRT {tensorrt_version} has no weak typing: rebuild it "
+            "for a TensorRT 11 target (a100, h100, l4, nvidia: strongly typed, the precision in the ONNX)")
+
+
 def build_engine(trt, onnx_path: Path, spec: dict[str, Any], gpu: GpuInfo, timing_cache: Path | None,
                  workspace_mb: int | None = None, log_level: str = "INFO") -> tuple[bytes, dict[str, Any]]:
     """Parse the ONNX and build a serialized engine per the spec; returns (engine bytes, build facts)."""
+    check_typing(trt.__version__, spec)
     logger = _collecting_logger(trt, log_level)
     builder = trt.Builder(logger)
     flags = 0

@@ -52,7 +52,9 @@ OPTIONS: dict[str, tuple[Any, str]] = {
     "trt_timing_cache": (True, "reuse and update the device's timing cache across builds"),
     "trt_calibration": ("auto", "int8/fp8 activation ranges: auto, max, mse, percentile, percentile-99.999"),
     "trt_fp16_fallback": (True, "int8/fp8: let layers left unquantized run in FP16 (else FP32)"),
-    "trt_strongly_typed": (False, "int8/fp8: strongly typed network (types from the ONNX, no precision flags)"),
+    "trt_strongly_typed": ("auto", "strongly typed network (types from the ONNX, no precision flags): auto = yes "
+                                   "for TensorRT >= 11 targets (a100, h100, l4, nvidia), which removed weak typing; "
+                                   "fp16 then ships an FP16 ONNX written on the host"),
     "trt_simplify": (True, "constant folding and simplification with onnxsim"),
 }
 # TensorRT releases that first took each precision's ONNX form (explicit Q/DQ: 8.0; FP8 Q/DQ: 9.0 [8.6 on Hopper
@@ -91,8 +93,16 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
                          hint=(f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(OPTIONS)}")
     o = {k: options.get(k, d) for k, (d, _) in OPTIONS.items()}
     profile = spec.get("profile", {})
+    major = profile.get("tensorrt_major")  # 10: Jetson (JetPack); 11+ or None: the data-centre GPUs, any
+    weak_ok = major is not None and int(major) < 11
+    if str(o["trt_strongly_typed"]).lower() == "auto":
+        o["trt_strongly_typed"] = not weak_ok
     for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify"):
         o[k] = _bool(k, o[k])
+    if not o["trt_strongly_typed"] and not weak_ok:
+        raise UsageError(f"target {spec['name']!r} runs TensorRT {major or '>= 11'}, which has no weak typing "
+                         "(no FP16/INT8 builder flags): trt_strongly_typed cannot be false there",
+                         hint="drop the option; Jetson targets (TensorRT 10) take the builder-flag path")
     o["trt_opt_level"] = _int("trt_opt_level", o["trt_opt_level"], 0, 5)
     o["trt_calibration"] = str(o["trt_calibration"])
     if o["trt_calibration"] != "auto":
@@ -117,9 +127,6 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
     if precision == "fp8" and not profile.get("fp8"):
         raise UsageError(f"target {spec['name']!r} has no FP8 (its profile says fp8: false)",
                          hint="FP8 needs Ada or Hopper (l4, h100)")
-    if o["trt_strongly_typed"] and precision not in ("int8", "fp8"):
-        raise UsageError("trt_strongly_typed applies to int8/fp8 Q/DQ models only",
-                         hint="fp16 is chosen with builder flags on the FP32 ONNX")
     return o
 
 
@@ -129,7 +136,9 @@ def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shape
     flags: list[str] = []
     clear: list[str] = []
     if o["trt_strongly_typed"]:
-        pass  # types come from the Q/DQ ONNX; precision flags are not allowed on strongly typed networks
+        # types come from the ONNX (FP16 written on the host, Q/DQ for int8/fp8): no precision flags
+        if precision == "fp32":
+            clear = ["TF32"]
     elif precision == "fp16":
         flags = ["FP16"]
     elif precision == "int8":
@@ -149,6 +158,7 @@ def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shape
         "flags": flags,
         "clear_flags": clear,
         "strongly_typed": o["trt_strongly_typed"],
+        "tensorrt_major": profile.get("tensorrt_major"),
         "workspace_mb": o["trt_workspace_mb"],
         "builder_optimization_level": o["trt_opt_level"],
         "io_shapes": io_shapes,
@@ -185,8 +195,9 @@ class TensorRtTarget(Target):
     def toolchain(self) -> dict[str, str]:
         from .trt_prep import ops_table
 
-        return {**package_versions(["onnx", "onnxruntime", "numpy", *self.packages]),
-                "tensorrt": "on the device", "tensorrt_ops_table": ops_table().tensorrt_version}
+        return {**package_versions(["onnx", "onnxruntime", "numpy", "onnxconverter-common", *self.packages]),
+                "tensorrt": "on the device", "tensorrt_ops_table": ops_table().tensorrt_version,
+                "typing": "strongly typed for TensorRT >= 11 targets, builder flags for 10 (rev 2)"}
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
@@ -229,6 +240,13 @@ class TensorRtTarget(Target):
                                 + (f" (+{len(over) - 5} more)" if len(over) > 5 else "")
                                 + "; FP16 tops out at 65504 -- expect Inf/NaN on the device unless those "
                                   "layers run in FP32")
+        if prec == "fp16" and o["trt_strongly_typed"]:
+            # TensorRT >= 11: the precision is in the ONNX. FP16 everywhere but where FP16 would overflow
+            # (those nodes stay FP32), inputs/outputs kept FP32 with casts at the boundary.
+            model, fp16_report = trt_prep.to_fp16(model, [t for t, _ in over])
+            progress(f"FP16 ONNX written for a strongly typed network: {fp16_report['summary']}")
+        else:
+            fp16_report = None
         if prec in ("int8", "fp8"):
             feeds = _feeds(job, "calib")
             if job.data_source.get("kind") == "random":
@@ -241,7 +259,8 @@ class TensorRtTarget(Target):
         (bundle / SPEC_FILE).write_text(json.dumps(bspec, indent=2) + "\n")
 
         progress("checking the prepared ONNX in ONNX Runtime (the engine is checked on the device)")
-        check = prepared_check(bundle, files, job, prec, job.options.get("check_timeout", 600))
+        check = prepared_check(bundle, files, job, prec, job.options.get("check_timeout", 600),
+                               fp16_onnx=fp16_report is not None)
         summary = _summary(check)
         if not check.get("passed") and not job.options.get("allow_mismatch"):
             # a check that ran and failed is this model's outcome (cached); a crashed or hung one is not
@@ -269,6 +288,8 @@ class TensorRtTarget(Target):
         }
         if quant is not None:
             tensorrt["quantization"] = {k: v for k, v in quant.report.items() if k != "activation_amax"}
+        if fp16_report is not None:
+            tensorrt["fp16_onnx"] = fp16_report
         progress(ENGINE_NOTE)
         return BuildOutput(
             runtime={"name": "tensorrt", "artifact": ARTIFACT, "options": {"build_spec": SPEC_FILE}},
@@ -304,14 +325,16 @@ def _feeds(job: BuildJob, which: str) -> list[dict[str, Any]]:
     return load_stacked(path, names, "in")
 
 
-def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str, timeout: float) -> dict[str, Any]:
+def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str, timeout: float,
+                   fp16_onnx: bool = False) -> dict[str, Any]:
     """Run the agent's ``check`` with ONNX Runtime on the prepared ONNX, in a staging copy of the bundle.
 
     The staging bundle (hard links, removed afterwards) says ``runtime: onnxruntime`` so the agent
     checks the ONNX exactly as it checks any ORT bundle; FP32/FP16 bundles are held to FP32 bounds
-    (the prepared ONNX is FP32: preparation must not change the numbers), INT8/FP8 to theirs.
+    (the prepared ONNX is FP32: preparation must not change the numbers), INT8/FP8 to theirs, and the FP16
+    ONNX of a strongly typed build to the FP16 bounds (it *is* the FP16 arithmetic, run by ORT).
     """
-    check_prec = precision if precision in ("int8", "fp8") else "fp32"
+    check_prec = precision if precision in ("int8", "fp8") or fp16_onnx else "fp32"
     # Run as the reference was computed, without graph rewrites: Q/DQ then run as written (what
     # TensorRT's arithmetic is closest to; ORT's QDQ fusions also do not type-check FP8), and ORT's
     # optimizer cannot stand in for a difference the preparation made.

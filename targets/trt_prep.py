@@ -727,3 +727,29 @@ def fp16_overflow(model, feeds: list[dict[str, np.ndarray]], samples: int = 4) -
             if v.size and v.dtype.kind == "f":
                 peak[t] = max(peak[t], float(np.max(np.abs(v))))
     return sorted(((t, v) for t, v in peak.items() if v > FP16_MAX), key=lambda x: -x[1])
+
+
+def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The model in FP16 for a strongly typed TensorRT network (TensorRT >= 11 has no FP16 builder flag:
+    the types must be in the ONNX). onnxconverter-common's converter, inputs and outputs kept FP32 (casts
+    at the boundary), the nodes producing ``keep_fp32_tensors`` (FP16 would overflow there) kept FP32."""
+    try:
+        from onnxconverter_common import float16
+    except ImportError:
+        from edgeopt.errors import MissingDependency
+
+        raise MissingDependency("an FP16 ONNX for TensorRT >= 11 needs onnxconverter-common",
+                                hint="pip install 'edgeopt[tensorrt]'") from None
+    keep = set(keep_fp32_tensors)
+    block = [n.name for n in model.graph.node if n.name and keep & set(n.output)]
+    unnamed = [n for n in model.graph.node if not n.name and keep & set(n.output)]
+    for i, n in enumerate(unnamed):  # the converter blocks by node name: name the ones it must skip
+        n.name = f"edgeopt_fp32_{i}"
+        block.append(n.name)
+    out = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block or None)
+    casts = sum(1 for n in out.graph.node if n.op_type == "Cast") - sum(1 for n in model.graph.node
+                                                                          if n.op_type == "Cast")
+    report = {"converter": "onnxconverter-common float16.convert_float_to_float16 (keep_io_types)",
+              "kept_fp32_nodes": block, "casts_added": casts,
+              "summary": f"{len(block)} node(s) kept FP32 (FP16 overflow), {casts} cast(s) added"}
+    return out, report

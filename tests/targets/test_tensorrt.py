@@ -391,14 +391,41 @@ def test_trt_options_are_validated_against_the_target():
 
 
 @pytest.mark.parametrize("precision, flags, clear", [
-    ("fp32", [], ["TF32"]), ("fp16", ["FP16"], []), ("int8", ["INT8", "FP16"], []), ("fp8", ["FP8", "FP16"], []),
+    ("fp32", [], ["TF32"]), ("fp16", ["FP16"], []), ("int8", ["INT8", "FP16"], []),
 ])
-def test_build_spec_flags_per_precision(precision, flags, clear):
+def test_build_spec_flags_per_precision_on_tensorrt_10(precision, flags, clear):
+    """Jetson (JetPack: TensorRT 10) keeps the builder-flag path."""
+    spec = BUILTIN["jetson-orin"].as_dict()
+    bs = build_spec(precision, resolve_options({}, spec, precision), spec, {"x": [1, 3, 8, 8]}, {})
+    assert (bs["flags"], bs["clear_flags"], bs["strongly_typed"]) == (flags, clear, False)
+    assert bs["tensorrt_major"] == 10 and bs["target"]["compute_capability"] == "8.7"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8", "fp8"])
+def test_tensorrt_11_targets_are_strongly_typed_with_no_precision_flags(precision):
+    """TensorRT 11 removed weak typing: h100 bundles carry the precision in the ONNX, no FP16/INT8/FP8 flag."""
     spec = BUILTIN["h100"].as_dict()
     bs = build_spec(precision, resolve_options({}, spec, precision), spec, {"x": [1, 3, 8, 8]}, {})
-    assert (bs["flags"], bs["clear_flags"]) == (flags, clear)
+    assert bs["strongly_typed"] is True and bs["tensorrt_major"] == 11
+    assert not set(bs["flags"]) & {"FP16", "INT8", "FP8", "BF16"}
     assert bs["workspace_mb"] == 8192 and bs["timing_cache"] is True and bs["dla"] is None
     assert bs["target"]["compute_capability"] == "9.0" and bs["target"]["fp8"] is True
+    with pytest.raises(UsageError, match="no weak typing"):
+        resolve_options({"trt_strongly_typed": False}, spec, precision)
+
+
+def test_the_device_refuses_a_weakly_typed_bundle_on_tensorrt_11():
+    from edgeopt_agent.trt_compile import CompileError, check_typing
+
+    orin = BUILTIN["jetson-orin"].as_dict()
+    weak = build_spec("fp16", resolve_options({}, orin, "fp16"), orin, {}, {})
+    check_typing("10.3.0", weak)  # JetPack's TensorRT takes it
+    with pytest.raises(CompileError, match="TensorRT 11.4.0 has no weak typing: rebuild"):
+        check_typing("11.4.0", weak)
+    h100 = BUILTIN["h100"].as_dict()
+    strong = build_spec("fp16", resolve_options({}, h100, "fp16"), h100, {}, {})
+    check_typing("11.4.0", strong)
+    check_typing("10.8.0", strong)  # strongly typed networks exist in TensorRT 10 too
 
 
 def test_trt_options_are_checked_before_the_build():
@@ -457,11 +484,21 @@ def test_cli_build_jetson_orin_and_h100_gives_complete_bundles(cli_fp16):
         assert ENGINE_NOTE in m["notes"]
         assert m["host_check"]["kind"] == "device" and m["host_check"]["passed"] is None
         pc = m["prepared_onnx_check"]
-        assert pc["kind"] == "prepared-onnx" and pc["passed"] is True and pc["precision_bounds"] == "fp32"
+        # Jetson (TensorRT 10): the FP32 ONNX + the FP16 flag, its prepared ONNX held to FP32 bounds;
+        # h100 (TensorRT 11, strongly typed): an FP16 ONNX written here, held to the FP16 bounds in ORT
+        strong = target == "h100"
+        assert pc["kind"] == "prepared-onnx" and pc["passed"] is True
+        assert pc["precision_bounds"] == ("fp16" if strong else "fp32")
         assert "not the TensorRT engine" in pc["what"]
         spec = json.loads((bundle / SPEC_FILE).read_text())
-        assert spec["flags"] == ["FP16"] and spec["profiles"] == [] and spec["io_shapes"] == {"x": [1, 3, 48, 192]}
+        assert spec["flags"] == ([] if strong else ["FP16"]) and spec["strongly_typed"] is strong
+        assert spec["profiles"] == [] and spec["io_shapes"] == {"x": [1, 3, 48, 192]}
         prepared = onnx.load(str(bundle / "model.onnx"))
+        types = {i.data_type for i in prepared.graph.initializer if i.data_type in (1, 10)}
+        assert types == ({10} if strong else {1})  # FP16 weights only in the strongly typed one
+        if strong:
+            assert m["tensorrt"]["fp16_onnx"]["converter"].startswith("onnxconverter-common")
+            assert prepared.graph.input[0].type.tensor_type.elem_type == 1  # I/O kept FP32
         assert all(d.dim_value > 0 for d in prepared.graph.input[0].type.tensor_type.shape.dim)
         assert len(prepared.graph.node) < 566 and not trt_prep.preflight(trt_prep.model_nodes(prepared))
     orin = json.loads((root / "jetson-orin-fp16" / SPEC_FILE).read_text())
@@ -490,7 +527,8 @@ def test_int8_bundle_is_explicitly_quantized_and_within_int8_bounds_on_real_data
     assert qinfo["quantized_weights"] == qinfo["per_channel_weights"] >= 50 and qinfo["residual_adds"] > 0
     assert qinfo["calibration"] in trt_prep.AUTO_METHODS["int8"]
     spec = json.loads((bundle / SPEC_FILE).read_text())
-    assert spec["flags"] == ["INT8", "FP16"] and spec["quantization"] == "explicit Q/DQ in the ONNX"
+    # a100 runs TensorRT 11: strongly typed, the INT8 in the Q/DQ, no precision flags
+    assert spec["flags"] == [] and spec["strongly_typed"] is True and spec["quantization"] == "explicit Q/DQ in the ONNX"
     assert spec["profiles"] == [{"x": {"min": [1, 3, 48, 192], "opt": [4, 3, 48, 192], "max": [16, 3, 48, 192]}}]
     q = onnx.load(str(bundle / "model.onnx"))
     assert trt_prep.opset_of(q) >= 13
