@@ -128,14 +128,16 @@ def entry_from_record(rec: dict[str, Any], block_iters: int = 20) -> dict[str, A
         blocks = (rec.get("rounds") or {}).get("B") or []
         acc = next((v for v in g.get("verdicts") or [] if v.get("metric") == "accuracy"), None)
         base.update({"kind": "gate", "blocks": blocks, "fingerprint": g.get("fingerprint") or {},
-                     "accuracy": acc, "source_verdict": g.get("verdict")})
+                     "accuracy": acc, "source_verdict": g.get("verdict"), "health": g.get("health")})
     else:
         bench = rec.get("bench") or {}
         samples = [float(s) for s in bench.get("samples_ms") or [] if isinstance(s, (int, float))]
         blocks = [samples[i:i + block_iters] for i in range(0, len(samples) - block_iters + 1, block_iters)]
         base.update({"kind": "bench", "blocks": blocks,
                      "fingerprint": fingerprint(rec.get("probe"), {"runner": bench.get("runner") or {}}),
-                     "accuracy": bench.get("accuracy"), "source_verdict": rec.get("status")})
+                     "accuracy": bench.get("accuracy"), "source_verdict": rec.get("status"),
+                     "health": {"load": ((((rec.get("probe") or {}).get("environment") or {}).get("loadavg"))
+                                         or [None])[0]}})
     if not base["blocks"] or not base["model"] or not dev:
         return None
     base["figures"] = figures(base["blocks"])
@@ -177,7 +179,7 @@ def save(name: str, source: str, db: str | Path = "edgeopt-results.db", model: s
 
 def _brief(e: dict[str, Any]) -> dict[str, Any]:
     return {k: e.get(k) for k in ("model", "target", "precision", "device", "bundle_id", "kind", "source_run",
-                                  "source_verdict", "created", "figures", "fingerprint")}
+                                  "source_verdict", "created", "figures", "fingerprint", "health")}
 
 
 def list_baselines(db: str | Path = "edgeopt-results.db") -> list[dict[str, Any]]:
@@ -279,3 +281,15 @@ def fingerprint_diff(stored: dict[str, Any], now: dict[str, Any]) -> list[str]:
         elif a != b:
             out.append(f"{k}: {a} → {b}")
     return out
+
+
+def load_warning(stored: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    """A warning when the device's load average now is far from the one the baseline was measured under
+    (an unpaired comparison cannot cancel that)."""
+    a, b = (stored or {}).get("load"), (now or {}).get("load")
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return None
+    if abs(a - b) > max(0.5, 0.5 * min(a, b)):
+        return (f"the load average was {a:.2f} when the baseline was measured and is {b:.2f} now: an unpaired "
+                "comparison cannot cancel that")
+    return None

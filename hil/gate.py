@@ -242,7 +242,7 @@ def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
 def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
                     progress: Callable[[str], None], policy: Any, stored: dict[str, Any] | None) -> dict[str, Any]:
     from edgeopt.deploy import DeviceSession
-    from edgeopt.hil.baseline import fingerprint_diff
+    from edgeopt.hil.baseline import fingerprint_diff, load_warning
     from edgeopt.hil.paired import measure_pair, measure_unpaired
     from edgeopt.hil.rig import ThrottleWatch, health_summary, run_hooks, wait_until_fit
     from edgeopt.hil.stats import judge, judge_unpaired
@@ -289,8 +289,11 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
         diff = fingerprint_diff(stored.get("fingerprint") or {}, run.fingerprint)
         if diff:
             warnings.append("the device's fingerprint differs from the stored baseline's: " + "; ".join(diff))
+        lw = load_warning(stored.get("health"), health_summary(probe))
+        if lw:
+            warnings.append(lw)
         warnings.append(f"unpaired: compared with baseline rounds saved {stored.get('source_time') or stored['created']}"
-                        " (another session); 99% intervals")
+                        f" (another session); 99% intervals widened by {spec.session_margin * 100:g}%")
     for w in warnings:
         progress(f"{dev.name}: WARNING: {w}")
     return {"verdicts": [v.as_dict() for v in verdicts], "verdict": overall(verdicts),

@@ -9,6 +9,7 @@ accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}; always also the bund
 decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs
 level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
 rounds: {start: 10, max: 40}       # paired rounds per arm: sequential, stop early when decided
+unpaired: {session_margin: 2%}     # against a stored baseline: the interval widened by this each way
 ```
 """
 
@@ -29,6 +30,7 @@ KEYS = {
     "p50": {"max_slowdown", "max_ms"}, "p90": {"max_slowdown", "max_ms"}, "p99": {"max_slowdown", "max_ms"},
     "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min"},
     "decisions": {"max_disagreement"}, "level": None, "rounds": {"start", "max"}, "block_iters": None,
+    "unpaired": {"session_margin"},
 }
 _PCT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
@@ -52,6 +54,7 @@ class GateSpec:
     rounds_start: int = 10
     rounds_max: int = 40
     block_iters: int = 20
+    session_margin: float = 0.02  # unpaired only: session-to-session variation the interval is widened by
     source: str = "defaults"
 
     def as_dict(self) -> dict[str, Any]:
@@ -59,7 +62,7 @@ class GateSpec:
                 "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
                 "cosine_min": self.cosine_min, "max_disagreement": self.max_disagreement, "level": self.level,
                 "rounds": {"start": self.rounds_start, "max": self.rounds_max}, "block_iters": self.block_iters,
-                "source": self.source}
+                "unpaired": {"session_margin": self.session_margin}, "source": self.source}
 
 
 def _did_you_mean(word: str, choices: Any) -> str:
@@ -150,6 +153,9 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
                 raise UsageError(f"{where}: max {spec.rounds_max} is below start {spec.rounds_start}")
         elif key == "block_iters":
             spec.block_iters = _number(value, where, 1, 10000, True)
+        elif key == "unpaired":
+            spec.session_margin = parse_fraction(value.get("session_margin", spec.session_margin),
+                                                 f"{where}.session_margin")
     if given_latency:
         spec.latency = given_latency
     return spec

@@ -72,7 +72,7 @@ def markdown(result: dict[str, Any]) -> str:
     icon = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
     lines = [f"### edgeopt gate: {result['model']} on {result['target']} — **{result['verdict']}**", "",
              f"baseline `{result['baseline_id'][:40 if result.get('mode') == 'unpaired' else 12]}` vs candidate "
-             f"`{result['candidate_id'][:12]}`" + (" — **unpaired** (stored rounds, 99% intervals)"
+             f"`{result['candidate_id'][:12]}`" + (" — **unpaired** (stored rounds, widened 99% intervals)"
                                                   if result.get("mode") == "unpaired" else ""), "",
              "| device | metric | verdict | baseline | candidate | change (95% CI) | p | n |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -175,11 +175,15 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
 
 
 def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.ndarray,
-                      ci: str = "95%", unit: str = "paired rounds") -> list[Verdict]:
-    """Holm across the latency metrics, then each metric's verdict from (ratio, interval, p, n)."""
+                      ci: str = "95%", unit: str = "paired rounds", widen: float = 0.0) -> list[Verdict]:
+    """Holm across the latency metrics, then each metric's verdict from (ratio, interval, p, n).  ``widen``
+    (unpaired): the interval is stretched by that fraction each way, and *regressed*/*improved* also need
+    the stretched interval to exclude 1 (a change beyond session-to-session variation)."""
     adj = holm([r[1][3] for r in raw]) if raw else []
     out = []
     for (name, (r, lo, hi, _p, n), limit, max_ms, method), p in zip(raw, adj):
+        if widen and not math.isnan(lo):
+            lo, hi = lo / (1 + widen), hi * (1 + widen)
         v = Verdict(name, "inconclusive", r, lo, hi, p, n, method, threshold=limit - 1)
         need = MIN_SAMPLES.get(name, 2)
         if name in ("p90", "p99"):
@@ -197,11 +201,11 @@ def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.nd
             v.reason = "no data"
         elif max_ms is not None and v.candidate is not None and v.candidate > max_ms:
             v.verdict, v.reason = "regressed", f"candidate {name} {v.candidate:.3f} ms > max_ms {max_ms:g}"
-        elif p <= spec.level and r > limit:
+        elif p <= spec.level and r > limit and not (widen and lo <= 1):
             v.verdict = "regressed"
             v.reason = f"{(r - 1) * 100:+.1f}% (CI {(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%), p={p:.3g} ≤ " \
                        f"{spec.level:g}, beyond the allowed {(limit - 1) * 100:.1f}%"
-        elif p <= spec.level and r < 1 / limit:
+        elif p <= spec.level and r < 1 / limit and not (widen and hi >= 1):
             v.verdict, v.reason = "improved", f"{(r - 1) * 100:+.1f}% (p={p:.3g})"
         elif hi <= limit:
             v.verdict = "pass"
@@ -271,7 +275,9 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
     """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
     independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
     interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
-    99% block bootstrap.  Holm and the verdict rules are the paired gate's.  Accuracy: the candidate's own
+    99% block bootstrap; every interval then widened by ``spec.session_margin`` each way (what one stored
+    session cannot show: the variation between sessions).  Holm and the verdict rules are the paired
+    gate's, plus: regressed/improved need the widened interval to exclude no change.  Accuracy: the candidate's own
     bound (no baseline outputs to compare decisions with)."""
     rng = np.random.default_rng(SEED)
     a_blocks = [np.asarray(b, float) for b in baseline_blocks if len(b)]
@@ -293,7 +299,8 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
                     float("inf"), None, "UNPAIRED: two-sample Hodges-Lehmann on log block means; bootstrap 99% CI"))
     all_a = np.concatenate(a_blocks) if a_blocks else np.array([])
     all_b = np.concatenate(b_blocks) if b_blocks else np.array([])
-    out = _latency_verdicts(raw, spec, all_a, all_b, ci="99%", unit="rounds per arm")
+    out = _latency_verdicts(raw, spec, all_a, all_b, ci=f"99%+{spec.session_margin * 100:g}%", unit="rounds per arm",
+                            widen=spec.session_margin)
     if candidate_arm is not None:
         out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
         out = [v for v in out if v.metric != "decisions"]
