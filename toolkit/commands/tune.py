@@ -16,7 +16,8 @@ examples:
 
 The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
 upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the first
-that misses the SLO or stops paying (--exhaustive measures everything). The winner per device is
+that misses the SLO or stops paying (--exhaustive measures everything). The 3 best points are then
+re-measured in --confirm interleaved rounds and the pick is made on their medians. The winner per device is
 written as a tuned bundle (the threads in runtime.options) under DIST/<model>/tuned/<device>/ —
 bench or roll out that folder. Exit 2 when no configuration meets the SLO/accuracy (the closest is
 shown), 4 when a device failed.
@@ -44,6 +45,8 @@ shown), 4 when a device failed.
 @click.option("--limit", multiple=True, help="Only these devices (comma-separated names).")
 @click.option("--duration", default=1.0, show_default=True, type=float, help="Seconds per measured point.")
 @click.option("--exhaustive", is_flag=True, help="Measure every point (no pruning).")
+@click.option("--confirm", "confirm_rounds", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Interleaved re-measuring rounds of the 3 best points; the pick is on their medians.")
 @click.option("--dist", default="dist", show_default=True, help="Where candidate and tuned bundles go.")
 @click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (every point).")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1), help="Parallel builds.")
@@ -52,7 +55,7 @@ shown), 4 when a device failed.
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, shapes, calib, preprocess,
-            devices, limit, duration, exhaustive, dist, db, jobs, trust_new_host_keys, as_json, verbose,
+            devices, limit, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
             quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
     from edgeopt.commands import emit_json
@@ -72,6 +75,7 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
                batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
                min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
                preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
+               confirm_rounds=confirm_rounds,
                trust_new_host_keys=trust_new_host_keys, progress=progress)
     if as_json:
         emit_json(res.as_dict(), "tune")
