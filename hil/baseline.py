@@ -128,7 +128,8 @@ def entry_from_record(rec: dict[str, Any], block_iters: int = 20) -> dict[str, A
         blocks = (rec.get("rounds") or {}).get("B") or []
         acc = next((v for v in g.get("verdicts") or [] if v.get("metric") == "accuracy"), None)
         base.update({"kind": "gate", "blocks": blocks, "fingerprint": g.get("fingerprint") or {},
-                     "accuracy": acc, "source_verdict": g.get("verdict"), "health": g.get("health")})
+                     "accuracy": acc, "source_verdict": g.get("verdict"), "health": g.get("health"),
+                     "calibration_ms": g.get("calibration_ms")})
     else:
         bench = rec.get("bench") or {}
         samples = [float(s) for s in bench.get("samples_ms") or [] if isinstance(s, (int, float))]
@@ -179,7 +180,7 @@ def save(name: str, source: str, db: str | Path = "edgeopt-results.db", model: s
 
 def _brief(e: dict[str, Any]) -> dict[str, Any]:
     return {k: e.get(k) for k in ("model", "target", "precision", "device", "bundle_id", "kind", "source_run",
-                                  "source_verdict", "created", "figures", "fingerprint", "health")}
+                                  "source_verdict", "created", "figures", "fingerprint", "health", "calibration_ms")}
 
 
 def list_baselines(db: str | Path = "edgeopt-results.db") -> list[dict[str, Any]]:

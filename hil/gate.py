@@ -244,7 +244,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.baseline import fingerprint_diff, load_warning
     from edgeopt.hil.paired import measure_pair, measure_unpaired
-    from edgeopt.hil.rig import ThrottleWatch, health_summary, run_hooks, wait_until_fit
+    from edgeopt.hil.rig import ThrottleWatch, calibrate, health_summary, run_hooks, wait_until_fit
     from edgeopt.hil.stats import judge, judge_unpaired
 
     warnings: list[str] = []
@@ -260,6 +260,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                 probe = sess.probe()
             probe, warnings = wait_until_fit(sess, policy, probe, progress)
             watch = ThrottleWatch(sess, policy, progress) if policy.throttle else None
+            cal_before = watch.reference_ms if watch else calibrate(sess)
             push = sess.push([cand] if base is None else [base, cand])
             failed = [b for b in push.bundles if b.status == "failed"]
             if failed:
@@ -273,6 +274,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                          f"{len(stored['blocks'])} rounds (unpaired, budget {budget_s:g}s)")
                 run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe,
                                        check=watch)
+            calibration_ms = min(cal_before, calibrate(sess))  # the device's speed, kept with the rounds
         finally:
             if policy.restore:
                 try:
@@ -284,7 +286,11 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
         rounds = {"A": [b["ms"] for b in run.blocks if b["arm"] == "A"],
                   "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
     else:
-        verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1])
+        speed = calibration_ms / stored["calibration_ms"] if stored.get("calibration_ms") else None
+        verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1], speed)
+        if speed is None:
+            warnings.append("the stored baseline has no calibration time (saved from a bench run or by an older edgeopt): "
+                            "a device slower or faster than then cannot be told from a model that is")
         rounds = {"A": stored["blocks"], "B": [b["ms"] for b in run.blocks]}
         diff = fingerprint_diff(stored.get("fingerprint") or {}, run.fingerprint)
         if diff:
@@ -300,7 +306,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
             "rounds": len(run.blocks) // 2 if stored is None else len(run.blocks), "calls": run.calls,
             "fingerprint": run.fingerprint, "health": health_summary(probe), "warnings": warnings,
             "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds,
-            "throttle": watch.as_dict() if watch else None}
+            "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms}
 
 
 def _record(result: dict[str, Any], dev: dict[str, Any], cand) -> dict[str, Any]:

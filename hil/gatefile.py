@@ -9,7 +9,8 @@ accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}; always also the bund
 decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs
 level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
 rounds: {start: 10, max: 40}       # paired rounds per arm: sequential, stop early when decided
-unpaired: {session_margin: 2%}     # against a stored baseline: the interval widened by this each way
+unpaired: {session_margin: 2%, max_speed_change: 5%}  # against a stored baseline: the interval widened
+                                   # by session_margin; the device's calibration speed may differ by max_speed_change
 ```
 """
 
@@ -30,7 +31,7 @@ KEYS = {
     "p50": {"max_slowdown", "max_ms"}, "p90": {"max_slowdown", "max_ms"}, "p99": {"max_slowdown", "max_ms"},
     "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min"},
     "decisions": {"max_disagreement"}, "level": None, "rounds": {"start", "max"}, "block_iters": None,
-    "unpaired": {"session_margin"},
+    "unpaired": {"session_margin", "max_speed_change"},
 }
 _PCT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
@@ -55,6 +56,7 @@ class GateSpec:
     rounds_max: int = 40
     block_iters: int = 20
     session_margin: float = 0.02  # unpaired only: session-to-session variation the interval is widened by
+    max_speed_change: float = 0.05  # unpaired only: calibration speed change beyond which it cannot decide
     source: str = "defaults"
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,7 +64,8 @@ class GateSpec:
                 "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
                 "cosine_min": self.cosine_min, "max_disagreement": self.max_disagreement, "level": self.level,
                 "rounds": {"start": self.rounds_start, "max": self.rounds_max}, "block_iters": self.block_iters,
-                "unpaired": {"session_margin": self.session_margin}, "source": self.source}
+                "unpaired": {"session_margin": self.session_margin, "max_speed_change": self.max_speed_change},
+                "source": self.source}
 
 
 def _did_you_mean(word: str, choices: Any) -> str:
@@ -156,6 +159,8 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
         elif key == "unpaired":
             spec.session_margin = parse_fraction(value.get("session_margin", spec.session_margin),
                                                  f"{where}.session_margin")
+            spec.max_speed_change = parse_fraction(value.get("max_speed_change", spec.max_speed_change),
+                                                   f"{where}.max_speed_change", upper=10.0)
     if given_latency:
         spec.latency = given_latency
     return spec

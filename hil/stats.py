@@ -271,13 +271,16 @@ def _unpaired_tail(a_blocks, b_blocks, q: float, rng) -> tuple[float, float, flo
 
 
 def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[list[float]], spec: GateSpec,
-                   candidate_arm: dict[str, Any] | None = None) -> list[Verdict]:
+                   candidate_arm: dict[str, Any] | None = None, speed: float | None = None) -> list[Verdict]:
     """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
     independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
     interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
     99% block bootstrap; every interval then widened by ``spec.session_margin`` each way (what one stored
     session cannot show: the variation between sessions).  Holm and the verdict rules are the paired
-    gate's, plus: regressed/improved need the widened interval to exclude no change.  Accuracy: the candidate's own
+    gate's, plus: regressed/improved need the widened interval to exclude no change.  ``speed``: the
+    device's calibration time now over its time when the baseline was measured; beyond
+    ``spec.max_speed_change`` a slower device cannot make a *regressed* and a faster one cannot make a
+    *pass* or *improved* (those become *inconclusive*, saying why).  Accuracy: the candidate's own
     bound (no baseline outputs to compare decisions with)."""
     rng = np.random.default_rng(SEED)
     a_blocks = [np.asarray(b, float) for b in baseline_blocks if len(b)]
@@ -301,6 +304,14 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
     all_b = np.concatenate(b_blocks) if b_blocks else np.array([])
     out = _latency_verdicts(raw, spec, all_a, all_b, ci=f"99%+{spec.session_margin * 100:g}%", unit="rounds per arm",
                             widen=spec.session_margin)
+    if speed is not None and speed > 0:
+        why = f"the device is {(speed - 1) * 100:+.1f}% on the calibration workload against when the baseline " \
+              f"was measured (allowed {spec.max_speed_change * 100:g}%)"
+        for v in out:
+            slower, faster = speed > 1 + spec.max_speed_change, speed < 1 / (1 + spec.max_speed_change)
+            if (slower and v.verdict == "regressed") or (faster and v.verdict in ("pass", "improved")):
+                v.reason = f"would be {v.verdict} ({v.reason}), but {why}"
+                v.verdict = "inconclusive"
     if candidate_arm is not None:
         out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
         out = [v for v in out if v.metric != "decisions"]

@@ -36,6 +36,12 @@ def test_unpaired_judge_on_independent_sessions():
     assert slow["p50"].verdict == "regressed" and 1.10 < slow["p50"].ratio < 1.20
     assert slow["p50"].ci_low < slow["p50"].ratio < slow["p50"].ci_high
     assert {v.metric: v.verdict for v in judge_unpaired(base, _blocks(rng, 20, 0.8), spec)}["p50"] == "improved"
+    # the device 20% slower on the calibration workload than when the baseline was measured: a slower
+    # device cannot make a regression (nor a faster one a pass)
+    slow_dev = {v.metric: v for v in judge_unpaired(base, _blocks(rng, 20, 1.15), spec, speed=1.2)}
+    assert slow_dev["p50"].verdict == "inconclusive" and "calibration workload" in slow_dev["p50"].reason
+    fast_dev = {v.metric: v for v in judge_unpaired(base, _blocks(rng, 20, 1.0), spec, speed=0.8)}
+    assert fast_dev["p90"].verdict == "inconclusive" and "would be pass" in fast_dev["p90"].reason
     few = {v.metric: v for v in judge_unpaired(base[:2], _blocks(rng, 2, 1.0), spec)}
     assert few["p50"].verdict == "inconclusive" and few["p90"].verdict == "inconclusive"
 
