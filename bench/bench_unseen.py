@@ -134,7 +134,8 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     manifest = None
     if res.get("bundle") and (Path(res["bundle"]) / "manifest.json").exists():
         manifest = json.loads((Path(res["bundle"]) / "manifest.json").read_text())
-    row["check"] = (res.get("check") or "")[:160]
+    chk = res.get("check") or ""
+    row["check"] = (chk.get("summary") or "" if isinstance(chk, dict) else chk)[:160]  # --json: the check as data
     label, fig = _task_figure(manifest)
     row["task"] = f"{label} {fig:.0%}" if fig is not None and label != "min vector cosine" else (
         f"{label} {fig:.4f}" if fig is not None else "")

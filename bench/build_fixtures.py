@@ -97,7 +97,9 @@ def build(model: str, flags: list[str], calib: str, targets: list[str], out: Pat
                          "time": f"{wall:.0f} s"})
             continue
         for r in report["results"]:
-            why = r.get("check") or (r.get("error") or "").splitlines()[0][:160]
+            chk = r.get("check")
+            why = ((chk.get("summary") if isinstance(chk, dict) else chk)
+                   or (r.get("error") or "").splitlines()[0][:160])
             rows.append({"model": model, "target": target, "precision": r["precision"], "status": r["status"],
                          "check": why.replace("|", "/"), "time": f"{wall:.0f} s", "bundle": r.get("bundle")})
         print(f"  {model} {target}: " + ", ".join(f"{r['precision']} {r['status']}" for r in report["results"]),
