@@ -1,0 +1,96 @@
+"""``edgeopt history``: the series of a model's benched and gated runs, with change points flagged."""
+
+from __future__ import annotations
+
+import click
+
+from ._common import CONTEXT, examples, ns, verbosity
+
+HELP = """The series of MODEL's benched and gated runs, and where it changed.
+
+Every run of MODEL in the results database that has the metric (`edgeopt bench`: its figure;
+`edgeopt gate`: the candidate's), oldest first, one series per target x precision x device.
+
+Change points: binary segmentation with a rank test. In each segment, every split leaving at least
+--min-size runs on both sides is scored by the standardised Mann-Whitney (Pettitt) statistic; the
+strongest split's significance is a permutation p-value of the maximum over all splits (seeded), so
+scanning many splits does not make noise look like a change. A split is a change point when
+p <= --alpha AND the medians on its two sides differ by at least --min-shift; both sides are then
+searched again. Ranks make it robust to single slow runs: it finds shifts in level, and reports each
+at the first run after it, with the medians before and after.
+"""
+
+EXAMPLES = examples("""\
+examples:
+  edgeopt history ch_ppocr_mobile_v2.0_cls                   # p50 per target x device, changes flagged
+  edgeopt history MODEL --target jetson --device orin-1 --metric p99
+  edgeopt history MODEL --format html --out history.html
+  edgeopt history MODEL --min-shift 2% --min-size 8 --format csv""")
+
+METRIC_NAMES = "p50, p90, p95, p99, p99_9, mean, min, max, throughput, load, cold_start, memory"
+
+
+def _fraction(ctx, param, value):
+    if value is None:
+        return value
+    t = str(value).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise click.BadParameter(f"expected a fraction (0.05) or a percentage (5%), got {value!r}") from None
+    if not 0 <= v < 10:
+        raise click.BadParameter(f"must be between 0 and 1000%, got {value!r}")
+    return v
+
+
+@click.command("history", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
+               short_help="A model's runs over time, with change points flagged.")
+@click.argument("model")
+@click.option("--target", "--targets", "target", metavar="LIST",
+              help="Only these targets (aliases resolve: jetson = jetson-orin).")
+@click.option("--device", help="Only these devices (comma-separated).")
+@click.option("--precision", help="Only these precisions.")
+@click.option("--metric", default="p50", metavar="NAME", help=f"The figure followed: {METRIC_NAMES}.")
+@click.option("--since", help="Only runs since a date/time or a span ago (12h, 7d).")
+@click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
+@click.option("--format", "-f", "format_", type=click.Choice(["table", "csv", "json", "html"]), default="table",
+              help="Output format.")
+@click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("--min-size", type=click.IntRange(min=2), default=5, help="Runs on each side of a change point, at least.")
+@click.option("--min-shift", default="5%", callback=_fraction, metavar="PCT",
+              help="Smallest relative change of the median that counts.")
+@click.option("--alpha", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), default=0.01,
+              help="Significance level of each split's permutation test.")
+@click.option("--json", "json_", is_flag=True, help="Same as --format json.")
+@verbosity
+def command(**kw) -> int:
+    return run(ns(**kw))
+
+
+def run(args) -> int:
+    import sys
+
+    from edgeopt.hil.history import check_metric, history, render
+
+    from .report import check_writable
+
+    check_metric(args.metric)
+    if args.out:
+        check_writable(args.out)
+    series = history(args.model, db=args.db, target=args.target, device=args.device, precision=args.precision,
+                     metric=args.metric, since=args.since, min_size=args.min_size, min_shift=args.min_shift,
+                     alpha=args.alpha)
+    text = render(series, "json" if args.json else args.format_)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"history written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if not args.quiet:
+        for s in series:
+            for c in s.changes:
+                print(f"{s.model} {s.target}-{s.precision} on {s.device}: {s.metric} changed "
+                      f"{c.change * 100:+.1f}% at run {c.index} ({c.run_id}, {c.time})", file=sys.stderr)
+    return 0
