@@ -81,9 +81,9 @@ def main() -> None:
             f"{stamp()} · {machine()} · load before: {load()}\n\nThe real PP-OCR text-orientation classifier, cpu "
             f"fp32, on `local`; the baseline `bench` saved from one paired gate ({rounds} rounds of 20 "
             f"iterations), then each case gated alternately against the stored rounds (unpaired: two-sample "
-            f"Hodges-Lehmann, 99% interval) and against the baseline bundle (paired, 95%); default gate file "
-            f"(p50 5%, p90 10%), budget {a.budget:g}s per verdict; the stored rounds were {age:.0f} min old at the "
-            f"end.\n\n{table}\n")
+            f"Hodges-Lehmann, 99% interval widened by the 2% session margin, the 5% calibration-speed rule) and "
+            f"against the baseline bundle (paired, 95%); default gate file (p50 5%, p90 10%), budget {a.budget:g}s "
+            f"per verdict; the stored rounds were {age:.0f} min old at the end.\n\n{table}\n")
     print(body)
     if not a.no_write:
         write_section("gate-unpaired", body)
