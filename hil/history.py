@@ -9,10 +9,12 @@ Change points (the method; checked by tests/hil/test_history.py):
 * **Binary segmentation with a rank (Pettitt / Mann-Whitney) test.** In a segment of n runs, every
   split k with at least ``min_size`` runs on each side is scored by the standardised Mann-Whitney
   statistic of left vs right, ``z_k = (U_k - k(n-k)/2) / sqrt(k(n-k)(n+1)/12)`` (from the prefix sums of
-  the segment's average ranks, O(n)); the split with the largest ``|z_k|`` is the candidate.
+  the segment's average ranks, O(n)); the largest ``|z_k|`` says whether the segment changes at all.
 * Its significance is a **permutation p-value of the maximum** over all splits (the same statistic
   recomputed on ``permutations`` shuffles of the segment, seeded, so the scan over splits is paid for
   — a plain Mann-Whitney p-value at the best split would be far too small).
+* Where: the split minimising the summed absolute deviations from each side's median (the L1 cost of
+  binary segmentation; the rank statistic's maximum leans toward the middle of the segment).
 * A change point is kept when ``p <= alpha`` **and** the medians of the two sides differ by at least
   ``min_shift`` (relative): significance and a practical change, as the gate demands. Then both sides
   are searched again (binary segmentation), each test at the same ``alpha``.
@@ -44,8 +46,9 @@ METRICS: dict[str, tuple[str, str, bool, str | None]] = {
     "memory": ("peak_rss_mb", "MB", False, "memory"),
 }
 FORMATS = ("table", "csv", "json", "html")
-METHOD = ("binary segmentation, Pettitt/Mann-Whitney rank statistic, permutation p-value of the max over "
-          "splits; kept when p <= alpha and the medians differ by >= min_shift")
+METHOD = ("binary segmentation: a Pettitt/Mann-Whitney rank statistic with a permutation p-value of its max over "
+          "splits, located at the least-absolute-deviation split; kept when p <= alpha and the medians differ "
+          "by >= min_shift")
 
 
 @dataclass
@@ -119,12 +122,19 @@ def best_split(x: np.ndarray, min_size: int, permutations: int, rng: np.random.G
     if n < 2 * min_size or np.ptp(x) == 0:
         return None
     r = _ranks(x)
-    z = _scan(r, min_size)
-    i = int(np.argmax(z))
+    zobs = float(_scan(r, min_size).max())
     shuffled = np.array([rng.permutation(r) for _ in range(permutations)])
     zmax = _scan(shuffled, min_size).max(axis=1)
-    p = (1 + int(np.sum(zmax >= z[i] - 1e-12))) / (permutations + 1)
-    return min_size + i, p
+    p = (1 + int(np.sum(zmax >= zobs - 1e-12))) / (permutations + 1)
+    return locate(x, min_size), p
+
+
+def locate(x: np.ndarray, min_size: int) -> int:
+    """Where the level changes: the split minimising the absolute deviations from each side's median
+    (the L1 cost of binary segmentation; the rank statistic's maximum leans toward the middle)."""
+    costs = [np.abs(x[:k] - np.median(x[:k])).sum() + np.abs(x[k:] - np.median(x[k:])).sum()
+             for k in range(min_size, len(x) - min_size + 1)]
+    return min_size + int(np.argmin(costs))
 
 
 def change_points(values: list[float] | np.ndarray, min_size: int = 5, min_shift: float = 0.05,
