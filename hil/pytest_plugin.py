@@ -92,6 +92,31 @@ def _filters(metafunc: pytest.Metafunc) -> dict[str, Any]:
     return out
 
 
+def _near(devices, flt: dict[str, Any]) -> str:
+    """A did-you-mean for a mark's target/label/device that names nothing known (a typo skips silently)."""
+    import difflib
+
+    from edgeopt.inventory import canonical_target
+
+    try:
+        from edgeopt.targets.registry import ALIASES, all_targets
+
+        known_targets = list(all_targets()) + list(ALIASES)
+    except Exception:  # a registry that cannot load must not break collection
+        known_targets = []
+    known = {"target": known_targets + [d.target for d in devices if d.target],
+             "label": [lb for d in devices for lb in d.labels], "device": [d.name for d in devices]}
+    hints = []
+    for key, val in flt.items():
+        for name in _names(val):
+            pool = known.get(key, [])
+            if name in pool or (key == "target" and canonical_target(name) in pool):
+                continue
+            close = difflib.get_close_matches(name, sorted(set(pool)), n=1)
+            hints.append(f"{key} {name!r} is unknown" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ("; " + "; ".join(hints)) if hints else ""
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "edgeopt_device" not in metafunc.fixturenames:
         return
@@ -104,7 +129,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chosen = select(st["rig"].devices, **flt)
     if not chosen:
         why = ", ".join(f"{k}={v!r}" for k, v in flt.items())
-        reason = f"no device of the rig {st['path']} matches {why}"
+        reason = f"no device of the rig {st['path']} matches {why}" + _near(st["rig"].devices, flt)
         metafunc.parametrize("edgeopt_device", [pytest.param(None, marks=pytest.mark.skip(reason=reason))],
                              ids=["no-device"])
         return
@@ -142,8 +167,15 @@ class Hil:
     def _device(self, device):
         device = device if device is not None else self.device
         if device is None:
-            raise pytest.UsageError("edgeopt_hil: no device given (pass one, or use the edgeopt_device fixture)")
-        return self.rig.get(device) if isinstance(device, str) else device
+            pytest.fail("edgeopt_hil: no device given (pass one, or use the edgeopt_device fixture)", pytrace=False)
+        if isinstance(device, str):
+            from edgeopt.errors import EdgeoptError
+
+            try:
+                return self.rig.get(device)
+            except EdgeoptError as exc:
+                pytest.fail(f"edgeopt_hil: {exc}".replace("\n  hint: ", "; "), pytrace=False)
+        return device
 
     def _prop(self, name: str, value: Any) -> None:
         if self.node is not None and value is not None:

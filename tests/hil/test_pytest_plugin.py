@@ -48,6 +48,11 @@ def test_no_such_device(edgeopt_device):
     raise AssertionError("must not run")
 
 
+@pytest.mark.hil(target="jetsn")
+def test_typo(edgeopt_device):
+    raise AssertionError("must not run")
+
+
 def test_gate(edgeopt_hil):
     res = edgeopt_hil.gate(BUNDLE, BUNDLE, "desk", budget="3s", check=False)
     assert res["verdict"] in ("pass", "inconclusive"), res["verdict"]
@@ -121,9 +126,10 @@ def test_plugin_runs_hil_tests_on_the_rig(demo):
         # the marker filter: cpu + lab = lab-a, lab-b (not desk: other label; not orin: other target)
         "test_bench[lab-a]": "passed", "test_bench[lab-b]": "passed",
         "test_jetson_alias[orin]": "passed",  # `jetson` is an alias of the rig's jetson-orin
-        "test_no_such_device[no-device]": "skipped",
+        "test_no_such_device[no-device]": "skipped", "test_typo[no-device]": "skipped",
         "test_gate": "passed", "test_plain": "passed"}
     assert "matches target='rpi5'" in cases["test_no_such_device[no-device]"][1]
+    assert "did you mean 'jetson'?" in cases["test_typo[no-device]"][1]
     # the headline figures went to the JUnit properties, the runs to the results DB
     assert "edgeopt.lab-a.cpu-fp32.p50_ms=" in cases["test_bench[lab-a]#props"][1]
     assert "edgeopt.desk.gate=" in cases["test_gate#props"][1]
@@ -144,7 +150,7 @@ def test_plugin_without_rig_skips_with_the_reason(demo):
     assert outcome["test_plain"][0] == "passed"
     skipped = {k for k, v in outcome.items() if v[0] == "skipped"}
     assert skipped == {"test_rig", "test_each_device[no-rig]", "test_bench[no-rig]", "test_jetson_alias[no-rig]",
-                       "test_no_such_device[no-rig]", "test_gate"}
+                       "test_no_such_device[no-rig]", "test_typo[no-rig]", "test_gate"}
     assert all("--edgeopt-rig" in outcome[k][1] for k in skipped)
     assert not (demo / "edgeopt-results.db").exists()  # nothing measured, nothing recorded
 
