@@ -399,19 +399,59 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
          trust_new_host_keys: bool = False, progress: Progress = _quiet) -> dict[str, Any]:
     """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
-    with ratios and intervals. ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code."""
-    from edgeopt.hil.gate import EXIT, run_gate
-    from edgeopt.hil.gatefile import load_gate
+    with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
+    stored baseline: unpaired). The rig file's ``rig:`` policy applies (health, prepare/restore, power
+    cycle, quarantine). ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code."""
+    from edgeopt.hil.gate import gate as _gate
 
-    if on_inconclusive not in ("exit6", "fail", "pass"):
-        raise UsageError(f"on_inconclusive must be exit6, fail or pass, not {on_inconclusive!r}")
-    spec = load_gate(gate)
-    budget_s = parse_duration(budget)
-    rig = select_devices(devices, limit, labels)
-    result = run_gate(candidate, baseline, rig, spec, budget_s, trust_new_host_keys, db_path=db, progress=progress)
-    if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":
-        result["exit_code"] = EXIT["regressed"] if on_inconclusive == "fail" else 0
-    return result
+    return _gate(candidate, baseline, devices, limit, labels, gate, budget, on_inconclusive, db,
+                 trust_new_host_keys, progress)
+
+
+def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-results.db",
+               probe: bool = True, **kw: Any) -> Any:
+    """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``)."""
+    from edgeopt.hil.rig import status
+
+    return status(devices, db, probe, **kw)
+
+
+def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+    """Take a device out of quarantine (``edgeopt rig release``)."""
+    from edgeopt.hil.rig import release
+
+    return release(device, db)
+
+
+def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", **kw: Any) -> Any:
+    """Keep a gate's or bench's rounds as a named baseline (``edgeopt baseline save NAME --from RUN|latest``)."""
+    from edgeopt.hil.baseline import save
+
+    return save(name, source, db, **kw)
+
+
+def baseline_list(db: str = "edgeopt-results.db") -> list[dict[str, Any]]:
+    from edgeopt.hil.baseline import list_baselines
+
+    return list_baselines(db)
+
+
+def baseline_show(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+    from edgeopt.hil.baseline import show
+
+    return show(name, db)
+
+
+def baseline_export(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+    from edgeopt.hil.baseline import export
+
+    return export(name, db)
+
+
+def baseline_import(path: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> Any:
+    from edgeopt.hil.baseline import import_file
+
+    return import_file(path, db, **kw)
 
 
 def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select: str | list[str] | None = None,
@@ -526,3 +566,11 @@ def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "l
     from edgeopt.tune import tune as _tune
 
     return _tune(str(model), targets, devices=str(devices), **options)
+
+
+def history(model: str, db: str | None = None, **kw: Any) -> Any:
+    """The series of benched/gated runs of a model with change points flagged (``edgeopt history``);
+    ``kw``: target, device, metric (see ``edgeopt history --help``)."""
+    from edgeopt.hil.history import history as _history
+
+    return _history(model, db, **kw)
