@@ -20,6 +20,7 @@ import sqlite3
 import pytest
 
 BUNDLE = {bundle!r}
+BAD = {bad!r}
 
 
 def test_rig(edgeopt_rig):
@@ -59,17 +60,24 @@ def test_gate(edgeopt_hil):
     assert [d["device"] for d in res["devices"]] == ["desk"]
 
 
+def test_gate_catches_a_regression(edgeopt_hil):
+    edgeopt_hil.gate(BAD, BUNDLE, "desk", budget="4s")  # perturbed weights: other decisions
+
+
 def test_plain():
     assert 1 + 1 == 2
 '''
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
+def bundles(tmp_path_factory) -> tuple[Path, Path]:
+    """The PP-OCR classifier, and the same with perturbed weights (same speed, other decisions)."""
     from tests.conftest import fixture
+    from tests.hil.models import perturbed
 
     src = Path(fixture("ocr-cls"))
-    return _build(src, tmp_path_factory.mktemp("plugin") / "dist")
+    d = tmp_path_factory.mktemp("plugin")
+    return _build(src, d / "dist"), _build(perturbed(src, d / "bad" / src.name, scale=0.3), d / "dist-bad")
 
 
 def _rig(path: Path) -> Path:
@@ -107,9 +115,10 @@ def _pytest(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[st
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, bundle) -> Path:
+def demo(tmp_path_factory, bundles) -> Path:
     d = tmp_path_factory.mktemp("demo")
-    (d / "test_hil_demo.py").write_text(textwrap.dedent(TEST_FILE.format(bundle=str(bundle))))
+    text = TEST_FILE.format(bundle=str(bundles[0]), bad=str(bundles[1]))
+    (d / "test_hil_demo.py").write_text(textwrap.dedent(text))
     return d
 
 
@@ -118,7 +127,7 @@ def test_plugin_runs_hil_tests_on_the_rig(demo):
 
     rig, db = _rig(demo), demo / "hil.db"
     proc, cases = _pytest(demo, "--edgeopt-rig", str(rig), "--edgeopt-db", str(db))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]  # 1: the regression's failure
     outcome = {k: v[0] for k, v in cases.items() if not k.endswith("#props")}
     assert outcome == {
         "test_rig": "passed",
@@ -127,7 +136,9 @@ def test_plugin_runs_hil_tests_on_the_rig(demo):
         "test_bench[lab-a]": "passed", "test_bench[lab-b]": "passed",
         "test_jetson_alias[orin]": "passed",  # `jetson` is an alias of the rig's jetson-orin
         "test_no_such_device[no-device]": "skipped", "test_typo[no-device]": "skipped",
-        "test_gate": "passed", "test_plain": "passed"}
+        "test_gate": "passed", "test_gate_catches_a_regression": "failed", "test_plain": "passed"}
+    msg = cases["test_gate_catches_a_regression"][1]
+    assert "edgeopt gate on desk: REGRESSED" in msg and "decisions regressed" in msg, msg
     assert "matches target='rpi5'" in cases["test_no_such_device[no-device]"][1]
     assert "did you mean 'jetson'?" in cases["test_typo[no-device]"][1]
     # the headline figures went to the JUnit properties, the runs to the results DB
@@ -136,8 +147,8 @@ def test_plugin_runs_hil_tests_on_the_rig(demo):
     with ResultsDB(db, create=False) as rdb:
         recs = rdb.query()
     benched = sorted(r["device"]["name"] for r in recs if r["status"] == "ok")
-    gated = [r["device"]["name"] for r in recs if r["status"].startswith("gate-")]
-    assert benched == ["lab-a", "lab-b"] and gated == ["desk"]
+    gated = [(r["device"]["name"], r["status"]) for r in recs if r["status"].startswith("gate-")]
+    assert benched == ["lab-a", "lab-b"] and len(gated) == 2 and ("desk", "gate-regressed") in gated
     # each device measured in its own agent root
     assert (demo / "roots" / "lab-a").is_dir() and (demo / "roots" / "lab-b").is_dir()
     assert not (demo / "roots" / "orin").exists()
@@ -150,7 +161,8 @@ def test_plugin_without_rig_skips_with_the_reason(demo):
     assert outcome["test_plain"][0] == "passed"
     skipped = {k for k, v in outcome.items() if v[0] == "skipped"}
     assert skipped == {"test_rig", "test_each_device[no-rig]", "test_bench[no-rig]", "test_jetson_alias[no-rig]",
-                       "test_no_such_device[no-rig]", "test_typo[no-rig]", "test_gate"}
+                       "test_no_such_device[no-rig]", "test_typo[no-rig]", "test_gate",
+                       "test_gate_catches_a_regression"}
     assert all("--edgeopt-rig" in outcome[k][1] for k in skipped)
     assert not (demo / "edgeopt-results.db").exists()  # nothing measured, nothing recorded
 
