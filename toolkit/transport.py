@@ -160,7 +160,11 @@ class LocalTransport(Transport):
         return RemoteStat(st.st_size, st_mod.S_ISDIR(st.st_mode), st.st_mtime)
 
     def mkdir(self, remote):
-        os.makedirs(remote, exist_ok=True, mode=0o700)  # the agent's tree is private to its user
+        try:
+            os.makedirs(remote, exist_ok=True, mode=0o700)  # the agent's tree is private to its user
+        except OSError as exc:  # as over SSH: the device's problem, one line, not a crash of the whole run
+            raise DeviceError(f"{self.device.name}: cannot create {remote}: {exc.strerror or exc}",
+                              hint="check the permissions of the agent root (`root:` in the inventory)") from None
 
     def rename(self, src, dst):
         if os.path.exists(dst):

@@ -41,3 +41,16 @@ def test_find_max_qps_refusals(dist):
         p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", *args], cwd=dist, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_bench_reports_a_device_whose_staging_cannot_be_written(dist, tmp_path):
+    """A local device whose staging area is a file: that bundle fails to push (exit 4, one failure line),
+    not an internal error with a traceback."""
+    (tmp_path / "r0").mkdir()
+    (tmp_path / "r0" / "staging").write_text("not a folder")
+    (tmp_path / "f.yaml").write_text(f"devices:\n  d0: {{transport: local, root: {tmp_path / 'r0'}, target: intel-cpu}}\n")
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--dist", str(dist / "dist"), "--devices",
+                        str(tmp_path / "f.yaml"), "--duration", "0.2", "--db", str(tmp_path / "r.db")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 4 and "Traceback" not in p.stderr, p.stderr[-1500:]
+    assert "PushFailed: d0: cannot create" in p.stdout and "Not a directory" in p.stdout
