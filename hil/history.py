@@ -218,6 +218,12 @@ def history(model: str, db: str | Path | None = None, target: str | None = None,
     with ResultsDB(path, create=False) as rdb:
         records = rdb.query(model=model, target=tfilter, device=device, precision=precision, since=since)
     if not records:
+        models = _models(path)
+        close = difflib.get_close_matches(model, models, n=1, cutoff=0.5)
+        if model not in models:
+            raise UsageError(f"no runs of model {model!r} in {str(path)!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else
+                                f"; its models: {', '.join(models[:8])}" if models else " (it is empty)"))
         raise UsageError(f"no runs of model {model!r} in {str(path)!r}"
                          + "".join(f" with {k} {v}" for k, v in (("target", tfilter), ("device", device),
                                                                     ("precision", precision), ("since", since)) if v))
@@ -242,6 +248,14 @@ def history(model: str, db: str | Path | None = None, target: str | None = None,
         raise UsageError(f"no run of model {model!r} has a {metric} figure (failed runs, or a metric the gate "
                          "does not record)")
     return sorted(groups.values(), key=lambda s: tuple(str(x or "") for x in (s.target, s.precision, s.device)))
+
+
+def _models(path: Path) -> list[str]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return [r[0] for r in conn.execute("SELECT DISTINCT model FROM runs WHERE model IS NOT NULL ORDER BY model")]
 
 
 # --- output -----------------------------------------------------------------------------------------

@@ -134,5 +134,7 @@ def test_history_end_to_end_on_real_benches(bench_db):
     # a device filter that matches nothing, and an unknown target: one line, exit 2
     p = _cli(model, "--db", str(db), "--device", "nope")
     assert p.returncode == 2 and "no runs of model" in p.stderr
+    p = _cli(model[:-2], "--db", str(db))
+    assert p.returncode == 2 and f"did you mean {model!r}" in p.stderr, p.stderr
     p = _cli(model, "--db", str(db), "--target", "jetsn")
     assert p.returncode == 2 and "Traceback" not in p.stderr
