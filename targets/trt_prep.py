@@ -747,9 +747,29 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
         n.name = f"edgeopt_fp32_{i}"
         block.append(n.name)
     out = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block or None)
+    retyped = _fix_float_casts(out, set(block))
     casts = sum(1 for n in out.graph.node if n.op_type == "Cast") - sum(1 for n in model.graph.node
                                                                           if n.op_type == "Cast")
     report = {"converter": "onnxconverter-common float16.convert_float_to_float16 (keep_io_types)",
-              "kept_fp32_nodes": block, "casts_added": casts,
+              "kept_fp32_nodes": block, "casts_added": casts, "casts_retyped": retyped,
               "summary": f"{len(block)} node(s) kept FP32 (FP16 overflow), {casts} cast(s) added"}
     return out, report
+
+
+def _fix_float_casts(model, blocked: set[str]) -> int:
+    """onnxconverter-common retypes a ``Cast(to=FLOAT)`` node's output as float16 but leaves ``to`` at
+    FLOAT, which ONNX Runtime then refuses ("Type (tensor(float16)) of output arg ... does not match",
+    seen on magika's jax2tf one-hot). Point such casts at FLOAT16; returns how many were changed."""
+    import onnx
+
+    f16 = {vi.name for vi in list(model.graph.value_info) + list(model.graph.output)
+           if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type != "Cast" or node.name in blocked or node.output[0] not in f16:
+            continue
+        for a in node.attribute:
+            if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
+                a.i = onnx.TensorProto.FLOAT16
+                changed += 1
+    return changed

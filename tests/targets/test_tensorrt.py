@@ -859,3 +859,24 @@ def test_bench_verb_reports_split_timings_for_tensorrt(cli_fp16, tmp_path):
     assert "timings_ms" in text and "compute" in text and "h2d" in text
     # the split timings cover the timed loop only (reset after the warm-up), like the latency figures
     assert reply["bench"]["runner"]["timings_ms"]["runs"] == reply["bench"]["iterations"]
+
+
+def test_fp16_onnx_retypes_float_casts_so_onnx_runtime_loads_it():
+    """y = Cast(ids -> float) * w: the converter retypes the Cast's output as float16 but leaves to=FLOAT,
+    which ORT refuses (seen on magika's one-hot); the FP16 ONNX for TensorRT 11 must load and agree."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8), "w")
+    g = helper.make_graph([helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT, name="to_float"),
+                           helper.make_node("Mul", ["f", "w"], ["y"], name="mul")], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    m16, report = trt_prep.to_fp16(model, [])
+    assert report["casts_retyped"] == 1
+    sess = ort.InferenceSession(m16.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = np.arange(8, dtype=np.int64).reshape(1, 8)
+    y = sess.run(None, {"ids": ids})[0]
+    expected = ids * np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)
+    assert y.dtype == np.float32 and np.allclose(y, expected, atol=1e-2)
