@@ -19,9 +19,11 @@ does not make noise look like a change. The change is placed at the split minimi
 the absolute deviations from each side's median, and kept when p <= --alpha AND the
 medians on its two sides differ by at least --min-shift; both sides are then searched
 again. Ranks make it robust to single slow runs: it finds shifts in level, and
-reports each at the first run after it, with the medians before and after. On
-synthetic series (40 runs, 2% noise) a 10% step is found at its run 97-100% of the
-time; a flat series with 4% noise and an 80% outlier is flagged in under 1%.
+reports each at the first run after it, with the medians before and after.
+Measured on 200 synthetic series of 40 runs each: a 10% step among 2% noise is found
+every time, at its exact run 97.5% of the time (4% noise: 99.5%, 71.5% exact, 87.5%
+within one run); flat series with 2-8% noise are flagged 0-1.5% of the time (about
+--alpha). A step no larger than --min-shift is found about half the time.
 """
 
 EXAMPLES = examples("""\
