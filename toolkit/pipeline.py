@@ -196,7 +196,7 @@ def build(
     io = {"inputs": [{"name": t.name, "shape": static[t.name], "dtype": t.dtype, "layout": _layout(static[t.name])}
                      for t in info.inputs],
           "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs]}
-    _integer_ranges(model, io, calib)
+    unknown_ints = _integer_ranges(model, io, calib)
     data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
     results: list[TargetResult] = []
     todo: list[tuple[Any, str, str, Path]] = []
@@ -239,6 +239,8 @@ def build(
         todo.append((res, spec, key, final))
 
     warnings: list[str] = []
+    if todo and unknown_ints:  # only when something is to be built (a cached or unsupported target needs no data)
+        raise unknown_ints
     if todo:
         # absolute: converters may run in child processes with another working directory
         work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out)).resolve()
@@ -496,9 +498,10 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     return {**data.source, **({"prepare_notes": notes} if notes else {})}
 
 
-def _integer_ranges(model, io: dict[str, Any], calib: str | None) -> None:
+def _integer_ranges(model, io: dict[str, Any], calib: str | None) -> Exception | None:
     """Integer inputs get the value range the model implies (random data stays inside it); without
-    --calib, an integer input whose range the model does not tell is refused before any work."""
+    --calib, an integer input whose range the model does not tell is an error, returned for the caller
+    to raise before any work (only when there is work: an unsupported target still lists its nodes)."""
     import numpy as np
 
     from edgeopt import model as modelmod
@@ -506,18 +509,19 @@ def _integer_ranges(model, io: dict[str, Any], calib: str | None) -> None:
 
     ints = [t for t in io["inputs"] if np.dtype(t["dtype"]).kind in "iu"]
     if not ints:
-        return
+        return None
     ranges = modelmod.integer_input_ranges(model, [t["name"] for t in ints])
     for t in ints:
         if ranges.get(t["name"]):
             t["range"] = list(ranges[t["name"]])
     unknown = [t for t in ints if not ranges.get(t["name"])]
     if unknown and calib is None:
-        raise CalibrationError(
+        return CalibrationError(
             "integer input(s) " + ", ".join(f"{t['name']!r} ({t['dtype']})" for t in unknown)
             + ": the model does not tell their valid values (they are not token ids into a table), so random "
             "data could be out of range or meaningless",
             hint="pass --calib with real inputs: a .npz keyed by input name (samples on axis 0)")
+    return None
 
 
 def _ort_error(path: Path) -> str | None:
