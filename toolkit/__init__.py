@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
        "bench_options", "gate", "rollout", "tune", "rig_status", "rig_release", "baseline_save", "baseline_list",
-       "baseline_show", "baseline_export", "baseline_import", "history")
+       "baseline_show", "baseline_export", "baseline_import", "history", "change_points")
 __all__ = ["__version__", *API]
 
 

@@ -574,3 +574,10 @@ def history(model: str, db: str | None = None, **kw: Any) -> Any:
     from edgeopt.hil.history import history as _history
 
     return _history(model, db, **kw)
+
+
+def change_points(values: Any, **kw: Any) -> Any:
+    """Change points of one series of figures (``edgeopt.hil.history.change_points``)."""
+    from edgeopt.hil.history import change_points as _cp
+
+    return _cp(values, **kw)
