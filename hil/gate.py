@@ -41,6 +41,33 @@ def _bundle(path: str | Path, what: str):
     return load_bundle(p)
 
 
+def build_candidate(model: str | Path, baseline: str | Path, calib: str | None, preprocess: str | None,
+                    dist: str | Path, progress: Callable[[str], None]) -> Path:
+    """Build MODEL like the baseline bundle (its target, precision and input shapes); the bundle folder."""
+    import json
+
+    from edgeopt import api
+    from edgeopt.hil.baseline import PREFIX
+
+    if str(baseline).startswith(PREFIX):
+        raise UsageError("a model as CANDIDATE needs a baseline bundle folder (its target, precision and shapes "
+                         f"say how to build the model), not {str(baseline)!r}",
+                         hint="build the candidate with `edgeopt build`, or give --baseline a bundle folder")
+    base = _bundle(baseline, "baseline")
+    man = json.loads((base.path / "manifest.json").read_text())
+    shapes = {i["name"]: list(i["shape"]) for i in man["io"]["inputs"]}
+    progress(f"building the candidate {Path(model).name} for {base.target} {base.precision} like the baseline")
+    rep = api.build(model, base.target, precision=base.precision, shapes=shapes, calib=calib, preprocess=preprocess,
+                    dist=dist, progress=progress)
+    res = rep.results[0]
+    if not res.ok:
+        from edgeopt.errors import BuildFailed
+
+        raise BuildFailed(f"the candidate did not build for {base.target} {base.precision}: {res.status}: "
+                          f"{(res.error or '').splitlines()[0][:300]}")
+    return Path(res.bundle)
+
+
 def check_pair(baseline, candidate) -> None:
     """The two bundles must be comparable: same target, same model name and the same inputs."""
     import json
@@ -62,9 +89,13 @@ def check_pair(baseline, candidate) -> None:
 def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
-         trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+         trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None,
+         calib: str | None = None, preprocess: str | None = None, dist: str | Path = "dist-gate") -> dict[str, Any]:
     """``edgeopt gate`` as a function (what ``edgeopt.api.gate`` should call): the rig file's ``rig:`` policy
-    read from the inventory, ``--baseline`` a bundle folder or ``results:NAME``; every input checked first."""
+    read from the inventory, ``--baseline`` a bundle folder or ``results:NAME``; every input checked first.
+    CANDIDATE may be a model file (``.onnx``): it is built first, into ``dist``, for the baseline bundle's
+    target, precision and input shapes (``calib``/``preprocess`` as for build), so a CI job gates a
+    changed model in one command."""
     from edgeopt.api import parse_duration, select_devices
     from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.rig import load_rig
@@ -75,6 +106,8 @@ def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None
     spec = load_gate(gate)
     budget_s = parse_duration(budget)
     chosen = select_devices(devices, limit, labels)
+    if Path(candidate).is_file() and str(candidate).lower().endswith(".onnx"):
+        candidate = build_candidate(candidate, baseline, calib, preprocess, dist, progress)
     result = run_gate(candidate, baseline, chosen, spec, budget_s, trust_new_host_keys, db_path=db,
                       progress=progress, rig=rig)
     if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":

@@ -396,16 +396,18 @@ def parse_duration(text: str | float, what: str = "--budget") -> float:
 def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
-         trust_new_host_keys: bool = False, progress: Progress = _quiet) -> dict[str, Any]:
+         trust_new_host_keys: bool = False, progress: Progress = _quiet, **build: Any) -> dict[str, Any]:
     """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
     with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
     stored baseline: unpaired). The rig file's ``rig:`` policy applies (health, prepare/restore, power
-    cycle, quarantine). ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code."""
+    cycle, quarantine). ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code.
+    CANDIDATE may be a model ``.onnx``: built first like the baseline bundle (``build``: calib, preprocess,
+    dist)."""
     from edgeopt.hil.gate import gate as _gate
 
     return _gate(candidate, baseline, devices, limit, labels, gate, budget, on_inconclusive, db,
-                 trust_new_host_keys, progress)
+                 trust_new_host_keys, progress, **build)
 
 
 def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-results.db",

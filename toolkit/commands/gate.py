@@ -54,13 +54,17 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.option("--md", type=click.Path(), help="Write a Markdown summary here (for a PR comment).")
 @click.option("--raw", type=click.Path(), help="Write every round's samples and the verdicts as JSON here.")
 @click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database.")
+@click.option("--calib", default=None, help="CANDIDATE a model: its calibration/validation data (as for build).")
+@click.option("--preprocess", default=None, help="CANDIDATE a model: image preprocessing (as for build).")
+@click.option("--dist", default="dist-gate", show_default=True, help="CANDIDATE a model: where it is built.")
 @click.option("--trust-new-host-keys", is_flag=True, help="Accept and record unknown host keys (TOFU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_inconclusive, junit, md, raw, db,
-            trust_new_host_keys, as_json, verbose, quiet) -> int:
-    """Gate CANDIDATE (a bundle folder) against --baseline on every rig device that takes its target.
+            calib, preprocess, dist, trust_new_host_keys, as_json, verbose, quiet) -> int:
+    """Gate CANDIDATE (a bundle folder, or a model .onnx: then built first for the baseline bundle's target,
+    precision and shapes) against --baseline on every rig device that takes its target.
 
     Baseline and candidate are measured interleaved (A B B A …) in one process on each device, so
     drift and background load hit both alike; each metric gets a ratio with a 95% interval and a
@@ -79,7 +83,7 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
         logging.getLogger().setLevel(logging.DEBUG)
     progress = (lambda s: None) if quiet else (lambda s: print(f"[gate] {s}", file=sys.stderr, flush=True))
     result = gate(candidate, baseline, devices, list(limit), list(labels), gate_file, budget, on_inconclusive, db,
-                  trust_new_host_keys, progress)
+                  trust_new_host_keys, progress, calib=calib, preprocess=preprocess, dist=dist)
     code = result["exit_code"]
     write_outputs(result, junit, md, raw)
     for dev in result["devices"]:
