@@ -71,6 +71,7 @@ class Device:
     ssh_config: str | None = None  # None: ~/.ssh/config when it exists; "none" to ignore it
     connect_timeout: float = 10.0
     command_timeout: float = 900.0
+    transfer_stall_timeout: float = 30.0  # an upload that moves no byte for this long is given up
     description: str = ""
     bench: tuple[tuple[str, Any], ...] = ()  # bench options for this device (threads, limits ...), as items
     # Rollout hooks, run on the device exactly as written (an argv; a string is split with shlex, never
@@ -289,7 +290,7 @@ def make_device(name: str, values: dict[str, Any], src: str = "<inventory>") -> 
     if not isinstance(labels, (list, tuple)) or not all(isinstance(x, (str, int)) for x in labels):
         raise InventoryError(f"{src}: device {name!r}: labels must be a list of names")
     floats = {}
-    for k in ("connect_timeout", "command_timeout"):
+    for k in ("connect_timeout", "command_timeout", "transfer_stall_timeout"):
         if k in v:
             try:
                 floats[k] = float(v.pop(k))

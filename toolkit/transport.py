@@ -12,12 +12,14 @@ User, IdentityFile, UserKnownHostsFile, ProxyCommand, ConnectTimeout).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -402,13 +404,44 @@ class SshTransport(Transport):
 
     # files --------------------------------------------------------------------------------
     def put(self, local, remote, callback=None):
+        """SFTP upload with a progress deadline: when no byte moves for ``transfer_stall_timeout`` seconds
+        (a device whose network froze: TCP alone notices after minutes), the connection is closed, the
+        upload fails as a lost connection, and the staging rules leave nothing half-installed."""
         size = os.path.getsize(local)
+        stall = float(self.device.transfer_stall_timeout)
+        last = [time.monotonic(), 0]
+        stalled = threading.Event()
+        done = threading.Event()
+
+        def progress(sent: int, total: int) -> None:
+            last[0], last[1] = time.monotonic(), sent
+            if callback:
+                callback(sent, total)
+
+        def watch() -> None:
+            while not done.wait(min(1.0, stall / 4)):
+                if time.monotonic() - last[0] > stall:
+                    stalled.set()
+                    with contextlib.suppress(Exception):  # unblocks the put: its socket is gone
+                        self._client.get_transport().close()
+                    return
+
+        threading.Thread(target=watch, name=f"stall-{self.device.name}", daemon=True).start()
+        name = os.path.basename(str(local))
         try:
-            self.sftp.put(str(local), remote, callback=callback, confirm=True)
+            self.sftp.put(str(local), remote, callback=progress, confirm=True)
         except DeviceError:
             raise
         except Exception as exc:  # paramiko/socket errors of many kinds: the connection is gone
-            raise self._lost(f"the upload of {os.path.basename(str(local))}", exc) from None
+            if stalled.is_set():
+                raise ConnectionLost(
+                    f"{self.device.name}: the upload of {name} made no progress for {stall:g}s ({last[1]} of "
+                    f"{size} bytes sent); the connection was closed",
+                    hint="the device or its network froze; re-run when it answers (nothing was half-installed), "
+                         "or raise transfer_stall_timeout for a slow link") from None
+            raise self._lost(f"the upload of {name}", exc) from None
+        finally:
+            done.set()
         return size
 
     def stat(self, remote):
