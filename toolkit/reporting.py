@@ -84,6 +84,7 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
         "runtime": " ".join(str(x).split("-")[0] for x in (runner.get("runtime"), runner.get("version")) if x) or None,
         "time": rec.get("time"), "run_id": rec.get("run_id"), "bundle_id": b.get("bundle_id"),
         "error": (f"{err.get('type')}: {err.get('message')}" if err else None),
+        "hint": err.get("hint") if err else None,
         "on_build_host": dev.get("transport") == "local" and target not in HOST_NATIVE and target is not None,
         "noise": "; ".join(noise) or None, "loadavg": _num(load), "cores": cores,
         "threads": env.get("threads"), "cpu_model": env.get("cpu_model"),
@@ -199,8 +200,19 @@ def _cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _errors(rows: list[dict[str, Any]]) -> list[str]:
-    return [f"{r['device']} / {r['model']} {r['target']}-{r['precision']}: {r['error']}"
-            for r in rows if r.get("error") and r.get("status") != "ok"]
+    """One line per failed run, with what to do about it where the error says (its hint), once per device
+    and hint (a dead device's hint is not repeated for each of its bundles)."""
+    out, hinted = [], set()
+    for r in rows:
+        if not r.get("error") or r.get("status") == "ok":
+            continue
+        line = f"{r['device']} / {r['model']} {r['target']}-{r['precision']}: {r['error']}"
+        key = (r["device"], r.get("hint"))
+        if r.get("hint") and key not in hinted:
+            hinted.add(key)
+            line += f"\n    hint: {r['hint']}"
+        out.append(line)
+    return out
 
 
 def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edgeopt report",
