@@ -49,6 +49,10 @@ CASES = [
     ("atomic upload", "an interrupted upload is swept by the next install; free space reported",
      "tests/agent/test_store_integrity.py::test_an_interrupted_upload_is_swept_by_the_next_install_and_has_"
      "reports_free_space"),
+    ("disk", "a bundle larger than the device's free space is refused before sending (real tmpfs)",
+     "tests/devices/test_disk_full.py::test_too_little_space_is_refused_before_sending"),
+    ("disk", "a disk that fills mid-transfer: one line (not 'connection lost'), bytes sent counted, no partial bundle",
+     "tests/devices/test_disk_full.py::test_a_disk_that_fills_during_the_transfer_leaves_no_partial_bundle"),
     ("store integrity", "an edited manifest is not the installed bundle (has/verify/bench/activate)",
      "tests/agent/test_store_integrity.py::test_an_edited_manifest_is_not_the_installed_bundle"),
     ("store integrity", "runtime.artifact must be a listed file of the bundle",

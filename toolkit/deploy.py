@@ -10,6 +10,7 @@ A bundle's id is the sha256 of its ``manifest.json`` (which holds the sha256 of 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import posixpath
@@ -367,7 +368,19 @@ class DeviceSession:
         for rel, _size in [*b.files, ("manifest.json", 0)]:
             dest = posixpath.join(staging, rel)
             tr.mkdir(posixpath.dirname(dest))
-            bp.bytes_sent += tr.put(b.path / rel, dest)
+            moved = [0]
+
+            def count(sent: int, total: int, moved=moved) -> None:
+                moved[0] = sent
+
+            try:
+                bp.bytes_sent += tr.put(b.path / rel, dest, callback=count)
+            except DeviceError as exc:
+                bp.bytes_sent += moved[0]  # what went over the wire before the failure, not 0
+                if not isinstance(exc, ConnectionLost):  # the link is up: free what the partial upload took
+                    with contextlib.suppress(DeviceError, OSError):
+                        tr.remove_tree(staging)
+                raise
             bp.files_sent += 1
         reply = self.agent("install", {"root": self.root, "staging": staging, "bundle_id": b.bundle_id,
                                        "replace": replace})

@@ -439,6 +439,13 @@ class SshTransport(Transport):
                     f"{size} bytes sent); the connection was closed",
                     hint="the device or its network froze; re-run when it answers (nothing was half-installed), "
                          "or raise transfer_stall_timeout for a slow link") from None
+            t = self._client.get_transport() if self._client is not None else None
+            if isinstance(exc, OSError) and t is not None and t.is_active():
+                # the link is fine: the device could not write (SFTP says only "Failure" for ENOSPC/EACCES)
+                raise DeviceError(f"{self.device.name}: the device could not write {name} after {last[1]} of "
+                                  f"{size} bytes ({exc or type(exc).__name__})",
+                                  hint="is its disk full or the agent root read-only? nothing was half-installed; "
+                                       "`edgeopt devices gc` frees space") from None
             raise self._lost(f"the upload of {name}", exc) from None
         finally:
             done.set()
