@@ -80,9 +80,11 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         # Decisions of both arms on the SAME inputs (the baseline's validation samples, each mapped to
         # the arm's own artifact layout): how often a new version decides differently from the old.
         shared = validation_inputs(arms[0]["bundle"], arms[0]["manifest"])
+        kind = decision_kind(arms[0]["manifest"]) or decision_kind(arms[1]["manifest"])
         for arm in arms:
             try:
-                arm["decisions"] = _decisions(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared])
+                arm["decisions"] = _decisions(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared],
+                                              kind)
             except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
                 arm["decisions"], arm["decisions_error"] = None, f"{type(exc).__name__}: {exc}"[:300]
         stage("warmup", {})
@@ -116,6 +118,7 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
                                   .get("sha256")),
                 "runtime": (m.get("runtime") or {}).get("name"),
                 "accuracy": arm["accuracy"], "decisions": arm["decisions"], "decisions_on": "baseline inputs",
+                "decisions_kind": (kind or {}).get("kind", "argmax"),
                 "runner": arm["runner"].info()})
     finally:
         for arm in arms:
@@ -131,14 +134,41 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
     return result
 
 
-def _decisions(arm: dict[str, Any], feeds: list[Any]) -> list[list[int]]:
-    """Per validation sample, the argmax decision of each output (first output only; small and exact):
-    lets the host count how often two bundles decide differently on the same inputs."""
+def _decisions(arm: dict[str, Any], feeds: list[Any], kind: dict[str, Any] | None = None) -> list[list[int]]:
+    """Per validation sample, the decisions of the first output (small and exact): lets the host count how
+    often two bundles decide differently on the same inputs.  What a decision is follows the output's kind
+    (``kind``: the baseline's, from its manifest): a CTC recogniser's greedy decoding (repeats merged,
+    blanks dropped: the text it reads, so a merged word is a different decision), a thresholded map's
+    positions, otherwise the argmax of the last axis."""
     out = []
     io = arm["manifest"]["io"]
     first = io["outputs"][0]["name"]
-    for feed in feeds:
-        raw = from_artifact(arm["runner"].run(feed), io["outputs"])[first]
-        a = np.asarray(raw)
+    raws = [np.asarray(from_artifact(arm["runner"].run(feed), io["outputs"])[first]) for feed in feeds]
+    name = (kind or {}).get("kind")
+    if name in ("ctc_time_major", "ctc_batch_major") and raws and raws[0].ndim == 3:
+        idx = [np.argmax(np.swapaxes(a, 0, 1) if name == "ctc_time_major" else a, -1) for a in raws]  # [B, T]
+        blank = int(np.argmax(np.bincount(np.concatenate([i.ravel() for i in idx]))))  # CTC output: mostly blank
+        for i in idx:
+            seqs = []
+            for row in i:
+                keep = np.concatenate([[True], row[1:] != row[:-1]]) & (row != blank)
+                seqs.extend(row[keep].tolist() + [-1])  # -1 ends a sequence of the batch
+            out.append(seqs)
+        return out
+    if name == "decision":
+        thr = float((kind or {}).get("threshold", 0.5))
+        return [(a > thr).astype(int).ravel().tolist() for a in raws]
+    for a in raws:
         out.append(np.argmax(a, axis=-1).ravel().tolist() if a.ndim else [int(a > 0)])
     return out
+
+
+def decision_kind(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The declared kind of the manifest's first output (``output_kinds``), parsed; None when not declared."""
+    from .compare import parse_kind
+
+    first = manifest["io"]["outputs"][0]["name"]
+    try:
+        return parse_kind((manifest.get("output_kinds") or {}).get(first))
+    except ValueError:
+        return None

@@ -5,8 +5,10 @@ p50: {max_slowdown: 5%}
 p90: {max_slowdown: 10%}
 p99: {max_slowdown: 10%, max_ms: 20}
 throughput: {max_drop: 5%}       # opt-in
-accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}; always also the bundle's own host-check bound
-decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs
+accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}, {seq_match_min: 0.95} (CTC: decodings equal);
+                                  # always also the bundle's own host-check bound
+decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs (for a CTC
+                                   # recogniser: the decoded text, so a merged word counts)
 level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
 rounds: {start: 10, max: 40}       # paired rounds per arm: sequential, stop early when decided
 unpaired: {session_margin: 2%, max_speed_change: 5%}  # against a stored baseline: the interval widened
@@ -29,7 +31,7 @@ LATENCY = ("p50", "p90", "p99")
 MIN_SAMPLES = {"p50": 1, "p90": 64, "p99": 662}
 KEYS = {
     "p50": {"max_slowdown", "max_ms"}, "p90": {"max_slowdown", "max_ms"}, "p99": {"max_slowdown", "max_ms"},
-    "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min"},
+    "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min", "seq_match_min"},
     "decisions": {"max_disagreement"}, "level": None, "rounds": {"start", "max"}, "block_iters": None,
     "unpaired": {"session_margin", "max_speed_change"},
 }
@@ -50,6 +52,7 @@ class GateSpec:
     throughput_max_drop: float | None = None  # opt-in: block means are outlier-prone (p50 gates the centre)
     top1_min: float | None = None
     cosine_min: float | None = None
+    seq_match_min: float | None = None  # CTC recognisers: share of decodings equal to the FP32 reference's
     max_disagreement: float | None = None
     level: float = 0.05
     rounds_start: int = 10
@@ -62,7 +65,8 @@ class GateSpec:
     def as_dict(self) -> dict[str, Any]:
         return {"latency": {k: {"max_slowdown": v.max_change, "max_ms": v.max_ms} for k, v in self.latency.items()},
                 "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
-                "cosine_min": self.cosine_min, "max_disagreement": self.max_disagreement, "level": self.level,
+                "cosine_min": self.cosine_min,
+                "seq_match_min": self.seq_match_min, "max_disagreement": self.max_disagreement, "level": self.level,
                 "rounds": {"start": self.rounds_start, "max": self.rounds_max}, "block_iters": self.block_iters,
                 "unpaired": {"session_margin": self.session_margin, "max_speed_change": self.max_speed_change},
                 "source": self.source}
@@ -145,6 +149,8 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
                 spec.top1_min = parse_fraction(value["top1_min"], f"{where}.top1_min")
             if "cosine_min" in value:
                 spec.cosine_min = _number(value["cosine_min"], f"{where}.cosine_min", -1, 1)
+            if "seq_match_min" in value:
+                spec.seq_match_min = parse_fraction(value["seq_match_min"], f"{where}.seq_match_min")
         elif key == "decisions":
             spec.max_disagreement = parse_fraction(value.get("max_disagreement"), f"{where}.max_disagreement")
         elif key == "level":

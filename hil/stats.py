@@ -334,6 +334,9 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         reasons.append(f"top-1 agreement {top1:.3f} < top1_min {spec.top1_min:g}")
     if spec.cosine_min is not None and cos is not None and cos < spec.cosine_min:
         reasons.append(f"cosine {cos:.5f} < cosine_min {spec.cosine_min:g}")
+    seq = _worst(acc, "seq_match")
+    if spec.seq_match_min is not None and seq is not None and seq < spec.seq_match_min:
+        reasons.append(f"CTC decodings equal to the FP32 reference's {seq:.1%} < seq_match_min {spec.seq_match_min:g}")
     if reasons:
         v.verdict, v.reason = "regressed", "; ".join(reasons)
     else:
@@ -345,8 +348,11 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         diff = sum(1 for x, y in zip(da, db) if x != y)
         rate = diff / n if n else 0.0
         limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
+        what = {"ctc_time_major": "CTC decodings (the text read)", "ctc_batch_major": "CTC decodings (the text read)",
+                "decision": "thresholded decisions"}.get(b.get("decisions_kind") or a.get("decisions_kind") or "",
+                                                          "argmax decisions")
         d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
-                    method="exact: argmax decisions of the first output, candidate vs baseline, on the baseline's "
+                    method=f"exact: {what} of the first output, candidate vs baseline, on the baseline's "
                            "validation inputs",
                     reason=f"{diff} of {n} validation samples decided differently (allowed {limit * 100:g}%)")
         out.append(d)
