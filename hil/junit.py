@@ -68,8 +68,31 @@ def junit_xml(result: dict[str, Any]) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
+ICON = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
+
+
+def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
+    """One verdict as display text: baseline, candidate, change (95% CI), p, n (the Markdown summary's and
+    the HTML report's cells)."""
+    ch = ""
+    if v.get("ratio") is not None and v["metric"] not in ("accuracy", "decisions"):
+        r, lo, hi = v["ratio"], v.get("ci_low"), v.get("ci_high")
+        if v["metric"] == "throughput":  # stored as a latency ratio; shown as the throughput change
+            r, lo, hi = 1 / r, (1 / hi if hi else None), (1 / lo if lo else None)
+        ch = f"{(r - 1) * 100:+.1f}%"
+        if lo is not None and hi is not None:
+            ch += f" ({(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%)"
+    elif v.get("ratio") is not None:
+        ch = f"{v['ratio'] * 100:.1f}% differ"
+
+    def fmt(x: Any) -> str:
+        return "" if x is None else f"{x:.4g}"
+
+    return {"baseline": fmt(v.get("baseline")), "candidate": fmt(v.get("candidate")), "change": ch,
+            "p": "" if v.get("p_value") is None else f"{v['p_value']:.3g}", "n": str(v.get("n", ""))}
+
+
 def markdown(result: dict[str, Any]) -> str:
-    icon = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
     lines = [f"### edgeopt gate: {result['model']} on {result['target']} — **{result['verdict']}**", "",
              f"baseline `{result['baseline_id'][:40 if result.get('mode') == 'unpaired' else 12]}` vs candidate "
              f"`{result['candidate_id'][:12]}`" + (" — **unpaired** (stored rounds, widened 99% intervals)"
@@ -82,22 +105,9 @@ def markdown(result: dict[str, Any]) -> str:
         elif dev.get("status") == "quarantined":
             lines.append(f"| {dev['device']} | — | ⏸️ skipped (quarantined) | | | {dev.get('skipped', '')[:80]} | | |")
         for v in dev.get("verdicts") or []:
-            ch = ""
-            if v.get("ratio") is not None and v["metric"] not in ("accuracy", "decisions"):
-                r, lo, hi = v["ratio"], v.get("ci_low"), v.get("ci_high")
-                if v["metric"] == "throughput":  # stored as a latency ratio; shown as the throughput change
-                    r, lo, hi = 1 / r, (1 / hi if hi else None), (1 / lo if lo else None)
-                ch = f"{(r - 1) * 100:+.1f}%"
-                if lo is not None and hi is not None:
-                    ch += f" ({(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%)"
-            elif v.get("ratio") is not None:
-                ch = f"{v['ratio'] * 100:.1f}% differ"
-            def fmt(x: Any) -> str:
-                return "" if x is None else f"{x:.4g}"
-            pv = "" if v.get("p_value") is None else f"{v['p_value']:.3g}"
-            lines.append(f"| {dev['device']} | {v['metric']} | {icon.get(v['verdict'], v['verdict'])} | "
-                         f"{fmt(v.get('baseline'))} | {fmt(v.get('candidate'))} | {ch} | "
-                         f"{pv} | {v.get('n', '')} |")
+            c = verdict_cells(v)
+            lines.append(f"| {dev['device']} | {v['metric']} | {ICON.get(v['verdict'], v['verdict'])} | "
+                         f"{c['baseline']} | {c['candidate']} | {c['change']} | {c['p']} | {c['n']} |")
     warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
     if warn:
         lines += ["", *warn]

@@ -217,12 +217,17 @@ def _errors(rows: list[dict[str, Any]]) -> list[str]:
 
 def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edgeopt report",
            filters: dict[str, Any] | None = None) -> str:
-    """The report of these records in one format (see ``FORMATS``)."""
+    """The report of these records in one format (see ``FORMATS``); gate verdicts (``edgeopt gate``) get
+    their own baseline-vs-candidate section (``edgeopt.gate_report``), bench runs the comparison table."""
+    from edgeopt import gate_report
+
+    gates = [r for r in records if gate_report.is_gate(r)]
+    records = [r for r in records if not gate_report.is_gate(r)]
     rows = rows_of(records)
     if fmt == "json":
         return json.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {},
                            "count": len(rows), "rows": rows, "ship": choose([dict(r) for r in rows]),
-                           "notes": notes_of(rows)},
+                           "notes": notes_of(rows), "gates": gate_report.as_json(gates)},
                           indent=2, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -234,18 +239,22 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
     if fmt == "table":
         from edgeopt.ui import table
 
+        gate_lines = gate_report.text(gates)
         if not rows:
-            return "no runs match\n"
+            return (gate_lines + "\n") if gate_lines else "no runs match\n"
         text = table(_cells(rows), COLUMNS, drop=DROP_ORDER)
         errs = _errors(rows)
         notes = notes_of(rows)
         dec = decomposition_text(records)
         return (text + ("\n\n" + "\n".join(notes) if notes else "") + ("\n\n" + dec if dec else "")
-                + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "") + "\n")
+                + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "")
+                + ("\n\n" + gate_lines if gate_lines else "") + "\n")
     if fmt == "md":
-        return _markdown(rows, title)
+        gate_lines = gate_report.text(gates)
+        return _markdown(rows, title) + ("\n## Gates\n\n" + "\n".join(f"- {x}" for x in gate_lines.splitlines())
+                                         + "\n" if gate_lines else "")
     if fmt == "html":
-        return _html(rows, records, title, filters or {})
+        return _html(rows, records, title, filters or {}, gates)
     from edgeopt.errors import UsageError
 
     raise UsageError(f"unknown report format {fmt!r}", hint="one of: " + ", ".join(FORMATS))
@@ -328,8 +337,9 @@ def _meta_html(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> str
     return '<dl class="meta">' + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items) + "</dl>"
 
 
-def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str, filters: dict[str, Any]) -> str:
-    from edgeopt import __version__
+def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str, filters: dict[str, Any],
+          gates: list[dict[str, Any]] | None = None) -> str:
+    from edgeopt import __version__, gate_report
 
     models = sorted({str(r["model"]) for r in rows})
     # One model: say it once in the heading and give its column's width to the numbers.
@@ -351,7 +361,7 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
     model_line = f"model {html.escape(models[0])} &middot; " if len(models) == 1 else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{_CSS}</style></head><body>
+<style>{_CSS}{gate_report.CSS}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <div class="meta">{model_line}{len(rows)} run(s) &middot; {html.escape(shown)} &middot; edgeopt {html.escape(__version__)}</div>
 {_meta_html(rows, records)}
@@ -360,6 +370,7 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 {('<h2>Failures</h2><ul class="err">' + ''.join(f'<li>{html.escape(e)}</li>' for e in errs) + '</ul>') if errs else ''}
 <div class="plots">{figs}</div>
 {_decomposition_html(records)}
+{gate_report.section_html(gates or [], plots=note is None)}
 </body></html>
 """
 

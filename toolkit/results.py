@@ -91,7 +91,8 @@ class ResultsDB:
               device: str | None = None, status: str | None = None, run_id: str | None = None,
               since: str | None = None, latest: bool = False) -> list[dict[str, Any]]:
         """Records matching every filter given (``since``: ISO date/time or ``30m``/``12h``/``7d`` ago), oldest
-        first; ``latest`` keeps the newest of each (model, target, precision, device)."""
+        first; ``latest`` keeps the newest of each (model, target, precision, device), bench runs and gate
+        verdicts (``status`` ``gate-*``) apart."""
         where, args = [], []
         for col, val in (("model", model), ("target", target), ("precision", precision), ("device", device),
                          ("status", status), ("run_id", run_id)):
@@ -104,8 +105,10 @@ class ResultsDB:
             args.append(parse_since(since))
         cond = ("WHERE " + " AND ".join(where)) if where else ""
         if latest:
+            # the newest bench run and the newest gate verdict of each: a gate does not hide a bench
             sql = ("SELECT json FROM (SELECT json, time, id, ROW_NUMBER() OVER (PARTITION BY model, target, "
-                   f"precision, device ORDER BY time DESC, id DESC) AS rn FROM runs {cond}) WHERE rn = 1 "
+                   "precision, device, (status LIKE 'gate-%') ORDER BY time DESC, id DESC) AS rn FROM runs "
+                   f"{cond}) WHERE rn = 1 "
                    "ORDER BY time, id")
         else:
             sql = f"SELECT json FROM runs {cond} ORDER BY time, id"

@@ -8,6 +8,7 @@ detector, OpenVINO FP32 and NNCF INT8 builds, the real agent's ``pairbench`` on 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -72,3 +73,29 @@ def test_seq_match_min_in_the_gate_file_judges_the_candidates_own_decodings(rec_
     acc = next(v for v in res["devices"][0]["verdicts"] if v["metric"] == "accuracy")
     assert acc["verdict"] == "pass", acc  # FP32 against its own reference: every decoding equal
     assert res["spec"]["seq_match_min"] == 1.0
+
+
+def test_the_report_shows_the_gate_as_baseline_vs_candidate(rec_pair, tmp_path):
+    """After a bench of the baseline and a gate, ``edgeopt report`` keeps the bench run in its table and
+    shows the gate apart, per device, with both figures (and the rounds drawn in HTML)."""
+    db = tmp_path / "r.db"
+    run = [sys.executable, "-m", "edgeopt"]
+    b = subprocess.run(run + ["bench", "--dist", str(rec_pair["base"]), "--db", str(db), "--duration", "1", "-q"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert b.returncode == 0, b.stderr[-2000:]
+    g = subprocess.run(run + ["gate", str(rec_pair["base"]), "--baseline", str(rec_pair["base"]), "--budget", "2s",
+                              "--db", str(db), "-q", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert g.returncode in (0, 6), g.stderr[-2000:]
+    rep = json.loads(subprocess.run(run + ["report", "--db", str(db), "--json"], cwd=tmp_path, capture_output=True,
+                                    text=True, timeout=300).stdout)
+    assert rep["count"] == 1 and rep["rows"][0]["status"] == "ok"  # the gate did not hide the bench run
+    gate = rep["gates"][0]
+    assert gate["candidate_id"] == json.loads(g.stdout)["candidate_id"] and gate["verdict"] != "regressed"
+    assert {v["metric"] for v in gate["devices"][0]["verdicts"]} >= {"p50", "accuracy", "decisions"}
+    out = tmp_path / "r.html"
+    subprocess.run(run + ["report", "--db", str(db), "-o", str(out)], cwd=tmp_path, check=True, timeout=300,
+                   capture_output=True)
+    page = out.read_text()
+    assert "Gates: baseline vs candidate" in page and "p50" in page and "decisions" in page
+    if importlib.util.find_spec("matplotlib"):
+        assert 'alt="rounds on local"' in page
