@@ -176,17 +176,48 @@ def npus() -> list[dict[str, Any]]:
     return out
 
 
-def jetson() -> dict[str, Any] | None:
-    """L4T release and board model on an NVIDIA Jetson, else None."""
-    release = _read("/etc/nv_tegra_release")
+def jetson(base: str | Path = "/") -> dict[str, Any] | None:
+    """L4T release, board model and power state on an NVIDIA Jetson, else None. ``base`` is the file
+    system root the files are read under (``/`` on the device)."""
+    b = Path(base)
+    release = _read(b / "etc/nv_tegra_release")
     if release is None:
         return None
     first = release.splitlines()[0] if release else ""
     m = re.search(r"R(\d+)\s*\(release\),\s*REVISION:\s*([\d.]+)", first)
-    model = _read("/proc/device-tree/model")
+    model = _read(b / "proc/device-tree/model")
     return {"l4t": f"{m.group(1)}.{m.group(2)}" if m else None, "release": first.lstrip("# "),
             "model": model.rstrip("\x00") if model else None,
-            "chip_id": _read("/sys/module/tegra_fuse/parameters/tegra_chip_id")}
+            "chip_id": _read(b / "sys/module/tegra_fuse/parameters/tegra_chip_id"), **jetson_power(b)}
+
+
+_GPU_DEVFREQ = re.compile(r"gpu|ga10b|gv11b|gp10b|gb10b", re.I)
+
+
+def jetson_power(base: str | Path = "/") -> dict[str, Any]:
+    """The Jetson's power mode and whether its clocks are locked, read without root and without running
+    ``nvpmodel``: the active mode from ``/var/lib/nvpmodel/status`` (``pmode:0002``, written by nvpmodel),
+    its name and the boot default from ``/etc/nvpmodel.conf`` (``< POWER_MODEL ID=2 NAME=MAXN >``,
+    ``< PM_CONFIG DEFAULT=2 >``); ``clocks_locked`` is what ``jetson_clocks`` does: every online CPU's
+    and the GPU's minimum frequency raised to its maximum (None where neither is exposed)."""
+    b = Path(base)
+    conf = _read(b / "etc/nvpmodel.conf") or ""
+    modes = {int(i): n for i, n in re.findall(r"<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)", conf)}
+    d = re.search(r"<\s*PM_CONFIG\s+DEFAULT=(\d+)", conf)
+    default = int(d.group(1)) if d else None
+    st = re.search(r"pmode:0*(\d+)", _read(b / "var/lib/nvpmodel/status") or "")
+    mode = int(st.group(1)) if st else default  # no status file yet: the board runs its boot default
+    pairs: list[tuple[str, int | None, int | None]] = []
+    for cpu in sorted((b / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq")):
+        pairs.append((cpu.parent.name, _int(_read(cpu / "scaling_min_freq")), _int(_read(cpu / "scaling_max_freq"))))
+    for dev in sorted((b / "sys/class/devfreq").glob("*")):
+        if _GPU_DEVFREQ.search(dev.name):
+            pairs.append(("gpu", _int(_read(dev / "min_freq")), _int(_read(dev / "max_freq"))))
+    known = [(n, lo, hi) for n, lo, hi in pairs if lo is not None and hi is not None]
+    unlocked = [n for n, lo, hi in known if lo < hi]
+    return {"power_mode": modes.get(mode) if mode is not None else None, "power_mode_id": mode,
+            "power_mode_default_id": default, "power_modes": {str(k): v for k, v in sorted(modes.items())},
+            "clocks_locked": (not unlocked) if known else None, "clocks_unlocked": sorted(set(unlocked))}
 
 
 def _int(s: Any) -> int | None:

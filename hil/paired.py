@@ -27,7 +27,9 @@ def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, 
     return {"kernel": p.get("kernel"), "cpu": (p.get("cpu") or {}).get("model"),
             "governor": env.get("governor"), "runtimes": {k: v for k, v in (p.get("runtimes") or {}).items() if v},
             "runner": (arm.get("runner") or {}).get("runtime"), "runner_version": (arm.get("runner") or {}).get("version"),
-            "threads": (arm.get("runner") or {}).get("threads")}
+            "threads": (arm.get("runner") or {}).get("threads"),
+            **({"power_mode": jet.get("power_mode"), "clocks_locked": jet.get("clocks_locked")}
+               if (jet := p.get("jetson")) else {})}
 
 
 def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSpec, budget_s: float = 60.0,

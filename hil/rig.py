@@ -9,6 +9,8 @@ rig:
   min_free_mb: 500            # available memory below this: unfit
   max_temp_c: 70              # hottest thermal zone above this: unfit
   governor: performance       # cpufreq governor other than this: unfit
+  power_mode: MAXN            # Jetson: nvpmodel mode other than this (its name or id): unfit
+  clocks_locked: true         # Jetson: clocks not pinned at their maximum (jetson_clocks not applied): unfit
   settle_s: 5                 # pause after prepare, and between re-checks of an unfit device
   wait_s: 60                  # how long an unfit device is waited for before it is an error (exit 4)
   prepare: ["sudo jetson_clocks"]          # run on the device (over SSH, each argument quoted) before
@@ -41,8 +43,8 @@ from typing import Any
 
 from edgeopt.errors import DeviceError, UsageError, yaml_error
 
-POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "settle_s", "wait_s", "throttle", "prepare",
-               "restore", "power_cycle", "power_cycle_wait_s", "power_cycle_timeout_s", "quarantine_after")
+POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "power_mode", "clocks_locked", "settle_s",
+               "wait_s", "throttle", "prepare", "restore", "power_cycle", "power_cycle_wait_s", "power_cycle_timeout_s", "quarantine_after")
 RIG_KEYS = (*POLICY_KEYS, "devices")
 
 
@@ -60,6 +62,8 @@ class Policy:
     min_free_mb: float | None = None
     max_temp_c: float | None = None
     governor: str | None = None
+    power_mode: str | None = None  # a Jetson nvpmodel mode, by name or id
+    clocks_locked: bool | None = None
     settle_s: float = 0.0
     wait_s: float = 60.0
     throttle: float | None = None  # calibration slower than this x the session's first: throttled (1.10)
@@ -120,7 +124,8 @@ def _policy(data: Any, base: Policy, where: str) -> Policy:
         if key not in POLICY_KEYS:
             raise UsageError(f"{where}: unknown key {key!r}{_dym(key, POLICY_KEYS)}; known: {', '.join(POLICY_KEYS)}")
         if v is None:
-            kw[key] = None if key in ("max_load", "min_free_mb", "max_temp_c", "governor", "throttle") else \
+            kw[key] = None if key in ("max_load", "min_free_mb", "max_temp_c", "governor", "power_mode",
+                                      "clocks_locked", "throttle") else \
                 getattr(Policy(), key)
         elif key in ("max_load", "min_free_mb", "max_temp_c", "settle_s", "wait_s", "power_cycle_wait_s"):
             kw[key] = _num(v, w, 0 if key != "max_temp_c" else -273)
@@ -136,6 +141,14 @@ def _policy(data: Any, base: Policy, where: str) -> Policy:
             if not isinstance(v, str) or not v.strip():
                 raise UsageError(f"{w}: expected a governor name like performance, got {v!r}")
             kw[key] = v.strip()
+        elif key == "power_mode":
+            if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
+                raise UsageError(f"{w}: expected an nvpmodel mode name like MAXN or its id like 0, got {v!r}")
+            kw[key] = str(v).strip()
+        elif key == "clocks_locked":
+            if not isinstance(v, bool):
+                raise UsageError(f"{w}: expected true or false, got {v!r}")
+            kw[key] = v
         elif key in ("prepare", "restore"):
             kw[key] = _commands(v, w)
         elif key == "power_cycle":
@@ -225,13 +238,42 @@ def fitness(probe: dict[str, Any], policy: Policy) -> tuple[list[str], list[str]
         elif gov != policy.governor:
             shown = gov if isinstance(gov, str) else ",".join(sorted(set(gov.values())))
             problems.append(f"cpufreq governor {shown} != {policy.governor}")
+    _jetson_fitness(probe.get("jetson"), policy, problems, warnings)
     return problems, warnings
+
+
+def _jetson_fitness(jet: dict[str, Any] | None, policy: Policy, problems: list[str], warnings: list[str]) -> None:
+    """``power_mode`` / ``clocks_locked`` against the probe's Jetson power state (see device_agents/probe)."""
+    if policy.power_mode is not None:
+        name, mode_id = (jet or {}).get("power_mode"), (jet or {}).get("power_mode_id")
+        if mode_id is None and name is None:
+            warnings.append(f"power_mode: {policy.power_mode} set but the device reports no nvpmodel mode"
+                            + ("" if jet else " (not a Jetson)"))
+        elif policy.power_mode.lower() not in {str(name).lower(), str(mode_id)}:
+            modes = (jet or {}).get("power_modes") or {}
+            want = policy.power_mode
+            offered = f"; this board offers {', '.join(f'{v} ({k})' for k, v in modes.items())}" if modes else ""
+            if modes and want.lower() not in {str(v).lower() for v in modes.values()} | set(modes):
+                offered += f" — {want!r} is none of them"
+            problems.append(f"power mode {name or '?'} (id {mode_id}) != power_mode {want}{offered}")
+    if policy.clocks_locked is not None:
+        locked = (jet or {}).get("clocks_locked")
+        if locked is None:
+            warnings.append("clocks_locked set but the device exposes no CPU/GPU frequency limits"
+                            + ("" if jet else " (not a Jetson)"))
+        elif locked != policy.clocks_locked:
+            loose = ", ".join((jet or {}).get("clocks_unlocked") or [])
+            problems.append("clocks not locked at their maximum (jetson_clocks not applied; below max: "
+                            f"{loose})" if policy.clocks_locked else "clocks locked (jetson_clocks applied), "
+                            "the rig asks for them unlocked")
 
 
 def health_summary(probe: dict[str, Any]) -> dict[str, Any]:
     env = probe.get("environment") or {}
     return {"load": (env.get("loadavg") or [None])[0], "free_mb": probe.get("memory_available_mb"),
-            "temp_c": env.get("temperature_c"), "governor": env.get("governor"), "freq_mhz": env.get("freq_mhz")}
+            "temp_c": env.get("temperature_c"), "governor": env.get("governor"), "freq_mhz": env.get("freq_mhz"),
+            **({"power_mode": jet.get("power_mode"), "clocks_locked": jet.get("clocks_locked")}
+               if (jet := probe.get("jetson")) else {})}
 
 
 def wait_until_fit(sess: Any, policy: Policy, probe: dict[str, Any],

@@ -10,6 +10,7 @@ import pytest
 import edgeopt
 from edgeopt.errors import EdgeoptError, UsageError
 from edgeopt.fixtures import path as fixture
+from tests.hil.conftest import same_speed_gate
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,7 @@ def test_gate_and_rollout_through_the_api(built, tmp_path):
         edgeopt.rollout(bundle, fleet, max_fail="lots")
     with pytest.raises(UsageError, match="--budget"):
         edgeopt.gate(bundle, bundle, fleet, budget="0s")
-    res = edgeopt.gate(bundle, bundle, fleet, limit="d0", budget="3s", db=None)  # A/A: the same bundle
+    res = edgeopt.gate(bundle, bundle, fleet, limit="d0", budget="3s", db=None,  # A/A: the same bundle
+                       gate=str(same_speed_gate(tmp_path)))
     assert res["schema"] == "edgeopt/v1" and res["kind"] == "gate" and [d["device"] for d in res["devices"]] == ["d0"]
     assert res["verdict"] in ("pass", "inconclusive") and res["exit_code"] in (0, 6)

@@ -13,6 +13,9 @@ import pytest
 
 from edgeopt.hil.gatefile import load_gate
 from edgeopt.hil.stats import judge_unpaired
+from tests.conftest import fixture
+from tests.hil.conftest import _build, same_speed_gate
+from tests.hil.models import slower
 
 
 def _edgeopt(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -53,7 +56,7 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
     loose = tmp_path / "loose.yaml"  # a stored baseline is another session on a shared 2-core machine
     loose.write_text("p50: {max_slowdown: 40%}\np90: {max_slowdown: 60%}\n")
     p = _edgeopt("gate", base, "--baseline", base, "--budget", "4s", "--db", "r.db", "--on-inconclusive", "pass",
-                 cwd=tmp_path)
+                 "--gate", str(same_speed_gate(tmp_path)), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     p = _edgeopt("baseline", "save", "main", "--from", "latest", "--db", "r.db", "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -81,15 +84,19 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
         p = _edgeopt("baseline", "import", f, "--name", name, "--db", "ci.db", cwd=tmp_path)
         assert p.returncode == 0 and "imported" in p.stdout, p.stderr
 
-    # the ~+25% candidate against the stored rounds: never a pass, the slowdown seen, said to be unpaired
-    # (regressed as a rule; on this shared machine another session can be too far off to decide: exit 6)
-    p = _edgeopt("gate", slow, "--baseline", "results:main", "--budget", "6s", "--db", "ci.db", "--junit", "g.xml",
+    # a ~3x slower build of the same model against the stored rounds: never a pass, the slowdown seen, said
+    # to be unpaired (regressed as a rule; on this shared machine another session can be too far off to
+    # decide: exit 6). Not the ~+25% one: a baseline saved while the box was busy made that one look
+    # *improved* (seen) -- what BENCHMARKS gate-unpaired measures, and why a baseline bundle is preferred.
+    src = Path(fixture("ocr-cls"))
+    much_slower = str(_build(slower(src, tmp_path / "slow3" / src.name, channels=32, convs=2), tmp_path / "dist-3x"))
+    p = _edgeopt("gate", much_slower, "--baseline", "results:main", "--budget", "6s", "--db", "ci.db", "--junit", "g.xml",
                  "--json", cwd=tmp_path)
     assert p.returncode in (5, 6), p.stdout[-1500:] + p.stderr
     res = json.loads(p.stdout)
     v = {x["metric"]: x for x in res["devices"][0]["verdicts"]}
     assert res["mode"] == "unpaired" and res["baseline_id"] == "results:main"
-    assert v["p50"]["verdict"] in ("regressed", "inconclusive") and v["p50"]["ratio"] > 1.1, v["p50"]
+    assert v["p50"]["verdict"] in ("regressed", "inconclusive") and v["p50"]["ratio"] > 1.5, v["p50"]
     assert "UNPAIRED" in v["p50"]["method"] and "decisions" not in v
     assert v["accuracy"]["verdict"] == "pass"
     cases = {c.name: c for s in JUnitXml.fromfile(str(tmp_path / "g.xml")) for c in s}

@@ -95,8 +95,8 @@ def test_gate_catches_an_accuracy_regression_and_passes_the_same_bundle(gate_bun
     v = {x["metric"]: x for x in res["devices"][0]["verdicts"]}
     assert v["decisions"]["verdict"] == "regressed" and v["p50"]["verdict"] != "regressed"
     # the same bundle twice: on a shared 2-core CI machine, with the practical threshold such a machine
-    # allows (10%); bench/bench_gate.py measures the false-alarm rate at the default 5%
-    (tmp_path / "gate.yaml").write_text("p50: {max_slowdown: 10%}\np90: {max_slowdown: 20%}\n")
+    # allows (10%), at level 1%; bench/bench_gate.py measures the false-alarm rate at the defaults
+    (tmp_path / "gate.yaml").write_text("p50: {max_slowdown: 10%}\np90: {max_slowdown: 20%}\nlevel: 0.01\n")
     p = _gate(str(gate_bundles["base"]), "--baseline", str(gate_bundles["base"]), "--budget", "10s", "--json",
               "--on-inconclusive", "pass", "--gate", "gate.yaml", "--db", "r.db", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr

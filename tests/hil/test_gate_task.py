@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import fixture
+from tests.hil.conftest import same_speed_gate
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -84,7 +85,7 @@ def test_the_report_shows_the_gate_as_baseline_vs_candidate(rec_pair, tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert b.returncode == 0, b.stderr[-2000:]
     g = subprocess.run(run + ["gate", str(rec_pair["base"]), "--baseline", str(rec_pair["base"]), "--budget", "2s",
-                              "--db", str(db), "-q", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                              "--gate", str(same_speed_gate(tmp_path)), "--db", str(db), "-q", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert g.returncode in (0, 6), g.stderr[-2000:]
     rep = json.loads(subprocess.run(run + ["report", "--db", str(db), "--json"], cwd=tmp_path, capture_output=True,
                                     text=True, timeout=300).stdout)

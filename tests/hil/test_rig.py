@@ -19,6 +19,7 @@ import yaml
 from edgeopt.errors import UsageError
 from edgeopt.hil.rig import Policy, fitness, load_rig, parse_rig
 from tests.devices.conftest import device_entry, known_hosts
+from tests.hil.conftest import same_speed_gate
 
 
 def _edgeopt(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -129,7 +130,7 @@ def test_unfit_device_is_an_error_then_quarantined_skipped_and_released(gate_bun
     assert p.returncode == 0 and "released from quarantine" in p.stdout
 
     _rig_file(rig, _local(tmp_path), {"max_load": 1000, "quarantine_after": 2})  # a policy it meets
-    p = _edgeopt("gate", *args, "--on-inconclusive", "pass", cwd=tmp_path)
+    p = _edgeopt("gate", *args, "--on-inconclusive", "pass", "--gate", str(same_speed_gate(tmp_path)), cwd=tmp_path)
     assert p.returncode == 0, p.stderr  # measured again after the release
     p = _edgeopt("rig", "status", "--devices", str(rig), "--db", "r.db", cwd=tmp_path)
     assert p.returncode == 0 and "local " in p.stdout and " fit " in p.stdout, p.stdout
@@ -176,7 +177,7 @@ def test_device_killed_mid_gate_is_power_cycled_and_retried_once(gate_bundles, s
     base = str(gate_bundles["base"])
     try:
         p = _edgeopt("gate", base, "--baseline", base, "--devices", str(rig), "--budget", "3s", "--db", "r.db",
-                     "--on-inconclusive", "pass", "--json", cwd=tmp_path)
+                     "--on-inconclusive", "pass", "--gate", str(same_speed_gate(tmp_path)), "--json", cwd=tmp_path)
     finally:
         killed.set()
         t.join(5)
@@ -244,3 +245,56 @@ def test_rig_status_shows_an_unreachable_device(ssh_env, sshd, tmp_path):
     assert rows["up"]["health"] == "fit" and rows["up"]["figures"]["free_mb"] > 1
     assert rows["down"]["health"] == "unreachable" and "cannot connect" in rows["down"]["problems"][0]
     assert not (tmp_path / "edgeopt-results.db").exists()  # status reads the state, never creates it
+
+
+def _jetson_tree(root, mode: int | None, cpu_min: int, gpu_min: int):
+    """The files an Orin Nano's L4T exposes (no Jetson here: the agent reads a copy of them under a root)."""
+    files = {
+        "etc/nv_tegra_release": "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64\n",
+        "proc/device-tree/model": "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super\x00",
+        "etc/nvpmodel.conf": "< POWER_MODEL ID=0 NAME=15W >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=1 NAME=25W >\n"
+                             "< POWER_MODEL ID=2 NAME=MAXN_SUPER >\nGPU MAX_FREQ 1020000000\n"
+                             "< PM_CONFIG DEFAULT=2 >\n",
+        "sys/class/devfreq/17000000.gpu/min_freq": f"{gpu_min}\n",
+        "sys/class/devfreq/17000000.gpu/max_freq": "1020000000\n",
+        "sys/class/devfreq/other.emc/min_freq": "204000000\n",  # not the GPU: not judged
+        "sys/class/devfreq/other.emc/max_freq": "3199000000\n",
+    }
+    if mode is not None:
+        files["var/lib/nvpmodel/status"] = f"pmode:{mode:04d} fmode:quiet\n"
+    for i in range(6):
+        files[f"sys/devices/system/cpu/cpu{i}/cpufreq/scaling_min_freq"] = f"{cpu_min if i else 1728000}\n"
+        files[f"sys/devices/system/cpu/cpu{i}/cpufreq/scaling_max_freq"] = "1728000\n"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_jetson_power_mode_and_clocks_are_read_and_judged(tmp_path):
+    from edgeopt_agent.probe import jetson
+
+    assert jetson(tmp_path / "not-a-jetson") is None
+    j = jetson(_jetson_tree(tmp_path / "a", mode=0, cpu_min=729600, gpu_min=306000000))
+    assert (j["l4t"], j["power_mode"], j["power_mode_id"], j["power_mode_default_id"]) == ("36.4.3", "15W", 0, 2)
+    assert j["power_modes"] == {"0": "15W", "1": "25W", "2": "MAXN_SUPER"} and j["model"].endswith("Super")
+    assert j["clocks_locked"] is False and j["clocks_unlocked"] == ["cpu1", "cpu2", "cpu3", "cpu4", "cpu5", "gpu"]
+    # jetson_clocks applied, mode 2 (no status file: the board runs its boot default)
+    k = jetson(_jetson_tree(tmp_path / "b", mode=None, cpu_min=1728000, gpu_min=1020000000))
+    assert (k["power_mode"], k["power_mode_id"], k["clocks_locked"]) == ("MAXN_SUPER", 2, True)
+
+    policy = Policy(power_mode="MAXN_SUPER", clocks_locked=True)
+    problems, warnings = fitness({"jetson": j}, policy)
+    assert not warnings and len(problems) == 2, problems
+    assert "power mode 15W (id 0) != power_mode MAXN_SUPER" in problems[0] and "MAXN_SUPER (2)" in problems[0]
+    assert "jetson_clocks not applied" in problems[1] and "gpu" in problems[1]
+    assert fitness({"jetson": k}, policy) == ([], [])
+    assert fitness({"jetson": k}, Policy(power_mode="2")) == ([], [])  # by id
+    problems, _ = fitness({"jetson": k}, Policy(power_mode="MAXN"))
+    assert "'MAXN' is none of them" in problems[0]
+    problems, warnings = fitness({"jetson": None}, policy)  # an x86 box in a Jetson rig: said, not passed
+    assert not problems and len(warnings) == 2 and "not a Jetson" in warnings[0]
+    for bad, msg in (({"power_mode": True}, "nvpmodel mode"), ({"clocks_locked": "yes"}, "true or false")):
+        with pytest.raises(UsageError, match=msg):
+            parse_rig(bad)
+    assert parse_rig({"power_mode": 0, "clocks_locked": True}).policy.power_mode == "0"
