@@ -77,7 +77,7 @@ def main() -> None:
     dev = local_device(str(work / "agent-root"))
     variants = {}
     with DeviceSession.open(dev) as sess:
-        for ch, stride in ((1, 2), (2, 2), (4, 2), (1, 1), (2, 1)):
+        for ch, stride in ((1, 2), (2, 2), (1, 1), (2, 1), (3, 1), (4, 1)):
             tag = f"{ch}ch/s{stride}"
             b = build(slower(src, work / f"slow{ch}-{stride}" / src.name, channels=ch, stride=stride),
                       work / f"dist-slow{ch}-{stride}")
@@ -119,7 +119,8 @@ def main() -> None:
     table = md_table(rows, cols)
     body = (f"### HIL gate: false alarms and detection (`bench/bench_gate.py`)\n\n{stamp()} · {machine()} · "
             f"load before: {load()}\n\nThe real PP-OCR text-orientation classifier, cpu fp32, on `local`; default "
-            f"gate (p50 5%, p90 10%, Holm at 0.05, 10→40 paired rounds of 20 iterations), budget {a.budget:g}s "
+            f"gate (p50 5%, p90 10%, Holm at 0.05, {spec.rounds_start}→{spec.rounds_max} paired rounds of "
+            f"{spec.block_iters} iterations, doubling while undecided), budget {a.budget:g}s "
             f"per verdict. The naive gate: one 1-s bench of each, regressed when p50 is > 5% higher.\n\n"
             f"{table}\n\nVariants measured first (100 interleaved rounds): "
             + ", ".join(f"{c} {(r - 1) * 100:+.1f}%" for c, (_, r) in variants.items()) + ".\n")

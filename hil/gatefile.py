@@ -10,7 +10,7 @@ accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}, {seq_match_min: 0.95
 decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs (for a CTC
                                    # recogniser: the decoded text, so a merged word counts)
 level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
-rounds: {start: 10, max: 40}       # paired rounds per arm: sequential, stop early when decided
+rounds: {start: 10, max: 320}      # paired rounds per arm: doubling, stop when decided or at the budget
 unpaired: {session_margin: 2%, max_speed_change: 5%}  # against a stored baseline: the interval widened
                                    # by session_margin; the device's calibration speed may differ by max_speed_change
 ```
@@ -56,7 +56,7 @@ class GateSpec:
     max_disagreement: float | None = None
     level: float = 0.05
     rounds_start: int = 10
-    rounds_max: int = 40
+    rounds_max: int = 320  # a cap; the time budget is what binds for any model slower than ~0.1 ms
     block_iters: int = 20
     session_margin: float = 0.02  # unpaired only: session-to-session variation the interval is widened by
     max_speed_change: float = 0.05  # unpaired only: calibration speed change beyond which it cannot decide

@@ -27,7 +27,7 @@ gate.yaml (defaults shown):
   accuracy: {top1_min: 0.99}      # plus each bundle's own FP32-reference bound
   decisions: {max_disagreement: 5%}
   level: 0.05                     # Holm-corrected across the latency metrics
-  rounds: {start: 10, max: 40}
+  rounds: {start: 10, max: 320}
 
 \b
 exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a regression),
