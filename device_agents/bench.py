@@ -67,8 +67,10 @@ DEFAULTS: dict[str, Any] = {
     "runner": {},  # runner options, passed through (providers, delegates, device...)
     "limits": {},  # resource limits of the child: memory_mb, cpu_s, core_dumps
     "verify": True,  # check the bundle's files against the manifest first
-    # load scenarios (see scenarios.py): single-stream | multi-stream | server | offline
+    # load scenarios (see scenarios.py): single-stream | multi-stream | server | offline | concurrency
     "scenario": None,
+    "workers": None,  # threads serving the scenario's queries at once (None: 1; concurrency: one per client)
+    "concurrency": None,  # the concurrency scenario's clients (a closed loop)
     "target_qps": None,
     "samples_per_query": None,
     "latency_bound_ms": None,
@@ -408,7 +410,10 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             from .scenarios import run as run_scenario
 
             stage("scenario", {"scenario": opts["scenario"]})
-            scenario = run_scenario(runner.run, feeds, opts)
+            try:
+                scenario = run_scenario(runner.run, feeds, opts, worker=runner.worker)
+            finally:
+                runner.close_workers()
         else:
             scenario = None
         stage("timed", {})

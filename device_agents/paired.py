@@ -7,6 +7,11 @@ validation inputs and keeps every iteration's time; the per-block figures are wh
 statistics pair (block *i* of A with the adjacent block of B).  Accuracy of each bundle against its
 own FP32 reference is measured once, exactly (same inputs, deterministic), as the bench does.
 
+Option ``calibrate_every: N`` (rounds; 0 = off) runs a short fixed pure-Python workload
+(``probe.calibration_ms``, 60000 iterations best of 3, ~10 ms) before the first block and after every N rounds, returned as
+``calibration: [{"after_blocks", "t", "ms"}]``: the host sees throttling *within* a call and drops
+the blocks measured after it (androidx.benchmark's rule, between blocks).
+
 Standard library + numpy only; the runtimes are imported by their runners.
 """
 
@@ -20,9 +25,12 @@ from typing import Any
 import numpy as np
 
 from .bundle import MANIFEST, from_artifact, load_manifest, sha256_file, to_artifact, validation_inputs
+from .probe import calibration_ms
 from .runners import get_runner
 
 MAX_ROUNDS = 400
+# the in-call calibration: short enough to run every few rounds, long enough to see a slower CPU
+CAL_ITERATIONS, CAL_REPEATS = 60_000, 3
 
 
 def _prepare(bundle: Path, threads: Any) -> dict[str, Any]:
@@ -56,9 +64,10 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
     block_iters = int(o.get("block_iters", 20))
     warmup = int(o.get("warmup", 10))
     budget_s = float(o.get("budget_s", 60.0))
-    if not 1 <= rounds <= MAX_ROUNDS or block_iters < 1 or warmup < 0 or budget_s <= 0:
+    cal_every = int(o.get("calibrate_every") or 0)
+    if not 1 <= rounds <= MAX_ROUNDS or block_iters < 1 or warmup < 0 or budget_s <= 0 or cal_every < 0:
         raise ValueError(f"pairbench options out of range: rounds 1..{MAX_ROUNDS}, block_iters >= 1, "
-                         "warmup >= 0, budget_s > 0")
+                         "warmup >= 0, budget_s > 0, calibrate_every >= 0")
     stage("prepare", {})
     arms = [_prepare(Path(b), o.get("threads")) for b in bundles]
     if len(arms) != 2:
@@ -96,7 +105,11 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         order = "ABBA"
         settle = max(2, block_iters // 4)
         k = 0
+        calibration: list[dict[str, Any]] = []
         while len(blocks) < 2 * rounds and time.perf_counter() - t_start < budget_s:
+            if cal_every and k % (2 * cal_every) == 0:
+                calibration.append({"after_blocks": k, "t": round(time.perf_counter() - t_start, 4),
+                                    "ms": calibration_ms(CAL_ITERATIONS, CAL_REPEATS)})
             name = order[k % 4]
             arm = arms[0 if name == "A" else 1]
             # The first runs after a switch settle (caches, the other session's spinning threads):
@@ -106,6 +119,10 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             k += 1
         if len(blocks) % 2:  # a round is one block of each arm
             blocks.pop()
+        if cal_every:
+            calibration.append({"after_blocks": len(blocks), "t": round(time.perf_counter() - t_start, 4),
+                                "ms": calibration_ms(CAL_ITERATIONS, CAL_REPEATS)})
+            result["calibration"] = calibration
         result["blocks"] = blocks
         result["budget_hit"] = len(blocks) < 2 * rounds
         for name, arm in zip("AB", arms):
@@ -130,7 +147,7 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
 
     result["environment"] = probe.sample_environment()
     result["options"] = {"rounds": rounds, "block_iters": block_iters, "warmup": warmup, "budget_s": budget_s,
-                         "settle_iters": max(2, block_iters // 4)}
+                         "settle_iters": max(2, block_iters // 4), "calibrate_every": cal_every}
     return result
 
 

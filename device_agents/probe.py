@@ -317,6 +317,23 @@ def temperatures_c() -> dict[str, float]:
     return out
 
 
+def calibration_ms(iterations: int = 150_000, repeats: int = 5) -> float:
+    """A fixed pure-Python workload (no numpy, no runtime), the best of ``repeats`` runs in ms: same code,
+    same interpreter, same device, so when it gets slower the CPU was throttled (or something else took
+    it). The host runs this function's own source on the device (``hil.rig.calibrate``); ``pairbench``
+    runs a short one between blocks. Self-contained (its import inside) for that reason."""
+    import time
+
+    best = 1e9
+    for _ in range(repeats):
+        t = time.perf_counter()
+        s = 0
+        for i in range(iterations):
+            s += i * i % 7
+        best = min(best, time.perf_counter() - t)
+    return round(best * 1000, 3)
+
+
 def loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]

@@ -10,6 +10,15 @@ LoadGen's own, parsed from its summary log: VALID/INVALID with its reasons, sche
 rates, percentiles and early-stopping estimates; the logs are returned.  Run lengths follow the
 ``duration_s`` option; too few queries for a percentile are reported INVALID by LoadGen, never rounded.
 
+``workers`` (default 1): how many threads serve queries at once, each with its own run function from
+the runner (``Runner.worker``: the shared session where the runtime allows concurrent calls, else its
+own infer request or instance) — the system under test's concurrency, as a serving process with N
+model instances has.  ``concurrency`` is a closed-loop scenario of the agent's own (LoadGen has none):
+C clients each send a query, wait for its answer and send the next, so exactly C are outstanding at
+any time (Triton perf_analyzer's concurrency mode); with fewer workers than clients the queries queue
+and the wait counts.  A closed loop hides the queueing an open arrival process would build (the
+coordinated-omission trap): its latency is not a server-scenario latency, and it is labelled so.
+
 Standard library + numpy; LoadGen is an optional import.
 """
 
@@ -27,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-SCENARIOS = ("single-stream", "multi-stream", "server", "offline")
+SCENARIOS = ("single-stream", "multi-stream", "server", "offline", "concurrency")
+MAX_WORKERS = 256
 LOADGEN_SCENARIO = {"single-stream": "SingleStream", "multi-stream": "MultiStream", "server": "Server",
                     "offline": "Offline"}
 SEED = 20261122
@@ -56,6 +66,17 @@ def check(opts: dict[str, Any]) -> None:
     pct = opts.get("latency_percentile")
     if pct is not None and not (isinstance(pct, (int, float)) and 0 < pct < 100):
         raise ScenarioError(f"latency_percentile must be in (0, 100), got {pct!r}")
+    for key in ("workers", "concurrency"):
+        v = opts.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_WORKERS):
+            raise ScenarioError(f"{key} must be an integer from 1 to {MAX_WORKERS}, got {v!r}")
+    if s == "concurrency":
+        if opts.get("engine") == "loadgen":
+            raise ScenarioError("LoadGen has no closed-loop concurrency scenario: the agent runs it "
+                                "(engine edgeopt); for LoadGen's rules use the server scenario at a QPS")
+    elif opts.get("concurrency") is not None:
+        raise ScenarioError("concurrency applies to the concurrency scenario only (the number of clients); "
+                            "the threads that serve queries are 'workers'")
 
 
 def loadgen_available() -> bool:
@@ -66,25 +87,39 @@ def loadgen_available() -> bool:
     return True
 
 
-def run(run_fn: Callable[[Any], Any], feeds: Sequence[Any], opts: dict[str, Any]) -> dict[str, Any]:
-    """One scenario run; ``opts``: scenario, duration_s, target_qps, samples_per_query, engine."""
+RunFn = Callable[[Any], Any]
+
+
+def run(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],
+        worker: Callable[[], RunFn] | None = None) -> dict[str, Any]:
+    """One scenario run; ``opts``: scenario, duration_s, target_qps, samples_per_query, engine, workers,
+    concurrency. ``worker()`` gives the run function of each worker thread beyond the first (the
+    runner's ``worker``); without it every worker calls ``run_fn``."""
     check(opts)
+    clients = int(opts.get("concurrency") or 1)
+    n_workers = int(opts.get("workers") or (clients if opts["scenario"] == "concurrency" else 1))
+    fns = [run_fn] + [(worker or (lambda: run_fn))() for _ in range(n_workers - 1)]
+    if opts["scenario"] == "concurrency":
+        return _closed_loop(fns, feeds, opts)
     engine = opts.get("engine") or ("loadgen" if loadgen_available() else "edgeopt")
     if engine == "loadgen":
         if not loadgen_available():
             raise ScenarioError("LoadGen is not installed on this device: pip install mlcommons-loadgen "
                                 "(or ask for engine 'edgeopt', the agent's own loops)")
-        return _loadgen(run_fn, feeds, opts)
+        return _loadgen(fns, feeds, opts)
     if opts["scenario"] not in ("single-stream", "server"):
         raise ScenarioError(f"the {opts['scenario']} scenario needs LoadGen on the device "
                             "(pip install mlcommons-loadgen)")
-    return _own(run_fn, feeds, opts)
+    if opts["scenario"] == "single-stream" and len(fns) > 1:
+        raise ScenarioError("single-stream sends one query at a time: more workers cannot serve it "
+                            "(use the server scenario, or concurrency for a closed loop)")
+    return _own(fns, feeds, opts)
 
 
 # ---- LoadGen ----------------------------------------------------------------------------------
 
 
-def _loadgen(run_fn, feeds, opts) -> dict[str, Any]:
+def _loadgen(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
     import mlperf_loadgen as lg
 
     scenario = opts["scenario"]
@@ -113,9 +148,10 @@ def _loadgen(run_fn, feeds, opts) -> dict[str, Any]:
         settings.single_stream_expected_latency_ns = int(float(opts["latency_bound_ms"]) * 1e6)
 
     work: queue.Queue = queue.Queue()
-    served = [0]
+    served = [0] * len(fns)
 
-    def worker() -> None:
+    def worker(k: int) -> None:
+        run_fn = fns[k]
         while True:
             items = work.get()
             if items is None:
@@ -124,17 +160,21 @@ def _loadgen(run_fn, feeds, opts) -> dict[str, Any]:
             for qs in items:
                 run_fn(feeds[qs.index % n])
                 responses.append(lg.QuerySampleResponse(qs.id, 0, 0))
-            served[0] += len(responses)
+            served[k] += len(responses)
             lg.QuerySamplesComplete(responses)
 
     def issue(query_samples) -> None:  # LoadGen's thread: never block it, queue the work
-        work.put(list(query_samples))
+        items = list(query_samples)
+        step = max(1, math.ceil(len(items) / (len(fns) * 4)))  # an offline burst: shared by the workers
+        for i in range(0, len(items), step):
+            work.put(items[i:i + step])
 
     def flush() -> None:
         pass
 
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(len(fns))]
+    for t in threads:
+        t.start()
     sut = lg.ConstructSUT(issue, flush)
     qsl = lg.ConstructQSL(n, n, lambda idx: None, lambda idx: None)
     out = Path(tempfile.mkdtemp(prefix="edgeopt-loadgen-"))
@@ -148,15 +188,17 @@ def _loadgen(run_fn, feeds, opts) -> dict[str, Any]:
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
     finally:
-        work.put(None)
-        t.join(timeout=60)
+        for _ in threads:
+            work.put(None)
+        for t in threads:
+            t.join(timeout=60)
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     wall = time.perf_counter() - t0
     summary_text = _read(out / "mlperf_log_summary.txt")
     res = parse_summary(summary_text)
     res.update({"engine": "loadgen", "loadgen_version": _lg_version(), "scenario": scenario, "wall_s": round(wall, 3),
-                "samples_served": served[0], "seeds": SEED, "summary_log": summary_text[-6000:],
+                "samples_served": sum(served), "workers": len(fns), "served_per_worker": served, "seeds": SEED, "summary_log": summary_text[-6000:],
                 "detail_log_tail": _read(out / "mlperf_log_detail.txt")[-3000:]})
     return res
 
@@ -217,9 +259,11 @@ def parse_summary(text: str) -> dict[str, Any]:
 # ---- the agent's own loops (no LoadGen on the device) -------------------------------------------
 
 
-def _own(run_fn, feeds, opts) -> dict[str, Any]:
+def _own(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
     """single-stream: one query after another; server: Poisson arrivals at target_qps, an open loop,
-    latency counted from each query's scheduled arrival (queueing included)."""
+    latency counted from each query's scheduled arrival (queueing included), served by ``len(fns)``
+    worker threads (one: in this thread, as it arrives)."""
+    run_fn = fns[0]
     n = len(feeds)
     dur = float(opts.get("duration_s", 3.0))
     lat: list[float] = []
@@ -238,12 +282,15 @@ def _own(run_fn, feeds, opts) -> dict[str, Any]:
         gaps = rng.exponential(1 / qps, size=max(64, int(dur * qps * 1.2) + 64))
         sched = np.cumsum(gaps)
         sched = sched[sched < max(dur, sched[min(63, len(sched) - 1)])]
-        for i, at in enumerate(sched):
-            now = time.perf_counter() - t_start
-            if now < at:
-                time.sleep(at - now)
-            run_fn(feeds[i % n])
-            lat.append(time.perf_counter() - t_start - at)  # from the scheduled arrival: the queue counts
+        if len(fns) == 1:
+            for i, at in enumerate(sched):
+                now = time.perf_counter() - t_start
+                if now < at:
+                    time.sleep(at - now)
+                run_fn(feeds[i % n])
+                lat.append(time.perf_counter() - t_start - at)  # from the scheduled arrival: the queue counts
+        else:
+            lat = _served_by_workers(fns, feeds, sched, t_start)
         issued = len(sched)
     wall = time.perf_counter() - t_start
     a = np.asarray(lat) * 1000
@@ -251,7 +298,7 @@ def _own(run_fn, feeds, opts) -> dict[str, Any]:
     enough = {"p90": len(a) >= 64, "p99": len(a) >= 662}
     res = {"engine": "edgeopt", "note": "LoadGen is not installed on this device: the agent's own "
                                         f"{'closed loop' if opts['scenario'] == 'single-stream' else 'open-loop Poisson server'}"
-                                        " (not LoadGen's rules)",
+                                        " (not LoadGen's rules)", "workers": len(fns),
            "scenario": opts["scenario"], "latency_ms": {**pct, "mean": float(a.mean())}, "queries": issued,
            "completed_qps": len(a) / wall if wall > 0 else None, "wall_s": round(wall, 3),
            "enough_samples": enough, "valid": None}
@@ -268,3 +315,117 @@ def _own(run_fn, feeds, opts) -> dict[str, Any]:
     if not math.isfinite(res["latency_ms"]["p50"]):
         res["valid"] = False
     return res
+
+
+def _served_by_workers(fns: list[RunFn], feeds, sched: np.ndarray, t_start: float) -> list[float]:
+    """Arrivals released at their scheduled times into one queue, served by one thread per run function;
+    each latency from the scheduled arrival to the answer."""
+    n = len(feeds)
+    work: queue.Queue = queue.Queue()
+    lat = [math.nan] * len(sched)
+    errors: list[BaseException] = []
+
+    def serve(run_fn: RunFn) -> None:
+        while (i := work.get()) is not None:
+            if errors:
+                continue  # drain: the run failed, the caller re-raises
+            try:
+                run_fn(feeds[i % n])
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+                continue
+            lat[i] = time.perf_counter() - t_start - sched[i]
+
+    threads = [threading.Thread(target=serve, args=(f,), daemon=True) for f in fns]
+    for t in threads:
+        t.start()
+    for i, at in enumerate(sched):
+        if errors:
+            break
+        now = time.perf_counter() - t_start
+        if now < at:
+            time.sleep(at - now)
+        work.put(i)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return lat
+
+
+def _closed_loop(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
+    """``concurrency`` clients, each sending its next query when its last one is answered, for
+    ``duration_s``; served by ``len(fns)`` workers (a client's own call when there are as many workers as
+    clients, else through a queue whose wait counts in the latency)."""
+    n = len(feeds)
+    clients = int(opts.get("concurrency") or 1)
+    dur = float(opts.get("duration_s", 3.0))
+    per_client: list[list[float]] = [[] for _ in range(clients)]
+    start = threading.Barrier(clients + 1)
+    t_start = [0.0]
+    direct = len(fns) >= clients
+    work: queue.Queue = queue.Queue()
+
+    def client(c: int) -> None:
+        done = threading.Event()
+        box: list[Any] = [None]
+        i = c
+        start.wait()
+        while time.perf_counter() - t_start[0] < dur or len(per_client[c]) < max(2, 64 // clients):
+            t0 = time.perf_counter()
+            if direct:
+                fns[c](feeds[i % n])
+            else:
+                done.clear()
+                work.put((feeds[i % n], done, box))
+                done.wait()
+                if box[0] is not None:
+                    raise box[0]
+            per_client[c].append(time.perf_counter() - t0)
+            i += clients
+
+    def serve(run_fn: RunFn) -> None:
+        while (job := work.get()) is not None:
+            feed, done, box = job
+            try:
+                run_fn(feed)
+                box[0] = None
+            except BaseException as exc:  # noqa: BLE001 - handed to the client that waits for it
+                box[0] = exc
+            done.set()
+
+    servers = [] if direct else [threading.Thread(target=serve, args=(f,), daemon=True) for f in fns]
+    errors: list[BaseException] = []
+
+    def guarded(c: int) -> None:
+        try:
+            client(c)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(c,), daemon=True) for c in range(clients)]
+    for t in servers + threads:
+        t.start()
+    t_start[0] = time.perf_counter()
+    start.wait()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t_start[0]
+    for _ in servers:
+        work.put(None)
+    for t in servers:
+        t.join()
+    if errors:
+        raise errors[0]
+    a = np.concatenate([np.asarray(x) for x in per_client]) * 1000
+    pct = {f"p{q:g}": float(np.percentile(a, q)) for q in (50, 90, 95, 99, 99.9)}
+    return {"engine": "edgeopt", "scenario": "concurrency", "concurrency": clients, "workers": len(fns),
+            "note": f"closed loop: {clients} client(s), each sending its next query when the last is answered "
+                    f"({len(fns)} worker(s) serving); the queueing an open arrival process would build is hidden, "
+                    "so these latencies are not a server-scenario result (not LoadGen's rules)",
+            "latency_ms": {**pct, "mean": float(a.mean())}, "queries": int(a.size),
+            "per_client_queries": [len(x) for x in per_client],
+            "completed_qps": a.size / wall if wall > 0 else None, "wall_s": round(wall, 3),
+            "enough_samples": {"p90": a.size >= 64, "p99": a.size >= 662}, "valid": None}

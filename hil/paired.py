@@ -49,11 +49,12 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
             break
         req = {"root": session.root, "bundle_ids": [baseline_id, candidate_id],
                "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
-                           "warmup": 10, "timeout_s": timeout_s or max(60.0, left * 2 + 60)}}
+                           "warmup": 10, "timeout_s": timeout_s or max(60.0, left * 2 + 60),
+                           **_calibrating(check)}}
         reply = session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30)
         run.calls += 1
         pb = _reply(session, reply)
-        run.blocks.extend(pb["blocks"])
+        run.blocks.extend(pb["blocks"][:_kept(check, pb)])
         if not run.arms:
             run.arms = pb["arms"]
             run.fingerprint = fingerprint(probe, pb["arms"][0])
@@ -68,6 +69,17 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         want = min(spec.rounds_max, done * 2)
     run.elapsed_s = round(time.monotonic() - t0, 3)
     return run
+
+
+def _calibrating(check: Any) -> dict[str, Any]:
+    """pairbench's in-call calibration, asked for when the check watches for throttling between blocks."""
+    every = getattr(check, "calibrate_every", 0)
+    return {"calibrate_every": every} if every else {}
+
+
+def _kept(check: Any, pb: dict[str, Any]) -> int:
+    within = getattr(check, "within_call", None)
+    return within(pb) if within is not None else len(pb["blocks"])
 
 
 def _reply(session: Any, reply: dict[str, Any]) -> dict[str, Any]:
@@ -95,10 +107,10 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
             break
         req = {"root": session.root, "bundle_ids": [candidate_id, candidate_id],
                "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
-                           "warmup": 10, "timeout_s": max(60.0, left * 2 + 60)}}
+                           "warmup": 10, "timeout_s": max(60.0, left * 2 + 60), **_calibrating(check)}}
         pb = _reply(session, session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30))
         run.calls += 1
-        run.blocks.extend({**b, "arm": "B"} for b in pb["blocks"])
+        run.blocks.extend({**b, "arm": "B"} for b in pb["blocks"][:_kept(check, pb)])
         if not run.arms:
             run.arms = [{}, pb["arms"][1]]
             run.fingerprint = fingerprint(probe, pb["arms"][1])

@@ -296,16 +296,18 @@ def wait_until_fit(sess: Any, policy: Policy, probe: dict[str, Any],
         probe = sess.probe()
 
 
-# A fixed pure-Python workload (no numpy, no runtime): the best of 5 runs, in ms.  Same code, same
-# interpreter, same device: when it gets slower the CPU was throttled (or something else took it).
-CALIBRATION = ("import time\nbest = 1e9\nfor _ in range(5):\n    t = time.perf_counter()\n    s = 0\n"
-               "    for i in range(150000):\n        s += i * i % 7\n    best = min(best, time.perf_counter() - t)\n"
-               "print(round(best * 1000, 3))")
+def calibration_source() -> str:
+    """What the device runs: the agent's own calibration function, from its source (nothing imported)."""
+    import inspect
+
+    from edgeopt_agent.probe import calibration_ms
+
+    return inspect.getsource(calibration_ms) + "\nprint(calibration_ms())\n"
 
 
 def calibrate(sess: Any) -> float:
     """The calibration workload's time on the device (ms)."""
-    rc, out, err = sess.transport.run([*sess.python, "-c", CALIBRATION], timeout=120)
+    rc, out, err = sess.transport.run([*sess.python, "-c", calibration_source()], timeout=120)
     try:
         if rc != 0:
             raise ValueError
@@ -316,14 +318,51 @@ def calibrate(sess: Any) -> float:
 
 
 class ThrottleWatch:
-    """androidx.benchmark's rule between measuring calls: the calibration workload > ``policy.throttle`` x its
-    time at the session's start = throttled; back off (``settle_s`` at a time, up to ``wait_s``) until it is
-    not, else RigUnfit.  Every check is kept (``checks``)."""
+    """androidx.benchmark's rule: the calibration workload > ``policy.throttle`` x its time at the session's
+    start = throttled. Between blocks: ``pairbench`` runs a short calibration every ``calibrate_every``
+    rounds, and ``within_call`` keeps only the rounds measured before the first slow one (the rest are
+    dropped, and measured again). Between measuring calls (``__call__``): back off (``settle_s`` at a
+    time, up to ``wait_s``) until the device is back at speed, else RigUnfit. Every check is kept."""
+
+    calibrate_every = 5  # rounds between in-call calibrations (~10 ms each)
 
     def __init__(self, sess: Any, policy: Policy, progress: Callable[[str], None] = lambda s: None) -> None:
         self.sess, self.policy, self.progress = sess, policy, progress
         self.reference_ms = calibrate(sess)
         self.checks: list[dict[str, Any]] = []
+        self.block_reference_ms: float | None = None  # the best of the session's first two in-call checks
+        self._first: list[float] = []
+        self.in_call: list[dict[str, Any]] = []
+        self.dropped_blocks = 0
+
+    def within_call(self, pb: dict[str, Any]) -> int:
+        """How many of this pairbench call's blocks to keep: all, unless the calibration between blocks was
+        over the limit; then whole rounds up to the last calibration at speed. Throttling is a sustained
+        slowdown: two checks in a row over the limit (one short check on a shared box can be 1.5x slow
+        alone), or the call's last check (nothing after it to confirm or clear it)."""
+        limit = self.policy.throttle or float("inf")
+        blocks = len(pb.get("blocks") or [])
+        cal = pb.get("calibration") or []
+        keep, slow = 0, 0
+        for j, c in enumerate(cal):
+            if len(self._first) < 2:  # the reference: the best of the session's first two checks
+                self._first.append(c["ms"])
+                self.block_reference_ms = min(self._first)
+            ratio = c["ms"] / self.block_reference_ms if self.block_reference_ms else 1.0
+            self.in_call.append({"after_blocks": c["after_blocks"], "ms": c["ms"], "ratio": round(ratio, 3)})
+            if ratio <= limit:
+                keep, slow = min(blocks, int(c["after_blocks"])), 0
+                continue
+            slow += 1
+            if slow >= 2 or j == len(cal) - 1:
+                keep -= keep % 2
+                if keep < blocks:
+                    self.dropped_blocks += blocks - keep
+                    self.progress(f"{self.sess.device.name}: throttled between blocks ({ratio:.2f}x the "
+                                  f"calibration at the start, after block {c['after_blocks']}): {blocks - keep} "
+                                  f"of this call's {blocks} blocks dropped")
+                return keep
+        return blocks if not cal else keep - keep % 2
 
     def __call__(self) -> None:
         limit = self.policy.throttle or float("inf")
@@ -345,7 +384,9 @@ class ThrottleWatch:
             time.sleep(pause)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reference_ms": self.reference_ms, "limit": self.policy.throttle, "checks": self.checks}
+        return {"reference_ms": self.reference_ms, "limit": self.policy.throttle, "checks": self.checks,
+                "between_blocks": {"reference_ms": self.block_reference_ms, "every_rounds": self.calibrate_every,
+                                   "checks": self.in_call, "dropped_blocks": self.dropped_blocks}}
 
 
 def run_hooks(sess: Any, commands: tuple[tuple[str, ...], ...], what: str, timeout: float = 300.0) -> None:

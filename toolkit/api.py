@@ -198,8 +198,11 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   batch: int = 1, bench_timeout: float = 300, limit_memory: float | None = None,
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
                   target_qps: float | None = None, latency_bound: str | None = None,
-                  samples_per_query: int | None = None, engine: str | None = None, profile: int = 0) -> dict[str, Any]:
-    """The options the agent's bench takes, checked (UsageError before any device is touched)."""
+                  samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
+                  workers: int | None = None, concurrency: int | None = None) -> dict[str, Any]:
+    """The options the agent's bench takes, checked (UsageError before any device is touched).
+    ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
+    ``concurrency`` scenario."""
     from types import SimpleNamespace
 
     from edgeopt.commands.bench import bench_options as _opts
@@ -211,7 +214,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                            threads=threads, batch=batch, bench_timeout=bench_timeout, limit_memory=limit_memory,
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
                            latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
-                           profile=profile)
+                           profile=profile, workers=workers, concurrency=concurrency)
     opts = _opts(args)
     if warm_s is not None:
         opts["warmup_s"] = warm_s

@@ -8,6 +8,7 @@ inside a timed loop.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ class Runner:
     """Base class: ``load()`` once (timed as cold start), then ``run(feed)`` many times."""
 
     runtime = "base"
+    #: one loaded instance may serve several threads at once (ONNX Runtime's ``InferenceSession.run``)
+    concurrent_calls = False
 
     def __init__(self, bundle: Path, manifest: dict[str, Any], options: dict[str, Any] | None = None) -> None:
         self.bundle = Path(bundle)
@@ -47,6 +50,24 @@ class Runner:
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def worker(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """A run function for one more thread serving requests at the same time as ``run`` (the load
+        scenarios' ``workers``). Where the runtime allows concurrent calls on one instance, ``run`` itself;
+        else a second instance of the same bundle with the same options, loaded here and closed with
+        this one. Runtimes with a cheaper unit of concurrency (OpenVINO's infer request, TensorRT's
+        execution context) override this."""
+        if self.concurrent_calls:
+            return self.run
+        twin = type(self)(self.bundle, self.manifest, self.options)
+        twin.load()
+        self._twins = [*getattr(self, "_twins", []), twin]
+        return twin.run
+
+    def close_workers(self) -> None:
+        for twin in getattr(self, "_twins", []):
+            twin.close()
+        self._twins = []
 
     def info(self) -> dict[str, Any]:
         """Runtime name, version and the settings in force (threads, delegates, device)."""

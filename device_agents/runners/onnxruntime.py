@@ -14,6 +14,7 @@ class OnnxRuntimeRunner(Runner):
     """An ``InferenceSession``; options ``threads``, ``inter_op_threads``, ``providers``."""
 
     runtime = "onnxruntime"
+    concurrent_calls = True  # InferenceSession.run is thread-safe: workers share the session
 
     def load(self) -> None:
         try:

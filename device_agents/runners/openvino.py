@@ -88,13 +88,23 @@ class OpenVinoRunner(Runner):
             return False
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._infer(self.request, feed)
+
+    def _infer(self, request: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, value in feed.items():
             shape = self._shapes.get(name)
             if shape is not None and np.shape(value) != shape and np.size(value) == int(np.prod(shape)):
                 feed = {**feed, name: np.reshape(value, shape)}
         # infer() copies the outputs (share_outputs=False), so the next run cannot overwrite them.
-        result = self.request.infer(feed)
+        result = request.infer(feed)
         return {name: result[port] for port, name in self._outputs}
+
+    def worker(self):  # noqa: ANN201 - see Runner.worker
+        """One more infer request on the same compiled model (OpenVINO's unit of concurrency; how many
+        run at once is the compiled model's stream count: 1 under the LATENCY hint, more under
+        ``hint: THROUGHPUT``)."""
+        request = self.compiled.create_infer_request()
+        return lambda feed: self._infer(request, feed)
 
     def profile(self, feeds: list[dict[str, np.ndarray]], iterations: int) -> dict[str, Any]:
         """OpenVINO's performance counters (``PERF_COUNT``: ``get_profiling_info`` per infer request, the

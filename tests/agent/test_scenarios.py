@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.agent.conftest import agent
@@ -46,7 +48,84 @@ def test_without_loadgen_the_agents_own_server_loop_counts_the_queue(tiny_bundle
                                                   "multi-stream scenario only"),
     ({"scenario": "offline", "engine": "edgeopt"}, "needs LoadGen"),
     ({"scenario": "server", "target_qps": 5, "latency_percentile": 101}, "latency_percentile"),
+    ({"scenario": "concurrency", "concurrency": 2, "engine": "loadgen"}, "LoadGen has no closed-loop"),
+    ({"scenario": "server", "target_qps": 5, "concurrency": 2}, "concurrency scenario only"),
+    ({"scenario": "concurrency", "concurrency": 0}, "from 1 to 256"),
+    ({"scenario": "server", "target_qps": 5, "workers": True}, "workers must be an integer"),
+    ({"scenario": "single-stream", "workers": 2, "engine": "edgeopt"}, "one query at a time"),
 ])
 def test_scenario_options_that_make_no_sense_are_refused(tiny_bundle, opts, msg):
     rc, reply = _bench(tiny_bundle, **opts)
     assert rc == 1 and msg in reply["error"]["message"]
+
+
+def test_a_closed_loop_of_clients_counts_the_wait_for_a_worker(tiny_bundle):
+    """4 clients, 1 worker: every query waits for the other clients' queries, so by Little's law the
+    mean latency is ~4 / throughput (it would be ~1 / throughput if the wait were not counted); with a
+    worker per client each client calls the runtime itself."""
+    rc, reply = _bench(tiny_bundle, scenario="concurrency", concurrency=4, workers=1)
+    assert rc == 0, reply
+    sc = reply["bench"]["scenario"]
+    assert (sc["scenario"], sc["engine"], sc["concurrency"], sc["workers"]) == ("concurrency", "edgeopt", 4, 1)
+    assert "closed loop" in sc["note"] and "not a server-scenario result" in sc["note"]
+    assert len(sc["per_client_queries"]) == 4 and min(sc["per_client_queries"]) >= 16
+    assert sum(sc["per_client_queries"]) == sc["queries"]
+    outstanding = sc["latency_ms"]["mean"] / 1000 * sc["completed_qps"]
+    assert 3.0 < outstanding <= 4.05, sc  # Little's law: L = lambda * W, L = 4 clients
+    rc, reply = _bench(tiny_bundle, scenario="concurrency", concurrency=2)
+    assert rc == 0 and reply["bench"]["scenario"]["workers"] == 2  # one per client by default
+
+
+def test_server_workers_share_the_queue_with_and_without_loadgen(tiny_bundle):
+    rc, reply = _bench(tiny_bundle, scenario="server", engine="edgeopt", target_qps=200, workers=3)
+    assert rc == 0, reply
+    sc = reply["bench"]["scenario"]
+    assert sc["workers"] == 3 and sc["queries"] >= 64 and sc["latency_ms"]["p50"] > 0
+    pytest.importorskip("mlperf_loadgen")
+    rc, reply = _bench(tiny_bundle, scenario="offline", engine="loadgen", target_qps=500, workers=2)
+    assert rc == 0, reply
+    sc = reply["bench"]["scenario"]
+    assert sc["workers"] == 2 and len(sc["served_per_worker"]) == 2 and sum(sc["served_per_worker"]) == sc[
+        "samples_served"]
+    assert min(sc["served_per_worker"]) > 0, sc["served_per_worker"]  # the offline burst was shared
+
+
+def test_each_runtime_gives_workers_its_own_unit_of_concurrency(tiny_bundle, tmp_path):
+    """ONNX Runtime: the shared session (thread-safe run); OpenVINO: a new infer request on the same
+    compiled model; a runtime without either: a second loaded instance, closed with the first."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from edgeopt.pipeline import build
+    from edgeopt_agent.runners import get_runner
+    from tests.conftest import tiny_cnn
+
+    def load(bundle):
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        r = get_runner(manifest["runtime"]["name"])(bundle, manifest)
+        r.load()
+        return r, manifest
+
+    ort_runner, manifest = load(tiny_bundle)
+    shape = [d if isinstance(d, int) and d > 0 else 1 for d in manifest["io"]["inputs"][0]["shape"]]
+    feed = {manifest["io"]["inputs"][0]["name"]: np.random.default_rng(0).random(shape, dtype=np.float32)}
+    assert ort_runner.worker() == ort_runner.run  # the same session
+    ort_runner.concurrent_calls = False  # as for a runtime whose instance serves one thread
+    twin = ort_runner.worker()
+    assert len(ort_runner._twins) == 1 and twin != ort_runner.run
+    np.testing.assert_allclose(next(iter(twin(feed).values())), next(iter(ort_runner.run(feed).values())))
+    ort_runner.close_workers()
+    assert ort_runner._twins == []
+
+    rep = build(tiny_cnn(tmp_path / "tiny.onnx"), "intel-cpu", ["fp32"], out=tmp_path / "dist")
+    assert rep.ok, rep.results
+    ov_runner, _ = load(Path(rep.results[0].bundle))
+    fns = [ov_runner.run] + [ov_runner.worker() for _ in range(3)]
+    want = next(iter(ov_runner.run(feed).values()))
+    with ThreadPoolExecutor(4) as pool:  # four threads at once, each calling its own infer request
+        outs = [o for got in pool.map(lambda f: [next(iter(f(feed).values())) for _ in range(8)], fns) for o in got]
+    assert len(outs) == 32
+    for out in outs:
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)

@@ -233,6 +233,51 @@ def test_a_device_slowed_mid_gate_is_caught_by_the_calibration_check(gate_bundle
     assert dev["status"] == "unfit" and "slower than at the session's start" in dev["error"]
 
 
+def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundles, tmp_path):
+    """One long pairbench call with a short calibration every 2 rounds; six CPU hogs start 5 s after the
+    call (its timed blocks under way): the calibration between blocks stays > 1.10x slower than at the
+    start, and only whole rounds measured before the last calibration at speed are kept."""
+    from edgeopt.deploy import DeviceSession, load_bundle
+    from edgeopt.hil.rig import ThrottleWatch
+    from edgeopt.inventory import local_device
+
+    base = load_bundle(gate_bundles["base"])
+    hogs: list[subprocess.Popen] = []
+    with DeviceSession.open(local_device(str(tmp_path / "root"))) as sess:
+        sess.push([base])
+        watch = ThrottleWatch(sess, Policy(throttle=1.10))
+        # one slow check alone (a shared box's hiccup) drops nothing; two in a row do
+        lone = ThrottleWatch(sess, Policy(throttle=1.10))
+        cal = [{"after_blocks": a, "ms": m} for a, m in ((0, 3.0), (4, 4.5), (8, 3.1), (12, 3.0))]
+        assert lone.within_call({"blocks": [{}] * 12, "calibration": cal}) == 12 and lone.dropped_blocks == 0
+        cal = [{"after_blocks": a, "ms": m} for a, m in ((0, 3.0), (4, 3.1), (8, 4.5), (12, 4.4), (16, 4.6))]
+        assert lone.within_call({"blocks": [{}] * 16, "calibration": cal}) == 4 and lone.dropped_blocks == 12
+        timer = threading.Timer(5.0, lambda: hogs.extend(
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(6)))
+        timer.start()
+        try:
+            reply = sess.agent("pairbench", {"root": sess.root, "bundle_ids": [base.bundle_id, base.bundle_id],
+                                             "options": {"rounds": 400, "block_iters": 20, "budget_s": 10,
+                                                         "warmup": 10, "calibrate_every": 2, "timeout_s": 120}},
+                               timeout=150)
+        finally:
+            timer.cancel()
+            for h in hogs:
+                h.kill()
+                h.wait()
+    assert reply.get("ok"), reply
+    pb = reply["pairbench"]
+    after = [c["after_blocks"] for c in pb["calibration"]]
+    assert after[0] == 0 and all(b - a == 4 for a, b in zip(after[:-2], after[1:-1]))  # every 2 rounds
+    assert after[-1] == len(pb["blocks"]) and pb["options"]["calibrate_every"] == 2
+    keep = watch.within_call(pb)
+    ratios = [c["ratio"] for c in watch.in_call]
+    assert hogs and 0 < keep < len(pb["blocks"]) and keep % 2 == 0, (keep, len(pb["blocks"]), ratios)
+    assert min(ratios[:2]) == 1.0 and ratios[-1] > 1.10 and ratios[-2] > 1.10, ratios  # two slow in a row
+    assert watch.dropped_blocks == len(pb["blocks"]) - keep
+    assert watch.as_dict()["between_blocks"]["dropped_blocks"] == watch.dropped_blocks
+
+
 def test_rig_status_shows_an_unreachable_device(ssh_env, sshd, tmp_path):
     kh = known_hosts(tmp_path / "known_hosts", sshd)
     rig = _rig_file(tmp_path / "rig.yaml", {

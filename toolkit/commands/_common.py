@@ -138,8 +138,15 @@ def bench_options(f: Callable) -> Callable:
         click.option("--verify", is_flag=True,
                      help="Re-verify bundles already on the device (sha256 of every file); repair corrupted ones."),
         click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db]."),
-        click.option("--scenario", type=click.Choice(["single-stream", "multi-stream", "server", "offline"]),
-                     help="Also run this MLPerf load scenario after the timed loop (LoadGen on the device)."),
+        click.option("--scenario", type=click.Choice(["single-stream", "multi-stream", "server", "offline",
+                                                      "concurrency"]),
+                     help="Also run this load scenario after the timed loop: MLPerf's (LoadGen on the device), or "
+                          "concurrency: a closed loop of --concurrency clients (the agent's own; queueing hidden)."),
+        click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
+                     help="Threads serving queries at once in the scenario, each with its own infer request or "
+                          "model instance (the shared session on ONNX Runtime) [1; concurrency: one per client]."),
+        click.option("--concurrency", type=click.IntRange(1, 256), default=None, metavar="C",
+                     help="concurrency scenario: clients, each sending its next query when the last is answered."),
         click.option("--target-qps", type=float, metavar="QPS", help="server: arrival rate; offline: expected rate."),
         click.option("--latency-bound", metavar="pNN=MS", help="E.g. p99=20ms: the bound LoadGen judges VALID by."),
         click.option("--samples-per-query", type=int, metavar="N", help="multi-stream: samples per query."),

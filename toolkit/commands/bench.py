@@ -46,10 +46,31 @@ def bench_options(args) -> dict:
         opts["profile"] = int(args.profile)
     scenario = getattr(args, "scenario", None)
     pct, bound = parse_latency_bound(getattr(args, "latency_bound", None))
+    workers, clients = getattr(args, "workers", None), getattr(args, "concurrency", None)
     if not scenario:
-        if any(getattr(args, k, None) is not None for k in ("target_qps", "samples_per_query", "engine")) or bound:
-            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine need --scenario")
+        if any(getattr(args, k, None) is not None for k in ("target_qps", "samples_per_query", "engine", "workers",
+                                                             "concurrency")) or bound:
+            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine/--workers/--concurrency "
+                             "need --scenario")
         return opts
+    for flag, v in (("--workers", workers), ("--concurrency", clients)):
+        if v is not None and not 1 <= v <= 256:
+            raise UsageError(f"{flag} takes an integer from 1 to 256, got {v}")
+    if scenario == "concurrency":
+        if not clients:
+            raise UsageError("--scenario concurrency needs --concurrency C (clients each keeping one query "
+                             "outstanding)")
+        if args.engine == "loadgen" or bound or args.target_qps is not None:
+            raise UsageError("--scenario concurrency is the agent's own closed loop: LoadGen, --latency-bound and "
+                             "--target-qps belong to the server scenario")
+        opts.update({"scenario": scenario, "concurrency": clients, "workers": workers, "engine": "edgeopt"})
+        return opts
+    if clients is not None:
+        raise UsageError("--concurrency applies to --scenario concurrency; the threads serving the other "
+                         "scenarios are --workers")
+    if scenario == "single-stream" and workers and workers > 1:
+        raise UsageError("single-stream sends one query at a time: --workers cannot serve it (server, offline "
+                         "or multi-stream can)")
     if scenario == "server" and not (args.target_qps and args.target_qps > 0):
         raise UsageError("--scenario server needs --target-qps > 0")
     if args.target_qps is not None and args.target_qps <= 0:
@@ -62,7 +83,7 @@ def bench_options(args) -> dict:
     if scenario == "single-stream" and args.target_qps is not None:
         raise UsageError("--target-qps applies to the server and offline scenarios")
     opts.update({"scenario": scenario, "target_qps": args.target_qps, "samples_per_query": args.samples_per_query,
-                 "latency_bound_ms": bound, "latency_percentile": pct, "engine": args.engine})
+                 "latency_bound_ms": bound, "latency_percentile": pct, "engine": args.engine, "workers": workers})
     return opts
 
 
@@ -130,7 +151,8 @@ def bench_kwargs(args) -> dict:
     """The bench options of parsed CLI args, as ``edgeopt.api.bench_options`` takes them."""
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
-                                          "latency_bound", "samples_per_query", "engine", "profile")}
+                                          "latency_bound", "samples_per_query", "engine", "profile", "workers",
+                                          "concurrency")}
 
 
 def run_bench(args, bundles: list, progress):
@@ -159,7 +181,9 @@ def print_fleet(result) -> None:
             lat = sc.get("latency_ms") or {}
             valid = {True: "VALID", False: "INVALID", None: "not judged"}[sc.get("valid")]
             rate = sc.get("completed_qps") or sc.get("samples_per_second") or sc.get("queries_per_second")
-            print(f"{r.device['name']}: {sc['scenario']} ({sc['engine']}): {valid}"
+            who = (f", {sc['concurrency']} clients" if sc.get("concurrency") else "") + \
+                (f", {sc['workers']} workers" if (sc.get("workers") or 1) > 1 else "")
+            print(f"{r.device['name']}: {sc['scenario']} ({sc['engine']}{who}): {valid}"
                   + (f" ({', '.join(sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
                   + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
                   + (f", {rate:.1f}/s" if rate else ""))
