@@ -276,11 +276,13 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                     progress: Callable[[str], None], policy: Any, stored: dict[str, Any] | None) -> dict[str, Any]:
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.baseline import fingerprint_diff, load_warning
+    from edgeopt.hil.fresh import judge_fresh, measure_fresh
     from edgeopt.hil.paired import measure_pair, measure_unpaired
     from edgeopt.hil.rig import ThrottleWatch, calibrate, health_summary, run_hooks, wait_until_fit
     from edgeopt.hil.stats import judge, judge_unpaired
 
     warnings: list[str] = []
+    fresh: list[dict[str, Any]] = []
     progress(f"{dev.name}: connecting")
     with DeviceSession.open(dev, trust, progress=progress) as sess:
         probe = sess.probe()
@@ -302,11 +304,16 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                 progress(f"{dev.name}: measuring baseline and candidate interleaved (budget {budget_s:g}s)")
                 run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe,
                                    check=watch)
+                if spec.cold_start or spec.memory:
+                    fresh = measure_fresh(sess, base.bundle_id, cand.bundle_id, spec.fresh_runs, progress)
             else:
                 progress(f"{dev.name}: measuring the candidate against the stored baseline's "
                          f"{len(stored['blocks'])} rounds (unpaired, budget {budget_s:g}s)")
                 run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe,
                                        check=watch)
+                if spec.cold_start or spec.memory:
+                    warnings.append("cold_start/memory are judged against a baseline bundle only (fresh processes "
+                                    "of both, interleaved), not against stored rounds: not gated here")
             calibration_ms = min(cal_before, calibrate(sess))  # the device's speed, kept with the rounds
         finally:
             if policy.restore:
@@ -315,7 +322,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                 except DeviceError as exc:
                     warnings.append(f"restore failed: {exc.message}")
     if stored is None:
-        verdicts = judge(run, spec)
+        verdicts = judge(run, spec) + judge_fresh(fresh, spec)
         rounds = {"A": [b["ms"] for b in run.blocks if b["arm"] == "A"],
                   "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
     else:
@@ -339,7 +346,8 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
             "rounds": len(run.blocks) // 2 if stored is None else len(run.blocks), "calls": run.calls,
             "fingerprint": run.fingerprint, "health": health_summary(probe), "warnings": warnings,
             "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds,
-            "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms}
+            "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms,
+            **({"fresh": fresh} if fresh else {})}
 
 
 def _record(result: dict[str, Any], dev: dict[str, Any], cand) -> dict[str, Any]:

@@ -9,6 +9,9 @@ accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}, {seq_match_min: 0.95
                                   # always also the bundle's own host-check bound
 decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs (for a CTC
                                    # recogniser: the decoded text, so a merged word counts)
+cold_start: {max_slowdown: 20%}    # opt-in: load + first inference, in fresh processes (A B B A ...)
+memory: {max_increase: 10%}        # opt-in: peak RSS of those fresh processes (or {max_mb: 500})
+fresh_runs: 6                      # fresh processes per arm for cold_start/memory
 level: 0.05                        # family-wise error rate across the gated latency metrics (Holm)
 rounds: {start: 10, max: 320}      # paired rounds per arm: doubling, stop when decided or at the budget
 unpaired: {session_margin: 2%, max_speed_change: 5%}  # against a stored baseline: the interval widened
@@ -32,7 +35,8 @@ MIN_SAMPLES = {"p50": 1, "p90": 64, "p99": 662}
 KEYS = {
     "p50": {"max_slowdown", "max_ms"}, "p90": {"max_slowdown", "max_ms"}, "p99": {"max_slowdown", "max_ms"},
     "throughput": {"max_drop"}, "accuracy": {"top1_min", "cosine_min", "seq_match_min"},
-    "decisions": {"max_disagreement"}, "level": None, "rounds": {"start", "max"}, "block_iters": None,
+    "decisions": {"max_disagreement"}, "cold_start": {"max_slowdown", "max_ms"}, "memory": {"max_increase", "max_mb"},
+    "fresh_runs": None, "level": None, "rounds": {"start", "max"}, "block_iters": None,
     "unpaired": {"session_margin", "max_speed_change"},
 }
 _PCT = re.compile(r"^(\d+(?:\.\d+)?)%$")
@@ -54,6 +58,9 @@ class GateSpec:
     cosine_min: float | None = None
     seq_match_min: float | None = None  # CTC recognisers: share of decodings equal to the FP32 reference's
     max_disagreement: float | None = None
+    cold_start: Threshold | None = None  # opt-in: fresh processes per arm, load + first inference (ms)
+    memory: Threshold | None = None  # opt-in: peak RSS of those processes (max_ms holds max MB)
+    fresh_runs: int = 6
     level: float = 0.05
     rounds_start: int = 10
     rounds_max: int = 320  # a cap; the time budget is what binds for any model slower than ~0.1 ms
@@ -66,7 +73,11 @@ class GateSpec:
         return {"latency": {k: {"max_slowdown": v.max_change, "max_ms": v.max_ms} for k, v in self.latency.items()},
                 "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
                 "cosine_min": self.cosine_min,
-                "seq_match_min": self.seq_match_min, "max_disagreement": self.max_disagreement, "level": self.level,
+                "seq_match_min": self.seq_match_min, "max_disagreement": self.max_disagreement,
+                "cold_start": ({"max_slowdown": self.cold_start.max_change, "max_ms": self.cold_start.max_ms}
+                               if self.cold_start else None),
+                "memory": ({"max_increase": self.memory.max_change, "max_mb": self.memory.max_ms}
+                           if self.memory else None), "fresh_runs": self.fresh_runs, "level": self.level,
                 "rounds": {"start": self.rounds_start, "max": self.rounds_max}, "block_iters": self.block_iters,
                 "unpaired": {"session_margin": self.session_margin, "max_speed_change": self.max_speed_change},
                 "source": self.source}
@@ -153,6 +164,16 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
                 spec.seq_match_min = parse_fraction(value["seq_match_min"], f"{where}.seq_match_min")
         elif key == "decisions":
             spec.max_disagreement = parse_fraction(value.get("max_disagreement"), f"{where}.max_disagreement")
+        elif key in ("cold_start", "memory"):
+            rel, cap = ("max_slowdown", "max_ms") if key == "cold_start" else ("max_increase", "max_mb")
+            t = Threshold(key, 0.20 if key == "cold_start" else 0.10)
+            if rel in value:
+                t.max_change = parse_fraction(value[rel], f"{where}.{rel}", upper=10.0)
+            if cap in value:
+                t.max_ms = _number(value[cap], f"{where}.{cap}", 1e-6, 1e9)
+            setattr(spec, key, t)
+        elif key == "fresh_runs":
+            spec.fresh_runs = _number(value, where, 3, 50, True)
         elif key == "level":
             spec.level = _number(value, where, 1e-6, 0.5)
         elif key == "rounds":

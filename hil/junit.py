@@ -111,7 +111,7 @@ def markdown(result: dict[str, Any]) -> str:
     warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
     if warn:
         lines += ["", *warn]
-    lines += ["", "Latency in ms (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "
+    lines += ["", "Latency and cold start in ms, memory in MB (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "
               "and beyond the allowed change; pass = the 95% interval stays within it; inconclusive = "
               "neither, within the budget."]
     return "\n".join(lines) + "\n"

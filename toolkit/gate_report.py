@@ -113,7 +113,7 @@ def section_html(records: list[dict[str, Any]], plots: bool = True) -> str:
     out = ['<h2 class="gates">Gates: baseline vs candidate</h2>',
            '<p class="meta">Each <code>edgeopt gate</code> verdict, per device: the baseline and candidate figures '
            'from interleaved rounds on that device, the change with its 95% interval (99% when unpaired), the '
-           'Holm-corrected p and n. Latency in ms.</p>']
+           'Holm-corrected p and n. Latency and cold start in ms, memory in MB.</p>']
     for g in gates:
         e = html.escape
         head = (f"{e(str(g['model']))} on {e(str(g['target']))}-{e(str(g['precision']))}: "

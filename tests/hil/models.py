@@ -2,8 +2,9 @@
 
 ``slower``: the same model plus a side branch that costs time and adds exactly zero to the first
 output (a Conv stack on the input, reduced to a scalar, times a zero constant), so the outputs are
-unchanged and only latency regresses.  ``perturbed``: the same graph with noise added to its weights,
-so latency is unchanged and accuracy regresses.
+unchanged and only latency regresses.  ``heavier``: the same, with a side branch that holds ``mb`` of
+weights (a MatMul on the input's channel means), so memory regresses.  ``perturbed``: the same graph
+with noise added to its weights, so latency is unchanged and accuracy regresses.
 """
 
 from __future__ import annotations
@@ -39,6 +40,35 @@ def slower(src: str | Path, dst: str | Path, channels: int = 16, convs: int = 1,
             if o == out:
                 n.output[k] = "_slow_pre"
     g.node.append(helper.make_node("Add", ["_slow_pre", "_slow_nil"], [out], name="_slow_add"))
+    onnx.checker.check_model(m)
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(dst))
+    return Path(dst)
+
+
+def heavier(src: str | Path, dst: str | Path, mb: float = 64) -> Path:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(src))
+    g = m.graph
+    x = g.input[0].name
+    dims = [d.dim_value for d in g.input[0].type.tensor_type.shape.dim]
+    cin = dims[1] if len(dims) > 1 and dims[1] else 3
+    cols = int(mb * 2**20 / 4 / cin)
+    w = numpy_helper.from_array(np.random.default_rng(5).standard_normal((cin, cols)).astype(np.float32), "_heavy_w")
+    g.initializer.extend([w, numpy_helper.from_array(np.zeros((), np.float32), "_heavy_zero")])
+    g.node.extend([helper.make_node("GlobalAveragePool", [x], ["_heavy_gap"], name="_heavy_gap"),
+                   helper.make_node("Flatten", ["_heavy_gap"], ["_heavy_flat"], name="_heavy_flat"),
+                   helper.make_node("MatMul", ["_heavy_flat", "_heavy_w"], ["_heavy_mm"], name="_heavy_mm"),
+                   helper.make_node("ReduceMean", ["_heavy_mm"], ["_heavy_mean"], name="_heavy_mean", keepdims=0),
+                   helper.make_node("Mul", ["_heavy_mean", "_heavy_zero"], ["_heavy_nil"], name="_heavy_mul")])
+    out = g.output[0].name
+    for n in g.node:
+        for k, o in enumerate(n.output):
+            if o == out:
+                n.output[k] = "_heavy_pre"
+    g.node.append(helper.make_node("Add", ["_heavy_pre", "_heavy_nil"], [out], name="_heavy_add"))
     onnx.checker.check_model(m)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(dst))

@@ -127,3 +127,38 @@ def test_a_dead_rig_device_is_an_infrastructure_error_not_a_regression(gate_bund
     xml = (tmp_path / "g.xml").read_text()
     assert "<error" in xml and "<failure" not in xml
     assert "rig-1" in xml  # the live device was measured over SSH all the same
+
+
+def test_memory_and_cold_start_are_judged_in_fresh_processes(gate_bundles, tmp_path):
+    """A candidate holding 64 MB more weights: its fresh processes' peak RSS is higher by far more than
+    10% (regressed), and its load is slower; the same bundle twice: memory passes (RSS of identical
+    processes differs by well under 10%)."""
+    from tests.conftest import fixture
+    from tests.hil.conftest import _build
+    from tests.hil.models import heavier
+
+    src = Path(fixture("ocr-cls"))
+    heavy = _build(heavier(src, tmp_path / "heavy" / src.name, mb=64), tmp_path / "dist-heavy")
+    (tmp_path / "gate.yaml").write_text("p50: {max_slowdown: 1000%}\nmemory: {max_increase: 10%}\n"
+                                        "cold_start: {max_slowdown: 1000%}\nfresh_runs: 3\n")
+    p = _gate(str(heavy), "--baseline", str(gate_bundles["base"]), "--budget", "3s", "--gate", "gate.yaml",
+              "--json", "--db", "r.db", cwd=tmp_path)
+    res = json.loads(p.stdout)
+    dev = res["devices"][0]
+    v = {x["metric"]: x for x in dev["verdicts"]}
+    assert p.returncode == 5 and v["memory"]["verdict"] == "regressed", (p.returncode, v.get("memory"), p.stderr)
+    assert v["memory"]["candidate"] - v["memory"]["baseline"] > 40 and v["memory"]["n"] == 3  # MB
+    assert "fresh processes" in v["memory"]["method"] and v["cold_start"]["n"] == 3
+    assert v["cold_start"]["ratio"] > 1 and v["cold_start"]["verdict"] in ("pass", "inconclusive")
+    assert [f["arm"] for f in dev["fresh"]] == list("ABBAAB") and all(f["memory"] > 0 for f in dev["fresh"])
+    assert "cold start and memory: 3 fresh processes per arm" in p.stderr
+
+    base = str(gate_bundles["base"])
+    p = _gate(base, "--baseline", base, "--budget", "2s", "--gate", "gate.yaml", "--json", "--db", "r.db",
+              "--on-inconclusive", "pass", cwd=tmp_path)
+    v = {x["metric"]: x for x in json.loads(p.stdout)["devices"][0]["verdicts"]}
+    assert v["memory"]["verdict"] == "pass" and 0.9 < v["memory"]["ratio"] < 1.1, v["memory"]
+    with pytest.raises(UsageError, match="fresh_runs"):
+        load_gate({"fresh_runs": 2})
+    with pytest.raises(UsageError, match="did you mean 'max_increase'"):
+        load_gate({"memory": {"max_increse": "10%"}})

@@ -28,6 +28,9 @@ gate.yaml (defaults shown):
   decisions: {max_disagreement: 5%}
   level: 0.05                     # Holm-corrected across the latency metrics
   rounds: {start: 10, max: 320}
+  cold_start: {max_slowdown: 20%} # opt-in: load + first inference, fresh processes A B B A ...
+  memory: {max_increase: 10%}     # opt-in: peak RSS of those processes
+  fresh_runs: 6
 
 \b
 exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a regression),
