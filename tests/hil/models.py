@@ -34,12 +34,21 @@ def slower(src: str | Path, dst: str | Path, channels: int = 16, convs: int = 1,
     g.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "_slow_zero"))
     g.node.append(helper.make_node("ReduceMean", [prev], ["_slow_mean"], name="_slow_mean", keepdims=0))
     g.node.append(helper.make_node("Mul", ["_slow_mean", "_slow_zero"], ["_slow_nil"], name="_slow_mul"))
+    return _add_to_output(m, "_slow", dst)
+
+
+def _add_to_output(m, tag: str, dst: str | Path) -> Path:
+    """Re-point the producer of the first output, add the side branch's zero (``{tag}_nil``) to it, save."""
+    import onnx
+    from onnx import helper
+
+    g = m.graph
     out = g.output[0].name
-    for n in g.node:  # re-point the producer of the first output, then add the branch's zero to it
+    for n in g.node:
         for k, o in enumerate(n.output):
             if o == out:
-                n.output[k] = "_slow_pre"
-    g.node.append(helper.make_node("Add", ["_slow_pre", "_slow_nil"], [out], name="_slow_add"))
+                n.output[k] = f"{tag}_pre"
+    g.node.append(helper.make_node("Add", [f"{tag}_pre", f"{tag}_nil"], [out], name=f"{tag}_add"))
     onnx.checker.check_model(m)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(dst))
@@ -63,16 +72,7 @@ def heavier(src: str | Path, dst: str | Path, mb: float = 64) -> Path:
                    helper.make_node("MatMul", ["_heavy_flat", "_heavy_w"], ["_heavy_mm"], name="_heavy_mm"),
                    helper.make_node("ReduceMean", ["_heavy_mm"], ["_heavy_mean"], name="_heavy_mean", keepdims=0),
                    helper.make_node("Mul", ["_heavy_mean", "_heavy_zero"], ["_heavy_nil"], name="_heavy_mul")])
-    out = g.output[0].name
-    for n in g.node:
-        for k, o in enumerate(n.output):
-            if o == out:
-                n.output[k] = "_heavy_pre"
-    g.node.append(helper.make_node("Add", ["_heavy_pre", "_heavy_nil"], [out], name="_heavy_add"))
-    onnx.checker.check_model(m)
-    Path(dst).parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(dst))
-    return Path(dst)
+    return _add_to_output(m, "_heavy", dst)
 
 
 def perturbed(src: str | Path, dst: str | Path, scale: float = 0.5, seed: int = 3) -> Path:
