@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "latency_bound_ms": None,
     "latency_percentile": None,
     "engine": None,  # loadgen | edgeopt (None: LoadGen when installed)
+    "loadgen_accuracy": True,  # with LoadGen: the accuracy check again through its AccuracyOnly mode
     "profile": 0,  # > 0: after the timed loop, the stages of one request and a per-op profile over N runs
 }
 LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
@@ -155,6 +156,7 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
         raise BenchError(f"engine must be loadgen or edgeopt, got {opts['engine']!r}")
     opts["return_samples"] = bool(opts["return_samples"])
     opts["verify"] = bool(opts["verify"])
+    opts["loadgen_accuracy"] = bool(opts["loadgen_accuracy"])
     return opts
 
 
@@ -412,6 +414,9 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             stage("scenario", {"scenario": opts["scenario"]})
             try:
                 scenario = run_scenario(runner.run, feeds, opts, worker=runner.worker)
+                if scenario.get("engine") == "loadgen" and opts["loadgen_accuracy"]:
+                    scenario["accuracy"] = _loadgen_accuracy(runner, manifest, bundle, groups, feeds, opts,
+                                                             accuracy)
             finally:
                 runner.close_workers()
         else:
@@ -466,10 +471,48 @@ def _accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[
               feeds: list[dict[str, np.ndarray]], first: dict[str, np.ndarray]) -> dict[str, Any]:
     """One pass over every batch, outputs mapped back per sample, compared with the reference."""
     io = manifest["io"]
+    return accuracy_of(manifest, bundle, groups,
+                       lambda g: from_artifact(first if g == 0 else runner.run(feeds[g]), io["outputs"]))
+
+
+def _loadgen_accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[int]], feeds,
+                      opts: dict[str, Any], direct: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy check through LoadGen: its AccuracyOnly mode in the same scenario issues every
+    sample once, the outputs travel back in LoadGen's accuracy log, and the same comparison judges
+    them.  ``same_as_direct``: whether it reached the verdict of the agent's own pass."""
+    import io as _io
+
+    from .scenarios import loadgen_accuracy_outputs
+
+    specs = manifest["io"]["outputs"]
+
+    def encode(raw: Any) -> bytes:
+        buf = _io.BytesIO()
+        np.savez(buf, **from_artifact(raw, specs))
+        return buf.getvalue()
+
+    t0 = time.perf_counter()
+    blobs, meta = loadgen_accuracy_outputs(runner.run, feeds, opts, encode, worker=runner.worker)
+
+    def outputs_of(g: int) -> dict[str, np.ndarray]:
+        with np.load(_io.BytesIO(blobs[g])) as z:
+            return {k: z[k] for k in z.files}
+
+    res = accuracy_of(manifest, bundle, groups, outputs_of)
+    res.update(meta)
+    res["harness_s"] = round(time.perf_counter() - t0, 3)
+    res["same_as_direct"] = res.get("passed") == direct.get("passed")
+    return res
+
+
+def accuracy_of(manifest: dict[str, Any], bundle: Path, groups: list[list[int]],
+                outputs_of: Callable[[int], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The accuracy check on each batch's outputs (ONNX names and layout, from ``outputs_of(g)``):
+    mapped back per sample and compared with the reference by the host check's rule."""
+    io = manifest["io"]
     per_sample: dict[int, dict[str, np.ndarray]] = {}
-    for g, (idx, feed) in enumerate(zip(groups, feeds)):
-        raw = first if g == 0 else runner.run(feed)
-        for i, out in zip(idx, _split_outputs(from_artifact(raw, io["outputs"]), len(idx))):
+    for g, idx in enumerate(groups):
+        for i, out in zip(idx, _split_outputs(outputs_of(g), len(idx))):
             if i not in per_sample:  # a copy: a runner may hand out views of buffers it reuses
                 per_sample[i] = {k: np.array(v, copy=True) for k, v in out.items()}
     names = [o["name"] for o in io["outputs"]]

@@ -4,10 +4,12 @@
 Called in the bench child after the warm-up (``bench.run_bench`` with option ``scenario``), with the
 runner's ``run`` and the bundle's validation inputs already in the artifact's layout.  The system
 under test really queues: LoadGen issues queries on its own schedule from its thread, a worker thread
-takes them from a queue one at a time, and LoadGen measures each latency from the query's *scheduled*
-issue time, so an overloaded device cannot hide its queue (the coordinated-omission trap).  Results are
-LoadGen's own, parsed from its summary log: VALID/INVALID with its reasons, scheduled and completed
-rates, percentiles and early-stopping estimates; the logs are returned.  Run lengths follow the
+takes them from a queue one at a time (single- and multi-stream with one worker: served in LoadGen's
+issue callback instead, since LoadGen sends the next query only after the last one completes), and
+LoadGen measures each latency from the query's *scheduled* issue time, so an overloaded device cannot
+hide its queue (the coordinated-omission trap).  Results are LoadGen's own, parsed from its summary
+log: VALID/INVALID with its reasons, scheduled and completed rates, percentiles and early-stopping
+estimates; the logs are returned.  Run lengths follow the
 ``duration_s`` option; too few queries for a percentile are reported INVALID by LoadGen, never rounded.
 
 ``workers`` (default 1): how many threads serve queries at once, each with its own run function from
@@ -119,14 +121,37 @@ def run(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],
 # ---- LoadGen ----------------------------------------------------------------------------------
 
 
-def _loadgen(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
+def loadgen_accuracy_outputs(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],
+                             encode: Callable[[Any], bytes],
+                             worker: Callable[[], RunFn] | None = None) -> tuple[list[bytes], dict[str, Any]]:
+    """LoadGen's AccuracyOnly mode in the scenario of ``opts``: every feed is issued (once at least), the
+    SUT answers with ``encode(outputs)`` and LoadGen writes those bytes to its accuracy log, which is
+    read back: the bytes of each feed, in feed order, and what the run was."""
+    n_workers = int(opts.get("workers") or 1)
+    fns = [run_fn] + [(worker or (lambda: run_fn))() for _ in range(n_workers - 1)]
+    res, blobs = _loadgen(fns, feeds, opts, encode=encode)
+    missing = [i for i in range(len(feeds)) if i not in blobs]
+    if missing:
+        raise ScenarioError(f"LoadGen's accuracy log has no output for sample(s) {missing[:10]}")
+    meta = {"harness": f"LoadGen AccuracyOnly ({opts['scenario']})", "loadgen_version": res.get("loadgen_version"),
+            "queries_logged": res.get("accuracy_entries"), "workers": len(fns)}
+    return [blobs[i] for i in range(len(feeds))], meta
+
+
+def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | None = None) -> Any:
+    """A LoadGen run; with ``encode`` in AccuracyOnly mode, returning ``(result, {sample: bytes})``."""
     import mlperf_loadgen as lg
 
     scenario = opts["scenario"]
-    n = len(feeds)
+    nf = len(feeds)
+    # offline with batch B: LoadGen's samples are images and the SUT runs them B at a time (one batched
+    # feed per B samples, as an offline server batches its burst), so samples/s are images/s; the other
+    # scenarios send requests, each one feed of B images
+    per = int(opts.get("batch") or 1) if scenario == "offline" and encode is None else 1
+    n = nf * per
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, LOADGEN_SCENARIO[scenario])
-    settings.mode = lg.TestMode.PerformanceOnly
+    settings.mode = lg.TestMode.AccuracyOnly if encode else lg.TestMode.PerformanceOnly
     dur_ms = int(float(opts.get("duration_s", 3.0)) * 1000)
     settings.min_duration_ms = dur_ms
     settings.max_duration_ms = max(dur_ms * 4, dur_ms + 10_000)
@@ -156,16 +181,31 @@ def _loadgen(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
             items = work.get()
             if items is None:
                 return
-            responses = []
-            for qs in items:
-                run_fn(feeds[qs.index % n])
-                responses.append(lg.QuerySampleResponse(qs.id, 0, 0))
-            served[k] += len(responses)
-            lg.QuerySamplesComplete(responses)
+            served[k] += serve(run_fn, items)
+
+    inline = scenario in ("single-stream", "multi-stream") and len(fns) == 1
+
+    def serve(run_fn: RunFn, items) -> int:
+        responses, keep = [], []
+        for j in range(0, len(items), per):
+            chunk = items[j:j + per]
+            raw = run_fn(feeds[(chunk[0].index // per) % nf])
+            if encode is None:
+                responses.extend(lg.QuerySampleResponse(qs.id, 0, 0) for qs in chunk)
+            else:  # the outputs' bytes, kept alive until LoadGen has copied them into its log
+                buf = np.frombuffer(encode(raw), np.uint8)
+                keep.append(buf)
+                responses.append(lg.QuerySampleResponse(chunk[0].id, buf.ctypes.data, buf.nbytes))
+        lg.QuerySamplesComplete(responses)
+        del keep
+        return len(responses)
 
     def issue(query_samples) -> None:  # LoadGen's thread: never block it, queue the work
         items = list(query_samples)
-        step = max(1, math.ceil(len(items) / (len(fns) * 4)))  # an offline burst: shared by the workers
+        if inline:  # LoadGen sends the next query only after this one completes: nothing can queue,
+            served[0] += serve(fns[0], items)  # so serve it here: no thread hand-off in every latency
+            return
+        step = per * max(1, math.ceil(len(items) / (len(fns) * 4 * per)))  # an offline burst: shared by workers
         for i in range(0, len(items), step):
             work.put(items[i:i + step])
 
@@ -195,12 +235,36 @@ def _loadgen(fns: list[RunFn], feeds, opts) -> dict[str, Any]:
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     wall = time.perf_counter() - t0
+    if encode is not None:
+        blobs = _accuracy_log(out / "mlperf_log_accuracy.json")
+        return {"loadgen_version": _lg_version(), "wall_s": round(wall, 3), "accuracy_entries": len(blobs)}, blobs
     summary_text = _read(out / "mlperf_log_summary.txt")
     res = parse_summary(summary_text)
+    batch = int(opts.get("batch") or 1)
+    if batch > 1:  # what one LoadGen sample is, and the rate in images
+        res["batch"] = batch
+        res["sample_is"] = "an image (served in batches)" if per > 1 else f"a request of {batch} images"
+        rate = res.get("samples_per_second") or res.get("completed_qps") or res.get("queries_per_second")
+        if rate:
+            res["images_per_second"] = rate * (1 if per > 1 else batch)
     res.update({"engine": "loadgen", "loadgen_version": _lg_version(), "scenario": scenario, "wall_s": round(wall, 3),
                 "samples_served": sum(served), "workers": len(fns), "served_per_worker": served, "seeds": SEED, "summary_log": summary_text[-6000:],
                 "detail_log_tail": _read(out / "mlperf_log_detail.txt")[-3000:]})
     return res
+
+
+def _accuracy_log(path: Path) -> dict[int, bytes]:
+    """LoadGen's accuracy log: a JSON list of {qsl_idx, data (hex)}; the first entry of each sample."""
+    import json
+
+    try:
+        entries = json.loads(path.read_text() or "[]")
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"LoadGen wrote no readable accuracy log ({exc})") from None
+    out: dict[int, bytes] = {}
+    for e in entries:
+        out.setdefault(int(e["qsl_idx"]), bytes.fromhex(e["data"]))
+    return out
 
 
 def _lg_version() -> str | None:

@@ -129,3 +129,39 @@ def test_each_runtime_gives_workers_its_own_unit_of_concurrency(tiny_bundle, tmp
     assert len(outs) == 32
     for out in outs:
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scenario, extra", [("single-stream", {}), ("offline", {"target_qps": 200, "workers": 2})])
+def test_loadgens_accuracy_mode_feeds_the_same_accuracy_check(ocr_cls_bundle, scenario, extra):
+    """AccuracyOnly issues every validation sample through LoadGen; the outputs come back through its
+    accuracy log and the host check's rule judges them: the metrics equal those of the agent's own pass."""
+    pytest.importorskip("mlperf_loadgen")
+    rc, reply = _bench(ocr_cls_bundle, scenario=scenario, engine="loadgen", **extra)
+    assert rc == 0, reply
+    b = reply["bench"]
+    acc = b["scenario"]["accuracy"]
+    assert acc["harness"] == f"LoadGen AccuracyOnly ({scenario})" and acc["samples"] == b["accuracy"]["samples"] >= 8
+    assert acc["queries_logged"] == b["inputs"]["feeds"] and acc["same_as_direct"] and acc["passed"]
+    for name, out in b["accuracy"]["outputs"].items():  # the very same outputs: the same figures
+        assert acc["outputs"][name]["metrics"] == pytest.approx(out["metrics"], rel=1e-6)
+    rc, reply = _bench(ocr_cls_bundle, scenario=scenario, engine="loadgen", loadgen_accuracy=False, **extra)
+    assert rc == 0 and "accuracy" not in reply["bench"]["scenario"]
+
+
+def test_offline_with_a_batch_counts_images_and_runs_them_batched(tiny_bundle, tmp_path):
+    """Offline at batch 4: LoadGen's samples are images, served 4 per run of the batched artifact, so its
+    samples/s are images/s; a server request carries one batch of 4, so its rate is x4 in images."""
+    pytest.importorskip("mlperf_loadgen")
+    from tests.agent.test_agent_bench import _dynamic_batch_copy
+
+    b = _dynamic_batch_copy(tiny_bundle, tmp_path / "dyn")
+    rc, reply = _bench(b, scenario="offline", engine="loadgen", target_qps=400, batch=4)
+    assert rc == 0, reply
+    sc = reply["bench"]["scenario"]
+    assert sc["batch"] == 4 and sc["sample_is"].startswith("an image")
+    assert sc["images_per_second"] == sc["samples_per_second"] and sc["samples_served"] >= 4
+    assert reply["bench"]["scenario"]["accuracy"]["passed"]  # accuracy mode: one sample per batched feed
+    rc, reply = _bench(b, scenario="server", engine="loadgen", target_qps=50, batch=4)
+    sc = reply["bench"]["scenario"]
+    assert rc == 0 and sc["sample_is"] == "a request of 4 images"
+    assert sc["images_per_second"] == pytest.approx(4 * sc["completed_qps"])

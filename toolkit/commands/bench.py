@@ -187,6 +187,12 @@ def print_fleet(result) -> None:
                   + (f" ({', '.join(sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
                   + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
                   + (f", {rate:.1f}/s" if rate else ""))
+            acc = sc.get("accuracy")
+            if acc:  # the accuracy check again, its outputs carried by LoadGen's AccuracyOnly run
+                from edgeopt_agent.compare import summary_line
+
+                print(f"  accuracy through {acc['harness']}: {summary_line(acc)}"
+                      + ("" if acc.get("same_as_direct") else " (differs from the agent's own pass)"))
     bad = sum(not r.ok for r in result.records)
     print(f"done in {result.time_s:.1f}s: {len(result.records) - bad} ok, {bad} failed (run {result.run_id})")
 
