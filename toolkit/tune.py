@@ -139,6 +139,12 @@ def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc)
     lat = bench.get("latency_ms") or {}
     p.p50_ms, p.p99_ms = lat.get("p50"), lat.get("p99")
     p.throughput_ips = bench.get("throughput_ips")
+    sc = bench.get("scenario")
+    if sc:  # offline: LoadGen's images/s over the burst
+        p.throughput_ips = sc.get("images_per_second") or sc.get("samples_per_second")
+        if not p.throughput_ips:
+            p.status, p.why_not = "failed", "the offline scenario reported no rate"
+            return p
     acc = bench.get("accuracy") or {}
     metrics = [o.get("metrics") or {} for o in (acc.get("outputs") or {}).values()]
     key = next(iter(min_acc)) if min_acc else "top1"
@@ -167,9 +173,13 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
          slo: str | None = None, min_accuracy: str | None = None, objective: str | None = None,
          shapes: Any = None, calib: str | None = None, preprocess: str | None = None, dist: str = "dist",
          duration: float = 1.0, exhaustive: bool = False, db: str | None = None, jobs: int = 2,
-         confirm_rounds: int = 2, finalists: int = 3,
+         confirm_rounds: int = 2, finalists: int = 3, scenario: str | None = None,
          trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None) -> TuneResult:
-    """Build the candidates, sweep them on each device, pick and write the winner per device."""
+    """Build the candidates, sweep them on each device, pick and write the winner per device.
+
+    ``scenario="offline"``: each point's throughput is MLPerf LoadGen's offline scenario (a burst of
+    samples served in the point's batches, images/s) instead of the single-stream loop's, so the pick
+    is the batch and threads the offline scenario runs best with."""
     from edgeopt import api
     from edgeopt.deploy import load_bundle
     from edgeopt.fleetbench import plan
@@ -183,6 +193,14 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         raise UsageError(f"--objective must be latency or throughput, not {objective!r}")
     if objective == "latency" and batches != [1]:
         raise UsageError("--objective latency is per request at batch 1; drop --batch or use --objective throughput")
+    if scenario not in (None, "offline"):
+        raise UsageError(f"tune --scenario takes offline (throughput of LoadGen's offline burst), not {scenario!r}",
+                         hint="for a server rate under a latency bound per bundle: edgeopt bench --find-max-qps")
+    if scenario == "offline":
+        if objective == "latency" or slo:
+            raise UsageError("the offline scenario has no per-request latency to bound or minimise: drop "
+                             "--slo/--objective latency, or leave out --scenario")
+        objective = "throughput"
     slo_d, acc_d = parse_slo(slo), parse_min_accuracy(min_accuracy)
     if not duration > 0:
         raise UsageError(f"--duration must be above 0 s, got {duration}")
@@ -223,6 +241,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         if not mine:
             result.skipped.append({"device": dev.name, "reason": "no candidate bundle runs on this device"})
             continue
+        rates: dict[tuple[str, str], float] = {}  # the best images/s seen: the next offline burst's size
         for (target, prec), per_batch in sorted(mine.items()):
             best_prev: Point | None = None
             for b in sorted(per_batch):
@@ -232,12 +251,15 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                     progress(f"{dev.name}: {target} {prec} batch {b} threads {t}")
                     fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=t, batch=b,
                                    duration=duration, min_iters=20, warmup="0.3s", db=db,
-                                   trust_new_host_keys=trust_new_host_keys)
+                                   trust_new_host_keys=trust_new_host_keys,
+                                   **_scenario_args(scenario, rates.get((target, prec))))
                     recs = [r for r in fr.records if r.device.get("name") == dev.name]
                     if not recs:
                         break
                     p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d)
                     result.points.append(p)
+                    if p.throughput_ips:
+                        rates[(target, prec)] = max(rates.get((target, prec)) or 0.0, p.throughput_ips)
                     if p.status != "ok":
                         break
                     improved = best_here is None or p.objective(objective) > best_here.objective(objective) * (
@@ -259,7 +281,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         feasible = [p for p in pts if p.feasible]
         if len(feasible) > 1 and confirm_rounds:
             feasible = _confirm(feasible, objective, confirm_rounds, finalists, result, dev, devices, duration, db,
-                                trust_new_host_keys, slo_d, acc_d, progress)
+                                trust_new_host_keys, slo_d, acc_d, progress, scenario)
         if feasible:
             win = max(feasible, key=lambda p: p.objective(objective))
             result.winners[dev.name] = win
@@ -272,7 +294,8 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
 
 
 def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int, result: TuneResult, dev,
-             devices, duration: float, db, trust_new: bool, slo, acc, progress) -> list[Point]:
+             devices, duration: float, db, trust_new: bool, slo, acc, progress,
+             scenario: str | None = None) -> list[Point]:
     """Re-measure the best ``finalists`` in ``rounds`` interleaved rounds (A B C A B C) and return one
     point per finalist carrying its *median* figures: the pick rests on repeated, interleaved figures,
     not on the luckiest single run of a noisy sweep (the winner's curse)."""
@@ -289,7 +312,8 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
                      f"(round {r}/{rounds})")
             bundle = load_bundle(p.bundle)
             fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=p.threads, batch=p.batch,
-                           duration=duration, min_iters=20, warmup="0.3s", db=db, trust_new_host_keys=trust_new)
+                           duration=duration, min_iters=20, warmup="0.3s", db=db, trust_new_host_keys=trust_new,
+                           **_scenario_args(scenario, p.throughput_ips))
             recs = [x for x in fr.records if x.device.get("name") == dev.name]
             if recs:
                 q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc)
@@ -308,6 +332,14 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
         if med.feasible:
             out.append(med)
     return out or top
+
+
+def _scenario_args(scenario: str | None, rate: float | None) -> dict[str, Any]:
+    """bench arguments for a point: offline asks LoadGen for a burst of about the rate seen so far
+    (``target_qps`` sizes the burst: rate x duration samples), 200/s before any was seen."""
+    if scenario != "offline":
+        return {}
+    return {"scenario": "offline", "target_qps": round(1.2 * rate, 1) if rate else 200.0}
 
 
 def _miss(p: Point, slo, acc) -> float:

@@ -48,3 +48,26 @@ def test_tune_refuses_bad_goals_and_says_when_nothing_meets_them(tmp_path):
     assert not (tmp_path / "dist").exists()  # refused before building
     p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", cwd=tmp_path)
     assert p.returncode == 2 and "no configuration meets" in p.stderr and "closest" in p.stderr, p.stderr
+
+
+def test_tune_offline_picks_on_loadgens_offline_images_per_second(tmp_path):
+    import pytest
+
+    pytest.importorskip("mlperf_loadgen")
+    p = _tune("--batch", "1,2", "--threads", "1", "--scenario", "offline", "--exhaustive", "--confirm", "0",
+              "--json", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout)
+    assert res["objective"] == "throughput" and sorted(pt["batch"] for pt in res["points"]) == [1, 2]
+    best = max(res["points"], key=lambda pt: pt["throughput_ips"])
+    assert res["winners"]["local"]["batch"] == best["batch"]
+    from edgeopt import api
+
+    recs = [r for r in api.query(db=str(tmp_path / "edgeopt-results.db"), all_runs=True)
+            if (r.get("bench") or {}).get("scenario")]
+    assert len(recs) == 2 and {r["bench"]["scenario"]["scenario"] for r in recs} == {"offline"}
+    rate = {r["bench"]["inputs"]["batch"]: r["bench"]["scenario"]["images_per_second"]
+            if r["bench"]["inputs"]["batch"] > 1 else r["bench"]["scenario"]["samples_per_second"] for r in recs}
+    assert {pt["batch"]: pt["throughput_ips"] for pt in res["points"]} == rate  # LoadGen's rate, not the loop's
+    p = _tune("--scenario", "offline", "--slo", "p99=5ms", cwd=tmp_path)
+    assert p.returncode == 2 and "offline" in p.stderr and "Traceback" not in p.stderr

@@ -13,6 +13,7 @@ examples:
   edgeopt tune model.onnx --targets cpu,intel-cpu --shape x:1x3x224x224 --devices local
   edgeopt tune model.onnx -t intel-cpu -p fp32,int8 --batch 1,2,4,8 --slo p99=20ms --objective throughput
   edgeopt tune model.onnx -t cpu --threads 1,2,4 --min-accuracy top1=0.99 --exhaustive --json
+  edgeopt tune model.onnx -t cpu,intel-cpu --batch 1,4,8 --scenario offline   # LoadGen offline images/s
 
 The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
 upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the first
@@ -37,6 +38,9 @@ shown), 4 when a device failed.
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default=None,
               help="latency: lowest p50 at batch 1; throughput: most inferences/s [throughput when --batch "
                    "has more than 1, else latency].")
+@click.option("--scenario", type=click.Choice(["offline"]), default=None,
+              help="offline: throughput is MLPerf LoadGen's offline burst (images/s, served in each point's "
+                   "batch) instead of the single-stream loop's; the pick is the batch offline runs best with.")
 @click.option("--shape", "shapes", multiple=True, help="Input shape NAME:1x3x224x224 (the batch is replaced "
               "by each --batch value).")
 @click.option("--calib", default=None, help="Calibration/validation data (as for build).")
@@ -54,8 +58,8 @@ shown), 4 when a device failed.
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
-def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, shapes, calib, preprocess,
-            devices, limit, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
+def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, scenario, shapes, calib,
+            preprocess, devices, limit, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
             quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
     from edgeopt.commands import emit_json
@@ -75,7 +79,7 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
                batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
                min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
                preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
-               confirm_rounds=confirm_rounds,
+               confirm_rounds=confirm_rounds, scenario=scenario,
                trust_new_host_keys=trust_new_host_keys, progress=progress)
     if as_json:
         emit_json(res.as_dict(), "tune")
