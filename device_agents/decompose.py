@@ -112,8 +112,8 @@ def decompose(runner, manifest: dict[str, Any], feeds: list[dict[str, np.ndarray
     from .bundle import from_artifact
 
     info = runner.info()
-    phases = info.get("phases_ms") or {}  # runners that time copies themselves (TensorRT)
-    h2d, d2h = phases.get("h2d"), phases.get("d2h")
+    timed = info.get("timings_ms") or {}  # runners that time their copies themselves (TensorRT: CUDA events)
+    h2d, d2h = ((timed.get(k) or {}).get("p50") for k in ("h2d", "d2h"))
     copy_how = "timed by the runner" if h2d is not None else "host memory (CPU runtime): no copy"
     stages = [_preprocess_stage(manifest),
               {"stage": "copy in", "ms": h2d if h2d is not None else 0.0, "how": copy_how},

@@ -345,6 +345,8 @@ def build_engine(trt, onnx_path: Path, spec: dict[str, Any], gpu: GpuInfo, timin
         raise CompileError(f"TensorRT {trt.__version__}'s ONNX parser refused the model ({len(errors)} error(s)):\n  "
                            + "\n  ".join(errors))
     config = builder.create_builder_config()
+    if hasattr(trt, "ProfilingVerbosity"):  # layer types in the engine's metadata (the per-layer profile); no speed cost
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb or spec["workspace_mb"]) << 20)
     cc = version_tuple(gpu.compute_capability)
     for name in spec.get("flags", []):

@@ -286,5 +286,13 @@ class TfliteRunner(Runner):
                 "signature": self._signature, "min_runtime_version": self._ops.get("min_runtime_version"),
                 "custom_ops": self._ops["custom_ops"]}
 
+    def profile(self, feeds: list[dict[str, np.ndarray]], iterations: int) -> dict[str, Any]:
+        """LiteRT's Python API has no op profiler: the Interpreter and CompiledModel of ai-edge-litert 2.1
+        (and tflite-runtime, tf.lite) expose no per-op timing; the C++ ``benchmark_model
+        --enable_op_profiling`` has it and is not in the wheels. Said, not faked."""
+        return {"available": False,
+                "why": "LiteRT's Python Interpreter/CompiledModel expose no per-op profiler (the C++ benchmark_model "
+                       "tool's --enable_op_profiling does; it is not in the Python wheels)"}
+
     def close(self) -> None:
         self.interpreter = None

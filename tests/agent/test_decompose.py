@@ -61,3 +61,11 @@ def test_a_runner_without_a_profiler_says_so():
 
     assert Bare().profile([], 1) == {"available": False,
                                      "why": "bare: no per-op profiler in its Python API is wired up"}
+
+
+def test_litert_says_its_python_api_has_no_op_profiler():
+    from edgeopt_agent.runners.tflite import TfliteRunner
+
+    r = TfliteRunner.__new__(TfliteRunner)  # the answer does not depend on a loaded model
+    p = r.profile([], 1)
+    assert p["available"] is False and "LiteRT" in p["why"] and "benchmark_model" in p["why"]

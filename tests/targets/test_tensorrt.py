@@ -861,6 +861,23 @@ def test_bench_verb_reports_split_timings_for_tensorrt(cli_fp16, tmp_path):
     assert reply["bench"]["runner"]["timings_ms"]["runs"] == reply["bench"]["iterations"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_REASON is not None, reason=str(GPU_REASON))
+def test_bench_profile_gives_tensorrt_layer_times_and_event_timed_copies(cli_fp16, tmp_path):
+    _, _, root = cli_fp16
+    reply = _agent("bench", {"bundle": str(root / "h100-fp16"),
+                             "options": {"duration_s": 0.5, "min_iters": 20, "warmup": 5, "profile": 10,
+                                         "runner": {"engine_cache": str(tmp_path / "engines")}}})
+    assert reply["ok"], reply
+    d = reply["bench"]["decomposition"]
+    stages = {s["stage"]: s for s in d["stages"]}
+    assert stages["copy in"]["ms"] > 0 and stages["copy in"]["how"] == "timed by the runner"
+    p = d["profile"]
+    assert p["profiler"].startswith("TensorRT") and "IProfiler" in p["profiler"] and p["iterations"] == 10
+    assert p["ops"] and sum(o["share"] for o in p["ops"]) == pytest.approx(1.0)
+    assert any(o["op"] != "layer" for o in p["ops"])  # layer types from the DETAILED engine inspector
+
+
 def test_fp16_onnx_retypes_float_casts_so_onnx_runtime_loads_it():
     """y = Cast(ids -> float) * w: the converter retypes the Cast's output as float16 but leaves to=FLOAT,
     which ORT refuses (seen on magika's one-hot); the FP16 ONNX for TensorRT 11 must load and agree."""
