@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "latency_bound_ms": None,
     "latency_percentile": None,
     "engine": None,  # loadgen | edgeopt (None: LoadGen when installed)
+    "max_queue_delay_ms": None,  # server: dynamic batching, up to `batch` queries per run, waiting this long
     "loadgen_accuracy": True,  # with LoadGen: the accuracy check again through its AccuracyOnly mode
     "profile": 0,  # > 0: after the timed loop, the stages of one request and a per-op profile over N runs
 }
@@ -413,7 +414,8 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
 
             stage("scenario", {"scenario": opts["scenario"]})
             try:
-                scenario = run_scenario(runner.run, feeds, opts, worker=runner.worker)
+                dyn = all(spec.get("shape") and _dynamic(spec["shape"][0]) for spec in io["inputs"])
+                scenario = run_scenario(runner.run, feeds, opts, worker=runner.worker, dynamic_batch=dyn)
                 if scenario.get("engine") == "loadgen" and opts["loadgen_accuracy"]:
                     scenario["accuracy"] = _loadgen_accuracy(runner, manifest, bundle, groups, feeds, opts,
                                                              accuracy)

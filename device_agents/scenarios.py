@@ -68,6 +68,17 @@ def check(opts: dict[str, Any]) -> None:
     pct = opts.get("latency_percentile")
     if pct is not None and not (isinstance(pct, (int, float)) and 0 < pct < 100):
         raise ScenarioError(f"latency_percentile must be in (0, 100), got {pct!r}")
+    delay = opts.get("max_queue_delay_ms")
+    if delay is not None:
+        if s != "server":
+            raise ScenarioError("max_queue_delay_ms (dynamic batching) applies to the server scenario only")
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= 10_000:
+            raise ScenarioError(f"max_queue_delay_ms must be a number from 0 to 10000, got {delay!r}")
+        if int(opts.get("batch") or 1) < 2:
+            raise ScenarioError("dynamic batching needs the artifact's batch >= 2 (the batch option is the "
+                                "largest batch a worker forms)")
+        if opts.get("engine") == "edgeopt":
+            raise ScenarioError("dynamic batching runs in LoadGen's server scenario (engine loadgen)")
     for key in ("workers", "concurrency"):
         v = opts.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_WORKERS):
@@ -93,10 +104,12 @@ RunFn = Callable[[Any], Any]
 
 
 def run(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],
-        worker: Callable[[], RunFn] | None = None) -> dict[str, Any]:
+        worker: Callable[[], RunFn] | None = None, dynamic_batch: bool = False) -> dict[str, Any]:
     """One scenario run; ``opts``: scenario, duration_s, target_qps, samples_per_query, engine, workers,
-    concurrency. ``worker()`` gives the run function of each worker thread beyond the first (the
-    runner's ``worker``); without it every worker calls ``run_fn``."""
+    concurrency, batch, max_queue_delay_ms. ``worker()`` gives the run function of each worker thread
+    beyond the first (the runner's ``worker``); without it every worker calls ``run_fn``.
+    ``dynamic_batch``: the artifact takes any batch up to ``batch`` (a partial batch is run as is;
+    otherwise it is padded to the artifact's batch, as a server with a fixed-batch engine does)."""
     check(opts)
     clients = int(opts.get("concurrency") or 1)
     n_workers = int(opts.get("workers") or (clients if opts["scenario"] == "concurrency" else 1))
@@ -108,7 +121,7 @@ def run(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],
         if not loadgen_available():
             raise ScenarioError("LoadGen is not installed on this device: pip install mlcommons-loadgen "
                                 "(or ask for engine 'edgeopt', the agent's own loops)")
-        return _loadgen(fns, feeds, opts)
+        return _loadgen(fns, feeds, opts, dynamic_batch=dynamic_batch)
     if opts["scenario"] not in ("single-stream", "server"):
         raise ScenarioError(f"the {opts['scenario']} scenario needs LoadGen on the device "
                             "(pip install mlcommons-loadgen)")
@@ -138,8 +151,13 @@ def loadgen_accuracy_outputs(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str
     return [blobs[i] for i in range(len(feeds))], meta
 
 
-def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | None = None) -> Any:
-    """A LoadGen run; with ``encode`` in AccuracyOnly mode, returning ``(result, {sample: bytes})``."""
+def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | None = None,
+             dynamic_batch: bool = False) -> Any:
+    """A LoadGen run; with ``encode`` in AccuracyOnly mode, returning ``(result, {sample: bytes})``.
+
+    Server with ``max_queue_delay_ms`` (dynamic batching, the inference-server trade-off): a query is
+    one image; a worker takes the first waiting query, waits up to the delay for more, and runs up to
+    ``batch`` of them as one batch; every query's latency still counts from its scheduled arrival."""
     import mlperf_loadgen as lg
 
     scenario = opts["scenario"]
@@ -147,7 +165,8 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
     # offline with batch B: LoadGen's samples are images and the SUT runs them B at a time (one batched
     # feed per B samples, as an offline server batches its burst), so samples/s are images/s; the other
     # scenarios send requests, each one feed of B images
-    per = int(opts.get("batch") or 1) if scenario == "offline" and encode is None else 1
+    batching = scenario == "server" and opts.get("max_queue_delay_ms") is not None and encode is None
+    per = int(opts.get("batch") or 1) if (scenario == "offline" or batching) and encode is None else 1
     n = nf * per
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, LOADGEN_SCENARIO[scenario])
@@ -175,13 +194,44 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
     work: queue.Queue = queue.Queue()
     served = [0] * len(fns)
 
+    delay_s = float(opts.get("max_queue_delay_ms") or 0) / 1000
+    sizes: list[int] = []
+
     def worker(k: int) -> None:
         run_fn = fns[k]
+        if batching:
+            return batching_worker(k, run_fn)
         while True:
             items = work.get()
             if items is None:
                 return
             served[k] += serve(run_fn, items)
+
+    def batching_worker(k: int, run_fn: RunFn) -> None:
+        pending: list = []
+        stop = False
+        while True:
+            if not pending:
+                if stop:
+                    return
+                items = work.get()
+                if items is None:
+                    return
+                pending.extend(items)
+            t_end = time.perf_counter() + delay_s
+            while len(pending) < per and not stop:
+                left = t_end - time.perf_counter()
+                try:
+                    items = work.get(timeout=left) if left > 0 else work.get_nowait()
+                except queue.Empty:
+                    break
+                if items is None:
+                    stop = True
+                else:
+                    pending.extend(items)
+            chunk, pending = pending[:per], pending[per:]
+            sizes.append(len(chunk))
+            served[k] += serve(run_fn, chunk)
 
     inline = scenario in ("single-stream", "multi-stream") and len(fns) == 1
 
@@ -189,7 +239,10 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
         responses, keep = [], []
         for j in range(0, len(items), per):
             chunk = items[j:j + per]
-            raw = run_fn(feeds[(chunk[0].index // per) % nf])
+            feed = feeds[(chunk[0].index // per) % nf]
+            if dynamic_batch and len(chunk) < per:  # a partial batch, as is (a fixed-batch artifact: padded)
+                feed = {k: v[:len(chunk)] for k, v in feed.items()}
+            raw = run_fn(feed)
             if encode is None:
                 responses.extend(lg.QuerySampleResponse(qs.id, 0, 0) for qs in chunk)
             else:  # the outputs' bytes, kept alive until LoadGen has copied them into its log
@@ -241,9 +294,14 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
     summary_text = _read(out / "mlperf_log_summary.txt")
     res = parse_summary(summary_text)
     batch = int(opts.get("batch") or 1)
+    if batching:
+        res["dynamic_batching"] = {"max_batch": per, "max_queue_delay_ms": delay_s * 1000, "batches": len(sizes),
+                                   "mean_batch": round(sum(sizes) / len(sizes), 3) if sizes else None,
+                                   "partial_batches": "run as is" if dynamic_batch else "padded to the artifact's batch"}
     if batch > 1:  # what one LoadGen sample is, and the rate in images
         res["batch"] = batch
-        res["sample_is"] = "an image (served in batches)" if per > 1 else f"a request of {batch} images"
+        res["sample_is"] = ("an image (served in batches)" if scenario == "offline" else
+                            "an image (batched by the server)") if per > 1 else f"a request of {batch} images"
         rate = res.get("samples_per_second") or res.get("completed_qps") or res.get("queries_per_second")
         if rate:
             res["images_per_second"] = rate * (1 if per > 1 else batch)

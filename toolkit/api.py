@@ -199,10 +199,12 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
                   target_qps: float | None = None, latency_bound: str | None = None,
                   samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
-                  workers: int | None = None, concurrency: int | None = None) -> dict[str, Any]:
+                  workers: int | None = None, concurrency: int | None = None,
+                  max_queue_delay_ms: float | None = None) -> dict[str, Any]:
     """The options the agent's bench takes, checked (UsageError before any device is touched).
     ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
-    ``concurrency`` scenario."""
+    ``concurrency`` scenario; ``max_queue_delay_ms``: dynamic batching in the server scenario (up to
+    ``batch`` queries per run, waiting this long for them)."""
     from types import SimpleNamespace
 
     from edgeopt.commands.bench import bench_options as _opts
@@ -214,7 +216,8 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                            threads=threads, batch=batch, bench_timeout=bench_timeout, limit_memory=limit_memory,
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
                            latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
-                           profile=profile, workers=workers, concurrency=concurrency)
+                           profile=profile, workers=workers, concurrency=concurrency,
+                           max_queue_delay_ms=max_queue_delay_ms)
     opts = _opts(args)
     if warm_s is not None:
         opts["warmup_s"] = warm_s

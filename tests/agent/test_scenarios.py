@@ -165,3 +165,26 @@ def test_offline_with_a_batch_counts_images_and_runs_them_batched(tiny_bundle, t
     sc = reply["bench"]["scenario"]
     assert rc == 0 and sc["sample_is"] == "a request of 4 images"
     assert sc["images_per_second"] == pytest.approx(4 * sc["completed_qps"])
+
+
+def test_server_dynamic_batching_forms_batches_within_the_delay(tiny_bundle, tmp_path):
+    """Server with max_queue_delay_ms: queries are images; a worker waits up to the delay for more and
+    runs up to `batch` of them at once (a dynamic-batch artifact runs a partial batch as is)."""
+    pytest.importorskip("mlperf_loadgen")
+    from tests.agent.test_agent_bench import _dynamic_batch_copy
+
+    b = _dynamic_batch_copy(tiny_bundle, tmp_path / "dyn")
+    rc, reply = _bench(b, scenario="server", engine="loadgen", target_qps=400, batch=8, max_queue_delay_ms=20,
+                       latency_bound_ms=500, latency_percentile=90)
+    assert rc == 0, reply
+    sc = reply["bench"]["scenario"]
+    db = sc["dynamic_batching"]
+    assert db["max_batch"] == 8 and db["partial_batches"] == "run as is"
+    assert 1 < db["mean_batch"] <= 8  # at 400/s, a 20 ms wait gathers several queries
+    assert db["batches"] < sc["samples_served"] and sc["sample_is"] == "an image (batched by the server)"
+    rc, reply = _bench(b, scenario="server", engine="loadgen", target_qps=400, batch=8, max_queue_delay_ms=0)
+    assert rc == 0 and reply["bench"]["scenario"]["dynamic_batching"]["mean_batch"] < db["mean_batch"]
+    for opts, msg in (({"scenario": "offline", "max_queue_delay_ms": 5, "batch": 8}, "server scenario only"),
+                      ({"scenario": "server", "target_qps": 10, "max_queue_delay_ms": 5}, "batch >= 2")):
+        rc, reply = _bench(b, engine="loadgen", **opts)
+        assert rc != 0 and msg in reply["error"]["message"], reply

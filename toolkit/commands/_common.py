@@ -140,7 +140,7 @@ def bench_options(f: Callable) -> Callable:
         click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db]."),
         click.option("--scenario", type=click.Choice(["single-stream", "multi-stream", "server", "offline",
                                                       "concurrency"]),
-                     help="Also run this load scenario after the timed loop: MLPerf's (LoadGen on the device), or "
+                     help="Also run this load scenario (before the timed loop): MLPerf's (LoadGen on the device), or "
                           "concurrency: a closed loop of --concurrency clients (the agent's own; queueing hidden)."),
         click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
                      help="Threads serving queries at once in the scenario, each with its own infer request or "
@@ -150,10 +150,13 @@ def bench_options(f: Callable) -> Callable:
         click.option("--target-qps", type=float, metavar="QPS", help="server: arrival rate; offline: expected rate."),
         click.option("--latency-bound", metavar="pNN=MS", help="E.g. p99=20ms: the bound LoadGen judges VALID by."),
         click.option("--samples-per-query", type=int, metavar="N", help="multi-stream: samples per query."),
+        click.option("--max-queue-delay", "max_queue_delay_ms", type=float, metavar="MS",
+                     help="server: dynamic batching — a worker waits up to MS ms for more queries and runs up to "
+                          "--batch of them at once (each query's latency still counts from its arrival)."),
         click.option("--profile", type=click.IntRange(min=0), default=0, metavar="N",
                      help="After the timed loop: where one request's time goes (preprocess, copies, compute, "
                           "postprocess) and the runtime's own per-op profile over N runs (ONNX Runtime, "
-                          "OpenVINO) [0: off]."),
+                          "OpenVINO, TensorRT) [0: off]."),
         click.option("--engine", type=click.Choice(["loadgen", "edgeopt"]),
                      help="loadgen (needed for multi-stream/offline) or the agent's own loops [loadgen if "
                           "installed on the device]."),

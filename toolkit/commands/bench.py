@@ -47,12 +47,18 @@ def bench_options(args) -> dict:
     scenario = getattr(args, "scenario", None)
     pct, bound = parse_latency_bound(getattr(args, "latency_bound", None))
     workers, clients = getattr(args, "workers", None), getattr(args, "concurrency", None)
+    delay = getattr(args, "max_queue_delay_ms", None)
     if not scenario:
         if any(getattr(args, k, None) is not None for k in ("target_qps", "samples_per_query", "engine", "workers",
-                                                             "concurrency")) or bound:
-            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine/--workers/--concurrency "
-                             "need --scenario")
+                                                             "concurrency", "max_queue_delay_ms")) or bound:
+            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine/--workers/--concurrency/"
+                             "--max-queue-delay need --scenario")
         return opts
+    if delay is not None:
+        if scenario != "server" or args.batch < 2 or delay < 0 or args.engine == "edgeopt":
+            raise UsageError("--max-queue-delay is dynamic batching in the server scenario: it needs --scenario "
+                             "server, --batch >= 2 (the largest batch formed), a delay >= 0 and LoadGen")
+        opts["max_queue_delay_ms"] = float(delay)
     for flag, v in (("--workers", workers), ("--concurrency", clients)):
         if v is not None and not 1 <= v <= 256:
             raise UsageError(f"{flag} takes an integer from 1 to 256, got {v}")
@@ -152,7 +158,7 @@ def bench_kwargs(args) -> dict:
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
                                           "latency_bound", "samples_per_query", "engine", "profile", "workers",
-                                          "concurrency")}
+                                          "concurrency", "max_queue_delay_ms")}
 
 
 def run_bench(args, bundles: list, progress):
@@ -187,6 +193,10 @@ def print_fleet(result) -> None:
                   + (f" ({', '.join(sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
                   + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
                   + (f", {rate:.1f}/s" if rate else ""))
+            dyn = sc.get("dynamic_batching")
+            if dyn:
+                print(f"  dynamic batching: mean batch {dyn['mean_batch']} of {dyn['max_batch']} over {dyn['batches']} "
+                      f"runs (queue delay {dyn['max_queue_delay_ms']:g} ms; partial batches {dyn['partial_batches']})")
             acc = sc.get("accuracy")
             if acc:  # the accuracy check again, its outputs carried by LoadGen's AccuracyOnly run
                 from edgeopt_agent.compare import summary_line
