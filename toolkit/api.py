@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import UsageError
@@ -127,9 +128,12 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           preprocess: str | None = None, dist: str | os.PathLike = "dist", jobs: int = 2,
           timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
           options: dict[str, Any] | list[str] | None = None, config: str | None = None,
-          calib_count: int = 32, val_count: int | None = None, progress: Progress = _quiet):
+          calib_count: int = 32, val_count: int | None = None, batches: list[int] | None = None,
+          progress: Progress = _quiet):
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
+    ``batches``: one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
+    batch B under ``dist/batchB``), reported together.
     ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shapes``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
@@ -141,10 +145,32 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
             raise UsageError(f"{name} must be at least {low}, got {v}")
     if not timeout > 0:
         raise UsageError(f"timeout must be above 0 s, got {timeout}")
-    return _build(model, targets, precisions=precision, shapes=parse_shapes(shapes), calib=calib,
-                  preprocess=preprocess, out=dist, jobs=jobs, force=force, allow_mismatch=allow_mismatch,
-                  config=config, options=parse_options(options), timeout=timeout, n_calib=calib_count,
-                  n_val=val_count, progress=progress)
+    kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
+              allow_mismatch=allow_mismatch, config=config, options=parse_options(options), timeout=timeout,
+              n_calib=calib_count, n_val=val_count, progress=progress)
+    if not batches or list(batches) == [1]:
+        return _build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw)
+    if any(int(b) < 1 for b in batches):
+        raise UsageError(f"--batch values must be at least 1, got {','.join(map(str, batches))}")
+    from dataclasses import replace
+
+    from edgeopt.model import inspect, static_input_shapes
+
+    base = static_input_shapes(inspect(model), parse_shapes(shapes) or {})
+    reports = []
+    for b in sorted({int(x) for x in batches}):
+        progress(f"batch {b}")
+        reports.append(_build(model, targets, shapes=batch_shapes(base, b),
+                              out=dist if b == 1 else Path(dist) / f"batch{b}", **kw))
+    first = reports[0]
+    return replace(first, out=str(dist), results=[r for rep in reports for r in rep.results],
+                   warnings=list(dict.fromkeys(w for rep in reports for w in rep.warnings)),
+                   time_s=sum(rep.time_s for rep in reports), skipped=[s for rep in reports for s in rep.skipped])
+
+
+def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int]]:
+    """Every input's leading (batch) dimension set to ``batch`` (scalars kept)."""
+    return {k: [batch, *v[1:]] if v else v for k, v in shapes.items()}
 
 
 # --- devices ---------------------------------------------------------------------------------------
@@ -195,7 +221,7 @@ def check_bench_targets(names: str | list[str] | None) -> list[str] | None:
 
 
 def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str = 10, threads: int | None = None,
-                  batch: int = 1, bench_timeout: float = 300, limit_memory: float | None = None,
+                  batch: int | str | list[int] = 1, bench_timeout: float = 300, limit_memory: float | None = None,
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
                   target_qps: float | None = None, latency_bound: str | None = None,
                   samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
@@ -209,6 +235,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
 
     from edgeopt.commands.bench import bench_options as _opts
 
+    batch = parse_batches(batch)[0] if not isinstance(batch, int) else batch
     warm_iters, warm_s = _warmup(warmup)
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
@@ -265,14 +292,92 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
     from edgeopt.fleetbench import bench_fleet
     from edgeopt.results import DEFAULT_DB, ResultsDB
 
+    batches = parse_batches(options.get("batch", 1))
+    if len(batches) > 1:
+        return _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel,
+                              verify, db, progress, options)
+    options["batch"] = batches[0]
     opts = bench_options(**options)
     picked = check_bench_targets(targets)
     devs = select_devices(devices, limit, labels)
     found = bundles if bundles is not None else find_bundles(dist)
+    own = sorted({_static_batch(b) or 1 for b in found})
+    if opts["batch"] == 1 and own != [1]:  # bundles built at other batches (build --batch): each at its own
+        return _bench_batches(own, dist, devices, limit, labels, targets, found, trust_new_host_keys, parallel,
+                              verify, db, progress, options, exact=True)
     check_batch(found, opts["batch"])
     with ResultsDB(db or DEFAULT_DB) as rdb:
         return bench_fleet(devs, found, opts, targets=picked, trust_new_host_keys=trust_new_host_keys,
                            jobs=parallel, verify=verify, db=rdb, progress=progress)
+
+
+def parse_batches(value: int | str | list[int] | None) -> list[int]:
+    """``4``, ``"1,4,8"`` or ``[1, 4, 8]`` -> sorted batch sizes (each >= 1)."""
+    if value is None:
+        return [1]
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    try:
+        vals = sorted({int(str(x).strip()) for x in items if str(x).strip()})
+    except ValueError:
+        vals = []
+    if not vals or vals[0] < 1:
+        raise UsageError(f"--batch takes batch sizes >= 1 separated by commas (1,4,8), got {value!r}")
+    return vals
+
+
+def _static_batch(bundle) -> int | None:
+    """The batch a bundle was built at (its inputs' static leading dimension), None when dynamic."""
+    import json
+
+    from edgeopt_agent.bench import _dynamic
+
+    dims = {s["shape"][0] for s in json.loads((bundle.path / "manifest.json").read_text())["io"]["inputs"]
+            if s.get("shape") and not _dynamic(s["shape"][0])}
+    return int(max(dims)) if dims else None
+
+
+def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trust_new, parallel, verify, db, progress,
+                   options, exact: bool = False):
+    """``bench --batch 1,4,8``: each batch size on the bundles that take it (their batch is that size, or
+    dynamic), one fleet run per size, reported together: the latency/throughput curve per artifact.
+    ``exact``: each bundle at its own batch only (a dynamic one at 1)."""
+    import json
+
+    from edgeopt.deploy import find_bundles
+    from edgeopt.fleetbench import FleetResult
+    from edgeopt_agent.bench import _dynamic
+
+    for b in batches:
+        bench_options(**{**options, "batch": b})  # every size's options checked before any work
+    found = bundles if bundles is not None else find_bundles(dist)
+
+    def takes(bundle, b: int) -> bool:  # every input's leading dimension is b, or dynamic
+        if exact:
+            return (_static_batch(bundle) or 1) == b
+        inputs = json.loads((bundle.path / "manifest.json").read_text())["io"]["inputs"]
+        return all((_dynamic(s["shape"][0]) or int(s["shape"][0]) == b) if s.get("shape") else b == 1 for s in inputs)
+
+    merged: FleetResult | None = None
+    for b in batches:
+        mine = [x for x in found if takes(x, b)]
+        if not mine:
+            if merged is not None:
+                merged.skipped.append({"device": "-", "reason": f"batch {b}: no bundle takes it (build with --batch)"})
+            continue
+        progress(f"batch {b}: {len(mine)} bundle(s)")
+        res = bench(dist, devices, limit, labels, targets, mine, trust_new, parallel, verify, db, progress,
+                    **{**options, "batch": b})
+        if merged is None:
+            merged = res
+        else:
+            merged.records += res.records
+            merged.pushes += res.pushes
+            merged.skipped += res.skipped
+            merged.time_s += res.time_s
+    if merged is None:
+        raise UsageError(f"--batch {','.join(map(str, batches))}: no bundle under {str(dist)!r} takes any of these "
+                         "batch sizes", hint="build them: edgeopt build MODEL --batch 1,4,8 ...")
+    return merged
 
 
 def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local",

@@ -128,7 +128,8 @@ def choose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows sorted model, target, precision, device; the ship marks and × fp32 filled in."""
     rows = [row_of(r) for r in records]
-    rows = sorted(rows, key=lambda r: tuple(str(r.get(k) or "") for k in ("model", "target", "precision", "device")))
+    rows = sorted(rows, key=lambda r: (*(str(r.get(k) or "") for k in ("model", "target", "precision")),
+                                       r.get("batch") or 1, str(r.get("device") or "")))
     choose(rows)
     return rows
 
@@ -189,10 +190,18 @@ DROP_ORDER = ["time", "runtime", "cosine_min", "first_inference_ms", "load_s", "
               "artifact_mb", "p90_ms", "vs_fp32", "model"]
 
 
+def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """COLUMNS, with a batch column after precision when some run used a batch above 1 (a batch curve)."""
+    if not any((r.get("batch") or 1) > 1 for r in rows):
+        return COLUMNS
+    i = [k for k, _ in COLUMNS].index("precision") + 1
+    return [*COLUMNS[:i], ("batch", "batch"), *COLUMNS[i:]]
+
+
 def _cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
     out = []
     for r in rows:
-        c = {k: _fmt(k, r.get(k)) for k, _ in COLUMNS}
+        c = {k: _fmt(k, r.get(k)) for k, _ in columns_for(rows)}
         if r.get("error") and r["status"] != "ok":
             c["status"] = f"{r['status']}"
         out.append(c)
@@ -242,7 +251,7 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
         gate_lines = gate_report.text(gates)
         if not rows:
             return (gate_lines + "\n") if gate_lines else "no runs match\n"
-        text = table(_cells(rows), COLUMNS, drop=DROP_ORDER)
+        text = table(_cells(rows), columns_for(rows), drop=DROP_ORDER)
         errs = _errors(rows)
         notes = notes_of(rows)
         dec = decomposition_text(records)
@@ -267,11 +276,12 @@ def _markdown(rows: list[dict[str, Any]], title: str) -> str:
     lines = [f"# {title}", ""]
     if not rows:
         return "\n".join(lines + ["No runs match.", ""])
-    lines.append("| " + " | ".join(h for _, h in COLUMNS) + " |")
-    lines.append("|" + "|".join("---:" if k.endswith(("_ms", "_s", "_mb", "_ips")) else "---" for k, _ in COLUMNS)
+    cols = columns_for(rows)
+    lines.append("| " + " | ".join(h for _, h in cols) + " |")
+    lines.append("|" + "|".join("---:" if k.endswith(("_ms", "_s", "_mb", "_ips")) else "---" for k, _ in cols)
                  + "|")
     for c in _cells(rows):
-        lines.append("| " + " | ".join(esc(c[k]) for k, _ in COLUMNS) + " |")
+        lines.append("| " + " | ".join(esc(c[k]) for k, _ in cols) + " |")
     notes = notes_of(rows)
     if notes:
         lines += [""] + [f"- {esc(n)}" for n in notes]
@@ -343,7 +353,7 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 
     models = sorted({str(r["model"]) for r in rows})
     # One model: say it once in the heading and give its column's width to the numbers.
-    cols = [c for c in COLUMNS if not (c[0] == "model" and len(models) == 1)]
+    cols = [c for c in columns_for(rows) if not (c[0] == "model" and len(models) == 1)]
     num = {k for k, _ in cols if k.endswith(("_ms", "_s", "_mb", "_ips")) or k in ("cosine_min", "top1", "vs_fp32")}
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in cols)
     body = []

@@ -91,8 +91,8 @@ class ResultsDB:
               device: str | None = None, status: str | None = None, run_id: str | None = None,
               since: str | None = None, latest: bool = False) -> list[dict[str, Any]]:
         """Records matching every filter given (``since``: ISO date/time or ``30m``/``12h``/``7d`` ago), oldest
-        first; ``latest`` keeps the newest of each (model, target, precision, device), bench runs and gate
-        verdicts (``status`` ``gate-*``) apart."""
+        first; ``latest`` keeps the newest of each (model, target, precision, device, batch), bench runs and
+        gate verdicts (``status`` ``gate-*``) apart."""
         where, args = [], []
         for col, val in (("model", model), ("target", target), ("precision", precision), ("device", device),
                          ("status", status), ("run_id", run_id)):
@@ -107,7 +107,8 @@ class ResultsDB:
         if latest:
             # the newest bench run and the newest gate verdict of each: a gate does not hide a bench
             sql = ("SELECT json FROM (SELECT json, time, id, ROW_NUMBER() OVER (PARTITION BY model, target, "
-                   "precision, device, (status LIKE 'gate-%') ORDER BY time DESC, id DESC) AS rn FROM runs "
+                   "precision, device, COALESCE(json_extract(json, '$.bench.inputs.batch'), 1), "
+                   "(status LIKE 'gate-%') ORDER BY time DESC, id DESC) AS rn FROM runs "
                    f"{cond}) WHERE rn = 1 "
                    "ORDER BY time, id")
         else:

@@ -124,10 +124,6 @@ def thread_steps(cores: int, given: list[int] | None) -> list[int]:
     return [*steps, max(1, cores)]
 
 
-def _with_batch(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int]]:
-    return {k: [batch, *v[1:]] if v else v for k, v in shapes.items()}
-
-
 def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc) -> Point:
     b = rec.bundle or {}
     p = Point(dev, b.get("target", ""), b.get("precision", ""), batch, threads, str(bundle.path), rec.status,
@@ -214,7 +210,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     built: dict[int, list] = {}
     for b in batches:
         progress(f"building batch {b}: {targets} × {precision}")
-        rep = api.build(model, targets, precision=precision, shapes=_with_batch(base, b), calib=calib,
+        rep = api.build(model, targets, precision=precision, shapes=api.batch_shapes(base, b), calib=calib,
                         preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress)
         for r in rep.results:
             if r.ok:

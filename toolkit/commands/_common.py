@@ -127,7 +127,9 @@ def bench_options(f: Callable) -> Callable:
                      help="Untimed runs first: iterations (10) or a time (2s, 500ms)."),
         click.option("--threads", type=click.IntRange(min=1), default=None, show_default=False,
                      help="Runtime threads [the runtime's choice]."),
-        click.option("--batch", type=click.IntRange(min=1), default=1, help="Batch size."),
+        click.option("--batch", default="1", metavar="N|LIST",
+                     help="Batch size; a list (1,4,8) benches each size on the bundles that take it (built with "
+                          "`build --batch`, or a dynamic batch) and gives the latency/throughput curve."),
         click.option("--bench-timeout", type=float, default=300, metavar="S", callback=positive,
                      help="Seconds before a hung runtime is killed on the device."),
         click.option("--limit-memory", type=float, metavar="MB", callback=positive,

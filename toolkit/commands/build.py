@@ -24,6 +24,7 @@ examples:
   edgeopt build model.onnx -t cpu,intel-cpu -p fp32,int8 --calib images/ --shape x:1x3x224x224
   edgeopt build model.onnx -t cpu,intel-cpu -p cpu=fp32,int8,intel-cpu=int8 --calib data.npz
   edgeopt build yolo.onnx -t mobile --shapes=images:1x3x640x640 --option int8_mode=full --json
+  edgeopt build model.onnx -t cpu,intel-cpu --shape x:1x3x224x224 --batch 1,4,8   # one bundle per batch
 
 exit codes: 0 every target built and passed its check, 2 bad input (nothing built), 3 a target
 failed to build or failed its check (the others are kept).""")
@@ -32,6 +33,9 @@ failed to build or failed its check (the others are kept).""")
 @click.command("build", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
                short_help="Compile and check the model for targets.")
 @build_options
+@click.option("--batch", "batches", default=None, metavar="LIST",
+              help="Build one bundle per batch size, e.g. 1,4,8 (the batch in the artifact's shape; batch B "
+                   "goes under DIST/batchB/); `edgeopt bench --batch 1,4,8` then gives the curve.")
 @json_option
 @verbosity
 def command(**kw) -> int:
@@ -52,7 +56,23 @@ def build_from_args(args):
                      else args.precision, shapes=list(args.shape), calib=args.calib, preprocess=args.preprocess,
                      dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
                      config=args.config, options=list(args.option), timeout=args.timeout,
-                     calib_count=args.calib_count, val_count=args.val_count, progress=stderr_progress(args.quiet))
+                     calib_count=args.calib_count, val_count=args.val_count,
+                     batches=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet))
+
+
+def parse_batches(text: str | None) -> list[int] | None:
+    """``1,4,8`` -> [1, 4, 8]; one line for anything else."""
+    from edgeopt.errors import UsageError
+
+    if not text:
+        return None
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 1 for v in vals):
+        raise UsageError(f"--batch takes batch sizes >= 1 separated by commas (1,4,8), got {text!r}")
+    return sorted(set(vals))
 
 
 def print_report(report) -> None:

@@ -48,7 +48,7 @@ def run(args) -> int:
 
     from edgeopt import api
     from edgeopt.deploy import load_bundle
-    from edgeopt.errors import EXIT_BUILD_FAILED, EXIT_DEVICE_FAILED
+    from edgeopt.errors import EXIT_BUILD_FAILED, EXIT_DEVICE_FAILED, UsageError
     from edgeopt.reporting import render
     from edgeopt.ui import stderr_progress
 
@@ -57,6 +57,11 @@ def run(args) -> int:
     from .report import check_writable, guess_format, write_report
 
     # everything that can be wrong with the input is refused before the (long) build
+    batches = api.parse_batches(args.batch)
+    if len(batches) > 1:
+        raise UsageError("run takes one --batch; for a batch curve: edgeopt build --batch 1,4,8, then "
+                         "edgeopt bench --batch 1,4,8")
+    args.batch = batches[0]
     api.bench_options(**bench_kwargs(args))
     api.select_devices(args.devices, list(args.only), list(args.label))
     if args.report:
