@@ -73,35 +73,44 @@ def decomposition(work: Path, targets: str, iters: int) -> str:
             + "\n")
 
 
-def batch_curve(work: Path, targets: str, batches: list[int]) -> str:
+def batch_curve(work: Path, targets: str, batches: list[int], rounds: int) -> str:
+    import statistics
+
     import edgeopt
     from edgeopt.fixtures import path as fixture
 
-    rows = []
-    for b in batches:
-        dist = work / f"batch{b}"
+    for b in batches:  # the bundles first: one build per batch size
         edgeopt.build(fixture("ocr-cls"), targets, precision="fp32", shapes=f"x:{b}x3x48x192",
-                      calib=str(fixture("images")), preprocess="preset=pm1", dist=dist, calib_count=8)
-        ss = edgeopt.bench(dist=dist, duration=2.0, min_iters=30, warmup="0.5s", batch=b, db=str(work / "r.db"))
-        for rec in ss.records:
-            if not rec.ok:
-                rows.append({"target": rec.bundle.get("target"), "batch": str(b), "p50 ms / request": f"failed: {rec.status}"})
-                continue
-            p50 = rec.bench["latency_ms"]["p50"]
-            off = edgeopt.bench(dist=dist, duration=2.0, min_iters=1, warmup="0.5s", batch=b, scenario="offline",
-                                target_qps=1.2 * b * 1000 / p50, limit=None, db=str(work / "r.db"),
-                                targets=rec.bundle["target"])
-            sc = (off.records[0].bench or {}).get("scenario") or {} if off.records and off.records[0].ok else {}
-            rows.append({"target": rec.bundle["target"], "batch": str(b), "p50 ms / request": f"{p50:.2f}",
-                         "p99 ms": f"{rec.bench['latency_ms']['p99']:.2f}",
-                         "images/s (single-stream loop)": f"{rec.bench['throughput_ips']:.0f}",
-                         "images/s (LoadGen offline)": f"{sc.get('images_per_second') or sc.get('samples_per_second') or 0:.0f}"})
-            print(rows[-1], flush=True)
-    rows.sort(key=lambda r: (r["target"], int(r["batch"])))
+                      calib=str(fixture("images")), preprocess="preset=pm1", dist=work / f"batch{b}", calib_count=8)
+    pts: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for r in range(rounds):  # interleaved rounds: every (batch, target) once per round
+        for b in batches:
+            dist = work / f"batch{b}"
+            ss = edgeopt.bench(dist=dist, duration=1.5, min_iters=30, warmup="0.5s", batch=b, db=str(work / "r.db"))
+            for rec in ss.records:
+                if not rec.ok:
+                    continue
+                t = rec.bundle["target"]
+                p50 = rec.bench["latency_ms"]["p50"]
+                off = edgeopt.bench(dist=dist, duration=1.5, min_iters=1, warmup="0.5s", batch=b, scenario="offline",
+                                    target_qps=1.2 * b * 1000 / p50, db=str(work / "r.db"), targets=t)
+                sc = (off.records[0].bench or {}).get("scenario") or {} if off.records and off.records[0].ok else {}
+                d = pts.setdefault((t, b), {"p50": [], "p99": [], "loop": [], "offline": []})
+                d["p50"].append(p50)
+                d["p99"].append(rec.bench["latency_ms"]["p99"])
+                d["loop"].append(rec.bench["throughput_ips"])
+                d["offline"].append(sc.get("images_per_second") or sc.get("samples_per_second") or 0.0)
+            print(f"round {r + 1}: batch {b} done", flush=True)
+    rows = []
+    for (t, b), d in sorted(pts.items()):
+        med = {k: statistics.median(v) for k, v in d.items()}
+        rows.append({"target": t, "batch": str(b), "p50 ms / request": f"{med['p50']:.2f}", "p99 ms": f"{med['p99']:.2f}",
+                     "images/s (single-stream loop)": f"{med['loop']:.0f}",
+                     "images/s (LoadGen offline)": f"{med['offline']:.0f}"})
     return (f"### Batch curve (`bench/bench_decompose.py`)\n\n{stamp()} · {machine()} · load: {load()}\n\n"
-            "PP-OCR classifier, fp32, one bundle per batch size (the batch is in the artifact's shape). A request "
-            "is one batch; LoadGen's offline samples are images served in that batch.\n\n"
-            + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
+            "PP-OCR classifier, fp32, one bundle per batch size (the batch is in the artifact's shape; "
+            f"`edgeopt build --batch`), medians of {rounds} interleaved rounds. A request is one batch; LoadGen's "
+            "offline samples are images served in that batch.\n\n" + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
 
 
 def main() -> None:
@@ -109,6 +118,7 @@ def main() -> None:
     ap.add_argument("--targets", default="cpu,intel-cpu,mobile")
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=["decompose", "batch-curve"], default=None)
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
@@ -119,7 +129,7 @@ def main() -> None:
         if not a.no_write:
             write_section("decompose", body)
     if a.only in (None, "batch-curve"):
-        body = batch_curve(work, a.targets, [int(x) for x in a.batches.split(",")])
+        body = batch_curve(work, a.targets, [int(x) for x in a.batches.split(",")], a.rounds)
         print(body, flush=True)
         if not a.no_write:
             write_section("batch-curve", body)
