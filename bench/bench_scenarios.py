@@ -107,7 +107,7 @@ def main() -> None:
                     lat = s["latency_ms"]
                     rows.append({"model": name, "target": res.target, "scenario": sc,
                                  "LoadGen verdict": "VALID" if s["valid"] else "INVALID: " + ", ".join(
-                                     s.get("invalid_reasons") or []),
+                                     f"{r}: NO" for r in s.get("invalid_reasons") or []),
                                  "p50 ms": f"{lat.get('p50', float('nan')):.2f}", "p99 ms": f"{lat.get('p99', float('nan')):.2f}",
                                  "rate /s": _rate(s),
                                  "accuracy (AccuracyOnly)": _acc(s),

@@ -46,7 +46,7 @@ def search(sess, bundle_id: str, bound_ms: float, percentile: float = 99.0, engi
             valid = bool(sc.get("valid"))
             engine_used = engine_used or sc.get("engine")
             measured = (sc.get("latency_ms") or {}).get(f"p{percentile:g}")
-            why = ", ".join(sc.get("invalid_reasons") or []) or None
+            why = ", ".join(f"{r}: NO" for r in sc.get("invalid_reasons") or []) or None
         except DeviceError as exc:
             sc, valid, measured, why = {}, False, None, f"probe failed: {exc.message}"[:200]
         over = measured is None or measured > bound_ms or "Performance constraints satisfied" in (why or "")

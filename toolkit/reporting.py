@@ -255,12 +255,18 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
         errs = _errors(rows)
         notes = notes_of(rows)
         dec = decomposition_text(records)
-        return (text + ("\n\n" + "\n".join(notes) if notes else "") + ("\n\n" + dec if dec else "")
+        from edgeopt.report_scenarios import scenario_text
+
+        scen = scenario_text(records)
+        return (text + ("\n\n" + "\n".join(notes) if notes else "") + ("\n\n" + scen.rstrip() if scen else "")
+                + ("\n\n" + dec if dec else "")
                 + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "")
                 + ("\n\n" + gate_lines if gate_lines else "") + "\n")
     if fmt == "md":
         gate_lines = gate_report.text(gates)
-        return _markdown(rows, title) + ("\n## Gates\n\n" + "\n".join(f"- {x}" for x in gate_lines.splitlines())
+        from edgeopt.report_scenarios import scenario_md
+
+        return _markdown(rows, title) + scenario_md(records) + ("\n## Gates\n\n" + "\n".join(f"- {x}" for x in gate_lines.splitlines())
                                          + "\n" if gate_lines else "")
     if fmt == "html":
         return _html(rows, records, title, filters or {}, gates)
@@ -379,10 +385,17 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
 <div class="scroll"><table id="comparison"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>
 {('<h2>Failures</h2><ul class="err">' + ''.join(f'<li>{html.escape(e)}</li>' for e in errs) + '</ul>') if errs else ''}
 <div class="plots">{figs}</div>
+{_scenarios_html(records)}
 {_decomposition_html(records)}
 {gate_report.section_html(gates or [], plots=note is None)}
 </body></html>
 """
+
+
+def _scenarios_html(records: list[dict[str, Any]]) -> str:
+    from edgeopt.report_scenarios import scenario_html
+
+    return scenario_html(records)
 
 
 def decompositions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -69,5 +69,7 @@ def test_tune_offline_picks_on_loadgens_offline_images_per_second(tmp_path):
     rate = {r["bench"]["inputs"]["batch"]: r["bench"]["scenario"]["images_per_second"]
             if r["bench"]["inputs"]["batch"] > 1 else r["bench"]["scenario"]["samples_per_second"] for r in recs}
     assert {pt["batch"]: pt["throughput_ips"] for pt in res["points"]} == rate  # LoadGen's rate, not the loop's
+    md = api.report(db=str(tmp_path / "edgeopt-results.db"), format="md")  # the report shows the scenario runs
+    assert "## Load scenarios" in md and "| offline |" in md and "loadgen" in md and "passed" in md
     p = _tune("--scenario", "offline", "--slo", "p99=5ms", cwd=tmp_path)
     assert p.returncode == 2 and "offline" in p.stderr and "Traceback" not in p.stderr

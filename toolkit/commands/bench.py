@@ -190,7 +190,7 @@ def print_fleet(result) -> None:
             who = (f", {sc['concurrency']} clients" if sc.get("concurrency") else "") + \
                 (f", {sc['workers']} workers" if (sc.get("workers") or 1) > 1 else "")
             print(f"{r.device['name']}: {sc['scenario']} ({sc['engine']}{who}): {valid}"
-                  + (f" ({', '.join(sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
+                  + (f" ({', '.join(r + ': NO' for r in sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
                   + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
                   + (f", {rate:.1f}/s" if rate else ""))
             dyn = sc.get("dynamic_batching")
