@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import queue
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -288,10 +289,14 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
     wall = time.perf_counter() - t0
-    if encode is not None:
-        blobs = _accuracy_log(out / "mlperf_log_accuracy.json")
-        return {"loadgen_version": _lg_version(), "wall_s": round(wall, 3), "accuracy_entries": len(blobs)}, blobs
-    summary_text = _read(out / "mlperf_log_summary.txt")
+    try:  # LoadGen's logs are read, then removed: a detail log can reach tens of MB per run on the device
+        if encode is not None:
+            blobs = _accuracy_log(out / "mlperf_log_accuracy.json")
+            return {"loadgen_version": _lg_version(), "wall_s": round(wall, 3), "accuracy_entries": len(blobs)}, blobs
+        summary_text = _read(out / "mlperf_log_summary.txt")
+        detail_tail = _tail(out / "mlperf_log_detail.txt", 3000)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
     res = parse_summary(summary_text)
     batch = int(opts.get("batch") or 1)
     if batching:
@@ -307,7 +312,7 @@ def _loadgen(fns: list[RunFn], feeds, opts, encode: Callable[[Any], bytes] | Non
             res["images_per_second"] = rate * (1 if per > 1 else batch)
     res.update({"engine": "loadgen", "loadgen_version": _lg_version(), "scenario": scenario, "wall_s": round(wall, 3),
                 "samples_served": sum(served), "workers": len(fns), "served_per_worker": served, "seeds": SEED, "summary_log": summary_text[-6000:],
-                "detail_log_tail": _read(out / "mlperf_log_detail.txt")[-3000:]})
+                "detail_log_tail": detail_tail})
     return res
 
 
@@ -332,6 +337,17 @@ def _lg_version() -> str | None:
         return version("mlcommons-loadgen")
     except Exception:  # noqa: BLE001
         return None
+
+
+def _tail(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of a (possibly large) text file, without reading all of it."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4 * chars))
+            return f.read().decode(errors="replace")[-chars:]
+    except OSError:
+        return ""
 
 
 def _read(path: Path) -> str:

@@ -188,3 +188,20 @@ def test_server_dynamic_batching_forms_batches_within_the_delay(tiny_bundle, tmp
                       ({"scenario": "server", "target_qps": 10, "max_queue_delay_ms": 5}, "batch >= 2")):
         rc, reply = _bench(b, engine="loadgen", **opts)
         assert rc != 0 and msg in reply["error"]["message"], reply
+
+
+def test_loadgens_logs_are_removed_once_read(tiny_bundle, tmp_path):
+    """LoadGen writes its logs (a detail log of tens of MB on a long run) to a temp folder: read, then removed,
+    so repeated benches cannot fill a device's disk."""
+    import os
+
+    pytest.importorskip("mlperf_loadgen")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    rc, reply = agent("bench", {"bundle": str(tiny_bundle), "options": {
+        "duration_s": 0.5, "timeout_s": 120, "scenario": "single-stream", "engine": "loadgen"}},
+        env={**os.environ, "TMPDIR": str(tmp)})
+    assert rc == 0, reply
+    assert "MLPerf Results Summary" in reply["bench"]["scenario"]["summary_log"]
+    assert reply["bench"]["scenario"]["accuracy"]["passed"]  # the AccuracyOnly run's log too
+    assert not list(tmp.glob("edgeopt-loadgen-*"))
