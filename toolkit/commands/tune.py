@@ -16,9 +16,9 @@ examples:
   edgeopt tune model.onnx -t cpu,intel-cpu --batch 1,4,8 --scenario offline   # LoadGen offline images/s
 
 The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
-upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the first
-that misses the SLO or stops paying (--exhaustive measures everything). The 3 best points are then
-re-measured in --confirm interleaved rounds and the pick is made on their medians. The winner per device is
+upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the
+first that misses the SLO or after two that stop paying (--exhaustive measures everything). The 3
+best points are then re-measured in --confirm interleaved rounds and the pick is made on their medians. The winner per device is
 written as a tuned bundle (the threads in runtime.options) under DIST/<model>/tuned/<device>/ —
 bench or roll out that folder. Exit 2 when no configuration meets the SLO/accuracy (the closest is
 shown), 4 when a device failed.
