@@ -7,6 +7,19 @@ Models come from PyPI wheels other than the fixtures (install with ``pip install
   ``common_old.onnx``, an already-quantized recogniser (ConvInteger + DynamicQuantizeLinear).
 - ``magika`` 1.0.3: ``standard_v3_3/model.onnx``, a byte-sequence file-type classifier with an
   ``int32`` input ``[N, 2048]`` (token ids 0..256) and 214 classes.
+- ``ddddocr`` 1.6.1: ``common_det.onnx``, a YOLOX-style character detector (``[1, 3, 416, 416]`` BGR
+  0..255, letterboxed with 114 like ddddocr; output ``[1, 3549, 6]`` boxes/objectness/class).
+- ``resemblyzer`` 0.1.4: ``pretrained.pt`` (a 3-layer LSTM speaker encoder, 40 mel bands -> 256-d
+  L2-normed embedding).  Exported here to ONNX (opset 17, TorchScript exporter) from its state dict
+  with the torch CPU wheel (/opt/wheels) in a throw-away venv under the work dir (not in .venv).
+  Input: 160 linear-mel frames (25 ms window, 10 ms hop, resemblyzer's own features) of
+  moonshine_onnx's ``beckett.wav`` (real speech), 1.6 s partials every 0.2 s.
+- ``attacut`` 1.0.6: ``attacut-c/model.pth`` (Thai word segmenter: character-id Embedding + 3 dilated
+  Conv1d + MLP; token-id input ``int64 [1, 128]``), exported the same way, its per-character logit
+  put through a Sigmoid (P(word starts here), what attacut thresholds at 0.5).  Input: real Thai
+  sentences (the ``th`` gettext catalogues under /usr/share/locale), ids from attacut's
+  ``characters.json``.
+No GRU model is in the matrix: none of the wheels checked ships GRU weights.
 
 Data is real: horizontal strips of skimage's scanned ``page.png`` (and ``text.png``) for the OCR
 models, the first/last 1 KiB of real files from site-packages for magika.  Each (model, target,
@@ -81,8 +94,146 @@ def magika_bytes(n: int = 40) -> np.ndarray:
     return np.asarray(rows, np.int32)
 
 
+def det_images(n: int = 40) -> np.ndarray:
+    """[n, 3, 416, 416] real photos/scans letterboxed like ddddocr's detector (BGR, 0..255, pad 114)."""
+    from skimage import data, transform
+
+    imgs = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket(), data.page(), data.text(),
+            data.camera(), data.horse(), data.immunohistochemistry(), data.coins()]
+    out = []
+    for i in range(n):
+        img = imgs[i % len(imgs)]
+        img = np.repeat(img[..., None], 3, -1) if img.ndim == 2 else img[..., :3]
+        if img.dtype == bool:
+            img = img.astype(np.uint8) * 255
+        k = i // len(imgs)  # later rounds: crops of the same pictures
+        h, w = img.shape[:2]
+        img = img[k * h // 10:, k * w // 10:]
+        r = min(416 / img.shape[0], 416 / img.shape[1])
+        res = transform.resize(img, (int(img.shape[0] * r), int(img.shape[1] * r)), preserve_range=True)
+        pad = np.full((416, 416, 3), 114.0, np.float32)
+        pad[:res.shape[0], :res.shape[1]] = res[..., ::-1]
+        out.append(pad.transpose(2, 0, 1))
+    return np.stack(out).astype(np.float32)
+
+
+def _mel_filters(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """librosa's default (Slaney) mel filterbank, in numpy."""
+    def hz2mel(f):
+        f = np.asarray(f, np.float64)
+        return np.where(f >= 1000, 15 + np.log(np.maximum(f, 1e-9) / 1000) / (np.log(6.4) / 27), f * 3 / 200)
+
+    def mel2hz(m):
+        return np.where(m >= 15, 1000 * np.exp(np.log(6.4) / 27 * (m - 15)), m * 200 / 3)
+
+    fft_f = np.linspace(0, sr / 2, n_fft // 2 + 1)
+    mel_f = mel2hz(np.linspace(hz2mel(0), hz2mel(sr / 2), n_mels + 2))
+    fdiff, ramps = np.diff(mel_f), mel_f[:, None] - fft_f[None]
+    w = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    return (w * (2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels]))[:, None]).astype(np.float32)
+
+
+def speech_mels(n: int = 40) -> np.ndarray:
+    """[n, 160, 40] resemblyzer mel frames of real speech (beckett.wav), 1.6 s partials every 0.2 s."""
+    import wave
+
+    with wave.open(str(_pkg_dir("moonshine_onnx") / "assets" / "beckett.wav")) as f:
+        wav = np.frombuffer(f.readframes(f.getnframes()), np.int16).astype(np.float32) / 32768
+    n_fft, hop = 400, 160
+    pad = np.pad(wav, n_fft // 2, mode="reflect")  # librosa's centred STFT
+    frames = np.lib.stride_tricks.sliding_window_view(pad, n_fft)[::hop] * np.hanning(n_fft + 1)[:-1]
+    mel = (np.abs(np.fft.rfft(frames, axis=-1)) ** 2) @ _mel_filters(16000, n_fft, 40).T
+    starts = [min(i * 20, len(mel) - 160) for i in range(n)]
+    return np.stack([mel[s:s + 160] for s in starts]).astype(np.float32)
+
+
+def thai_char_ids(n: int = 40, length: int = 128) -> np.ndarray:
+    """[n, 128] int64 attacut character ids of real Thai sentences (the th gettext catalogues)."""
+    import gettext
+
+    chars = json.loads((_pkg_dir("attacut") / "artifacts" / "attacut-c" / "characters.json").read_text())
+    text = []
+    for mo in sorted(Path("/usr/share/locale/th/LC_MESSAGES").glob("*.mo")):
+        with mo.open("rb") as f:
+            cat = gettext.GNUTranslations(f)._catalog  # noqa: SLF001 - the msgstr texts
+        text += [v for v in cat.values() if isinstance(v, str) and sum("\u0e00" <= c <= "\u0e7f" for c in v) > 10]
+    text = sorted(set(text))
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in rng.choice(len(text), size=n, replace=len(text) < n):
+        s = " ".join(t.replace("\n", " ") for t in text[i:i + 4])[:length]
+        ids = [chars.get(c, 1) for c in s] + [0] * length
+        rows.append(ids[:length])
+    return np.asarray(rows, np.int64)
+
+
+_EXPORT = r"""
+import sys
+import torch, torch.nn as nn
+which, src, dst = sys.argv[1], sys.argv[2], sys.argv[3]
+if which == "resemblyzer":
+    class Enc(nn.Module):  # resemblyzer.VoiceEncoder's layers and forward
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(40, 256, 3, batch_first=True)
+            self.linear = nn.Linear(256, 256)
+        def forward(self, mels):
+            _, (h, _) = self.lstm(mels)
+            e = torch.relu(self.linear(h[-1]))
+            return e / torch.norm(e, dim=1, keepdim=True)
+    m = Enc()
+    sd = torch.load(src, map_location="cpu")
+    sd = sd.get("model_state", sd)
+    m.load_state_dict({k: v for k, v in sd.items() if k.split(".")[0] in ("lstm", "linear")})
+    args, names, outs = (torch.rand(1, 160, 40),), ["mels"], ["speaker_embedding"]
+else:
+    class Conv(nn.Module):  # attacut.models.ConvolutionLayer
+        def __init__(self, c, f, k, d=1):
+            super().__init__()
+            p = k // 2
+            self.conv = nn.Conv1d(c, f, k, dilation=d, padding=p + p * (d - 1))
+        def forward(self, x):
+            return self.conv(x)
+    class M(nn.Module):  # attacut.models.seq_ch_conv, params emb:48|conv:196|l1:32
+        def __init__(self, n):
+            super().__init__()
+            self.embeddings = nn.Embedding(n, 48, padding_idx=0)
+            self.conv1, self.conv2, self.conv3 = Conv(48, 196, 3), Conv(48, 196, 5, 3), Conv(48, 196, 9, 2)
+            self.linear1, self.linear2 = nn.Linear(196, 32), nn.Linear(32, 1)
+        def forward(self, x):
+            e = self.embeddings(x).permute(0, 2, 1)
+            out = torch.stack([c(e).permute(0, 2, 1) for c in (self.conv1, self.conv2, self.conv3)], 3)
+            out, _ = torch.max(out, 3)
+            return torch.sigmoid(self.linear2(torch.relu(self.linear1(out))))
+    sd = torch.load(src, map_location="cpu")
+    m = M(sd["embeddings.weight"].shape[0])
+    m.load_state_dict(sd)
+    args, names, outs = (torch.ones(1, 128, dtype=torch.int64),), ["char_ids"], ["boundary"]
+m.eval()
+torch.onnx.export(m, args, dst, input_names=names, output_names=outs, opset_version=17, dynamo=False)
+"""
+
+
+def _exported(which: str, src: Path) -> Path | None:
+    """The model exported to ONNX with torch in a throw-away venv under WORK (made once, cached)."""
+    dst = WORK / "exported" / f"{which}.onnx"
+    if dst.exists():
+        return dst
+    py = WORK / "torchenv" / "bin" / "python"
+    wheel = next(Path("/opt/wheels").glob("torch-*cpu*.whl"), None)
+    if not py.exists():
+        if wheel is None:
+            return None
+        subprocess.run([sys.executable, "-m", "venv", str(py.parents[1])], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel), "numpy", "onnx"], check=True)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(py), "-c", _EXPORT, which, str(src), str(dst)], check=True, capture_output=True)
+    return dst
+
+
 def models() -> dict[str, dict]:
     dd, mg = _pkg_dir("ddddocr"), _pkg_dir("magika")
+    rz, ac = _pkg_dir("resemblyzer"), _pkg_dir("attacut")
     out = {}
     if dd:
         out["ddddocr-lstm"] = {"path": dd / "common.onnx", "shape": "input1:1x1x64x256", "input": "input1",
@@ -92,6 +243,15 @@ def models() -> dict[str, dict]:
     if mg:
         out["magika"] = {"path": mg / "models" / "standard_v3_3" / "model.onnx", "shape": "bytes:1x2048",
                          "input": "bytes", "data": magika_bytes, "task": "file type top-1"}
+    if dd:
+        out["ddddocr-det"] = {"path": dd / "common_det.onnx", "shape": "images:1x3x416x416", "input": "images",
+                              "data": det_images, "task": "detections"}
+    if rz and (p := _exported("resemblyzer", rz / "pretrained.pt")):
+        out["resemblyzer-lstm"] = {"path": p, "shape": "mels:1x160x40", "input": "mels", "data": speech_mels,
+                                   "task": "speaker embedding"}
+    if ac and (p := _exported("attacut", ac / "artifacts" / "attacut-c" / "model.pth")):
+        out["attacut-tokens"] = {"path": p, "shape": "char_ids:1x128", "input": "char_ids",
+                                 "data": thai_char_ids, "task": "word boundaries"}
     return out
 
 
@@ -142,6 +302,9 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     row["task_value"] = fig
     if status in ("built", "cached", "up-to-date"):
         row["outcome"] = "built"
+        if spec.get("task") == "detections" and res.get("bundle"):
+            fig = detection_task(Path(res["bundle"]))
+            row["task"], row["task_value"] = (f"detections equal {fig:.0%}", fig) if fig is not None else ("", None)
         row["kinds"] = ",".join(f"{k}={v['kind']}" for k, v in (manifest or {}).get("output_kinds", {}).items())
     elif status in ("unsupported", "unavailable", "check-failed", "failed"):
         err = (res.get("error") or "").strip()
@@ -153,6 +316,69 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     else:
         row["outcome"], row["reason"] = "crashed", f"status {status}"
     return row
+
+
+def _detections(out: np.ndarray, score_thr: float = 0.1) -> list[tuple[np.ndarray, int]]:
+    """ddddocr's detector decoding (YOLOX grids, obj*cls > 0.1, class-agnostic NMS 0.45): [(xyxy, cls)]."""
+    grids, strides = [], []
+    for st in (8, 16, 32):
+        xv, yv = np.meshgrid(np.arange(416 // st), np.arange(416 // st))
+        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
+        strides.append(np.full((grids[-1].shape[0], 1), st))
+    g, s = np.concatenate(grids), np.concatenate(strides)
+    p = out.reshape(-1, 6).astype(np.float64)
+    xy, wh = (p[:, :2] + g) * s, np.exp(np.minimum(p[:, 2:4], 20)) * s
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
+    scores = p[:, 4:5] * p[:, 5:]
+    cls, sc = scores.argmax(1), scores.max(1)
+    keep_mask = sc > score_thr
+    boxes, cls, sc = boxes[keep_mask], cls[keep_mask], sc[keep_mask]
+    order, kept = list(np.argsort(-sc)), []
+    while order:
+        i = order.pop(0)
+        kept.append(i)
+        order = [j for j in order if _iou(boxes[i], boxes[j]) <= 0.45]
+    return [(boxes[i], int(cls[i])) for i in kept]
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    return inter / max(1e-9, (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def detection_task(bundle: Path) -> float | None:
+    """Share of validation images whose detections equal FP32's (same count, each FP32 box matched by a
+    box of the same class at IoU >= 0.5).  The artifact runs in its own runtime where the host has it,
+    else (TensorRT, Core ML) its ONNX file in ONNX Runtime; None when neither can run here."""
+    from edgeopt_agent.bundle import load_manifest, reference_outputs
+    from edgeopt_agent.check import run_validation
+    from edgeopt_agent.runners import get_runner
+
+    manifest = load_manifest(bundle)
+    try:
+        runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {})
+        runner.load()
+        outs = run_validation(runner, manifest, bundle)
+        runner.close()
+    except Exception:  # noqa: BLE001 - a runtime this host lacks: fall back to the ONNX file, if any
+        onnx_files = sorted(bundle.glob("*.onnx"))
+        if not onnx_files:
+            return None
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(onnx_files[0]), providers=["CPUExecutionProvider"])
+        inp = np.load(bundle / "validation" / "inputs.npz")
+        name = sess.get_inputs()[0].name
+        x = inp[name] if name in inp.files else inp[inp.files[0]]
+        outs = {"output": np.stack([sess.run(None, {name: xi.astype(np.float32)})[0] for xi in x])}
+    ref = reference_outputs(bundle, manifest)
+    same = []
+    for o, r in zip(outs["output"], ref["output"]):
+        do, dr = _detections(np.asarray(o)), _detections(np.asarray(r))
+        same.append(len(do) == len(dr) and all(any(c == c2 and _iou(b, b2) >= 0.5 for b2, c2 in do) for b, c in dr))
+    return float(np.mean(same))
 
 
 NOTES = """Reading the table (run of 2026-11-22, 19:02 UTC):
@@ -175,7 +401,7 @@ def render(rows: list[dict], header: str) -> str:
     counts = {k: sum(r["outcome"] == k for r in rows) for k in ("built", "refused", "crashed")}
     tracebacks = sum(bool(r.get("traceback")) for r in rows)
     task_differs = [r for r in rows if r["outcome"] == "built" and r.get("task_value") is not None
-                    and r["task"].split()[0] in ("decodings", "top-1") and r["task_value"] < 1.0]
+                    and r["task"].split()[0] in ("decodings", "top-1", "detections") and r["task_value"] < 1.0]
     for r in rows:
         r["what"] = r.get("reason") or r.get("check") or ""
         r["what"] = r["what"].replace("|", "/")
@@ -203,12 +429,13 @@ def main() -> int:
             f"Measured until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(RESULTS.stat().st_mtime))} "
             f"on {machine()}")
     header = (f"{when} (shared machine: other jobs ran). "
-              "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3), "
-              "data real (skimage page/text strips, real file bytes).")
+              "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
+              "0.1.4, attacut 1.0.6; the last two exported to ONNX with torch), data real (skimage page/text "
+              "strips and photos, real file bytes, beckett.wav speech, Thai gettext sentences).")
     if not args.render:
-        rows = []
         ms = models()
         wanted = [m for m in (args.models.split(",") if args.models else ms) if m in ms]
+        rows = [r for r in rows if r["model"] not in wanted]  # --models re-runs those, keeps the others
         for name in wanted:
             spec = ms[name]
             npz = WORK / f"{name}.npz"

@@ -180,7 +180,26 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(decision_metrics(out, ref, k.get("threshold")))
     elif name == "embedding":
         m.update(embedding_metrics(out, ref))
+    elif name == "dense":
+        m.update(column_metrics(out, ref))
     return m
+
+
+def column_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """A detector's ``[.., anchors, 4 + 1 + classes]`` rows mix box offsets with scores of another scale:
+    one cosine over the whole tensor is the boxes', and a broken objectness column hides under it.  For a
+    table-like output (last axis 5..128 columns, at least 16 rows per column) the worst column's cosine."""
+    if ref.ndim < 3 or not 5 <= ref.shape[-1] <= 128 or ref.shape[-2] < 16 * ref.shape[-1]:
+        return {}
+    y = out.astype(np.float64).reshape(-1, ref.shape[-1])
+    r = ref.astype(np.float64).reshape(-1, ref.shape[-1])
+    yn, rn = np.linalg.norm(y, axis=0), np.linalg.norm(r, axis=0)
+    ok = (rn > 0) & (yn > 0)
+    if not ok.any():
+        return {}
+    cos = np.where(ok, np.sum(y * r, axis=0) / np.where(ok, yn * rn, 1.0), 1.0)
+    worst = int(np.argmin(cos))
+    return {"column_cosine_min": float(cos[worst]), "column_worst": float(worst)}
 
 
 def _topk(out: np.ndarray, ref: np.ndarray, axis: int) -> dict[str, float]:
@@ -265,6 +284,10 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         reasons.append(f"rel_l2 {metrics['rel_l2']:.3g} > {tol['rel_l2_max']:.3g}")
     if tol.get("cosine_min") is not None and metrics["cosine"] < tol["cosine_min"]:
         reasons.append(f"cosine {metrics['cosine']:.5f} < {tol['cosine_min']}")
+    if (tol.get("cosine_min") is not None and "column_cosine_min" in metrics
+            and metrics["column_cosine_min"] < tol["cosine_min"]):
+        reasons.append(f"column_cosine_min: column {int(metrics['column_worst'])} (of a detector-like table) "
+                       f"cosine {metrics['column_cosine_min']:.5f} < {tol['cosine_min']}")
     if tol.get("max_abs_norm_max") is not None and metrics["max_abs_norm"] > tol["max_abs_norm_max"]:
         reasons.append(f"max_abs_norm {metrics['max_abs_norm']:.3g} > {tol['max_abs_norm_max']:.3g}")
     if tol.get("top1_min") is not None and "top1" in metrics:

@@ -746,6 +746,7 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
     for i, n in enumerate(unnamed):  # the converter blocks by node name: name the ones it must skip
         n.name = f"edgeopt_fp32_{i}"
         block.append(n.name)
+    _name_nodes(model)  # after the blocked ones are named: the converter names its Casts after nodes
     out = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block or None)
     retyped = _fix_float_casts(out, set(block))
     casts = sum(1 for n in out.graph.node if n.op_type == "Cast") - sum(1 for n in model.graph.node
@@ -754,6 +755,25 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
               "kept_fp32_nodes": block, "casts_added": casts, "casts_retyped": retyped,
               "summary": f"{len(block)} node(s) kept FP32 (FP16 overflow), {casts} cast(s) added"}
     return out, report
+
+
+def _name_nodes(model) -> int:
+    """onnxconverter-common names the Casts it adds (and their output tensors) after the nodes they
+    serve: ``images_cast_to_`` + the consumer's name, ``_input_cast`` etc.  Unnamed nodes (what
+    ``prepare`` leaves after simplifying) gave two Casts of one name and one output ("two nodes with
+    same node name (images_cast_to_)", ddddocr's detector, an input feeding 4 Slices), and ONNX Runtime
+    refused the model.  Every unnamed node gets a unique name first; returns how many."""
+    used = {n.name for n in model.graph.node if n.name}
+    named = 0
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"edgeopt_{node.op_type}_{i}"
+            while name in used:
+                name += "_"
+            node.name = name
+            used.add(name)
+            named += 1
+    return named
 
 
 def _fix_float_casts(model, blocked: set[str]) -> int:
