@@ -423,7 +423,13 @@ def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], k
             shapes = [(t["name"], t["shape"]) for t in left]
             raise BuildFailed(f"cannot tell which TFLite {kind} is ONNX {kind} {spec['name']!r} "
                               f"{spec['shape']}: " + (f"{len(fits)} of {shapes} fit its shape" if fits else
-                                                      f"none of {shapes} has its shape in NCHW or NHWC order"))
+                                                      f"none of {shapes} has its shape in NCHW or NHWC order"
+                                                      + (": onnx2tf converted the graph wrongly (seen on a "
+                                                         "stacked LSTM's last hidden state), not a precision "
+                                                         "problem; try --option onnx2tf_alt="
+                                                         + "|".join(ONNX2TF_ALTERNATIVES) + ", or a target "
+                                                         "that runs the ONNX itself (cpu, intel-cpu, apple)"
+                                                         if kind == "output" else "")))
         notes.append(f"{kind} {spec['name']!r} matched to TFLite tensor {fits[0]['name']!r} by shape "
                      "(the names differ)")
         take(spec, fits[0])
