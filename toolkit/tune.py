@@ -59,6 +59,7 @@ class Point:
     why_not: str = ""
     run_id: str = ""
     confirm: int = 0  # 0: the sweep; 1, 2 …: a confirmation round of the finalists
+    max_qps: float | None = None  # scenario server: the highest rate whose latency percentile meets the SLO
 
     def objective(self, kind: str) -> float:
         """Bigger is better: throughput, or minus the per-request p50."""
@@ -178,7 +179,10 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
 
     ``scenario="offline"``: each point's throughput is MLPerf LoadGen's offline scenario (a burst of
     samples served in the point's batches, images/s) instead of the single-stream loop's, so the pick
-    is the batch and threads the offline scenario runs best with."""
+    is the batch and threads the offline scenario runs best with. ``scenario="server"``: each point that
+    meets the goals in single-stream is then searched for the highest server rate whose latency
+    percentile keeps the SLO (``maxqps.search``: LoadGen's VALID where installed); that rate (x batch)
+    is its throughput."""
     from edgeopt import api
     from edgeopt.deploy import load_bundle
     from edgeopt.fleetbench import plan
@@ -187,16 +191,22 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     batches = sorted(set(batches or [1]))
     if any(b < 1 for b in batches) or any(t < 1 for t in threads or []):
         raise UsageError("--batch and --threads values must be at least 1")
-    objective = objective or ("throughput" if batches != [1] else "latency")
+    asked = objective  # as given: a scenario refuses an explicit latency objective, not the default
+    objective = objective or ("throughput" if batches != [1] or scenario else "latency")
     if objective not in ("latency", "throughput"):
         raise UsageError(f"--objective must be latency or throughput, not {objective!r}")
     if objective == "latency" and batches != [1]:
         raise UsageError("--objective latency is per request at batch 1; drop --batch or use --objective throughput")
-    if scenario not in (None, "offline"):
-        raise UsageError(f"tune --scenario takes offline (throughput of LoadGen's offline burst), not {scenario!r}",
-                         hint="for a server rate under a latency bound per bundle: edgeopt bench --find-max-qps")
+    if scenario not in (None, "offline", "server"):
+        raise UsageError(f"tune --scenario takes offline or server, not {scenario!r}")
+    if scenario == "server":
+        if not slo:
+            raise UsageError("tune --scenario server needs --slo (e.g. p99=20ms): the bound the server rate must keep")
+        if asked == "latency":
+            raise UsageError("tune --scenario server maximises the server rate under --slo: drop --objective latency")
+        objective = "throughput"
     if scenario == "offline":
-        if objective == "latency" or slo:
+        if asked == "latency" or slo:
             raise UsageError("the offline scenario has no per-request latency to bound or minimise: drop "
                              "--slo/--objective latency, or leave out --scenario")
         objective = "throughput"
@@ -257,6 +267,8 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                     if not recs:
                         break
                     p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d)
+                    if scenario == "server":
+                        _server_rate(p, bundle, dev, slo_d, trust_new_host_keys, progress)
                     result.points.append(p)
                     if p.throughput_ips:
                         rates[(target, prec)] = max(rates.get((target, prec)) or 0.0, p.throughput_ips)
@@ -322,6 +334,8 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
             recs = [x for x in fr.records if x.device.get("name") == dev.name]
             if recs:
                 q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc)
+                if scenario == "server":
+                    _server_rate(q, bundle, dev, slo, trust_new, progress)
                 q.confirm = r
                 result.points.append(q)
                 if q.status == "ok":
@@ -329,7 +343,7 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
     out = []
     for ps in runs.values():
         med = Point(**{**asdict(ps[0]), "confirm": len(ps)})
-        for attr in ("p50_ms", "p99_ms", "throughput_ips", "latency_ms"):
+        for attr in ("p50_ms", "p99_ms", "throughput_ips", "latency_ms", "max_qps"):
             vals = [getattr(x, attr) for x in ps if getattr(x, attr) is not None]
             setattr(med, attr, statistics.median(vals) if vals else None)
         med.feasible = all(x.feasible for x in ps)  # a finalist that missed the goals once is out
@@ -337,6 +351,30 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
         if med.feasible:
             out.append(med)
     return out or top
+
+
+def _server_rate(p: Point, bundle, dev, slo: dict[str, float], trust_new: bool, progress) -> None:
+    """The highest server rate at which the point keeps its SLO percentile (bisection, ``maxqps.search``);
+    it becomes the point's throughput (x batch). Points that already miss their goals are not searched."""
+    from edgeopt.deploy import DeviceSession
+    from edgeopt.errors import DeviceError
+    from edgeopt.maxqps import search
+
+    if p.status != "ok" or not p.feasible:
+        return
+    key, bound = next(iter(slo.items()))
+    pct = float(key[1:].replace("_", "."))
+    try:
+        with DeviceSession.open(dev, trust_new) as sess:
+            m = search(sess, bundle.bundle_id, bound, pct, threads=p.threads, progress=progress)
+    except DeviceError as exc:
+        p.feasible, p.why_not = False, f"server search failed: {exc.message}"[:200]
+        return
+    p.max_qps = m["max_qps"]
+    p.throughput_ips = (m["max_qps"] or 0.0) * p.batch
+    if not m["max_qps"]:
+        p.feasible = False
+        p.why_not = f"no server rate keeps {key} <= {bound:g} ms" + (f" ({m['note']})" if m.get("note") else "")
 
 
 def _scenario_args(scenario: str | None, rate: float | None) -> dict[str, Any]:

@@ -73,3 +73,19 @@ def test_tune_offline_picks_on_loadgens_offline_images_per_second(tmp_path):
     assert "## Load scenarios" in md and "| offline |" in md and "loadgen" in md and "passed" in md
     p = _tune("--scenario", "offline", "--slo", "p99=5ms", cwd=tmp_path)
     assert p.returncode == 2 and "offline" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_tune_server_picks_on_the_highest_rate_that_keeps_the_slo(tmp_path):
+    import pytest
+
+    pytest.importorskip("mlperf_loadgen")
+    p = _tune("--threads", "1,2", "--scenario", "server", "--slo", "p90=50ms", "--exhaustive", "--confirm", "0",
+              "--json", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(p.stdout)
+    assert res["objective"] == "throughput" and len(res["points"]) == 2
+    for pt in res["points"]:  # each point's throughput is its searched server rate (batch 1)
+        assert pt["max_qps"] and pt["throughput_ips"] == pt["max_qps"]
+    assert res["winners"]["local"]["max_qps"] == max(pt["max_qps"] for pt in res["points"])
+    p = _tune("--scenario", "server", cwd=tmp_path)
+    assert p.returncode == 2 and "needs --slo" in p.stderr and "Traceback" not in p.stderr

@@ -14,6 +14,7 @@ examples:
   edgeopt tune model.onnx -t intel-cpu -p fp32,int8 --batch 1,2,4,8 --slo p99=20ms --objective throughput
   edgeopt tune model.onnx -t cpu --threads 1,2,4 --min-accuracy top1=0.99 --exhaustive --json
   edgeopt tune model.onnx -t cpu,intel-cpu --batch 1,4,8 --scenario offline   # LoadGen offline images/s
+  edgeopt tune model.onnx -t cpu,intel-cpu --scenario server --slo p99=20ms     # most QPS within p99 20 ms
 
 The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
 upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the
@@ -38,9 +39,10 @@ shown), 4 when a device failed.
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default=None,
               help="latency: lowest p50 at batch 1; throughput: most inferences/s [throughput when --batch "
                    "has more than 1, else latency].")
-@click.option("--scenario", type=click.Choice(["offline"]), default=None,
+@click.option("--scenario", type=click.Choice(["offline", "server"]), default=None,
               help="offline: throughput is MLPerf LoadGen's offline burst (images/s, served in each point's "
-                   "batch) instead of the single-stream loop's; the pick is the batch offline runs best with.")
+                   "batch); server: the highest server rate whose --slo percentile holds (a max-QPS search per "
+                   "point). Default: the single-stream loop.")
 @click.option("--shape", "shapes", multiple=True, help="Input shape NAME:1x3x224x224 (the batch is replaced "
               "by each --batch value).")
 @click.option("--calib", default=None, help="Calibration/validation data (as for build).")
@@ -96,10 +98,12 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
 def _print(res) -> None:
     from edgeopt.ui import table
 
+    server = any(p.max_qps is not None for p in res.points)  # --scenario server: the searched rate
     rows = [{"device": p.device, "target": p.target, "prec": p.precision, "batch": str(p.batch),
              "threads": str(p.threads), "p50 ms": f"{p.p50_ms:.2f}" if p.p50_ms else "-",
              "p99 ms": f"{p.p99_ms:.2f}" if p.p99_ms else "-",
              "inf/s": f"{p.throughput_ips:.1f}" if p.throughput_ips else "-",
+             **({"max QPS": f"{p.max_qps:.1f}" if p.max_qps else "-"} if server else {}),
              "agree": f"{p.agreement:.4f}" if p.agreement is not None else "-",
              "ok": "yes" if p.feasible else (p.why_not or p.status)[:40]} for p in res.points]
     cols = [(k, k) for k in rows[0]] if rows else []
@@ -107,7 +111,9 @@ def _print(res) -> None:
         click.echo(table(rows, cols))
     for d, p in res.winners.items():
         click.echo(f"{d}: {p.target} {p.precision} batch {p.batch} threads {p.threads} — p50 {p.p50_ms:.2f} ms, "
-                   f"p99 {p.p99_ms:.2f} ms, {p.throughput_ips:.1f} inf/s → {res.tuned[d]}")
+                   f"p99 {p.p99_ms:.2f} ms, "
+                   + (f"{p.max_qps:.1f} QPS within the SLO (server)" if p.max_qps else f"{p.throughput_ips:.1f} inf/s")
+                   + f" → {res.tuned[d]}")
     for d, p in res.closest.items():
         click.echo(f"{d}: nothing meets the goals; closest {p.target} {p.precision} batch {p.batch} threads "
                    f"{p.threads}: {p.why_not}")
