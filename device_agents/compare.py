@@ -132,6 +132,8 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
             return {"kind": "classification", "axis": axis}
         if per[axis] >= 2:
             return {"kind": "dense"}  # per-pixel classes: judged as a map
+    if producer == "Sigmoid" and len(per) == 1:
+        return {"kind": "decision", "threshold": 0.5}  # one probability per position ([T]: voice activity)
     if c == 1 and (producer == "Sigmoid" or (np.all(ref >= 0) and np.all(ref <= 1) and producer in (None,))):
         return {"kind": "decision", "threshold": 0.5}
     if len(per) == 2 and per[0] == 1 and 2 <= c <= 100_000:

@@ -365,11 +365,18 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         import onnx
 
         graph = onnx.load(job.prepared_path or job.model_path, load_external_data=False).graph
+        nodes = {o: node for node in graph.node for o in node.output}
         for node in graph.node:
             axis = next((a.i for a in node.attribute if a.name == "axis"), None)
             for o in node.output:
                 producers[o] = (node.op_type, -1 if axis is None and node.op_type in ("Softmax", "LogSoftmax")
                                 else axis)
+        for name in names:  # an output reshaped after its Sigmoid (silero-vad's speech_probs) is still one
+            node, hops = nodes.get(name), 0
+            while node is not None and node.op_type in SHAPE_ONLY_OPS and node.input and hops < 8:
+                node, hops = nodes.get(node.input[0]), hops + 1
+            if hops and node is not None and node.op_type in ELEMENTWISE_KIND_OPS:
+                producers[name] = (node.op_type, None)  # an axis does not survive a reshape
     except Exception:  # noqa: BLE001 - no graph: the kinds come from the data alone
         producers = {}
     try:
@@ -385,6 +392,11 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
             op, axis = producers.get(name, (None, None))
             kinds[name] = {**infer_kind(name, refs[name], op, axis), "source": "inferred"}
     return kinds
+
+
+# Ops that only move an output's values around, and the producers whose meaning survives them.
+SHAPE_ONLY_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+ELEMENTWISE_KIND_OPS = ("Sigmoid",)
 
 
 def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | None = None) -> dict[str, Any]:

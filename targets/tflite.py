@@ -91,14 +91,62 @@ class TfliteTarget(Target):
         ops = {p.stem for p in ops_dir.glob("*.py") if not p.stem.startswith("_")}
         return ops or None
 
-    def build(self, job: BuildJob, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-        """Build; when a float (fp32/fp16) file fails its numeric check, try onnx2tf's alternative
-        switches (``ONNX2TF_ALTERNATIVES``) and keep the first that passes, recording it.  When none
-        does, the check says the FP32 conversion itself is wrong."""
+    def _convert_with_alternatives(self, job: BuildJob, failure: BuildFailed,
+                                   progress: Callable[[str], None]) -> dict[str, Any]:
+        """onnx2tf raised inside its own code (silero-vad's LSTM: ``UnboundLocalError ... 'dummy_tensor'``):
+        try its alternative switches and keep the first conversion that builds, recording it; when none
+        does, the one-line failure says so and what else builds this model."""
         import dataclasses
         import shutil
 
-        manifest = super().build(job, progress)
+        bundle = Path(job.bundle_dir)
+        first = _ANSI.sub("", failure.message.removeprefix("TFLite conversion failed: "))[:120]
+        tried = []
+        for alt in ONNX2TF_ALTERNATIVES:
+            if alt == "rnn_unroll" and not _has_rnn(job.prepared_path):
+                continue
+            progress(f"onnx2tf failed ({first}); retrying it with {alt}")
+            shutil.rmtree(bundle, ignore_errors=True)
+            try:
+                m2 = super().build(dataclasses.replace(job, options={**job.options, "onnx2tf_alt": alt}), progress)
+            except CheckFailed:
+                raise  # it converted; the INT8 search's own verdict stands
+            except Exception as exc:  # noqa: BLE001 - this switch does not convert either: the next one
+                msg = _ANSI.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+                msg = msg.removeprefix("TFLite conversion failed: ")
+                tried.append(f"{alt}: " + ("the same error" if msg[:60] == first[:60] else msg[:80]))
+                continue
+            h2 = m2.get("host_check") or {}
+            if h2.get("passed") is False:
+                worst = next((r for o in (h2.get("outputs") or {}).values() for r in o.get("reasons", [])), "failed")
+                tried.append(f"{alt}: converts, fails its check ({worst})")
+                continue
+            m2.setdefault("notes", []).append(
+                f"onnx2tf's default conversion failed ({first}); converted with --option onnx2tf_alt={alt}")
+            write_manifest(bundle, m2)
+            return m2
+        shutil.rmtree(bundle, ignore_errors=True)
+        raise BuildFailed(
+            f"TFLite conversion failed: onnx2tf failed inside its own code on this graph ({first}); its "
+            f"alternative switches did not convert it either ({'; '.join(tried) or 'none applied'})",
+            hint="a converter bug, not your model: a target that runs the ONNX itself (cpu, intel-cpu, apple) "
+                 "builds it; " + (failure.hint or ""))
+
+    def build(self, job: BuildJob, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+        """Build; when a float (fp32/fp16) file fails its numeric check, try onnx2tf's alternative
+        switches (``ONNX2TF_ALTERNATIVES``) and keep the first that passes, recording it.  When none
+        does, the check says the FP32 conversion itself is wrong.  When onnx2tf itself fails (an
+        exception inside the converter), the same switches are tried before giving up."""
+        import dataclasses
+        import shutil
+
+        try:
+            manifest = super().build(job, progress)
+        except BuildFailed as exc:
+            if (isinstance(exc, CheckFailed) or job.options.get("onnx2tf_alt")
+                    or not exc.message.startswith("TFLite conversion failed")):
+                raise  # an INT8 search's outcome, a chosen switch, a timeout or a crash: not retried
+            return self._convert_with_alternatives(job, exc, progress)
         hc = manifest.get("host_check") or {}
         if (job.precision not in ("fp32", "fp16") or job.options.get("onnx2tf_alt")
                 or hc.get("passed") is not False or "outputs" not in hc):

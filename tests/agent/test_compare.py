@@ -201,3 +201,27 @@ def test_a_failed_summary_names_the_metric_that_failed():
     out = out + np.float32(0.4) * np.abs(ref).mean()  # shift every logit: ranks kept, rel_l2 breaks
     res = compare_outputs({"y": out}, {"y": ref}, "fp16")
     assert not res["passed"] and res["summary"].startswith("FAILED (y: rel_l2")
+
+
+def test_a_sigmoid_reshaped_to_one_axis_is_still_per_position_decisions(tmp_path):
+    """silero-vad's speech_probs: Sigmoid [16, 1] -> Reshape [16]; judged as decisions, not as a regression."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([8]), "flat")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Sigmoid", ["h"], ["s"]),
+             helper.make_node("Reshape", ["s", "flat"], ["probs"])]
+    graph = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [8])], inits)
+    path = tmp_path / "vad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    assert infer_kind("probs", rng.uniform(0, 1, (4, 8)), "Sigmoid")["kind"] == "decision"
+    assert infer_kind("probs", rng.uniform(0, 1, (4, 8)))["kind"] == "regression"  # no producer: not guessed
+    rep = build(str(path), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    assert rep.results[0].status == "built", rep.results[0].error
+    assert rep.results[0].manifest["output_kinds"]["probs"]["kind"] == "decision"
