@@ -18,7 +18,13 @@ engine (``host_check`` stays ``kind: device``: the engine is checked on the devi
 Options (``--option KEY=VALUE``): ``trt_profile`` (``x:1x3x224x224/8x3x224x224/32x3x224x224``),
 ``trt_workspace_mb``, ``trt_opt_level`` (0-5), ``trt_dla_core``, ``trt_gpu_fallback``,
 ``trt_timing_cache``, ``trt_calibration`` (auto|max|mse|percentile[-99.99]), ``trt_fp16_fallback``,
-``trt_strongly_typed``, ``trt_simplify``.
+``trt_strongly_typed``, ``trt_simplify``, ``trt_int8_search``; and the INT8 search keys it shares with
+the ``cpu`` target: ``int8_search`` (quick|full), ``int8_budget_s``, ``int8_tolerance``.
+
+INT8 runs the accuracy-aware Q/DQ search shared with the ``cpu`` target (``trt_int8``/``qdq_search``):
+clipping rules x per-channel weights, then the most sensitive layers left without Q/DQ (FP16 in the
+engine) until the host check's INT8 bound is met; none meets it: the build refuses, naming what the
+closest variant missed.  ``trt_int8_search=false`` is the direct path of before (clipping rules only).
 """
 
 from __future__ import annotations
@@ -35,7 +41,16 @@ from typing import Any
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
 from edgeopt_agent.compare import top1_text
 
-from .base import BuildJob, BuildOutput, CheckFailed, Target, host_check, package_versions, require
+from .base import (
+    BuildJob,
+    BuildOutput,
+    CheckFailed,
+    Target,
+    host_check,
+    output_kinds,
+    package_versions,
+    require,
+)
 
 ENGINE_NOTE = "engine is built on the device (TensorRT engines are tied to the GPU model and TensorRT version)"
 SPEC_FILE = "trt_build.json"
@@ -56,7 +71,11 @@ OPTIONS: dict[str, tuple[Any, str]] = {
                                    "for TensorRT >= 11 targets (a100, h100, l4, nvidia), which removed weak typing; "
                                    "fp16 then ships an FP16 ONNX written on the host"),
     "trt_simplify": (True, "constant folding and simplification with onnxsim"),
+    "trt_int8_search": (True, "int8: the accuracy-aware Q/DQ search (sensitive layers left FP16 until the INT8 bound "
+                              "is met); false: calibration rules only, as before"),
 }
+# Keys of the INT8 search that the cpu target reads too (one search, one set of knobs).
+SHARED_INT8_OPTIONS = ("int8_search", "int8_budget_s", "int8_tolerance")
 # TensorRT releases that first took each precision's ONNX form (explicit Q/DQ: 8.0; FP8 Q/DQ: 9.0 [8.6 on Hopper
 # only through plugins]).
 MIN_TENSORRT = {"fp32": "8.0", "fp16": "8.0", "int8": "8.0", "fp8": "9.0"}
@@ -97,13 +116,17 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
     weak_ok = major is not None and int(major) < 11
     if str(o["trt_strongly_typed"]).lower() == "auto":
         o["trt_strongly_typed"] = not weak_ok
-    for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify"):
+    for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify",
+              "trt_int8_search"):
         o[k] = _bool(k, o[k])
     if not o["trt_strongly_typed"] and not weak_ok:
         raise UsageError(f"target {spec['name']!r} runs TensorRT {major or '>= 11'}, which has no weak typing "
                          "(no FP16/INT8 builder flags): trt_strongly_typed cannot be false there",
                          hint="drop the option; Jetson targets (TensorRT 10) take the builder-flag path")
     o["trt_opt_level"] = _int("trt_opt_level", o["trt_opt_level"], 0, 5)
+    from .ort_int8 import parse_options as parse_int8
+
+    o["int8"] = parse_int8({k: options[k] for k in SHARED_INT8_OPTIONS if k in options})
     o["trt_calibration"] = str(o["trt_calibration"])
     if o["trt_calibration"] != "auto":
         from .trt_prep import calibration_method
@@ -181,7 +204,7 @@ class TensorRtTarget(Target):
     check_kind = "device"
 
     def known_options(self) -> frozenset[str] | None:
-        return frozenset(OPTIONS)
+        return frozenset(OPTIONS) | frozenset(SHARED_INT8_OPTIONS)
 
     def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
         """Every trt_* value but ``trt_profile`` (that one needs the model's inputs: checked in the build)."""
@@ -197,7 +220,8 @@ class TensorRtTarget(Target):
 
         return {**package_versions(["onnx", "onnxruntime", "numpy", "onnxconverter-common", *self.packages]),
                 "tensorrt": "on the device", "tensorrt_ops_table": ops_table().tensorrt_version,
-                "typing": "strongly typed for TensorRT >= 11 targets, builder flags for 10 (rev 2)"}
+                "typing": "strongly typed for TensorRT >= 11 targets, builder flags for 10 (rev 2)",
+                "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback (rev 1)"}
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
@@ -247,11 +271,15 @@ class TensorRtTarget(Target):
             progress(f"FP16 ONNX written for a strongly typed network: {fp16_report['summary']}")
         else:
             fp16_report = None
+        tolerance = None
         if prec in ("int8", "fp8"):
             feeds = _feeds(job, "calib")
             if job.data_source.get("kind") == "random":
                 warnings.append(f"{prec} ranges were calibrated on RANDOM data: pass --calib with real inputs")
-            quant = trt_prep.quantize(model, feeds, prec, str(o["trt_calibration"]), progress=progress)
+            if prec == "int8" and o["trt_int8_search"]:
+                quant, tolerance = _int8_search(job, model, feeds, o, bundle, progress)
+            else:
+                quant = trt_prep.quantize(model, feeds, prec, str(o["trt_calibration"]), progress=progress)
             model = quant.model
         files = trt_prep.save_model(model, bundle / ARTIFACT)
 
@@ -260,7 +288,7 @@ class TensorRtTarget(Target):
 
         progress("checking the prepared ONNX in ONNX Runtime (the engine is checked on the device)")
         check = prepared_check(bundle, files, job, prec, job.options.get("check_timeout", 600),
-                               fp16_onnx=fp16_report is not None)
+                               fp16_onnx=fp16_report is not None, tolerance=tolerance)
         summary = _summary(check)
         if not check.get("passed") and not job.options.get("allow_mismatch"):
             # a check that ran and failed is this model's outcome (cached); a crashed or hung one is not
@@ -274,7 +302,7 @@ class TensorRtTarget(Target):
         restricted = trt_prep.restricted_ops(n[1] for n in trt_prep.model_nodes(model))
         notes = [ENGINE_NOTE,
                  f"{spec['name']} {prec}: prepared ONNX checked in ONNX Runtime on the host (not the engine): {summary}"]
-        options = {k: v for k, v in o.items() if k != "trt_profile"}
+        options = {k: v for k, v in o.items() if k not in ("trt_profile", "int8")}
         options["trt_profile"] = {n: p.as_dict() for n, p in profiles.items()} or None
         tensorrt = {
             "build_spec": SPEC_FILE,
@@ -288,13 +316,51 @@ class TensorRtTarget(Target):
         }
         if quant is not None:
             tensorrt["quantization"] = {k: v for k, v in quant.report.items() if k != "activation_amax"}
+            if "chosen" in quant.report:
+                notes.append(f"INT8 Q/DQ search kept {quant.report['chosen']['label']} ("
+                             f"{len(quant.report['variants'])} variant(s) tried); {quant.report['selection']}")
         if fp16_report is not None:
             tensorrt["fp16_onnx"] = fp16_report
         progress(ENGINE_NOTE)
         return BuildOutput(
             runtime={"name": "tensorrt", "artifact": ARTIFACT, "options": {"build_spec": SPEC_FILE}},
             options=options, check="device", notes=notes, warnings=warnings,
-            extra_manifest={"tensorrt": tensorrt, "prepared_onnx_check": check})
+            extra_manifest={"tensorrt": tensorrt, "prepared_onnx_check": check,
+                            **({"tolerance_override": tolerance} if tolerance else {})})
+
+
+def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str, Any], bundle: Path,
+                 progress: Callable[[str], None]):
+    """The shared Q/DQ search for TensorRT INT8: (Quantized, tolerance override or None).  Raises
+    CheckFailed (nothing shipped) when no variant meets the INT8 bound, unless --allow-mismatch."""
+    import numpy as np
+
+    from . import trt_prep
+    from .qdq_search import bound_text
+    from .trt_int8 import search_int8
+
+    plan = o["int8"]
+    val = _feeds(job, "validation")
+    names = [t["name"] for t in job.io["outputs"]]
+    with np.load(job.reference_path, allow_pickle=False) as data:
+        reference = {n: data[f"out{i}"] for i, n in enumerate(names)}
+    work = Path(tempfile.mkdtemp(prefix=".trt-int8-", dir=bundle.parent))
+    try:
+        res = search_int8(model, feeds, val, reference, work, method=str(o["trt_calibration"]), mode=plan.mode,
+                          budget_s=plan.budget_s, tolerance=plan.tolerance, kinds=output_kinds(job),
+                          keep_closest=bool(job.options.get("allow_mismatch")), progress=progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if res.model is None:
+        closest = res.search.closest()
+        raise CheckFailed(
+            f"no TensorRT INT8 variant met the int8 bound ({bound_text(plan.tolerance)}) on the host after "
+            f"{len(res.search.variants)} variant(s) in {res.search.elapsed():.0f}s; the closest: {closest.summary()}; "
+            "INT8 is not shipped",
+            hint="use fp16 for this target, calibrate with more representative --calib data, try "
+                 "--option int8_search=full (more variants, a longer float fallback), or accept a looser bound "
+                 "with e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8")
+    return trt_prep.Quantized(res.model, res.report), plan.tolerance
 
 
 def _declared_dims(model_path: str) -> dict[str, list[int | str | None]]:
@@ -326,7 +392,7 @@ def _feeds(job: BuildJob, which: str) -> list[dict[str, Any]]:
 
 
 def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str, timeout: float,
-                   fp16_onnx: bool = False) -> dict[str, Any]:
+                   fp16_onnx: bool = False, tolerance: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the agent's ``check`` with ONNX Runtime on the prepared ONNX, in a staging copy of the bundle.
 
     The staging bundle (hard links, removed afterwards) says ``runtime: onnxruntime`` so the agent
@@ -351,7 +417,11 @@ def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str
                     # the agent opens only listed files: list what this staging copy holds (no hashes
                     # are needed for a host-side check of files this process just linked)
                     "files": {rel: {"sha256": None} for rel in files + ["validation/inputs.npz",
-                                                                       "validation/reference.npz"]}}
+                                                                       "validation/reference.npz"]},
+                    # judged by the same output kinds and bound as the bundle (and the search) are
+                    "output_kinds": output_kinds(job)}
+        if tolerance:
+            manifest["tolerance_override"] = tolerance
         (stage / "manifest.json").write_text(json.dumps(manifest))
         result = host_check(stage, timeout)
     finally:

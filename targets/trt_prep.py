@@ -332,16 +332,49 @@ def save_model(model, path: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------
 @dataclass
 class QdqPlan:
-    """Where Q/DQ goes: activation tensors (-> their quantized consumers) and weights."""
+    """Where Q/DQ goes: activation tensors (-> their quantized consumers) and weights, each with the
+    placement rule that put it there, and the candidate nodes left float with the reason."""
 
     activations: dict[str, list[int]] = field(default_factory=dict)  # tensor -> indices of consumer nodes
     weights: list[tuple[int, int, int | None]] = field(default_factory=list)  # (node index, input index, axis)
     residual_adds: list[str] = field(default_factory=list)  # names of Add nodes given a quantized residual
+    rules: dict[str, list[str]] = field(default_factory=dict)  # activation tensor -> placement rules
+    weight_rules: dict[int, str] = field(default_factory=dict)  # node index -> weight rule
+    left_float: list[dict[str, str]] = field(default_factory=list)  # {"node", "op", "why"}
 
-    def add_activation(self, tensor: str, node_index: int) -> None:
+    def add_activation(self, tensor: str, node_index: int, rule: str = "") -> None:
         users = self.activations.setdefault(tensor, [])
         if node_index not in users:
             users.append(node_index)
+        if rule and rule not in self.rules.setdefault(tensor, []):
+            self.rules[tensor].append(rule)
+
+    def quantized_nodes(self, graph) -> list[str]:
+        """Names of the nodes that read a Q/DQ pair (what a search may keep float instead)."""
+        idx = sorted({i for users in self.activations.values() for i in users} | {i for i, _, _ in self.weights})
+        return [graph.node[i].name for i in idx if graph.node[i].name]
+
+    def placement(self, graph) -> dict[str, Any]:
+        """Every Q/DQ pair with the rule that placed it, and the nodes left float with why (manifest)."""
+        def name(i: int) -> str:
+            return graph.node[i].name or f"{graph.node[i].op_type}#{i}"
+
+        pairs = [{"tensor": t, "rules": self.rules.get(t, []), "consumers": [name(i) for i in users]}
+                 for t, users in self.activations.items()]
+        pairs += [{"tensor": graph.node[i].input[k], "rules": [self.weight_rules.get(i, "weight")],
+                   "consumers": [name(i)], "axis": axis} for i, k, axis in self.weights]
+        counts: dict[str, int] = {}
+        for p in pairs:
+            for r in p["rules"]:
+                counts[r] = counts.get(r, 0) + 1
+        return {"rule_counts": counts, "pairs": pairs, "left_float": self.left_float}
+
+
+# The placement rules (NVIDIA's explicit-quantization guidance for TensorRT): Q/DQ on the data and
+# weight inputs of the ops TensorRT runs in INT8, weights per output channel, the skip input of a
+# residual Add that follows a Conv (so Conv + Add fuse into one INT8 kernel), nothing on outputs.
+INPUT_RULE = {"Conv": "conv-input", "ConvTranspose": "conv-transpose-input", "Gemm": "gemm-input",
+              "MatMul": "matmul-input"}
 
 
 def constant_tensors(graph) -> dict[str, np.ndarray]:
@@ -380,26 +413,55 @@ def weight_axis(node, weight: np.ndarray) -> int | None:
     return None
 
 
-def plan_qdq(model) -> QdqPlan:
-    """TensorRT-friendly Q/DQ placement (see the module docstring)."""
+def _not_fusable(node, consts: dict[str, np.ndarray]) -> str | None:
+    """Why TensorRT cannot run this weighted node as an INT8 layer from Q/DQ inputs (None: it can)."""
+    x, w = node.input[0], node.input[1]
+    if node.op_type == "Gemm" and _attr(node, "transA", 0):
+        return "builder cannot fuse: Gemm with transA (no INT8 layout for a transposed data input)"
+    if w not in consts:
+        return ("activation x activation product: kept float (attention-like; accuracy first, "
+                "no constant weight to quantize per channel)")
+    if x in consts:
+        return "builder cannot fuse: constant data input (folded at build time)"
+    if consts[w].dtype.kind != "f":
+        return "builder cannot fuse: non-float weight"
+    if node.op_type == "MatMul" and consts[w].ndim < 2:
+        return "builder cannot fuse: MatMul with a 1-D weight (a reduction, no output channels)"
+    return None
+
+
+def plan_qdq(model, exclude: Iterable[str] = (), per_channel: bool = True,
+             exclude_why: dict[str, str] | None = None) -> QdqPlan:
+    """TensorRT-friendly Q/DQ placement (see the module docstring).
+
+    ``exclude``: node names left float on purpose (a search's sensitivity fallback; ``exclude_why``
+    says why, recorded per node); ``per_channel=False`` gives every weight one per-tensor scale.
+    """
     graph = model.graph
     consts = constant_tensors(graph)
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    skip = set(exclude)
+    why = exclude_why or {}
     plan = QdqPlan()
     for i, node in enumerate(graph.node):
         if node.op_type not in WEIGHTED_OPS or len(node.input) < 2:
             continue
-        x, w = node.input[0], node.input[1]
-        if node.op_type == "Gemm" and _attr(node, "transA", 0):
-            continue  # rare; keep it in float rather than guess a layout
-        if w not in consts or x in consts or consts[w].dtype.kind != "f":
-            continue  # activation x activation products (attention) stay in float: accuracy first
-        if node.op_type == "MatMul" and consts[w].ndim < 2:
+        if node.name in skip:
+            plan.left_float.append({"node": node.name, "op": node.op_type, "why": why.get(node.name, "excluded")})
             continue
-        plan.add_activation(x, i)
-        plan.weights.append((i, 1, weight_axis(node, consts[w])))
+        reason = _not_fusable(node, consts)
+        if reason:
+            plan.left_float.append({"node": node.name or f"{node.op_type}#{i}", "op": node.op_type, "why": reason})
+            continue
+        plan.add_activation(node.input[0], i, INPUT_RULE[node.op_type])
+        axis = weight_axis(node, consts[node.input[1]]) if per_channel else None
+        plan.weights.append((i, 1, axis))
+        plan.weight_rules[i] = ("weight-per-channel" if axis is not None else
+                                "weight-per-tensor" + ("" if not per_channel else f" ({node.op_type} has no "
+                                                        "single output-channel axis)"))
     # Residual Adds: TensorRT fuses Conv + Add(+ReLU) into one INT8 kernel when the Add's other
     # input (the skip branch) is quantized too.
+    quantized = {i for users in plan.activations.values() for i in users}
     for i, node in enumerate(graph.node):
         if node.op_type != "Add" or len(node.input) != 2 or any(t in consts for t in node.input):
             continue
@@ -408,9 +470,18 @@ def plan_qdq(model) -> QdqPlan:
         if not conv_inputs:
             continue
         fused = max(conv_inputs, key=lambda k: srcs[k])  # the conv computed last is the one fused
+        label = node.name or f"Add#{i}"
+        if node.name in skip:
+            plan.left_float.append({"node": label, "op": "Add", "why": why.get(node.name, "excluded")})
+            continue
+        if srcs[fused] not in quantized:  # the conv runs float: a quantized skip would only add noise
+            plan.left_float.append({"node": label, "op": "Add",
+                                    "why": f"builder cannot fuse: its Conv ({graph.node[srcs[fused]].name}) is "
+                                           "float, so no INT8 Conv+Add kernel takes the skip input"})
+            continue
         other = node.input[1 - fused]
-        plan.add_activation(other, i)
-        plan.residual_adds.append(node.name or f"Add#{i}")
+        plan.add_activation(other, i, "residual-add-skip")
+        plan.residual_adds.append(label)
     return plan
 
 

@@ -1,0 +1,310 @@
+"""One accuracy-aware INT8 search for Q/DQ models, shared by the ``cpu`` (ONNX Runtime) and TensorRT targets.
+
+A backend says how to make a Q/DQ model from one setting (``QdqBackend.make``) and how it runs on the
+host; the search does the rest, the same way for both:
+
+1. **The grid**: calibration method x per-channel weights x activation types/symmetry, as the
+   backend lists them (TensorRT: symmetric INT8 only, zero points 0, per its explicit-quantization
+   rules).  Every variant is judged by the host check's own rule
+   (``edgeopt_agent.compare.compare_outputs(.., "int8", tolerance, output_kinds)``) on the validation
+   samples, and its error on a few *calibration* samples is kept to guide the steps below.
+2. **Sensitivity fallback** when nothing passes: per-node SQNR lost in the most accurate variant
+   (``ort_int8_quant.sensitivity``) picks candidates, each candidate's effect on the output when it
+   alone reads float inputs (``ort_int8_quant.float_effect``) orders them; groups of the best are kept
+   float (TensorRT: no Q/DQ pair around them, the builder runs them in FP16) and kept only when they
+   lower the calibration error, until a variant passes or the trial/time budget is spent.
+3. **Joint fallback**: the 2, 4, 8 ... most SQNR-sensitive nodes float at once (nodes that only help
+   together are missed one at a time).
+4. **Selection**: a backend whose artifact the host can time (ONNX Runtime) keeps the fastest passing
+   variant (interleaved re-measure, ties to accuracy); TensorRT's engine cannot be timed on the host,
+   so it keeps the passing variant with the fewest float nodes (ties: the lower error on calibration
+   samples), and the manifest records that choice for the device's engine timing to confirm.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgeopt_agent.compare import top1_text
+
+from .ort_int8_quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
+
+SEARCH_MODES = {"quick": 120.0, "full": 600.0}  # mode -> default time budget (s)
+FALLBACK = {"quick": (6, 32), "full": (24, 128)}  # mode -> (float-fallback trials, candidate nodes)
+TIE = 0.03  # latencies within 3% are noise on a shared 2-core machine: prefer accuracy then
+SENSITIVITY_SAMPLES = 4
+CALIB_CHECK_SAMPLES = 8  # calibration samples that judge float-fallback steps
+
+
+class QdqBackend(Protocol):
+    """What the search needs from a backend (``ort_int8.OrtBackend``, ``trt_prep.TrtBackend``)."""
+
+    name: str
+    timeable: bool  # can the host time the artifact (ONNX Runtime) or not (a TensorRT engine)
+    stop_early: bool  # quick mode: stop the grid after the first calibration method that passes
+    float_path: Path  # the float model the Q/DQ variants are made from (same node names)
+
+    def make(self, settings: Any, dst: Path) -> None:
+        """Write the Q/DQ model for ``settings`` (``settings.exclude``: nodes kept float)."""
+
+    def session(self, path: Path, timing: bool = False) -> Any:
+        """An ONNX Runtime session as the host check runs the artifact (``timing``: as timed)."""
+
+    def fallback_nodes(self, settings: Any) -> set[str] | None:
+        """The nodes the fallback may keep float (None: any quantized node), given a variant."""
+
+
+@dataclass
+class Variant:
+    """A quantized model and how it measured."""
+
+    settings: Any  # a frozen dataclass with label(), exclude
+    passed: bool
+    outputs: dict[str, dict[str, float]]  # per output: the headline metrics on the validation set
+    reasons: list[str]
+    latency_ms: float | None  # None: the host cannot time this backend's artifact
+    calib_rel_l2: float  # mean rel_l2 over outputs on calibration samples (guides the fallback)
+    path: Path
+    step: str = "grid"  # grid | float-fallback | joint-fallback
+    why_float: dict[str, str] = field(default_factory=dict)  # excluded node -> why
+
+    @property
+    def accuracy(self) -> tuple[float, float]:
+        """Sort key, higher is better: worst top-1 (1.0 where none applies), then worst cosine."""
+        if not self.outputs:  # a variant the quantizer could not make ranks last
+            return (-1.0, -1.0)
+        top1 = min((m.get("top1", 1.0) for m in self.outputs.values()), default=1.0)
+        cos = min((m.get("cosine", 1.0) for m in self.outputs.values()), default=1.0)
+        return (top1, cos)
+
+    def record(self) -> dict[str, Any]:
+        s = asdict(self.settings)
+        s["exclude"] = list(self.settings.exclude)
+        return {"label": self.settings.label(), "settings": s, "step": self.step, "passed": self.passed,
+                "latency_ms": None if self.latency_ms is None or not math.isfinite(self.latency_ms)
+                else round(self.latency_ms, 3),
+                "float_nodes": len(self.settings.exclude), "metrics": self.outputs,
+                "calib_rel_l2": round(self.calib_rel_l2, 5) if math.isfinite(self.calib_rel_l2) else None,
+                "reasons": self.reasons}
+
+    def summary(self) -> str:
+        bits = []
+        for name, m in self.outputs.items():
+            txt = f"cos {m.get('cosine', float('nan')):.4f} rel_l2 {m.get('rel_l2', float('nan')):.3f}"
+            if "top1" in m:
+                txt += f" top1 {top1_text(m)}"
+            if "seq_match" in m:
+                txt += f" ctc-decode {m['seq_match']:.0%}"
+            bits.append(txt if len(self.outputs) == 1 else f"{name}: {txt}")
+        ms = f", {self.latency_ms:.2f} ms" if self.latency_ms is not None and math.isfinite(self.latency_ms) else ""
+        return f"{self.settings.label()}: " + "; ".join(bits) + ms + (
+            "" if self.passed else " (fails: " + "; ".join(self.reasons[:2]) + ")")
+
+
+def headline(metrics: dict[str, float]) -> dict[str, float]:
+    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n", "seq_match", "flip_rate", "vector_cosine_min",
+            "snr_db")
+    return {k: round(float(metrics[k]), 6) for k in keys if k in metrics}
+
+
+class QdqSearch:
+    """State of one INT8 search: backend, data, references and every variant tried."""
+
+    def __init__(self, backend: QdqBackend, *, val: list[dict[str, np.ndarray]], calib: list[dict[str, np.ndarray]],
+                 reference: dict[str, np.ndarray], mode: str, budget_s: float, work: Path,
+                 tolerance: dict[str, float | None] | None = None, kinds: dict[str, Any] | None = None,
+                 progress: Callable[[str], None] = lambda s: None) -> None:
+        import onnxruntime as ort
+
+        self.ort, self.backend = ort, backend
+        self.mode, self.budget_s, self.work, self.progress = mode, budget_s, work, progress
+        self.tolerance, self.kinds = tolerance, kinds
+        self.val, self.calib, self.reference = val, calib or val, reference
+        self.out_names = list(reference)
+        self.calib_check = self.calib[:CALIB_CHECK_SAMPLES]
+        # FP32 outputs on a few calibration samples, computed like reference.npz (no optimisation).
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        fsess = ort.InferenceSession(str(backend.float_path), so, providers=["CPUExecutionProvider"])
+        self.calib_reference = run_all(fsess, self.calib_check, self.out_names)
+        self.variants: list[Variant] = []
+        self.notes: list[str] = []
+        self.timings: dict[str, float] = {}
+        self.ranking: list[dict[str, Any]] = []
+        self.t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def over_budget(self) -> bool:
+        return self.elapsed() > self.budget_s
+
+    def passing(self) -> list[Variant]:
+        return [v for v in self.variants if v.passed]
+
+    # --- one variant ------------------------------------------------------------------------
+    def try_variant(self, s: Any, step: str, why_float: dict[str, str] | None = None) -> Variant:
+        from edgeopt_agent.compare import compare_outputs, tensor_metrics
+
+        path = self.work / f"variant-{len(self.variants)}.onnx"
+        why = dict(why_float or {})
+        try:
+            self.backend.make(s, path)
+            sess = self.backend.session(path)
+        except Exception as exc:  # noqa: BLE001 - one variant the quantizer cannot make is one failed candidate
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            v = Variant(s, False, {}, [f"{self.backend.name} quantizer failed: {type(exc).__name__}: {msg}"],
+                        math.inf if self.backend.timeable else None, math.inf, path, step, why)
+            self.variants.append(v)
+            self.progress(f"int8: fail {s.label()}: {v.reasons[0]}")
+            return v
+        result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
+                                 self.tolerance, self.kinds)
+        cal = run_all(sess, self.calib_check, self.out_names)
+        cal_err = float(np.mean([tensor_metrics(cal[n], self.calib_reference[n]).get("rel_l2", math.inf)
+                                 for n in self.out_names]))
+        del sess
+        ms = latency_ms(self.backend.session(path, timing=True), self.val[0]) if self.backend.timeable else None
+        per = {n: headline(o["metrics"]) for n, o in result["outputs"].items()}
+        reasons = [f"{n}: {r}" if len(per) > 1 else r for n, o in result["outputs"].items() for r in o["reasons"]]
+        v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why)
+        self.variants.append(v)
+        self.progress(f"int8: {'PASS' if v.passed else 'fail'} {v.summary()}")
+        return v
+
+    # --- the grid ---------------------------------------------------------------------------
+    def run_grid(self, settings: list[Any], prepare: Callable[[str], None] | None = None) -> None:
+        """Try ``settings`` grouped by calibration method (``prepare(method)`` computes its ranges)."""
+        methods = list(dict.fromkeys(s.calibration for s in settings))
+        for i, method in enumerate(methods):
+            if self.variants and self.over_budget():
+                self.notes.append(f"time budget ({self.budget_s:.0f}s) spent: calibration "
+                                  f"{', '.join(methods[i:])} not tried")
+                return
+            if prepare is not None:
+                prepare(method)
+            for s in (s for s in settings if s.calibration == method):
+                self.try_variant(s, "grid")
+            if (self.mode == "quick" and self.backend.stop_early and self.passing()
+                    and i + 1 < len(methods)):
+                self.notes.append(f"quick search: stopped after {method} calibration passed "
+                                  f"({', '.join(methods[i + 1:])} would change accuracy, not speed)")
+                return
+
+    # --- the float fallback -----------------------------------------------------------------
+    def run_fallback(self, skip: set[str] = frozenset()) -> list[dict[str, Any]]:
+        """Keep the nodes whose float fallback helps the output most in float, greedily, until a variant
+        passes; then the joint fallback.  Returns the sensitivity table (top 10) for the manifest."""
+        best = max(self.variants, key=lambda v: v.accuracy)
+        self.progress(f"int8: no variant passes; per-node sensitivity of {best.settings.label()}")
+        t = time.perf_counter()
+        feeds = self.calib[:SENSITIVITY_SAMPLES]
+        ranking = sensitivity(self.ort, self.backend.float_path, best.path, feeds, self.work)
+        allowed = self.backend.fallback_nodes(best.settings)
+        trials, n_cand = FALLBACK[self.mode]
+        skip = set(skip) | set(best.settings.exclude)
+        pre = [name for name, _, drop in ranking
+               if drop > 0 and name not in skip and (allowed is None or name in allowed)][:n_cand]
+        reference = {n: a[: len(feeds)] for n, a in self.calib_reference.items()}
+        effect = float_effect(self.ort, self.backend.float_path, best.path, pre, feeds, reference,
+                              self.t0 + self.budget_s)
+        base = effect.pop("")
+        self.timings["sensitivity_s"] = round(time.perf_counter() - t, 2)
+        drops = {name: drop for name, _, drop in ranking}
+        ops = {name: op for name, op, _ in ranking}
+        ordered = sorted(effect, key=effect.get)
+        rank = {n: k + 1 for k, n in enumerate(ordered)}
+        candidates = [n for n in ordered if effect[n] < base * 0.995]  # measurably better in float
+        self.ranking = [{"node": n, "op": ops[n], "sqnr_drop_db": round(drops[n], 2),
+                         "output_rel_l2_if_float": round(effect[n], 5), "output_rel_l2_quantized": round(base, 5)}
+                        for n in ordered[:10]]
+        self.progress(f"int8: {len(candidates)} of {len(effect)} measured node(s) help when kept in float")
+        current, err, why = best.settings, best.calib_rel_l2, dict(best.why_float)
+        i, group = 0, 1
+        for _ in range(trials):
+            if i >= len(candidates):
+                break
+            if self.over_budget():
+                self.notes.append(f"time budget ({self.budget_s:.0f}s) spent during the float fallback")
+                break
+            add = tuple(candidates[i:i + group])
+            i += len(add)
+            step_why = {**why, **{n: f"sensitivity rank {rank[n]} (output rel_l2 {effect[n]:.4f} float vs "
+                                     f"{base:.4f} quantized, on calibration samples)" for n in add}}
+            v = self.try_variant(replace(current, exclude=current.exclude + add), "float-fallback", step_why)
+            if v.passed:
+                break
+            if v.calib_rel_l2 < err * 0.99:  # it helps on calibration data: keep it, try bigger steps
+                current, err, why, group = v.settings, v.calib_rel_l2, step_why, min(2 * group, 16)
+            else:  # it does not: these nodes stay quantized, go back to single nodes
+                group = 1
+        if not self.passing():
+            self._joint_fallback(best, pre, drops)
+        return self.ranking
+
+    def _joint_fallback(self, best: Variant, ranked: list[str], drops: dict[str, float]) -> None:
+        """Nodes that only help together (the real and imaginary Conv of an STFT: float one alone and
+        the other still quantizes the shared input) are missed one at a time: keep the 2, 4, 8 ... most
+        SQNR-sensitive nodes in float at once, while at least one stays quantized, until a variant passes."""
+        sizes = sorted({min(2 ** i, len(ranked) - 1) for i in range(1, 8)} - {0, 1})
+        for k in sizes:
+            if self.over_budget():
+                self.notes.append(f"time budget ({self.budget_s:.0f}s) spent during the joint float fallback")
+                return
+            add = tuple(ranked[:k])
+            why = {**best.why_float, **{n: f"sensitivity rank {j + 1} by SQNR lost ({drops[n]:.1f} dB), kept "
+                                           f"float jointly with the top {k}" for j, n in enumerate(add)}}
+            v = self.try_variant(replace(best.settings, exclude=best.settings.exclude + add), "joint-fallback", why)
+            if v.passed:
+                return
+
+    # --- selection --------------------------------------------------------------------------
+    def select(self, fp32_path: Path | None = None) -> tuple[Variant | None, float | None, str]:
+        """The variant to ship, the FP32 latency (None when not timeable) and the rule that chose it."""
+        passing = self.passing()
+        if not self.backend.timeable:
+            rule = ("fewest float nodes (the host cannot time a TensorRT engine: every node kept float "
+                    "runs in FP16 instead of INT8), ties broken by the lower error on calibration samples; "
+                    "the device's engine timing (edgeopt bench) confirms it")
+            if not passing:
+                return None, None, rule
+            return min(passing, key=lambda v: (len(v.settings.exclude), v.calib_rel_l2)), None, rule
+        rule = (f"fastest passing variant (latencies re-measured interleaved; within {TIE:.0%} is a tie, "
+                "broken by accuracy)")
+        top = sorted(passing, key=lambda v: v.accuracy, reverse=True)[:6]
+        fp32 = self.backend.session(fp32_path, timing=True) if fp32_path else None
+        if not top:
+            return None, (latency_ms(fp32, self.val[0]) if fp32 is not None else None), rule
+        sessions = [self.backend.session(v.path, timing=True) for v in top] + ([fp32] if fp32 is not None else [])
+        ms = interleaved_ms(sessions, self.val[0])
+        for v, m in zip(top, ms):
+            v.latency_ms = m
+        fastest = min(ms[:len(top)])
+        tied = [v for v in top if v.latency_ms <= fastest * (1 + TIE)]
+        return max(tied, key=lambda v: v.accuracy), (ms[-1] if fp32 is not None else None), rule
+
+    def closest(self) -> Variant:
+        """The most accurate variant tried (what a refusal names)."""
+        return max(self.variants, key=lambda v: v.accuracy)
+
+    def record(self) -> dict[str, Any]:
+        return {"search": self.mode, "budget_s": self.budget_s, "time_s": round(self.elapsed(), 1),
+                "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
+                "timings": self.timings, "calibration_samples": len(self.calib),
+                "validation_samples": len(self.val), "notes": self.notes}
+
+
+def bound_text(tolerance: dict[str, float | None] | None) -> str:
+    """The INT8 bound in one line (``rel_l2_max 0.25, cosine_min 0.97, ...``)."""
+    from edgeopt_agent.compare import tolerance_for
+
+    return ", ".join(f"{k} {'off' if v is None else format(v, 'g')}"
+                     for k, v in tolerance_for("int8", tolerance).items())

@@ -1,0 +1,176 @@
+"""TensorRT INT8 through the shared Q/DQ search (``qdq_search``), judged on the host in ONNX Runtime.
+
+The backend of the search for TensorRT's explicit quantization:
+
+- **Placement** is ``trt_prep.plan_qdq`` (NVIDIA's rules: data and weight inputs of Conv /
+  ConvTranspose / Gemm / MatMul, weights per output channel, the skip input of a residual Add that
+  follows a Conv, no output quantization), and each pair records the rule that placed it.
+- **Variants**: the clipping rules of one calibration pass (max, percentile-99.999, percentile-99.99,
+  mse) x per-channel weights (per-tensor too in ``full``); activations symmetric INT8 only -- zero
+  points must be 0 in TensorRT's explicit quantization, so asymmetric activations are not a variant.
+- **Float fallback**: a node the search keeps unquantized gets no Q/DQ pair around it, and the builder
+  runs it in FP16 (``trt_fp16_fallback``, the default) -- on the host it is judged in FP32, which
+  FP16 meets far inside the INT8 bound.
+- **Judging**: each Q/DQ model runs in ONNX Runtime with graph optimisations off (Q/DQ as written, the
+  arithmetic closest to TensorRT's) against the FP32 reference, by the host check's rule and bound.
+- **Choice**: the engine cannot be timed here, so among passing variants the fewest float nodes wins
+  (ties: the lower error on calibration samples); the manifest records the choice so the device's
+  engine timing (``edgeopt bench``) can confirm it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .qdq_search import QdqSearch, Variant
+
+GRID_METHODS = ("max", "percentile-99.999", "percentile-99.99", "mse")
+
+
+@dataclass(frozen=True)
+class TrtSettings:
+    """One point of the TensorRT INT8 search."""
+
+    calibration: str  # a trt_prep clipping rule: max | percentile-99.999 | percentile-99.99 | mse
+    per_channel: bool = True
+    exclude: tuple[str, ...] = ()  # nodes left without Q/DQ (FP16 in the engine)
+
+    def label(self) -> str:
+        parts = [self.calibration, "per-channel" if self.per_channel else "per-tensor", "S8S8-symmetric"]
+        if self.exclude:
+            parts.append(f"{len(self.exclude)} node(s) in float")
+        return "/".join(parts)
+
+
+class TrtBackend:
+    """``plan_qdq`` + ``insert_qdq`` as a ``qdq_search`` backend; one calibration pass for all variants."""
+
+    name = "TensorRT Q/DQ"
+    timeable = False
+    stop_early = False  # every clipping rule costs one ORT run, no recalibration: try them all
+
+    def __init__(self, model, calib: list[dict[str, np.ndarray]], work: Path, methods: tuple[str, ...],
+                 progress: Callable[[str], None] = lambda s: None) -> None:
+        from . import trt_prep
+
+        self.prep, self.model, self.work = trt_prep, model, work
+        self.float_path = work / "float.onnx"
+        trt_prep.save_model(model, self.float_path)
+        self.full = trt_prep.plan_qdq(model)
+        if not self.full.weights:
+            raise trt_prep.PreparationError(
+                "no Conv/ConvTranspose/Gemm/MatMul with constant weights found: int8 would quantize nothing",
+                hint="build this model in fp16 instead")
+        tensors = list(self.full.activations)
+        progress(f"calibrating {len(tensors)} activation ranges on {len(calib)} samples")
+        self.stats = trt_prep.activation_stats(model, tensors, calib,
+                                               histograms=any(m != "max" for m in methods))
+        self._amax: dict[str, dict[str, float]] = {}
+
+    def amax(self, method: str) -> dict[str, float]:
+        if method not in self._amax:
+            self._amax[method] = self.prep.amax_for(self.stats, method, self.prep.QMAX["int8"])
+        return self._amax[method]
+
+    def plan(self, s: TrtSettings, why: dict[str, str] | None = None):
+        return self.prep.plan_qdq(self.model, exclude=s.exclude, per_channel=s.per_channel, exclude_why=why)
+
+    def quantized(self, s: TrtSettings, why: dict[str, str] | None = None):
+        return self.prep.insert_qdq(self.model, self.plan(s, why), self.amax(s.calibration), "int8")
+
+    def make(self, s: TrtSettings, dst: Path) -> None:
+        self.prep.save_model(self.quantized(s), dst)
+
+    def session(self, path: Path, timing: bool = False):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as the host check runs it
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+    def fallback_nodes(self, settings: Any) -> set[str]:
+        """Nodes that read a Q/DQ pair in the full placement: weighted layers and residual Adds."""
+        return set(self.full.quantized_nodes(self.model.graph)) | set(self.full.residual_adds)
+
+
+@dataclass
+class TrtSearchResult:
+    """The outcome: the model to ship (None: no variant met the bound), its report, the search."""
+
+    model: Any
+    chosen: Variant | None
+    report: dict[str, Any]
+    search: QdqSearch
+
+
+def grid(methods: tuple[str, ...], mode: str) -> list[TrtSettings]:
+    """Per-channel weights first (NVIDIA's guidance); per-tensor only in ``full`` (it only loses accuracy)."""
+    pcs = (True, False) if mode == "full" else (True,)
+    return [TrtSettings(m, pc) for m in methods for pc in pcs]
+
+
+def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, np.ndarray]],
+                reference: dict[str, np.ndarray], work: Path, *, method: str = "auto", mode: str = "quick",
+                budget_s: float = 120.0, tolerance: dict[str, float | None] | None = None,
+                kinds: dict[str, Any] | None = None, keep_closest: bool = False,
+                progress: Callable[[str], None] = lambda s: None) -> TrtSearchResult:
+    """Search TensorRT INT8 Q/DQ variants of ``model`` (prepared, opset >= 13) against ``reference``.
+
+    ``method``: ``auto`` (every clipping rule) or one rule; ``keep_closest``: return the most accurate
+    variant when none passes (``--allow-mismatch``).
+    """
+    from . import trt_prep
+
+    if trt_prep.opset_of(model) < trt_prep.QDQ_MIN_OPSET["int8"]:
+        raise ValueError("int8 Q/DQ needs opset >= 13; prepare() the model with min_opset")
+    methods = GRID_METHODS if method == "auto" else (method,)
+    for m in methods:
+        trt_prep.calibration_method(m)
+    named = trt_prep._name_nodes(model)  # the fallback excludes nodes by name
+    backend = TrtBackend(model, calib, work, methods, progress)
+    search = QdqSearch(backend, val=val, calib=calib, reference=reference, mode=mode, budget_s=budget_s,
+                       work=work, tolerance=tolerance, kinds=kinds, progress=progress)
+    if named:
+        search.notes.append(f"{named} unnamed node(s) named (the float fallback keeps nodes by name)")
+    search.run_grid(grid(methods, mode))
+    if not search.passing() and not search.over_budget():
+        try:
+            search.run_fallback()
+        except Exception as exc:  # noqa: BLE001 - e.g. tensors ORT cannot expose as outputs
+            search.notes.append(f"int8: float fallback not possible on this graph "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+    chosen, _, rule = search.select()
+    ship = chosen or (search.closest() if keep_closest and search.variants else None)
+    q = None
+    report: dict[str, Any] = {"kind": "int8", "engine": "qdq_search", "selection": rule,
+                              **search.record(), "calibration_requested": method}
+    if ship is not None and ship.outputs:
+        s = ship.settings
+        plan = backend.plan(s, ship.why_float)
+        q = trt_prep.insert_qdq(model, plan, backend.amax(s.calibration), "int8")
+        try:
+            import onnx
+
+            onnx.checker.check_model(q)
+        except Exception as exc:
+            raise trt_prep.PreparationError(
+                f"the int8 Q/DQ model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
+        placement = plan.placement(model.graph)
+        report.update({
+            "chosen": ship.record(), "calibration": s.calibration,
+            "calibration_candidates": {v.settings.label(): {"passed": v.passed, "calib_rel_l2": v.record()["calib_rel_l2"]}
+                                       for v in search.variants if v.step == "grid"},
+            "quantized_activations": len(plan.activations), "quantized_weights": len(plan.weights),
+            "per_channel_weights": sum(1 for _, _, ax in plan.weights if ax is not None),
+            "residual_adds": len(plan.residual_adds), "float_nodes": len(s.exclude),
+            "scheme": "symmetric, zero point 0; weights per output channel; activations per tensor; "
+                      "bias and layer outputs not quantized; nodes left float run in FP16 (trt_fp16_fallback)",
+            "placement": placement,
+        })
+    return TrtSearchResult(q, chosen, report, search)
