@@ -80,11 +80,11 @@ class TrtBackend:
     def plan(self, s: TrtSettings, why: dict[str, str] | None = None):
         return self.prep.plan_qdq(self.model, exclude=s.exclude, per_channel=s.per_channel, exclude_why=why)
 
-    def quantized(self, s: TrtSettings, why: dict[str, str] | None = None):
-        return self.prep.insert_qdq(self.model, self.plan(s, why), self.amax(s.calibration), "int8")
-
     def make(self, s: TrtSettings, dst: Path) -> None:
-        self.prep.save_model(self.quantized(s), dst)
+        plan = self.plan(s)
+        if not plan.weights:  # e.g. the joint fallback left every weighted layer float
+            raise ValueError("every weighted layer is left float: nothing would run in INT8")
+        self.prep.save_model(self.prep.insert_qdq(self.model, plan, self.amax(s.calibration), "int8"), dst)
 
     def session(self, path: Path, timing: bool = False):
         import onnxruntime as ort
@@ -169,6 +169,7 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
             "quantized_activations": len(plan.activations), "quantized_weights": len(plan.weights),
             "per_channel_weights": sum(1 for _, _, ax in plan.weights if ax is not None),
             "residual_adds": len(plan.residual_adds), "float_nodes": len(s.exclude),
+            "quantizable_nodes": len(backend.fallback_nodes(s)),
             "scheme": "symmetric, zero point 0; weights per output channel; activations per tensor; "
                       "bias and layer outputs not quantized; nodes left float run in FP16 (trt_fp16_fallback)",
             "placement": placement,
