@@ -48,6 +48,8 @@ def test_int8_search_on_ocr_cls_passes_the_check_and_records_the_choice(cls_int8
     assert metrics["cosine"] >= 0.97 and metrics["rel_l2"] <= 0.25
     assert metrics["top1"] >= top1_floor(int(metrics["top1_n"]), 0.9) - 1e-9
     assert info["fp32_ms"] > 0 and info["types_reason"]
+    assert info["engine"] == "qdq_search" and "fastest passing variant" in info["selection"]
+    assert info["float_nodes"] == {} or chosen["step"] != "grid"  # nodes left float say why
     assert any(n.startswith("INT8 (ORT static QDQ) kept") for n in m["notes"])
 
 
@@ -142,3 +144,16 @@ def test_int8_refuses_a_model_it_cannot_quantize(tmp_path):
     r = report.results[0]
     assert r.status == "failed" and "quantized nothing" in r.error
     assert not (tmp_path / "d" / "silero_vad").exists()
+
+
+def test_full_grid_adds_symmetric_activations_the_quick_grid_does_not():
+    from edgeopt.targets.ort_int8 import grid
+
+    feat = {"arch": "x86_64", "flags": ["avx2", "avx512_vnni"]}
+    quick, _ = grid(parse_options({}), feat, True)
+    full, _ = grid(parse_options({"int8_search": "full"}), feat, True)
+    assert not any(s.symmetric_activation for s in quick)
+    sym = [s for s in full if s.symmetric_activation]
+    assert sym and {s.calibration for s in sym} == {"minmax", "percentile", "entropy"}
+    assert sym[0].label().startswith("minmax/per-channel/U8S8-symmetric")
+    assert {s.per_channel for s in sym} == {True, False}
