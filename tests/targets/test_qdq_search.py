@@ -277,3 +277,34 @@ def test_ocr_cls_jetson_orin_int8_refusal_names_the_closest_variant(tmp_path):
     assert "no TensorRT INT8 variant met the int8 bound" in res.error and "INT8 is not shipped" in res.error
     assert "the closest:" in res.error and "cosine_min 0.99999" in res.error and "Traceback" not in res.error
     assert not (tmp_path / "dist" / "ch_ppocr_mobile_v2.0_cls_infer").exists()
+
+
+def test_tensorrt_reads_the_shared_int8_search_options_and_refuses_bad_ones():
+    from edgeopt.errors import UsageError
+    from edgeopt.targets.registry import BUILTIN
+    from edgeopt.targets.tensorrt import TensorRtTarget, resolve_options
+
+    trt, orin = TensorRtTarget(), BUILTIN["jetson-orin"].as_dict()
+    assert {"int8_search", "int8_budget_s", "int8_tolerance", "trt_int8_search"} <= trt.known_options()
+    o = resolve_options({"int8_search": "full", "int8_tolerance": "cosine_min=0.95", "trt_int8_search": "false"},
+                        orin, "int8")
+    assert o["int8"].mode == "full" and o["int8"].tolerance == {"cosine_min": 0.95} and o["trt_int8_search"] is False
+    for options, message in (({"int8_search": "fast"}, "int8_search"), ({"int8_budget_s": 0}, "int8_budget_s"),
+                             ({"trt_int8_search": "maybe"}, "true or false")):
+        with pytest.raises(UsageError, match=message):
+            trt.check_options(options, "int8", orin)
+
+
+def test_direct_path_is_kept_behind_trt_int8_search_false(tmp_path):
+    from edgeopt.pipeline import build
+
+    data = tmp_path / "lines.npz"
+    np.savez(data, x=text_line_crops())
+    report = build(fixture("ocr-cls"), "jetson-orin", precisions=["int8"], shapes={"x": [1, 3, 48, 192]},
+                   calib=str(data), out=tmp_path / "dist", n_calib=32, n_val=16,
+                   options={"trt_int8_search": False})
+
+    res = report.results[0]
+    assert res.status == "built", res.error
+    q = res.manifest["tensorrt"]["quantization"]
+    assert "engine" not in q and set(q["calibration_candidates"]) == set(trt_prep.AUTO_METHODS["int8"])
