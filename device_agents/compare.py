@@ -17,6 +17,9 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 - ``ctc_time_major`` / ``ctc_batch_major``: greedy CTC decoding agreement per sequence (``seq_match``)
 - ``decision``: per-position thresholded decisions (sigmoid > 0.5 / logit > 0), ``flip_rate``
 - ``embedding``: per-vector cosine (``vector_cosine_min``), no top-1
+- ``detection`` (a known detector head: YOLOX's ``[anchors, 4 + 1 + classes]`` table over stride-8/16/32
+  grids): boxes decoded and NMS'd as the head's own post-processing does; the share of boxes matched
+  by one of the same class at IoU >= 0.5 (``box_match``)
 - ``dense`` (a map: detection, segmentation) and ``regression``: the tensor metrics alone
 
 The host infers the kinds from the graph (``edgeopt.targets.base.output_kinds``), a user may set
@@ -32,28 +35,29 @@ from typing import Any
 
 import numpy as np
 
-OUTPUT_KINDS = ("classification", "ctc_time_major", "ctc_batch_major", "decision", "embedding", "dense",
-                "regression")
+OUTPUT_KINDS = ("classification", "ctc_time_major", "ctc_batch_major", "decision", "embedding", "detection",
+                "dense", "regression")
 
 # Bounds per precision. A metric passes when rel_l2 <= rel_l2_max and cosine >= cosine_min and
 # max_abs_norm <= max_abs_norm_max, plus the bound of the output's kind: top1_min (classification),
-# seq_match_min (CTC), flip_rate_max (decision), vector_cosine_min (embedding).  None: not judged.
+# seq_match_min (CTC), flip_rate_max (decision), vector_cosine_min (embedding), box_match_min (detection).
+# None: not judged.
 TOLERANCES: dict[str, dict[str, float | None]] = {
     # CTC decodings are judged from INT8 down: at FP32/FP16 the cosine bound already holds the scores,
     # and a decoding that differs there comes from a near-tie (seen: PP-OCR rec on photos, fp16 at
     # cosine 1.0000, one of 8 noise "lines" decoded differently); the figure is still reported.
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
-             "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999},
+             "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
     # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
     "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95,
-             "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999},
+             "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999, "box_match_min": 0.95},
     "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
-             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95},
+             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90},
     "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
-            "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95},
+            "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90},
 }
 
 
@@ -68,8 +72,9 @@ def tolerance_for(precision: str, override: dict[str, float] | None = None) -> d
 # --- output kinds ---------------------------------------------------------------------------------
 
 def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
-    """``"classification"``, ``"classification@1"`` (axis), ``"decision@0.5"`` (threshold) or a dict
-    ``{"kind": ..., "axis"|"threshold": ...}`` -> the dict form; ValueError for an unknown kind."""
+    """``"classification"``, ``"classification@1"`` (axis), ``"decision@0.5"`` (threshold),
+    ``"detection@416x416"`` (a YOLOX head on that input size) or a dict ``{"kind": ..., "axis"|"threshold"|
+    "input_hw": ...}`` -> the dict form; ValueError for an unknown kind."""
     if spec is None:
         return None
     if isinstance(spec, dict):
@@ -81,6 +86,14 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     if kind not in OUTPUT_KINDS:
         raise ValueError(f"unknown output kind {kind!r} (kinds: {', '.join(OUTPUT_KINDS)})")
     out: dict[str, Any] = {"kind": kind}
+    if kind == "detection":
+        try:
+            hw = [int(v) for v in param.lower().split("x")]
+        except ValueError:
+            hw = []
+        if len(hw) != 2 or min(hw) < 32:
+            raise ValueError(f"output kind detection needs the input's size, e.g. detection@416x416, not {spec!r}")
+        return {"kind": "detection", "format": "yolox", "input_hw": hw}
     if param:
         try:
             out["axis" if kind == "classification" else "threshold"] = (
@@ -108,13 +121,16 @@ def _blank_dominates(idx: np.ndarray, classes: int, share: float = 0.3) -> bool:
 
 
 def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
-               producer_axis: int | None = None) -> dict[str, Any]:
+               producer_axis: int | None = None, input_hw: list[int] | None = None) -> dict[str, Any]:
     """Guess an output's kind from its stacked reference ``[N, *shape]``, its name and (when known) the
-    op that produces it.  The rules are in docs/TOLERANCES.md; anything unclear is ``regression``."""
+    op that produces it and the image input's size.  The rules are in docs/TOLERANCES.md; anything
+    unclear is ``regression``."""
     per = ref.shape[1:]
     low = name.lower()
     if ref.dtype.kind not in "f" or ref.ndim < 2:
         return {"kind": "regression"}
+    if input_hw and _yolox_table(ref, input_hw):
+        return {"kind": "detection", "format": "yolox", "input_hw": [int(v) for v in input_hw]}
     if any(w in low for w in ("embed", "vector", "pooler", "sentence_emb", "speaker")) or producer == "LpNormalization":
         return {"kind": "embedding"}
     c = per[-1]
@@ -184,6 +200,9 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(embedding_metrics(out, ref))
     elif name == "dense":
         m.update(column_metrics(out, ref))
+    elif name == "detection":
+        m.update(column_metrics(out, ref))
+        m.update(detection_metrics(out, ref, k))
     return m
 
 
@@ -202,6 +221,80 @@ def column_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     cos = np.where(ok, np.sum(y * r, axis=0) / np.where(ok, yn * rn, 1.0), 1.0)
     worst = int(np.argmin(cos))
     return {"column_cosine_min": float(cos[worst]), "column_worst": float(worst)}
+
+
+YOLOX_STRIDES = (8, 16, 32)
+
+
+def _yolox_table(ref: np.ndarray, input_hw: list[int]) -> bool:
+    """A YOLOX head's raw table: one row per cell of the stride-8/16/32 grids of the input, 4 box values,
+    an objectness and class scores (both after their sigmoid, in [0, 1])."""
+    h, w = int(input_hw[0]), int(input_hw[1])
+    cells = sum((h // s) * (w // s) for s in YOLOX_STRIDES)
+    per = ref.shape[1:]
+    if len(per) not in (2, 3) or (len(per) == 3 and per[0] != 1) or per[-2] != cells or per[-1] < 6:
+        return False
+    scores = ref[..., 4:]
+    return bool(np.all(scores >= 0) and np.all(scores <= 1))
+
+
+def yolox_boxes(table: np.ndarray, input_hw: list[int], score_thr: float = 0.1,
+                nms_thr: float = 0.45) -> tuple[np.ndarray, np.ndarray]:
+    """One image's YOLOX table -> (boxes xyxy [K, 4], classes [K]): the grid decoding, score = obj x class,
+    class-agnostic NMS — the post-processing of YOLOX's ONNX demo (score 0.1, NMS 0.45)."""
+    h, w = int(input_hw[0]), int(input_hw[1])
+    grids, strides = [], []
+    for s in YOLOX_STRIDES:
+        xv, yv = np.meshgrid(np.arange(w // s), np.arange(h // s))
+        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
+        strides.append(np.full((grids[-1].shape[0], 1), s))
+    g, st = np.concatenate(grids), np.concatenate(strides)
+    p = table.reshape(-1, table.shape[-1]).astype(np.float64)
+    xy, wh = (p[:, :2] + g) * st, np.exp(np.minimum(p[:, 2:4], 20)) * st
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
+    scores = p[:, 4:5] * p[:, 5:]
+    cls, sc = scores.argmax(1), scores.max(1)
+    keep = sc > score_thr
+    boxes, cls, sc = boxes[keep], cls[keep], sc[keep]
+    order, kept = np.argsort(-sc), []
+    while order.size:
+        i = order[0]
+        kept.append(i)
+        order = order[1:][_iou(boxes[i], boxes[order[1:]]) <= nms_thr]
+    return boxes[kept], cls[kept]
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    w = np.clip(np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]), 0, None)
+    h = np.clip(np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]), 0, None)
+    inter = w * h
+    area = (box[2] - box[0]) * (box[3] - box[1]) + (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area - inter, 1e-9)
+
+
+def detection_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any]) -> dict[str, float]:
+    """Per image, the boxes the head's post-processing keeps: ``box_match`` = boxes matched (same class,
+    IoU >= 0.5) / boxes of the larger set, over all images; ``images_equal`` = images whose boxes all
+    match one to one."""
+    hw = kind.get("input_hw")
+    if not hw or ref.ndim < 3:
+        return {}
+    matched = total = equal = 0
+    for o, r in zip(out, ref):
+        bo, co = yolox_boxes(np.asarray(o), hw)
+        br, cr = yolox_boxes(np.asarray(r), hw)
+        hits, free = 0, np.ones(len(bo), bool)
+        for b, c in zip(br, cr):
+            cand = np.flatnonzero(free & (co == c))
+            if cand.size:
+                ious = _iou(b, bo[cand])
+                if ious.max() >= 0.5:
+                    free[cand[int(ious.argmax())]] = False
+                    hits += 1
+        matched, total = matched + hits, total + max(len(br), len(bo))
+        equal += int(hits == len(br) == len(bo))
+    return {"box_match": float(matched / total) if total else 1.0, "boxes": float(total),
+            "images_equal": float(equal / len(ref)) if len(ref) else 1.0}
 
 
 def _topk(out: np.ndarray, ref: np.ndarray, axis: int) -> dict[str, float]:
@@ -306,6 +399,9 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
     if (tol.get("vector_cosine_min") is not None and "vector_cosine_min" in metrics
             and metrics["vector_cosine_min"] < tol["vector_cosine_min"]):
         reasons.append(f"vector_cosine_min {metrics['vector_cosine_min']:.5f} < {tol['vector_cosine_min']}")
+    if tol.get("box_match_min") is not None and "box_match" in metrics and metrics["box_match"] < tol["box_match_min"]:
+        reasons.append(f"box_match: {metrics['box_match']:.1%} of {int(metrics['boxes'])} boxes matched by the "
+                       f"same class at IoU >= 0.5 < {tol['box_match_min']:.0%}")
     return reasons
 
 
@@ -363,7 +459,7 @@ def compare_outputs(
 
 
 _SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "ctc-decode {:.0%}"),
-          ("flip_rate", "flips {:.2%}"), ("vector_cosine_min", "vec-cos {:.4f}"),
+          ("flip_rate", "flips {:.2%}"), ("vector_cosine_min", "vec-cos {:.4f}"), ("box_match", "boxes {:.0%}"),
           ("exact_match", "exact {:.0%}"))
 
 

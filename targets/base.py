@@ -384,13 +384,15 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
             refs = {n: ref[f"out{i}"] for i, n in enumerate(names) if f"out{i}" in ref}
     except Exception:  # noqa: BLE001
         refs = {}
+    shapes = [i.get("shape") or [] for i in job.io["inputs"]]
+    image_hw = shapes[0][2:] if len(shapes) == 1 and len(shapes[0]) == 4 and shapes[0][1] in (1, 3) else None
     kinds = {}
     for name in names:
         if name in given:
             kinds[name] = given[name]
         elif name in refs:
             op, axis = producers.get(name, (None, None))
-            kinds[name] = {**infer_kind(name, refs[name], op, axis), "source": "inferred"}
+            kinds[name] = {**infer_kind(name, refs[name], op, axis, image_hw), "source": "inferred"}
     return kinds
 
 

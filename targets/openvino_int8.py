@@ -56,7 +56,7 @@ SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
 # bound -> metric, by direction: larger is better for the first, smaller for the second.
 _HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1", "seq_match_min": "seq_match",
-                     "vector_cosine_min": "vector_cosine_min"}
+                     "vector_cosine_min": "vector_cosine_min", "box_match_min": "box_match"}
 _LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm", "flip_rate_max": "flip_rate"}
 # (name, settings, only in full mode); settings are plain data so that they cross into the child.
 VARIANTS: list[tuple[str, dict[str, Any], bool]] = [
@@ -112,7 +112,7 @@ def summary(comparison: dict[str, Any]) -> dict[str, Any]:
     for name, per in comparison["outputs"].items():
         m = per["metrics"]
         out[name] = {k: round(float(m[k]), 5) for k in ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n",
-                                                             "seq_match", "flip_rate", "vector_cosine_min")
+                                                             "seq_match", "flip_rate", "vector_cosine_min", "box_match")
                      if k in m}
         if per["reasons"]:
             out[name]["fails"] = per["reasons"]

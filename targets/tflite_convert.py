@@ -487,7 +487,7 @@ CHECK_TIMEOUT = 600.0
 LABELS = {"full": "full-integer", "selective": "selective", "dynamic": "dynamic-range",
           "float": "float32 (the conversion itself, no quantization)"}
 HEADLINE = ("cosine", "rel_l2", "top1", "max_abs_norm", "snr_db", "exact_match", "seq_match", "flip_rate",
-            "vector_cosine_min")
+            "vector_cosine_min", "box_match")
 
 
 class SearchFailed(Exception):
@@ -522,7 +522,8 @@ class Attempt:
     def worst(self) -> dict[str, float]:
         """The worst figures over the outputs: lowest cosine and top-1, highest rel_l2."""
         out = {}
-        for key, pick in (("cosine", min), ("rel_l2", max), ("top1", min), ("seq_match", min), ("flip_rate", max)):
+        for key, pick in (("cosine", min), ("rel_l2", max), ("top1", min), ("seq_match", min), ("flip_rate", max),
+                          ("box_match", min)):
             vals = [m[key] for m in self.metrics.values() if key in m]
             if vals:
                 out[key] = pick(vals)
@@ -538,7 +539,8 @@ class Attempt:
         bits = [f"cos {w['cosine']:.4f}" if "cosine" in w else "", f"rel_l2 {w['rel_l2']:.3f}" if "rel_l2" in w else "",
                 f"top1 {top1_text(w)}" if "top1" in w else "",
                 f"ctc-decode {w['seq_match']:.0%}" if "seq_match" in w else "",
-                f"flips {w['flip_rate']:.2%}" if "flip_rate" in w else ""]
+                f"flips {w['flip_rate']:.2%}" if "flip_rate" in w else "",
+                f"boxes {w['box_match']:.0%}" if "box_match" in w else ""]
         return " ".join(b for b in bits if b) or ("meets the bound" if self.passed else "; ".join(self.reasons))
 
     def record(self) -> dict[str, Any]:

@@ -225,3 +225,61 @@ def test_a_sigmoid_reshaped_to_one_axis_is_still_per_position_decisions(tmp_path
     rep = build(str(path), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
     assert rep.results[0].status == "built", rep.results[0].error
     assert rep.results[0].manifest["output_kinds"]["probs"]["kind"] == "decision"
+
+
+def _yolox_table(rng, boxes: list[tuple[int, float, int]], cells: int = 84, classes: int = 2) -> np.ndarray:
+    """A 64x64 input's YOLOX table ([cells, 4 + 1 + classes], stride 8/16/32: 64 + 16 + 4 = 84 rows) with
+    the given (row, objectness, class) objects on a background of low scores."""
+    t = np.zeros((cells, 5 + classes), np.float32)
+    t[:, :2] = rng.uniform(0, 1, (cells, 2))
+    t[:, 2:4] = rng.normal(0.5, 0.2, (cells, 2))
+    t[:, 4] = rng.uniform(0, 0.05, cells)
+    t[:, 5:] = rng.uniform(0, 0.3, (cells, classes))
+    for row, obj, cls in boxes:
+        t[row, 4], t[row, 5 + cls] = obj, 0.95
+    return t
+
+
+def test_a_yolox_head_is_judged_on_its_boxes():
+    """A detector that loses a box keeps its tensor's cosine: the check decodes the boxes as YOLOX does."""
+    rng = np.random.default_rng(0)
+    ref = np.stack([_yolox_table(rng, [(3, 0.9, 0), (40, 0.8, 1), (70, 0.7, 0)])[None] for _ in range(4)])
+    kind = infer_kind("output", ref, None, None, [64, 64])
+    assert kind == {"kind": "detection", "format": "yolox", "input_hw": [64, 64]}
+    assert infer_kind("output", ref)["kind"] == "dense"  # without the input's size: not guessed
+    assert parse_kind("detection@64x64") == kind
+    with pytest.raises(ValueError, match="needs the input's size"):
+        parse_kind("detection")
+    same = compare_outputs({"output": ref.copy()}, {"output": ref}, "int8", kinds={"output": kind})
+    assert same["passed"] and same["outputs"]["output"]["metrics"]["box_match"] == 1.0
+    lost = ref.copy()
+    lost[:2, 0, 40, 4] = 0.05  # two of the four images lose their class-1 object
+    res = compare_outputs({"output": lost}, {"output": ref}, "int8", kinds={"output": kind})
+    o = res["outputs"]["output"]
+    assert o["metrics"]["cosine"] > 0.99 and o["metrics"]["box_match"] == pytest.approx(10 / 12)
+    assert o["metrics"]["images_equal"] == 0.5
+    assert not res["passed"] and o["failed"] == ["box_match"]
+    assert "boxes" in res["summary"] or "box_match" in res["summary"]
+
+
+def test_build_infers_a_yolox_head_from_the_input_size(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    table = _yolox_table(np.random.default_rng(1), [(3, 0.9, 0), (40, 0.8, 1)])[None]
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0), helper.make_node("Mul", ["m", "zero"], ["z"]),
+             helper.make_node("Add", ["table", "z"], ["output"])]
+    graph = helper.make_graph(nodes, "yolox", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 84, 7])],
+                              [numpy_helper.from_array(table, "table"),
+                               numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    path = tmp_path / "yolox.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    rep = build(str(path), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    res = rep.results[0]
+    assert res.status == "built", res.error
+    assert res.manifest["output_kinds"]["output"]["kind"] == "detection"
+    assert res.manifest["host_check"]["outputs"]["output"]["metrics"]["box_match"] == 1.0
