@@ -49,6 +49,7 @@ class QdqBackend(Protocol):
     name: str
     timeable: bool  # can the host time the artifact (ONNX Runtime) or not (a TensorRT engine)
     stop_early: bool  # quick mode: stop the grid after the first calibration method that passes
+    float_runs_as: str  # what a node kept float runs in on the device ("FP16", "FP32", "float")
     float_path: Path  # the float model the Q/DQ variants are made from (same node names)
 
     def make(self, settings: Any, dst: Path) -> None:
@@ -271,8 +272,9 @@ class QdqSearch:
         """The variant to ship, the FP32 latency (None when not timeable) and the rule that chose it."""
         passing = self.passing()
         if not self.backend.timeable:
-            rule = ("fewest float nodes (the host cannot time a TensorRT engine: every node kept float "
-                    "runs in FP16 instead of INT8), ties broken by the lower error on calibration samples; "
+            runs_as = getattr(self.backend, "float_runs_as", "float")
+            rule = (f"fewest float nodes (the host cannot time a TensorRT engine: every node kept float "
+                    f"runs in {runs_as} instead of INT8), ties broken by the lower error on calibration samples; "
                     "the device's engine timing (edgeopt bench) confirms it")
             if not passing:
                 return None, None, rule

@@ -22,8 +22,8 @@ Options (``--option KEY=VALUE``): ``trt_profile`` (``x:1x3x224x224/8x3x224x224/3
 the ``cpu`` target: ``int8_search`` (quick|full), ``int8_budget_s``, ``int8_tolerance``.
 
 INT8 runs the accuracy-aware Q/DQ search shared with the ``cpu`` target (``trt_int8``/``qdq_search``):
-clipping rules x per-channel weights, then the most sensitive layers left without Q/DQ (FP16 in the
-engine) until the host check's INT8 bound is met; none meets it: the build refuses, naming what the
+clipping rules x per-channel weights, then the most sensitive layers left without Q/DQ (FP16 in a
+TensorRT 10 engine with the FP16 flag, FP32 in a strongly typed one) until the host check's INT8 bound is met; none meets it: the build refuses, naming what the
 closest variant missed.  ``trt_int8_search=false`` is the direct path of before (clipping rules only).
 """
 
@@ -71,7 +71,7 @@ OPTIONS: dict[str, tuple[Any, str]] = {
                                    "for TensorRT >= 11 targets (a100, h100, l4, nvidia), which removed weak typing; "
                                    "fp16 then ships an FP16 ONNX written on the host"),
     "trt_simplify": (True, "constant folding and simplification with onnxsim"),
-    "trt_int8_search": (True, "int8: the accuracy-aware Q/DQ search (sensitive layers left FP16 until the INT8 bound "
+    "trt_int8_search": (True, "int8: the accuracy-aware Q/DQ search (sensitive layers left without Q/DQ until the INT8 bound "
                               "is met); false: calibration rules only, as before"),
 }
 # Keys of the INT8 search that the cpu target reads too (one search, one set of knobs).
@@ -348,7 +348,8 @@ def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str,
     try:
         res = search_int8(model, feeds, val, reference, work, method=str(o["trt_calibration"]), mode=plan.mode,
                           budget_s=plan.budget_s, tolerance=plan.tolerance, kinds=output_kinds(job),
-                          keep_closest=bool(job.options.get("allow_mismatch")), progress=progress)
+                          keep_closest=bool(job.options.get("allow_mismatch")), progress=progress,
+                          float_runs_as="FP16" if not o["trt_strongly_typed"] and o["trt_fp16_fallback"] else "FP32")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if res.model is None:

@@ -8,9 +8,10 @@ The backend of the search for TensorRT's explicit quantization:
 - **Variants**: the clipping rules of one calibration pass (max, percentile-99.999, percentile-99.99,
   mse) x per-channel weights (per-tensor too in ``full``); activations symmetric INT8 only -- zero
   points must be 0 in TensorRT's explicit quantization, so asymmetric activations are not a variant.
-- **Float fallback**: a node the search keeps unquantized gets no Q/DQ pair around it, and the builder
-  runs it in FP16 (``trt_fp16_fallback``, the default) -- on the host it is judged in FP32, which
-  FP16 meets far inside the INT8 bound.
+- **Float fallback**: a node the search keeps unquantized gets no Q/DQ pair around it; the builder runs
+  it in FP16 on TensorRT 10 (the Jetsons: the FP16 flag, ``trt_fp16_fallback``, the default), in FP32
+  in a strongly typed network (TensorRT >= 11 targets: the ONNX's own types).  On the host it is
+  judged in FP32; FP16's rounding is far inside the INT8 bound.
 - **Judging**: each Q/DQ model runs in ONNX Runtime with graph optimisations off (Q/DQ as written, the
   arithmetic closest to TensorRT's) against the FP32 reference, by the host check's rule and bound.
 - **Choice**: the engine cannot be timed here, so among passing variants the fewest float nodes wins
@@ -38,7 +39,7 @@ class TrtSettings:
 
     calibration: str  # a trt_prep clipping rule: max | percentile-99.999 | percentile-99.99 | mse
     per_channel: bool = True
-    exclude: tuple[str, ...] = ()  # nodes left without Q/DQ (FP16 in the engine)
+    exclude: tuple[str, ...] = ()  # nodes left without Q/DQ (FP16 or FP32 in the engine)
 
     def label(self) -> str:
         parts = [self.calibration, "per-channel" if self.per_channel else "per-tensor", "S8S8-symmetric"]
@@ -55,10 +56,10 @@ class TrtBackend:
     stop_early = False  # every clipping rule costs one ORT run, no recalibration: try them all
 
     def __init__(self, model, calib: list[dict[str, np.ndarray]], work: Path, methods: tuple[str, ...],
-                 progress: Callable[[str], None] = lambda s: None) -> None:
+                 progress: Callable[[str], None] = lambda s: None, float_runs_as: str = "FP16") -> None:
         from . import trt_prep
 
-        self.prep, self.model, self.work = trt_prep, model, work
+        self.prep, self.model, self.work, self.float_runs_as = trt_prep, model, work, float_runs_as
         self.float_path = work / "float.onnx"
         trt_prep.save_model(model, self.float_path)
         self.full = trt_prep.plan_qdq(model)
@@ -118,12 +119,15 @@ def grid(methods: tuple[str, ...], mode: str) -> list[TrtSettings]:
 def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, np.ndarray]],
                 reference: dict[str, np.ndarray], work: Path, *, method: str = "auto", mode: str = "quick",
                 budget_s: float = 120.0, tolerance: dict[str, float | None] | None = None,
-                kinds: dict[str, Any] | None = None, keep_closest: bool = False,
+                kinds: dict[str, Any] | None = None, keep_closest: bool = False, float_runs_as: str = "FP16",
                 progress: Callable[[str], None] = lambda s: None) -> TrtSearchResult:
     """Search TensorRT INT8 Q/DQ variants of ``model`` (prepared, opset >= 13) against ``reference``.
 
     ``method``: ``auto`` (every clipping rule) or one rule; ``keep_closest``: return the most accurate
-    variant when none passes (``--allow-mismatch``).
+    variant when none passes (``--allow-mismatch``); ``float_runs_as``: what the engine runs a node
+    without Q/DQ in -- FP16 with the FP16 builder flag (TensorRT 10, ``trt_fp16_fallback``), FP32 in a
+    strongly typed network of this FP32 ONNX (TensorRT >= 11) -- recorded, not simulated: the host
+    judges those nodes in FP32.
     """
     from . import trt_prep
 
@@ -133,7 +137,7 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
     for m in methods:
         trt_prep.calibration_method(m)
     named = trt_prep._name_nodes(model)  # the fallback excludes nodes by name
-    backend = TrtBackend(model, calib, work, methods, progress)
+    backend = TrtBackend(model, calib, work, methods, progress, float_runs_as)
     search = QdqSearch(backend, val=val, calib=calib, reference=reference, mode=mode, budget_s=budget_s,
                        work=work, tolerance=tolerance, kinds=kinds, progress=progress)
     if named:
@@ -171,7 +175,8 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
             "residual_adds": len(plan.residual_adds), "float_nodes": len(s.exclude),
             "quantizable_nodes": len(backend.fallback_nodes(s)),
             "scheme": "symmetric, zero point 0; weights per output channel; activations per tensor; "
-                      "bias and layer outputs not quantized; nodes left float run in FP16 (trt_fp16_fallback)",
+                      f"bias and layer outputs not quantized; nodes left float run in {float_runs_as}",
+            "float_nodes_run_as": float_runs_as,
             "placement": placement,
         })
     return TrtSearchResult(q, chosen, report, search)
