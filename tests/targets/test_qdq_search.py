@@ -259,7 +259,8 @@ def test_ocr_cls_jetson_orin_int8_build_records_the_search_in_the_manifest(tmp_p
     assert set(q["placement"]["rule_counts"]) >= {"conv-input", "weight-per-channel", "residual-add-skip",
                                                   "gemm-input"}
     assert all(p["rules"] and p["consumers"] for p in q["placement"]["pairs"])
-    assert "fewest float nodes" in q["selection"]
+    assert "fewest float nodes" in q["selection"] and "FP16" in q["selection"]
+    assert q["float_nodes_run_as"] == "FP16"  # TensorRT 10 on the Jetsons: the FP16 flag runs float layers
     assert any(n.startswith("INT8 Q/DQ search kept") for n in m["notes"])
 
 
@@ -308,3 +309,36 @@ def test_direct_path_is_kept_behind_trt_int8_search_false(tmp_path):
     assert res.status == "built", res.error
     q = res.manifest["tensorrt"]["quantization"]
     assert "engine" not in q and set(q["calibration_candidates"]) == set(trt_prep.AUTO_METHODS["int8"])
+
+
+# ---------------------------------------------------------------------------------------------
+# on a GPU with TensorRT (skipped here, with the reason)
+# ---------------------------------------------------------------------------------------------
+def _gpu_reason() -> str | None:
+    from tests.targets.test_tensorrt import GPU_REASON
+
+    return GPU_REASON
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu_reason() is not None, reason=str(_gpu_reason()))
+def test_engine_of_a_search_variant_with_a_float_conv_meets_the_int8_bound(tmp_path):
+    """The variant the search keeps (conv2 without Q/DQ) compiles to an engine that runs it in float and
+    still meets the INT8 bound on the device's own check; its timing confirms or refutes the choice."""
+    from edgeopt.pipeline import build
+    from edgeopt_agent.check import check_bundle
+
+    model = outlier_net(tmp_path / "o.onnx")
+    data = tmp_path / "x.npz"
+    np.savez(data, x=np.stack([f["x"] for f in _feeds(24, seed=5)]))
+    report = build(str(tmp_path / "o.onnx"), "h100", precisions=["int8"], shapes={"x": [1, 3, 16, 16]},
+                   calib=str(data), out=tmp_path / "dist", n_calib=16, n_val=8)
+    res = report.results[0]
+    assert res.status == "built", res.error
+    assert "conv2" in res.manifest["tensorrt"]["quantization"]["chosen"]["settings"]["exclude"]
+    assert model.graph.node[2].name == "conv2"
+
+    result = check_bundle(Path(res.bundle), {"engine_cache": str(tmp_path / "engines")})
+
+    assert result["passed"], result["outputs"]
+    assert result["runner"]["timings_ms"]["compute"]["p50"] > 0
