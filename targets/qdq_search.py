@@ -9,8 +9,8 @@ host; the search does the rest, the same way for both:
    (``edgeopt_agent.compare.compare_outputs(.., "int8", tolerance, output_kinds)``) on the validation
    samples, and its error on a few *calibration* samples is kept to guide the steps below.
 2. **Sensitivity fallback** when nothing passes: per-node SQNR lost in the most accurate variant
-   (``ort_int8_quant.sensitivity``) picks candidates, each candidate's effect on the output when it
-   alone reads float inputs (``ort_int8_quant.float_effect``) orders them; groups of the best are kept
+   (``onnxruntime.quant.sensitivity``) picks candidates, each candidate's effect on the output when it
+   alone reads float inputs (``onnxruntime.quant.float_effect``) orders them; groups of the best are kept
    float (TensorRT: no Q/DQ pair around them, the builder runs them in FP16) and kept only when they
    lower the calibration error, until a variant passes or the trial/time budget is spent.
 3. **Joint fallback**: the 2, 4, 8 ... most SQNR-sensitive nodes float at once (nodes that only help
@@ -19,6 +19,14 @@ host; the search does the rest, the same way for both:
    variant (interleaved re-measure, ties to accuracy); TensorRT's engine cannot be timed on the host,
    so it keeps the passing variant with the fewest float nodes (ties: the lower error on calibration
    samples), and the manifest records that choice for the device's engine timing to confirm.
+5. **k-fold cross-check** of every variant that passes, when the validation set is small
+   (< ``CROSS_CHECK_BELOW``: 8 held-out samples move top-1 in 12.5% steps, so a variant that really
+   agrees on 80% passes about half the time): calibration and validation samples are pooled and split
+   into ``CROSS_FOLDS`` folds; the variant's recipe is calibrated on the other folds and run on each fold
+   (one calibration per fold and method, shared by every variant), and the out-of-fold outputs of the
+   whole pool (20 samples from 20 images, not 8) are judged by the same rule. A variant that fails it
+   counts as failed, so the grid goes on to the next calibration method and the float fallback runs,
+   as for any other miss.
 """
 
 from __future__ import annotations
@@ -34,17 +42,19 @@ import numpy as np
 
 from edgeopt_agent.compare import top1_text
 
-from .ort_int8_quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
+from .onnxruntime.quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
 
 SEARCH_MODES = {"quick": 120.0, "full": 600.0}  # mode -> default time budget (s)
 FALLBACK = {"quick": (6, 32), "full": (24, 128)}  # mode -> (float-fallback trials, candidate nodes)
 TIE = 0.03  # latencies within 3% are noise on a shared 2-core machine: prefer accuracy then
 SENSITIVITY_SAMPLES = 4
 CALIB_CHECK_SAMPLES = 8  # calibration samples that judge float-fallback steps
+CROSS_CHECK_BELOW = 32  # validation samples: below this the pick is confirmed by a k-fold cross-check
+CROSS_FOLDS = 4
 
 
 class QdqBackend(Protocol):
-    """What the search needs from a backend (``ort_int8.OrtBackend``, ``trt_prep.TrtBackend``)."""
+    """What the search needs from a backend (``onnxruntime.int8.OrtBackend``, ``tensorrt.int8.TrtBackend``)."""
 
     name: str
     timeable: bool  # can the host time the artifact (ONNX Runtime) or not (a TensorRT engine)
@@ -60,6 +70,9 @@ class QdqBackend(Protocol):
 
     def fallback_nodes(self, settings: Any) -> set[str] | None:
         """The nodes the fallback may keep float (None: any quantized node), given a variant."""
+
+    def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> QdqBackend:
+        """The same backend calibrated on ``calib`` instead (the cross-check's folds)."""
 
 
 @dataclass
@@ -135,8 +148,12 @@ class QdqSearch:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 3
         fsess = ort.InferenceSession(str(backend.float_path), so, providers=["CPUExecutionProvider"])
+        self.float_session = fsess
         self.calib_reference = run_all(fsess, self.calib_check, self.out_names)
         self.variants: list[Variant] = []
+        self.cross_checks: list[dict[str, Any]] = []
+        self._folds: list[tuple[Any, list[int], Path]] | None = None  # (backend, held-out indices, work)
+        self._pool_reference: dict[str, np.ndarray] | None = None  # FP32 outputs of calib + val, made once
         self.notes: list[str] = []
         self.timings: dict[str, float] = {}
         self.ranking: list[dict[str, Any]] = []
@@ -177,6 +194,11 @@ class QdqSearch:
         per = {n: headline(o["metrics"]) for n, o in result["outputs"].items()}
         reasons = [f"{n}: {r}" if len(per) > 1 else r for n, o in result["outputs"].items() for r in o["reasons"]]
         v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why)
+        if v.passed:
+            cc = self.cross_check(v)
+            if cc is not None and not cc["passed"]:
+                v.passed = False
+                v.reasons = [f"{CROSS_FOLDS}-fold cross-check on {cc['samples']} samples: {r}" for r in cc["reasons"]]
         self.variants.append(v)
         self.progress(f"int8: {'PASS' if v.passed else 'fail'} {v.summary()}")
         return v
@@ -278,7 +300,8 @@ class QdqSearch:
                     "the device's engine timing (edgeopt bench) confirms it")
             if not passing:
                 return None, None, rule
-            return min(passing, key=lambda v: (len(v.settings.exclude), v.calib_rel_l2)), None, rule
+            chosen = min(passing, key=lambda v: (len(v.settings.exclude), v.calib_rel_l2))
+            return chosen, None, rule + self._cross_rule()
         rule = (f"fastest passing variant (latencies re-measured interleaved; within {TIE:.0%} is a tie, "
                 "broken by accuracy)")
         top = sorted(passing, key=lambda v: v.accuracy, reverse=True)[:6]
@@ -291,7 +314,88 @@ class QdqSearch:
             v.latency_ms = m
         fastest = min(ms[:len(top)])
         tied = [v for v in top if v.latency_ms <= fastest * (1 + TIE)]
-        return max(tied, key=lambda v: v.accuracy), (ms[-1] if fp32 is not None else None), rule
+        return (max(tied, key=lambda v: v.accuracy), (ms[-1] if fp32 is not None else None),
+                rule + self._cross_rule())
+
+    # --- k-fold cross-check -----------------------------------------------------------------
+    def _cross_rule(self) -> str:
+        done = [c for c in getattr(self, "cross_checks", []) if "passed" in c]
+        return (f"; a variant passes only if it also passes a {CROSS_FOLDS}-fold cross-check on {done[0]['samples']} "
+                "pooled calibration + validation samples (each fold judged by a variant calibrated without it)"
+                ) if done else ""
+
+    def cross_check(self, v: Variant) -> dict[str, Any] | None:
+        """Judge ``v``'s recipe on every pooled sample out of fold; None where it does not apply (enough
+        validation samples, calibration is the validation set, or a backend that cannot recalibrate)."""
+        from edgeopt_agent.compare import compare_outputs
+
+        folds = self._fold_backends()
+        if not folds:
+            return None
+        pool = self.calib + self.val
+        t = time.perf_counter()
+        got: list[dict[str, np.ndarray] | None] = [None] * len(pool)
+        for backend, held, work in folds:
+            path = work / f"variant-{len(self.variants)}.onnx"
+            try:
+                backend.make(v.settings, path)
+                outs = run_all(backend.session(path), [pool[i] for i in held], self.out_names)
+            except Exception as exc:  # noqa: BLE001 - a fold the quantizer cannot make: no confirmation
+                rec = {"label": v.settings.label(), "error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+                self.cross_checks.append(rec)
+                self.notes.append(f"cross-check of {v.settings.label()} not possible ({rec['error']}); "
+                                  "the held-out samples decided")
+                return None
+            finally:
+                path.unlink(missing_ok=True)
+            for j, i in enumerate(held):
+                got[i] = {n: outs[n][j] for n in self.out_names}
+        outputs = {n: np.stack([g[n] for g in got]) for n in self.out_names}
+        if self._pool_reference is None:
+            self._pool_reference = run_all(self.float_session, pool, self.out_names)
+        result = compare_outputs(outputs, self._pool_reference, "int8", self.tolerance, self.kinds)
+        rec = {"label": v.settings.label(), "folds": CROSS_FOLDS, "samples": len(pool),
+               "passed": bool(result["passed"]), "summary": result["summary"],
+               "reasons": [r for o in result["outputs"].values() for r in o["reasons"]],
+               "metrics": {n: headline(o["metrics"]) for n, o in result["outputs"].items()},
+               "time_s": round(time.perf_counter() - t, 2)}
+        self.cross_checks.append(rec)
+        self.progress(f"int8: {CROSS_FOLDS}-fold cross-check on {len(pool)} samples "
+                      f"{'PASS' if rec['passed'] else 'fail'} {v.settings.label()}: {rec['summary']} ({rec['time_s']:.1f}s)")
+        return rec
+
+    def _fold_backends(self) -> list[tuple[Any, list[int], Path]]:
+        """One backend per fold, calibrated on the other folds (made once; each caches its calibration
+        per method, so a variant's cross-check after the first is a quantization and a run per fold)."""
+        if self._folds is not None:
+            return self._folds
+        self._folds = []
+        pool = self.calib + self.val
+        if (not hasattr(self.backend, "recalibrated") or len(self.val) >= CROSS_CHECK_BELOW
+                or self.calib is self.val or len(pool) < len(self.val) + CROSS_FOLDS):
+            return self._folds
+        self.progress(f"int8: small validation set ({len(self.val)}): variants that pass are cross-checked over "
+                      f"{CROSS_FOLDS} folds of the {len(pool)} calibration + validation samples")
+        for k in range(CROSS_FOLDS):
+            work = self.work / f"fold-{k}"
+            work.mkdir(parents=True, exist_ok=True)
+            train = [x for i, x in enumerate(pool) if i % CROSS_FOLDS != k]
+            self._folds.append((self.backend.recalibrated(train, work), list(range(k, len(pool), CROSS_FOLDS)), work))
+        return self._folds
+
+    def budget_cut(self) -> bool:
+        """Did the time budget stop the search before it had tried what it would have (a refusal then
+        depends on the machine's load, and is not cached)?"""
+        return any("time budget" in n for n in self.notes)
+
+    def refusal_detail(self) -> str:
+        """What the cross-check refused, for a refusal message ("" when it refused nothing)."""
+        failed = [c for c in self.cross_checks if c.get("passed") is False]
+        if not failed:
+            return ""
+        return (f"; {len(failed)} variant(s) passed the {len(self.val)} held-out samples but failed the "
+                f"{CROSS_FOLDS}-fold cross-check on {failed[0]['samples']} samples (first: {failed[0]['label']}: "
+                f"{failed[0]['summary']})")
 
     def closest(self) -> Variant:
         """The most accurate variant tried (what a refusal names)."""
@@ -301,7 +405,7 @@ class QdqSearch:
         return {"search": self.mode, "budget_s": self.budget_s, "time_s": round(self.elapsed(), 1),
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
-                "validation_samples": len(self.val), "notes": self.notes}
+                "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes}
 
 
 def bound_text(tolerance: dict[str, float | None] | None) -> str:

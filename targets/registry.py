@@ -58,6 +58,10 @@ def _t(name, backend, description, default, precisions, **profile) -> TargetSpec
 
 
 _TRT = ("fp32", "fp16", "int8")
+# `tensorrt`: the TensorRT the target's devices run -- it picks the ONNX operator table (tensorrt.prep.ops_table)
+# and, by its major, the typing (strongly typed from 11).  JetPack 6.x (Orin) ships 10.3; Xavier's last
+# JetPack (5.1.x) ships 8.5; the data-centre GPUs name only the major (any 11.x).  User targets may give
+# `tensorrt_major` alone instead, as before.
 BUILTIN: dict[str, TargetSpec] = {t.name: t for t in [
     _t("cpu", "onnxruntime", "any x86-64/arm64 CPU, ONNX Runtime", "fp32", ("fp32", "int8")),
     _t("intel-cpu", "openvino", "Intel CPU, OpenVINO", "int8", ("fp32", "fp16", "int8"), device="CPU"),
@@ -71,15 +75,15 @@ BUILTIN: dict[str, TargetSpec] = {t.name: t for t in [
     _t("apple", "coreml", "Apple silicon / iOS, Core ML ML Program", "fp16", ("fp32", "fp16"),
        minimum_deployment_target="iOS16"),
     _t("jetson-orin", "tensorrt", "NVIDIA Jetson Orin (Ampere, sm_87), TensorRT", "fp16", _TRT,
-       compute_capability="8.7", dla_cores=2, fp8=False, workspace_mb=2048, jetson=True, tensorrt_major=10),
+       compute_capability="8.7", dla_cores=2, fp8=False, workspace_mb=2048, jetson=True, tensorrt="10.3"),
     _t("jetson-xavier", "tensorrt", "NVIDIA Jetson AGX Xavier (Volta, sm_72), TensorRT", "fp16", _TRT,
-       compute_capability="7.2", dla_cores=2, fp8=False, workspace_mb=1024, jetson=True, tensorrt_major=10),
+       compute_capability="7.2", dla_cores=2, fp8=False, workspace_mb=1024, jetson=True, tensorrt="8.5"),
     _t("a100", "tensorrt", "NVIDIA A100 (Ampere, sm_80), TensorRT", "fp16", _TRT,
-       compute_capability="8.0", dla_cores=0, fp8=False, workspace_mb=8192, tensorrt_major=11),
+       compute_capability="8.0", dla_cores=0, fp8=False, workspace_mb=8192, tensorrt="11"),
     _t("h100", "tensorrt", "NVIDIA H100 (Hopper, sm_90), TensorRT", "fp16", _TRT + ("fp8",),
-       compute_capability="9.0", dla_cores=0, fp8=True, workspace_mb=8192, tensorrt_major=11),
+       compute_capability="9.0", dla_cores=0, fp8=True, workspace_mb=8192, tensorrt="11"),
     _t("l4", "tensorrt", "NVIDIA L4 (Ada, sm_89), TensorRT", "fp16", _TRT + ("fp8",),
-       compute_capability="8.9", dla_cores=0, fp8=True, workspace_mb=4096, tensorrt_major=11),
+       compute_capability="8.9", dla_cores=0, fp8=True, workspace_mb=4096, tensorrt="11"),
     _t("nvidia", "tensorrt", "any NVIDIA GPU with TensorRT (profile read on the device)", "fp16", _TRT,
        compute_capability=None, dla_cores=0, fp8=False, workspace_mb=4096),
 ]}

@@ -68,6 +68,7 @@ def inspect(model: str | os.PathLike, config: str | None = None,
         bad = backend.unsupported_nodes(info, spec.as_dict())
         rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad,
                      "unsupported": [{"op": op, "node": n} for op, n in bad],
+                     "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
                      "builds_here": backend.available() is None, "host_check": backend.check_kind})
     out = {**info.as_dict(), "support": rows}
     if static is not None:

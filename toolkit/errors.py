@@ -48,10 +48,12 @@ class MissingDependency(EdgeoptError):
 class UnsupportedOps(EdgeoptError):
     """Some nodes of the model cannot be handled by a target. Lists all of them."""
 
-    def __init__(self, target: str, nodes: list[tuple[str, str]]) -> None:
+    def __init__(self, target: str, nodes: list[tuple[str, str]], why: str | None = None) -> None:
+        """``why``: what refuses them (e.g. "refused by TensorRT 10.15's ONNX parser"), when known."""
         lines = [f"  {op} (node {name!r})" for op, name in nodes]
         super().__init__(
-            f"target {target!r} cannot take {len(nodes)} node(s) of this model:\n" + "\n".join(lines),
+            f"target {target!r} cannot take {len(nodes)} node(s) of this model"
+            + (f" ({why})" if why else "") + ":\n" + "\n".join(lines),
             hint="drop the target, or run `edgeopt inspect MODEL` for the full support matrix",
         )
         self.target = target

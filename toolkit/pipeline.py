@@ -51,6 +51,8 @@ class TargetResult:
     check: str = ""  # a one-line summary of the host check
     error: str | None = None
     manifest: dict[str, Any] | None = field(default=None, repr=False)
+    refused: bool = False  # the build ran to the end and its check refused the artifact (not a crash)
+    fallback_from: dict[str, str] | None = None  # auto's first choice, refused: {"precision", "error"}
 
     @property
     def ok(self) -> bool:
@@ -178,7 +180,8 @@ def build(
 
     t_start = time.perf_counter()
     specs = resolve_targets(targets, config)
-    plans, skipped = plan_precisions(specs, precisions, config)
+    auto: set[tuple[str, str]] = set()
+    plans, skipped = plan_precisions(specs, precisions, config, auto=auto)
     for sk in skipped:
         progress(f"skipping {sk['target']} {sk['precision']}: {sk['reason']}")
     pre = calibmod.Preprocess.parse(preprocess)
@@ -211,7 +214,9 @@ def build(
         bad = backend.unsupported_nodes(info, spec.as_dict())
         if bad:
             res.status = "unsupported"
-            res.error = f"{len(bad)} unsupported node(s): " + ", ".join(f"{op} ({name})" for op, name in bad)
+            why = backend.unsupported_why(spec.as_dict(), bad)
+            res.error = (f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
+                         + ", ".join(f"{op} ({name})" for op, name in bad))
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
@@ -232,7 +237,7 @@ def build(
         failed = None if force else _cached_failure(key)
         if failed:
             res.status, res.time_s, res.manifest = failed["status"], 0.0, failed.get("manifest")
-            res.error = f"{CACHED_FAILURE} {failed['error']}"
+            res.error, res.refused = f"{CACHED_FAILURE} {failed['error']}", True
             res.check = f"{failed['check']} {CACHED_FAILURE}" if failed.get("check") else ""
             progress(f"{spec.name} {prec}: {res.error.splitlines()[0]}")
             continue
@@ -276,7 +281,58 @@ def build(
         for w in (r.manifest or {}).get("warnings", []):
             if w not in warnings:
                 warnings.append(w)
+    results = _auto_fallback(results, auto, specs, plans, dict(
+        model=model, shapes=shapes, calib=calib, preprocess=preprocess, out=out, jobs=jobs, force=force,
+        allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout, n_calib=n_calib,
+        n_val=n_val, progress=progress), warnings)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
+
+
+def fallback_precision(spec: Any, precision: str) -> str | None:
+    """The precision ``auto`` falls back to when its first choice is refused on accuracy: INT8 -> FP16 on
+    an accelerator that offers it (a CPU runs FP16 weights in FP32 anyway) -> FP32; None past FP32."""
+    cpu = spec.backend == "onnxruntime" or str(spec.profile.get("device", "")).upper() == "CPU"
+    order = [p for p in ("fp8", "int8", "fp16", "fp32") if p in spec.precisions and not (cpu and p == "fp16")]
+    later = order[order.index(precision) + 1:] if precision in order else []
+    return later[0] if later else None
+
+
+def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], specs: list, plans: list,
+                   args: dict[str, Any], warnings: list[str]) -> list[TargetResult]:
+    """``auto`` means the most efficient precision that holds: a first choice refused on accuracy (the
+    INT8 search found no variant within the bound, FP16 overflowed, an already-quantized model) is built
+    at the next wider precision, and the result says what was refused and why. A crash, a hang, or a
+    conversion that is wrong in float already is not retried at another precision."""
+    by_name = {s.name: s for s in specs}
+    planned = {(s.name, p) for s, p in plans}
+    retry: dict[str, tuple[TargetResult, str]] = {}
+    for res in results:
+        if (res.ok or not res.refused or (res.target, res.precision) not in auto
+                or "conversion itself is wrong" in (res.error or "")):
+            continue
+        fb = fallback_precision(by_name[res.target], res.precision)
+        if fb and (res.target, fb) not in planned:
+            retry[res.target] = (res, fb)
+    if not retry:
+        return results
+    progress = args["progress"]
+    for name, (res, fb) in retry.items():
+        progress(f"{name} {res.precision} (auto) refused; building {fb} instead")
+    again = build(args.pop("model"), list(retry), ",".join(f"{n}={fb}" for n, (_, fb) in retry.items()), **args)
+    got = {r.target: r for r in again.results}
+    out = []
+    for res in results:
+        new = got.get(res.target) if res.target in retry and retry[res.target][0] is res else None
+        if new is None:
+            out.append(res)
+            continue
+        first = (res.error or "").splitlines()[0] if res.error else res.check
+        new.fallback_from = {"precision": res.precision, "error": first}
+        warnings.append(f"{res.target}: auto chose {res.precision}, which was refused ({first[:300]}); "
+                        f"{'built' if new.ok else 'tried'} {new.precision} instead")
+        out.append(new)
+    warnings.extend(w for w in again.warnings if w not in warnings)
+    return out
 
 
 _WORKERS: set[subprocess.Popen] = set()  # converter processes running now (killed on Ctrl-C/SIGTERM)
@@ -291,13 +347,15 @@ def _stop_workers() -> None:
             pass
 
 
-def plan_precisions(specs: list, precisions: str | list[str] | None, config: Any = None) -> tuple[list[tuple[Any, str]], list[dict]]:
+def plan_precisions(specs: list, precisions: str | list[str] | None, config: Any = None,
+                    auto: set[tuple[str, str]] | None = None) -> tuple[list[tuple[Any, str]], list[dict]]:
     """The (target, precision) pairs to build, and the pairs skipped because a target does not offer them.
 
     ``precisions``: ``"fp32,int8"`` for every target (each builds the subset it offers; an error only when
     no target offers a requested precision), or per target ``"cpu=fp32,int8,intel-cpu=int8"`` (a token
     with ``=`` starts a target's list; a target named there must offer everything it is given). A list
-    of such strings is joined (repeated ``--precision``).
+    of such strings is joined (repeated ``--precision``). ``auto``, when given, collects the (target,
+    precision) pairs that ``auto`` chose (the build falls back from them when they are refused).
     """
     from edgeopt.targets.registry import resolve_precisions, resolve_target
 
@@ -326,9 +384,14 @@ def plan_precisions(specs: list, precisions: str | list[str] | None, config: Any
     offered_by_some: set[str] = set()
     for spec in specs:
         if spec.name in per:
-            plans += [(spec, p) for p in resolve_precisions(spec, per[spec.name] or ["auto"])]
+            asked = per[spec.name] or ["auto"]
+            plans += [(spec, p) for p in resolve_precisions(spec, asked)]
+            if auto is not None and any(p.strip().lower() == "auto" for p in asked):
+                auto.add((spec.name, spec.default_precision))
             continue
         for p in default:
+            if auto is not None and p.strip().lower() == "auto":
+                auto.add((spec.name, spec.default_precision))
             try:
                 got = resolve_precisions(spec, [p])
             except UsageError:
@@ -626,7 +689,7 @@ def _run_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, ti
         failed = None if force or not waited else _cached_failure(key)
         if failed:
             res.status, res.time_s, res.manifest = failed["status"], 0.0, failed.get("manifest")
-            res.error = f"{CACHED_FAILURE} {failed['error']}"
+            res.error, res.refused = f"{CACHED_FAILURE} {failed['error']}", True
             res.check = f"{failed['check']} {CACHED_FAILURE}" if failed.get("check") else ""
             return
         _build_job(res, job, final, work, timeout, allow_mismatch, progress, tag)
@@ -682,7 +745,15 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
         if result.get("traceback"):
             res.error += "\n" + result["traceback"]
         elif (Path(job["bundle_dir"]) / CHECK_FAILED_MARK).is_file():  # CheckFailed: no variant passed
-            _remember_failure(job["cache_key"], res, progress)
+            res.refused = True
+            try:
+                cacheable = json.loads((Path(job["bundle_dir"]) / CHECK_FAILED_MARK).read_text()).get("cacheable", True)
+            except (OSError, ValueError):
+                cacheable = True
+            if cacheable:
+                _remember_failure(job["cache_key"], res, progress)
+            else:
+                progress(f"{tag}: not cached: a time budget cut the search short (--force is not needed to retry)")
         return
     manifest = result["manifest"]
     res.manifest = manifest
@@ -694,6 +765,7 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
         res.error = "host check failed: " + res.check + " (use --allow-mismatch to keep it)"
         progress(f"{tag}: {res.error}")
         if "error" not in hc:  # the check ran and the numbers missed: cache that outcome (not a crash or hang)
+            res.refused = True
             _remember_failure(job["cache_key"], res, progress)
         return
     bundle = Path(job["bundle_dir"])

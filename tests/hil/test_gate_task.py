@@ -87,8 +87,10 @@ def test_the_report_shows_the_gate_as_baseline_vs_candidate(rec_pair, tmp_path):
     g = subprocess.run(run + ["gate", str(rec_pair["base"]), "--baseline", str(rec_pair["base"]), "--budget", "2s",
                               "--gate", str(same_speed_gate(tmp_path)), "--db", str(db), "-q", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert g.returncode in (0, 6), g.stderr[-2000:]
-    rep = json.loads(subprocess.run(run + ["report", "--db", str(db), "--json"], cwd=tmp_path, capture_output=True,
-                                    text=True, timeout=300).stdout)
+    r = subprocess.run(run + ["report", "--db", str(db), "--json"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout, (r.returncode, r.stderr[-2000:], g.stdout[-2000:])
+    rep = json.loads(r.stdout)
     assert rep["count"] == 1 and rep["rows"][0]["status"] == "ok"  # the gate did not hide the bench run
     gate = rep["gates"][0]
     assert gate["candidate_id"] == json.loads(g.stdout)["candidate_id"] and gate["verdict"] != "regressed"

@@ -121,7 +121,8 @@ def test_history_end_to_end_on_real_benches(bench_db):
     (s,) = out["series"]
     assert (s["target"], s["device"], s["metric"]) == ("cpu", "box", "p50") and len(s["points"]) == 17
     assert [p["kind"] for p in s["points"]] == ["bench"] * 16 + ["gate"]
-    assert 0.33 < s["points"][-1]["value"] / s["points"][-2]["value"] < 3  # the gate's candidate p50, in ms
+    # the gate's candidate p50, in ms like the benches (a unit slip would be 1000x; load moved it 3.9x once)
+    assert 0.1 < s["points"][-1]["value"] / s["points"][-2]["value"] < 10
     values = [round(p["value"], 3) for p in s["points"]]
     at8 = [c for c in s["changes"] if c["index"] == 8]
     assert len(at8) == 1, (values, s["changes"])  # the figures, should this fail on a loaded box

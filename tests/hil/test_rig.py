@@ -233,16 +233,31 @@ def test_a_device_slowed_mid_gate_is_caught_by_the_calibration_check(gate_bundle
     assert dev["status"] == "unfit" and "slower than at the session's start" in dev["error"]
 
 
-def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundles, tmp_path):
-    """One long pairbench call with a short calibration every 2 rounds; six CPU hogs start 5 s after the
-    call (its timed blocks under way): the calibration between blocks stays > 1.10x slower than at the
-    start, and only whole rounds measured before the last calibration at speed are kept."""
+def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundles, tmp_path, monkeypatch):
+    """One long pairbench call with a short calibration every 2 rounds; CPU hogs (3 per CPU) start 2 s into
+    its timed loop, seen in the bench child's own stage file (a fixed delay from the call failed both ways
+    in CI: once the call was over before the hogs came, once its load and accuracy pass took longer than the
+    delay, so the first calibration was already slow): the calibration between blocks stays > 1.10x slower
+    than at the start, and only whole rounds measured before the last calibration at speed are kept."""
     from edgeopt.deploy import DeviceSession, load_bundle
     from edgeopt.hil.rig import ThrottleWatch
     from edgeopt.inventory import local_device
 
     base = load_bundle(gate_bundles["base"])
     hogs: list[subprocess.Popen] = []
+    scratch = tmp_path / "tmp"  # the agent's bench child makes its work dir (and stage file) here
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    done = threading.Event()
+
+    def hog_when_timed() -> None:
+        while not done.wait(0.05):
+            if any('"timed"' in f.read_text() for f in scratch.glob("edgeopt-bench-*/stages.jsonl")):
+                if not done.wait(2.0):
+                    hogs.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                                for _ in range(3 * max(2, len(os.sched_getaffinity(0)))))
+                return
+
     with DeviceSession.open(local_device(str(tmp_path / "root"))) as sess:
         sess.push([base])
         watch = ThrottleWatch(sess, Policy(throttle=1.10))
@@ -252,16 +267,16 @@ def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundl
         assert lone.within_call({"blocks": [{}] * 12, "calibration": cal}) == 12 and lone.dropped_blocks == 0
         cal = [{"after_blocks": a, "ms": m} for a, m in ((0, 3.0), (4, 3.1), (8, 4.5), (12, 4.4), (16, 4.6))]
         assert lone.within_call({"blocks": [{}] * 16, "calibration": cal}) == 4 and lone.dropped_blocks == 12
-        timer = threading.Timer(5.0, lambda: hogs.extend(
-            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(6)))
-        timer.start()
+        watcher = threading.Thread(target=hog_when_timed, daemon=True)
+        watcher.start()
         try:
             reply = sess.agent("pairbench", {"root": sess.root, "bundle_ids": [base.bundle_id, base.bundle_id],
-                                             "options": {"rounds": 400, "block_iters": 20, "budget_s": 10,
+                                             "options": {"rounds": 400, "block_iters": 20, "budget_s": 14,
                                                          "warmup": 10, "calibrate_every": 2, "timeout_s": 120}},
                                timeout=150)
         finally:
-            timer.cancel()
+            done.set()
+            watcher.join()
             for h in hogs:
                 h.kill()
                 h.wait()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt.errors import UsageError
-from edgeopt.targets.ort_int8 import choose_types, cpu_features, parse_options, parse_tolerance
+from edgeopt.targets.onnxruntime.int8 import choose_types, cpu_features, parse_options, parse_tolerance
 from tests.conftest import fixture
 
 CLS_SHAPE = {"x": [1, 3, 48, 192]}
@@ -147,7 +147,7 @@ def test_int8_refuses_a_model_it_cannot_quantize(tmp_path):
 
 
 def test_full_grid_adds_symmetric_activations_the_quick_grid_does_not():
-    from edgeopt.targets.ort_int8 import grid
+    from edgeopt.targets.onnxruntime.int8 import grid
 
     feat = {"arch": "x86_64", "flags": ["avx2", "avx512_vnni"]}
     quick, _ = grid(parse_options({}), feat, True)
@@ -157,3 +157,38 @@ def test_full_grid_adds_symmetric_activations_the_quick_grid_does_not():
     assert sym and {s.calibration for s in sym} == {"minmax", "percentile", "entropy"}
     assert sym[0].label().startswith("minmax/per-channel/U8S8-symmetric")
     assert {s.per_channel for s in sym} == {True, False}
+
+
+def test_quant_pre_process_leaves_nothing_in_the_working_directory(tmp_path, monkeypatch):
+    """ORT's symbolic shape inference, incomplete on PP-OCR rec, saves sym_shape_infer_temp.onnx in the
+    current directory: the user's folder during a build. It must land in the scratch dir instead."""
+    from edgeopt.fixtures import path as fixture
+    from edgeopt.targets.onnxruntime.quant import preprocess
+
+    cwd, work = tmp_path / "user", tmp_path / "work"
+    cwd.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(cwd)
+    notes: list[str] = []
+    assert preprocess(str(fixture("ocr-rec")), work / "pre.onnx", notes)
+    assert any("Incomplete symbolic shape inference" in n for n in notes)  # the case that wrote the file
+    assert list(cwd.iterdir()) == [] and (work / "pre.onnx").is_file()
+
+
+def test_a_refusal_the_time_budget_caused_is_not_cached(tmp_path, monkeypatch):
+    """On a loaded machine the budget ends the search before it tried what it would have: that refusal
+    is said (with the budget in the hint) but not remembered, so the next build searches again; a
+    refusal of a search that ran to the end is remembered."""
+    monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "cache"))
+    tight = {"int8_tolerance": "cosine_min=0.99999,rel_l2_max=0.001"}
+    lines: list[str] = []
+    res = _build_cls(tmp_path / "a", {**tight, "int8_budget_s": 0.01}, lines.append).results[0]
+    assert res.status == "failed" and res.refused and "int8_budget_s" in res.error
+    assert any("not cached: a time budget cut the search short" in s for s in lines)
+    again = _build_cls(tmp_path / "a", {**tight, "int8_budget_s": 0.01}).results[0]
+    assert "cached outcome" not in again.error
+
+    full = _build_cls(tmp_path / "b", {**tight, "int8_search": "quick", "int8_budget_s": 600}).results[0]
+    assert full.status == "failed" and "int8_budget_s" not in full.error.split("hint:")[-1]
+    cached = _build_cls(tmp_path / "b", {**tight, "int8_search": "quick", "int8_budget_s": 600}).results[0]
+    assert "cached outcome" in cached.error

@@ -18,9 +18,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeopt.targets import trt_prep
 from edgeopt.targets.qdq_search import QdqSearch, Variant
-from edgeopt.targets.trt_int8 import TrtSettings, search_int8
+from edgeopt.targets.tensorrt import prep as trt_prep
+from edgeopt.targets.tensorrt.int8 import TrtSettings, search_int8
 from tests.conftest import fixture
 from tests.targets.test_tensorrt import residual_net, text_line_crops
 
@@ -38,16 +38,17 @@ def _save(nodes, inits, path: Path, out_shape=(1, 5), in_shape=(1, 3, 16, 16)) -
 
 def outlier_net(path: Path) -> onnx.ModelProto:
     """conv1 -> relu -> conv2 -> relu -> GAP -> flatten -> fc.  conv1's channel 0 is ~300x the others
-    and conv2 all but ignores it: one per-tensor INT8 scale on conv2's input (set by channel 0) rounds
-    the channels that matter to a few steps, whatever the clipping rule.  Only conv2 without Q/DQ
-    (float/FP16) keeps the output: the case the sensitivity fallback is for."""
+    and conv2 reads it weakly (1e-2): one per-tensor INT8 scale on conv2's input set by channel 0 rounds
+    the other channels to a few steps, and a scale clipped to them (entropy) saturates channel 0, which
+    conv2 still needs -- whatever the clipping rule, the output breaks.  Only conv2 without Q/DQ
+    (float/FP16) keeps it: the case the sensitivity fallback is for."""
     rng = np.random.default_rng(7)
     w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
     w1[0] *= 300.0
     b1 = np.abs(rng.standard_normal(8)).astype(np.float32) * 0.1
     b1[0] = 300.0  # channel 0 is large everywhere, not a rare outlier a percentile would clip
     w2 = (rng.standard_normal((6, 8, 3, 3)) * 0.3).astype(np.float32)
-    w2[:, 0] *= 1e-4
+    w2[:, 0] *= 1e-2  # small but not ignorable: clipping channel 0 (entropy) breaks it too
     fw = (rng.standard_normal((5, 6)) * 0.5).astype(np.float32)
     inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (fw, "fw"),
                                                        (np.zeros(5, np.float32), "fb"))]
@@ -342,3 +343,84 @@ def test_engine_of_a_search_variant_with_a_float_conv_meets_the_int8_bound(tmp_p
 
     assert result["passed"], result["outputs"]
     assert result["runner"]["timings_ms"]["compute"]["p50"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the k-fold cross-check of the pick (small validation sets)
+# ---------------------------------------------------------------------------------------------
+def _linear(path: Path) -> onnx.ModelProto:
+    rng = np.random.default_rng(11)
+    w = numpy_helper.from_array((rng.standard_normal((16, 5)) * 0.5).astype(np.float32), "w")
+    return _save([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], [w], path, in_shape=(1, 16))
+
+
+def _near_ties(model, n: int) -> list[dict[str, np.ndarray]]:
+    """Inputs moved onto the boundary between their two best classes (FP32 margin 1e-4 of the logit
+    scale): any INT8 rounding decides them at random."""
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    out = []
+    for f in _feeds(n, seed=5, shape=(1, 16)):
+        x = f["x"][0].astype(np.float64)
+        logits = x @ w
+        c1, c2 = np.argsort(logits)[-1], np.argsort(logits)[-2]
+        d = w[:, c1] - w[:, c2]
+        x = x - (logits[c1] - logits[c2] - 1e-4 * np.abs(logits).max()) * d / (d @ d)
+        out.append({"x": x[None].astype(np.float32)})
+    return out
+
+
+def test_cross_check_refuses_a_pick_that_only_passes_easy_validation_samples(tmp_path):
+    """8 held-out samples of random inputs pass every variant; the calibration samples are near ties
+    that INT8 flips. Pooled out of fold (24 samples), the pick fails and no INT8 is shipped, and the
+    refusal says which check refused it."""
+    model = _linear(tmp_path / "lin.onnx")
+    calib, val = _near_ties(model, 16), _feeds(8, seed=9, shape=(1, 16))
+
+    res = search_int8(model, calib, val, _reference(model, val), _dir(tmp_path / "w"), budget_s=30)
+
+    crossed = [v for v in res.search.variants if v.reasons and v.reasons[0].startswith("4-fold cross-check")]
+    assert crossed and all(v.accuracy[0] == 1.0 for v in crossed)  # the held-out samples alone would ship them
+    assert res.model is None and res.chosen is None
+    assert any(v.step != "grid" for v in res.search.variants)  # a refusal by the cross-check goes on searching
+    checks = res.search.cross_checks
+    assert checks and all(c["passed"] is False and c["samples"] == 24 and c["folds"] == 4 for c in checks)
+    assert "top1" in checks[0]["metrics"]["y"] and checks[0]["metrics"]["y"]["top1"] < 0.9
+    detail = res.search.refusal_detail()
+    assert "failed the 4-fold cross-check on 24 samples" in detail and "passed the 8 held-out samples" in detail
+
+
+def test_cross_check_confirms_a_pick_on_representative_samples(tmp_path):
+    model = _linear(tmp_path / "lin.onnx")
+    feeds = _feeds(24, seed=6, shape=(1, 16))
+    calib, val = feeds[:16], feeds[16:]
+
+    res = search_int8(model, calib, val, _reference(model, val), _dir(tmp_path / "w"), budget_s=30)
+
+    assert res.chosen is not None
+    assert res.report["cross_checks"][0]["passed"] is True and res.report["cross_checks"][0]["samples"] == 24
+    assert "passes a 4-fold cross-check on 24 pooled" in res.report["selection"]
+    # enough validation samples: no cross-check
+    many = _feeds(48, seed=7, shape=(1, 16))
+    res = search_int8(model, many[:8], many[8:40], _reference(model, many[8:40]), _dir(tmp_path / "w2"), budget_s=30)
+    assert res.chosen is not None and res.report["cross_checks"] == []
+
+
+def _dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_entropy_clipping_cuts_a_sparse_tail_and_keeps_a_dense_range():
+    """TensorRT's entropy rule on the search's histograms: a Gaussian with a few far outliers is clipped
+    well inside its maximum; a uniform distribution keeps (nearly) all of it."""
+    rng = np.random.default_rng(0)
+    tails = np.abs(np.concatenate([rng.standard_normal(200_000), [40.0, 55.0, 60.0]]))
+    flat = rng.uniform(0, 10, 200_000)
+    stats = trt_prep.ActivationStats(
+        {"g": float(tails.max()), "u": float(flat.max())},
+        {"g": np.histogram(tails, bins=trt_prep.HIST_BINS, range=(0, tails.max()))[0].astype(float),
+         "u": np.histogram(flat, bins=trt_prep.HIST_BINS, range=(0, flat.max()))[0].astype(float)})
+    amax = trt_prep.amax_for(stats, "entropy")
+    assert 2.0 < amax["g"] < 15.0  # the bulk ends near 5; 60 would waste the 127 levels on three samples
+    assert amax["u"] > 0.9 * flat.max()
+    assert trt_prep.calibration_method("entropy") == ("entropy", 99.99)

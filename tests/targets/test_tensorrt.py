@@ -24,9 +24,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgeopt.errors import UsageError
-from edgeopt.targets import trt_prep
 from edgeopt.targets.registry import BUILTIN, get_backend
 from edgeopt.targets.tensorrt import ENGINE_NOTE, SPEC_FILE, TensorRtTarget, build_spec, resolve_options
+from edgeopt.targets.tensorrt import prep as trt_prep
 from edgeopt_agent import trt_compile
 from edgeopt_agent.bundle import BundleError, load_manifest
 from tests.conftest import fixture
@@ -398,7 +398,7 @@ def test_build_spec_flags_per_precision_on_tensorrt_10(precision, flags, clear):
     spec = BUILTIN["jetson-orin"].as_dict()
     bs = build_spec(precision, resolve_options({}, spec, precision), spec, {"x": [1, 3, 8, 8]}, {})
     assert (bs["flags"], bs["clear_flags"], bs["strongly_typed"]) == (flags, clear, False)
-    assert bs["tensorrt_major"] == 10 and bs["target"]["compute_capability"] == "8.7"
+    assert (bs["tensorrt"], bs["tensorrt_major"], bs["target"]["compute_capability"]) == ("10.3", 10, "8.7")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8", "fp8"])
@@ -466,7 +466,8 @@ def test_user_defined_trt_target_profile_drives_the_build_spec(tmp_path):
 
 def test_backend_is_available_without_tensorrt():
     assert TensorRtTarget().available() is None
-    assert TensorRtTarget().toolchain()["tensorrt_ops_table"] == "10.15"
+    assert TensorRtTarget().toolchain()["tensorrt_ops_table"] == (
+        "8.5 (jetson-xavier), 10.1 for 10.3 (jetson-orin), 10.15 (nvidia, default), 11.0 (a100, h100, l4)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,6 +502,13 @@ def test_cli_build_jetson_orin_and_h100_gives_complete_bundles(cli_fp16):
             assert prepared.graph.input[0].type.tensor_type.elem_type == 1  # I/O kept FP32
         assert all(d.dim_value > 0 for d in prepared.graph.input[0].type.tensor_type.shape.dim)
         assert len(prepared.graph.node) < 566 and not trt_prep.preflight(trt_prep.model_nodes(prepared))
+        # the manifest names the operator table the preflight used: the one of the target's TensorRT
+        table = m["tensorrt"]["ops_table"]
+        assert (table["tensorrt_version"], table["for_tensorrt"], table["tensorrt_major"]) == (
+            ("11.0", "11.0", 11) if strong else ("10.1", "10.3", 10))  # JetPack 6's 10.3, from the 10.1 matrix
+        assert table["file"] == ("tensorrt11_onnx_ops.txt" if strong else "tensorrt10_1_onnx_ops.txt")
+        assert table["source"].startswith("https://github.com/onnx/onnx-tensorrt/")
+        assert table["opsets"] == ([9, 24] if strong else [9, 20])
     orin = json.loads((root / "jetson-orin-fp16" / SPEC_FILE).read_text())
     h100 = json.loads((root / "h100-fp16" / SPEC_FILE).read_text())
     assert (orin["workspace_mb"], orin["target"]["compute_capability"], orin["target"]["dla_cores"]) == (2048, "8.7", 2)

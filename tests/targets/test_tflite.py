@@ -466,7 +466,7 @@ def test_parse_options_int8_mode_defaults_to_auto_which_keeps_int8_io():
 
 
 def test_denylist_sizes_grow_and_stay_distinct():
-    from edgeopt.targets.tflite_convert import denylist_sizes
+    from edgeopt.targets.tflite.convert import denylist_sizes
 
     assert denylist_sizes(160) == [8, 24, 48, 80]
     assert denylist_sizes(10) == [1, 2, 3, 5]
@@ -475,7 +475,7 @@ def test_denylist_sizes_grow_and_stay_distinct():
 
 
 def test_rank_layers_orders_by_rmse_per_scale():
-    from edgeopt.targets.tflite_convert import rank_layers
+    from edgeopt.targets.tflite.convert import rank_layers
 
     class Debugger:  # QuantizationDebugger.layer_statistics_dump writes this csv
         def layer_statistics_dump(self, f):
@@ -488,7 +488,7 @@ def test_rank_layers_orders_by_rmse_per_scale():
 
 
 def test_int8_search_note_and_failure_name_every_attempt(tmp_path):
-    from edgeopt.targets.tflite_convert import Attempt, Int8Search
+    from edgeopt.targets.tflite.convert import Attempt, Int8Search
 
     search = Int8Search(None, {"work": str(tmp_path), "tolerance": {"cosine_min": 0.99}}, "", None, {}, print)
     full = Attempt("full", metrics={"y": {"cosine": 0.81, "rel_l2": 0.6}, "z": {"cosine": 0.95, "rel_l2": 0.2}})
@@ -509,7 +509,7 @@ def test_int8_search_note_and_failure_name_every_attempt(tmp_path):
 
 
 def test_converter_child_imports_without_tensorflow():
-    code = ("import sys, edgeopt.targets.tflite_convert as m; "
+    code = ("import sys, edgeopt.targets.tflite.convert as m; "
             "assert 'tensorflow' not in sys.modules and 'ai_edge_litert' not in sys.modules; print(m.DEBUG_SAMPLES)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -678,7 +678,7 @@ def tiny_saved_model(tmp_path_factory):
 
 
 def test_a_converter_that_dies_fails_one_candidate_and_the_next_step_runs(tiny_saved_model, tmp_path, monkeypatch):
-    from edgeopt.targets.tflite_convert import ConverterCrashed, _to_tflite_isolated
+    from edgeopt.targets.tflite.convert import ConverterCrashed, _to_tflite_isolated
 
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.normal(size=(1, 8)).astype(np.float32)} for _ in range(4)]

@@ -40,3 +40,51 @@ def test_an_onnx2tf_crash_retries_its_switches_then_says_what_builds_it(tmp_path
     assert all(f"{alt}:" in res.error for alt in ONNX2TF_ALTERNATIVES)  # it has an LSTM: rnn_unroll too
     assert "cpu, intel-cpu, apple" in res.error and "Traceback" not in res.error
     assert not any((tmp_path / "out").rglob("*.tflite"))
+
+
+def _stacked_lstm(path):
+    """resemblyzer's shape in small: 3 stacked LSTMs over a batch-first [1, T, F] input, the last layer's
+    state picked from their concatenated states (Gather -1), then a projection. onnx2tf's default
+    conversion takes F for channels and returns [3, 4] for [1, 4]; keep_input_shape converts it right."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hid, feat, steps = 16, 8, 20
+    arr = numpy_helper.from_array
+    nodes = [helper.make_node("Transpose", ["mels"], ["xt"], perm=[1, 0, 2])]
+    inits = [arr(np.zeros((1, 1, hid), np.float32), "zeros"), arr(np.array([1], np.int64), "ax1"),
+             arr(np.array(-1, np.int64), "last"), arr(rng.normal(0, .3, (4, hid)).astype(np.float32), "wl"),
+             arr(np.zeros(4, np.float32), "bl")]
+    prev, states = "xt", []
+    for i in range(3):
+        inits += [arr(rng.normal(0, .3, (1, 4 * hid, feat if i == 0 else hid)).astype(np.float32), f"w{i}"),
+                  arr(rng.normal(0, .3, (1, 4 * hid, hid)).astype(np.float32), f"r{i}"),
+                  arr(rng.normal(0, .1, (1, 8 * hid)).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("LSTM", [prev, f"w{i}", f"r{i}", f"b{i}", "", "zeros", "zeros"],
+                                   [f"y{i}", f"h{i}", f"c{i}"], hidden_size=hid, name=f"lstm{i}"),
+                  helper.make_node("Squeeze", [f"y{i}", "ax1"], [f"ys{i}"])]
+        prev = f"ys{i}"
+        states.append(f"h{i}")
+    nodes += [helper.make_node("Concat", states, ["hn"], axis=0), helper.make_node("Gather", ["hn", "last"], ["hl"]),
+              helper.make_node("Gemm", ["hl", "wl", "bl"], ["e"], transB=1), helper.make_node("Relu", ["e"], ["emb"])]
+    graph = helper.make_graph(nodes, "stacked", [helper.make_tensor_value_info("mels", TensorProto.FLOAT, [1, steps, feat])],
+                              [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, 4])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_int8_is_searched_on_the_switch_whose_float_conversion_is_right(tmp_path):
+    """The INT8 search failing because the float conversion is already wrong (an output of another shape)
+    probes the alternative switches in fp32 and searches INT8 on the first that passes, saying so."""
+    pytest.importorskip("onnx2tf")
+    from edgeopt.pipeline import build
+
+    rep = build(str(_stacked_lstm(tmp_path / "stacked.onnx")), "mobile", ["int8"], out=tmp_path / "out", jobs=1)
+    res = rep.results[0]
+    assert res.status == "built", res.error
+    notes = " ".join(res.manifest.get("notes", []))
+    assert "INT8 searched on --option onnx2tf_alt=keep_input_shape, whose float32 file passes" in notes
+    assert res.manifest["host_check"]["passed"] is True
+    assert not list((tmp_path / "out").glob(".edgeopt-work-*")) and not list((tmp_path / "out").rglob(".fp32-probe-*"))

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 pytest.importorskip("onnxconverter_common")
 
-from edgeopt.targets.trt_prep import to_fp16  # noqa: E402
+from edgeopt.targets.tensorrt.prep import to_fp16  # noqa: E402
 
 
 def test_fp16_of_input_with_several_consumers_loads_and_matches():

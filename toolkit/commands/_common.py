@@ -176,7 +176,8 @@ def build_options(f: Callable) -> Callable:
         click.option("--targets", "-t", required=True, metavar="LIST",
                      help="Comma-separated targets, e.g. cpu,intel-cpu,jetson,h100 (see `edgeopt targets`)."),
         click.option("--precision", "-p", multiple=True, default=["auto"], metavar="LIST",
-                     help="fp32,fp16,int8,fp8 or auto (each target's default); each target builds what it "
+                     help="fp32,fp16,int8,fp8 or auto (each target's default; refused on accuracy, the next wider "
+                          "precision is built and the refusal shown); each target builds what it "
                           "offers of the list (the rest is listed as skipped). Per target: "
                           "cpu=fp32,int8,intel-cpu=int8 (or --precision repeated)."),
         click.option("--shape", "--shapes", "shape", multiple=True, metavar="NAME:DIMS",

@@ -40,6 +40,7 @@ def support_matrix(info, config=None) -> list[dict]:
         bad = backend.unsupported_nodes(info, spec.as_dict())
         rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad,
                      "unsupported": [{"op": op, "node": n} for op, n in bad],
+                     "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
                      "builds_here": backend.available() is None,
                      "host_check": backend.check_kind})
     return rows
@@ -87,7 +88,7 @@ def run(args) -> int:
                        ("here", "builds here"), ("host_check", "host check")]))
     for r in matrix:
         if r["unsupported"]:
-            print(f"\n{r['target']}: unsupported nodes")
+            print(f"\n{r['target']}: unsupported nodes" + (f" ({r['why']})" if r.get("why") else ""))
             for u in r["unsupported"]:
                 print(f"  {u['op']:<24} {u['node']}")
     return 0

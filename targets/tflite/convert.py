@@ -1,4 +1,4 @@
-"""The TFLite converter's child process: ``python -m edgeopt.targets.tflite_convert REQ REPLY PROGRESS``.
+"""The TFLite converter's child process: ``python -m edgeopt.targets.tflite.convert REQ REPLY PROGRESS``.
 
 Started by ``edgeopt.targets.tflite.run_converter`` with stdout/stderr going to a log file and a
 timeout.  Two stages:
@@ -374,7 +374,7 @@ def _to_tflite_isolated(sm_dir: str, precision: str, mode: str, io_dtype: str, r
         req["rep"] = str(step / "rep.npz")
     (step / "req.json").write_text(json.dumps(req))
     try:
-        proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.tflite_convert", "--step", str(step / "req.json")],
+        proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.tflite.convert", "--step", str(step / "req.json")],
                               capture_output=True, text=True, timeout=STEP_TIMEOUT)
         sys.stdout.write(proc.stdout[-4000:] + proc.stderr[-4000:])  # into the converter's log
         if proc.returncode < 0 or not (step / "reply.json").exists():

@@ -2,7 +2,7 @@
 
 FP32: ORT's graph optimizer at the *extended* level, saved to ``model.onnx`` (the *all* level adds
 layout transforms tied to the build machine's ISA; the device applies those itself at load).
-INT8: see ``edgeopt.targets.ort_int8``: a search over quantizer settings, each measured against
+INT8: see ``edgeopt.targets.onnxruntime.int8``: a search over quantizer settings, each measured against
 the FP32 reference, keeping the fastest variant that meets the INT8 bound.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .base import BuildJob, BuildOutput, Target, require
+from ..base import BuildJob, BuildOutput, Target, require
 
 
 class OnnxRuntimeTarget(Target):
@@ -21,18 +21,18 @@ class OnnxRuntimeTarget(Target):
     packages = ["onnxruntime"]
 
     def known_options(self) -> frozenset[str] | None:
-        from .ort_int8 import OPTION_KEYS
+        from .int8 import OPTION_KEYS
 
         return frozenset(OPTION_KEYS)
 
     def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
-        from .ort_int8 import parse_options
+        from .int8 import parse_options
 
         parse_options(options)  # the int8_* values, whatever the precision: a bad value is a typo
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         if job.precision == "int8":
-            from .ort_int8 import build_int8
+            from .int8 import build_int8
 
             return build_int8(job, progress)
         ort = require("onnxruntime", self.extra)

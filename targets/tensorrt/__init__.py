@@ -6,7 +6,7 @@ move between GPUs either), so the host never builds one.  It builds a *bundle* t
 
 - ``model.onnx``: the prepared ONNX (static shapes or profiled dynamic dims, an opset TensorRT's
   parser takes, constants folded, simplified); for int8/fp8 the explicit-quantization Q/DQ model
-  calibrated here on the user's data (``edgeopt.targets.trt_prep``);
+  calibrated here on the user's data (``edgeopt.targets.tensorrt.prep``);
 - ``trt_build.json``: the build spec -- builder flags per precision, workspace, optimization
   profiles, DLA core, timing-cache use, builder optimization level;
 - ``validation/``: the inputs and the ONNX Runtime FP32 reference outputs.
@@ -17,7 +17,7 @@ engine (``host_check`` stays ``kind: device``: the engine is checked on the devi
 
 Options (``--option KEY=VALUE``): ``trt_profile`` (``x:1x3x224x224/8x3x224x224/32x3x224x224``),
 ``trt_workspace_mb``, ``trt_opt_level`` (0-5), ``trt_dla_core``, ``trt_gpu_fallback``,
-``trt_timing_cache``, ``trt_calibration`` (auto|max|mse|percentile[-99.99]), ``trt_fp16_fallback``,
+``trt_timing_cache``, ``trt_calibration`` (auto|max|mse|entropy|percentile[-99.99]), ``trt_fp16_fallback``,
 ``trt_strongly_typed``, ``trt_simplify``, ``trt_int8_search``; and the INT8 search keys it shares with
 the ``cpu`` target: ``int8_search`` (quick|full), ``int8_budget_s``, ``int8_tolerance``.
 
@@ -41,7 +41,7 @@ from typing import Any
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
 from edgeopt_agent.compare import top1_text
 
-from .base import (
+from ..base import (
     BuildJob,
     BuildOutput,
     CheckFailed,
@@ -65,7 +65,7 @@ OPTIONS: dict[str, tuple[Any, str]] = {
     "trt_dla_core": (None, "run on this DLA core (Jetson); layers DLA cannot take fall back to the GPU"),
     "trt_gpu_fallback": (True, "with trt_dla_core: let layers DLA cannot run fall back to the GPU"),
     "trt_timing_cache": (True, "reuse and update the device's timing cache across builds"),
-    "trt_calibration": ("auto", "int8/fp8 activation ranges: auto, max, mse, percentile, percentile-99.999"),
+    "trt_calibration": ("auto", "int8/fp8 activation ranges: auto, max, mse, entropy, percentile, percentile-99.999"),
     "trt_fp16_fallback": (True, "int8/fp8: let layers left unquantized run in FP16 (else FP32)"),
     "trt_strongly_typed": ("auto", "strongly typed network (types from the ONNX, no precision flags): auto = yes "
                                    "for TensorRT >= 11 targets (a100, h100, l4, nvidia), which removed weak typing; "
@@ -112,24 +112,27 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
                          hint=(f"did you mean {close[0]}? " if close else "") + f"known: {', '.join(OPTIONS)}")
     o = {k: options.get(k, d) for k, (d, _) in OPTIONS.items()}
     profile = spec.get("profile", {})
-    major = profile.get("tensorrt_major")  # 10: Jetson (JetPack); 11+ or None: the data-centre GPUs, any
-    weak_ok = major is not None and int(major) < 11
+    from .prep import profile_tensorrt
+
+    version = profile_tensorrt(profile)  # 8.5/10.3: Jetson (JetPack); 11+ or None: the data-centre GPUs, any
+    major = None if version is None else int(version.split(".")[0])
+    weak_ok = major is not None and major < 11
     if str(o["trt_strongly_typed"]).lower() == "auto":
         o["trt_strongly_typed"] = not weak_ok
     for k in ("trt_gpu_fallback", "trt_timing_cache", "trt_fp16_fallback", "trt_strongly_typed", "trt_simplify",
               "trt_int8_search"):
         o[k] = _bool(k, o[k])
     if not o["trt_strongly_typed"] and not weak_ok:
-        raise UsageError(f"target {spec['name']!r} runs TensorRT {major or '>= 11'}, which has no weak typing "
+        raise UsageError(f"target {spec['name']!r} runs TensorRT {version or '>= 11'}, which has no weak typing "
                          "(no FP16/INT8 builder flags): trt_strongly_typed cannot be false there",
-                         hint="drop the option; Jetson targets (TensorRT 10) take the builder-flag path")
+                         hint="drop the option; Jetson targets (TensorRT 8.5, 10.3) take the builder-flag path")
     o["trt_opt_level"] = _int("trt_opt_level", o["trt_opt_level"], 0, 5)
-    from .ort_int8 import parse_options as parse_int8
+    from ..onnxruntime.int8 import parse_options as parse_int8
 
     o["int8"] = parse_int8({k: options[k] for k in SHARED_INT8_OPTIONS if k in options})
     o["trt_calibration"] = str(o["trt_calibration"])
     if o["trt_calibration"] != "auto":
-        from .trt_prep import calibration_method
+        from .prep import calibration_method
 
         calibration_method(o["trt_calibration"])
     ws = o["trt_workspace_mb"] if o["trt_workspace_mb"] is not None else profile.get("workspace_mb", 4096)
@@ -156,6 +159,8 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
 def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shapes: dict[str, list[int]],
                profiles: dict[str, Any]) -> dict[str, Any]:
     """What the device's ``compile`` needs, as plain data (``trt_build.json``)."""
+    from .prep import profile_tensorrt, profile_tensorrt_major
+
     flags: list[str] = []
     clear: list[str] = []
     if o["trt_strongly_typed"]:
@@ -181,7 +186,8 @@ def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shape
         "flags": flags,
         "clear_flags": clear,
         "strongly_typed": o["trt_strongly_typed"],
-        "tensorrt_major": profile.get("tensorrt_major"),
+        "tensorrt_major": profile_tensorrt_major(profile),
+        "tensorrt": profile_tensorrt(profile),  # the version the profile names: what the host checked against
         "workspace_mb": o["trt_workspace_mb"],
         "builder_optimization_level": o["trt_opt_level"],
         "io_shapes": io_shapes,
@@ -211,22 +217,29 @@ class TensorRtTarget(Target):
         resolve_options(options, spec, precision)
 
     def supported_ops(self, spec: dict[str, Any]) -> set[str] | None:
-        from .trt_prep import ops_table
+        """The ops the ONNX parser of the TensorRT the target's devices run takes (its profile's ``tensorrt``
+        or ``tensorrt_major``): the one check behind ``inspect``, the build's refusal and the in-build preflight."""
+        from .prep import table_for_target
 
-        return set(ops_table().supported())
+        return set(table_for_target(spec).supported())
+
+    def unsupported_why(self, spec: dict[str, Any], nodes: list[tuple[str, str]]) -> str | None:
+        from .prep import table_for_target
+
+        return refusal_note(table_for_target(spec), [op for op, _ in nodes])
 
     def toolchain(self) -> dict[str, str]:
-        from .trt_prep import ops_table
-
+        tables = ", ".join(t.tensorrt_version + (f" for {t.for_tensorrt}" if t.for_tensorrt else "")
+                           + f" ({', '.join(names)})" for t, names in _tables_in_use())
         return {**package_versions(["onnx", "onnxruntime", "numpy", "onnxconverter-common", *self.packages]),
-                "tensorrt": "on the device", "tensorrt_ops_table": ops_table().tensorrt_version,
+                "tensorrt": "on the device", "tensorrt_ops_table": tables,
                 "typing": "strongly typed for TensorRT >= 11 targets, builder flags for 10 (rev 2)",
                 "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback (rev 1)"}
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
 
-        from . import trt_prep
+        from . import prep as trt_prep
 
         require("onnxsim", self.extra)
         spec, prec = job.target, job.precision
@@ -245,12 +258,13 @@ class TensorRtTarget(Target):
             source = load(job.model_path)
         else:
             source = onnx.load(job.prepared_path)
+        table = trt_prep.table_for_target(spec)  # the parser of the TensorRT the target's devices run
         prepared = trt_prep.prepare(source, static, profiles, trt_prep.QDQ_MIN_OPSET.get(prec, 0),
-                                    simplify=o["trt_simplify"], progress=progress)
+                                    simplify=o["trt_simplify"], progress=progress, table=table)
         warnings += prepared.warnings
-        bad = trt_prep.preflight(trt_prep.model_nodes(prepared.model))
+        bad = trt_prep.preflight(trt_prep.model_nodes(prepared.model), table)
         if bad:
-            raise UnsupportedOps(spec["name"], bad)
+            raise UnsupportedOps(spec["name"], bad, refusal_note(table, [op for op, _ in bad]))
         model = prepared.model
         quant = None
         if prec == "fp16":
@@ -298,8 +312,7 @@ class TensorRtTarget(Target):
         if not check.get("passed"):
             warnings.append(f"the prepared ONNX fails its host check ({summary}); kept by --allow-mismatch")
 
-        table = trt_prep.ops_table()
-        restricted = trt_prep.restricted_ops(n[1] for n in trt_prep.model_nodes(model))
+        restricted = trt_prep.restricted_ops((n[1] for n in trt_prep.model_nodes(model)), table)
         notes = [ENGINE_NOTE,
                  f"{spec['name']} {prec}: prepared ONNX checked in ONNX Runtime on the host (not the engine): {summary}"]
         options = {k: v for k, v in o.items() if k not in ("trt_profile", "int8")}
@@ -309,8 +322,7 @@ class TensorRtTarget(Target):
             "engine": "built on the device by `python3 -m edgeopt_agent compile`",
             "engine_cache_key": "sha256 of (bundle sha256 over model.onnx + trt_build.json, GPU name, "
                                 "compute capability, TensorRT version)",
-            "ops_table": {"tensorrt_version": table.tensorrt_version, "opsets": [table.opset_min, table.opset_max],
-                          "source": table.source},
+            "ops_table": {**table.as_dict(), "tensorrt_major": trt_prep.profile_tensorrt_major(spec.get("profile"))},
             "preparation": prepared.report,
             "restricted_ops": restricted,
         }
@@ -329,15 +341,43 @@ class TensorRtTarget(Target):
                             **({"tolerance_override": tolerance} if tolerance else {})})
 
 
+def _tables_in_use():
+    """[(table, [built-in targets reading it])] in version order; the default table lists ``default`` too."""
+    from ..registry import BUILTIN
+    from .prep import OPS_FILES, ops_table, table_for_target
+
+    users: dict[str, tuple[Any, list[str]]] = {}  # file -> (the table as its first user reads it, users)
+    for s in BUILTIN.values():
+        if s.backend == "tensorrt":
+            table = table_for_target(s.as_dict())  # with the TensorRT it stands for ("10.3" from 10.1's)
+            users.setdefault(table.file, (table, []))[1].append(s.name)
+    users.setdefault(ops_table().file, (ops_table(), []))[1].append("default")
+    return [users[f.name] for _, f in sorted(OPS_FILES.items()) if f.name in users]
+
+
+def refusal_note(table, ops: list[str]) -> str:
+    """Whose parser refuses ``ops`` and, where the table of another built-in target takes some of them,
+    which (and those targets): "refused by TensorRT 10.15's ONNX parser; TensorRT 11.0's ONNX parser takes
+    Swish (a100, h100, l4)"."""
+    note = f"refused by {table.parser}"
+    for other, names in _tables_in_use():
+        taken = sorted({op for op in ops if op in other.supported()})
+        names = [n for n in names if n != "default"]
+        if other.file == table.file or not taken or not names:
+            continue
+        note += f"; {other.parser} takes {', '.join(taken)} ({', '.join(names)})"
+    return note
+
+
 def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str, Any], bundle: Path,
                  progress: Callable[[str], None]):
     """The shared Q/DQ search for TensorRT INT8: (Quantized, tolerance override or None).  Raises
     CheckFailed (nothing shipped) when no variant meets the INT8 bound, unless --allow-mismatch."""
     import numpy as np
 
-    from . import trt_prep
-    from .qdq_search import bound_text
-    from .trt_int8 import search_int8
+    from ..qdq_search import bound_text
+    from . import prep as trt_prep
+    from .int8 import search_int8
 
     plan = o["int8"]
     val = _feeds(job, "validation")
@@ -356,11 +396,12 @@ def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str,
         closest = res.search.closest()
         raise CheckFailed(
             f"no TensorRT INT8 variant met the int8 bound ({bound_text(plan.tolerance)}) on the host after "
-            f"{len(res.search.variants)} variant(s) in {res.search.elapsed():.0f}s; the closest: {closest.summary()}; "
-            "INT8 is not shipped",
+            f"{len(res.search.variants)} variant(s) in {res.search.elapsed():.0f}s; the closest: {closest.summary()}"
+            f"{res.search.refusal_detail()}; INT8 is not shipped",
             hint="use fp16 for this target, calibrate with more representative --calib data, try "
                  "--option int8_search=full (more variants, a longer float fallback), or accept a looser bound "
-                 "with e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8")
+                 "with e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8",
+            cacheable=not res.search.budget_cut())
     return trt_prep.Quantized(res.model, res.report), plan.tolerance
 
 

@@ -1,4 +1,4 @@
-"""ONNX Runtime quantizer plumbing for ``ort_int8``: prepare, calibrate, quantize, time, and measure
+"""ONNX Runtime quantizer plumbing for ``int8`` (the cpu INT8 search): prepare, calibrate, quantize, time, and measure
 per-node sensitivity.
 
 ``quantize_static`` is ``create_calibrator`` -> ``collect_data`` -> ``compute_data`` -> ``QDQQuantizer``;
@@ -87,10 +87,13 @@ def preprocess(src: str, dst: Path, notes: list[str]) -> bool:
                 ("symbolic shape inference and ORT optimisation skipped",
                  {"skip_symbolic_shape": True, "skip_optimization": True})]
     errors: list[str] = []
+    src_abs, dst_abs = str(Path(src).resolve()), Path(dst).resolve()
     for label, kw in attempts:
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                quant_pre_process(src, str(dst), **kw)
+            # ORT's symbolic shape inference, when incomplete, saves "sym_shape_infer_temp.onnx" (and its
+            # external data) in the working directory -- the user's folder; run it in the scratch dir.
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(dst_abs.parent):
+                quant_pre_process(src_abs, str(dst_abs), **kw)
             if errors:
                 notes.append(f"quant_pre_process: {label} ({errors[-1]})")
             break

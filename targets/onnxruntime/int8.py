@@ -6,7 +6,7 @@ shared Q/DQ search (``qdq_search``: the same engine judges the TensorRT target's
 ONNX Runtime's quantizer as the backend:
 
 1. ``quant_pre_process`` (symbolic shape inference skipped where it fails, as on the PP-OCR models
-   and transformers), opset raised to 13 for per-channel QDQ (``ort_int8_quant.preprocess``).
+   and transformers), opset raised to 13 for per-channel QDQ (``onnxruntime.quant.preprocess``).
 2. Activation/weight types from the target CPU's ISA (``choose_types``); options override.
 3. The grid: calibration method (MinMax, Percentile; + Entropy in ``full``) x per-channel weights
    (x the other type combinations, and symmetric activations, in ``full``).  Calibration runs once per
@@ -35,8 +35,10 @@ import numpy as np
 
 from edgeopt.errors import UsageError
 
-from .base import BuildJob, BuildOutput, CheckFailed, output_kinds, parse_tolerance, require
-from .ort_int8_quant import (
+from ..base import BuildJob, BuildOutput, CheckFailed, output_kinds, parse_tolerance, require
+from ..qdq_prune import prune_float_nodes
+from ..qdq_search import FALLBACK, SEARCH_MODES, TIE, QdqSearch, Variant, bound_text, headline  # noqa: F401
+from .quant import (
     TIMING_THREADS,
     QuantSettings,
     calibrate,
@@ -46,7 +48,6 @@ from .ort_int8_quant import (
     quantize,
     session,
 )
-from .qdq_search import FALLBACK, SEARCH_MODES, TIE, QdqSearch, Variant, bound_text, headline  # noqa: F401
 
 OPTION_KEYS = {"int8_search", "int8_tolerance", "int8_activation", "int8_weight", "int8_reduce_range",
                "int8_budget_s"}
@@ -202,7 +203,7 @@ def grid(plan: SearchPlan, feat: dict[str, Any], per_channel_ok: bool) -> tuple[
 
 
 def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
-    """``ort_int8_quant.quantize`` with ORT's ``ActivationSymmetric`` (activation zero points centred)."""
+    """``onnxruntime.quant.quantize`` with ORT's ``ActivationSymmetric`` (activation zero points centred)."""
     from onnxruntime.quantization import QDQQuantizer, QuantType
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
 
@@ -250,6 +251,9 @@ class OrtBackend:
     def fallback_nodes(self, settings: Any) -> set[str] | None:
         return None
 
+    def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> OrtBackend:
+        return OrtBackend(self.ort, self.float_path, calib, work, lambda s: None)
+
 
 def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
     """Search INT8 QDQ settings against the FP32 reference; write the fastest passing ``model.onnx``."""
@@ -282,6 +286,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                 import onnx
 
                 search.run_fallback(set(output_activations(onnx.load(str(pre), load_external_data=False))))
+                prune_float_nodes(search)  # a fallback pass may carry float nodes the bound does not need
             except Exception as exc:  # e.g. intermediate tensors inside If branches cannot be graph outputs
                 search.notes.append(f"int8: float fallback not possible on this graph "
                                     f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
@@ -290,11 +295,13 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         if chosen is None:
             raise CheckFailed(
                 f"no INT8 variant met the int8 bound ({bound_text(plan.tolerance)}) after {len(search.variants)} "
-                f"variant(s) in {search.elapsed():.0f}s; the most accurate: {search.closest().summary()}; "
-                "INT8 is not shipped",
+                f"variant(s) in {search.elapsed():.0f}s; the most accurate: {search.closest().summary()}"
+                f"{search.refusal_detail()}; INT8 is not shipped",
                 hint="keep fp32 for this target, calibrate with more representative --calib data, try "
-                     "--option int8_search=full, or accept a looser bound with e.g. "
-                     "--option int8_tolerance=cosine_min=0.95,top1_min=0.8")
+                     "--option int8_search=full" + (" or a larger --option int8_budget_s (the time budget "
+                     "stopped the search)" if search.budget_cut() else "") + ", or accept a looser bound with "
+                     "e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8",
+                cacheable=not search.budget_cut())
         if _quantized_nodes(chosen.path) == 0:
             # e.g. silero-vad: every weight lives inside If branches, which the quantizer does not enter
             raise CheckFailed("INT8 quantized nothing in this model (no QuantizeLinear node in the graph or its "
@@ -344,7 +351,8 @@ def _output(job: BuildJob, plan: SearchPlan, feat: dict[str, Any], why: str, sea
             "float_nodes": chosen.why_float,
             "timings": rec["timings"], "timing_threads": TIMING_THREADS,
             "calibration_samples": rec["calibration_samples"],
-            "validation_samples": rec["validation_samples"], "notes": rec["notes"], "selection": rule}
+            "validation_samples": rec["validation_samples"], "cross_checks": rec["cross_checks"],
+            "notes": rec["notes"], "selection": rule}
     notes = [f"INT8 (ORT static QDQ) kept {chosen.summary()}; FP32 {fp32_ms:.2f} ms on the build host (x{speedup})"]
     notes += [f"int8 variant tried: {v.summary()}" for v in search.variants] + search.notes
     if feat["source"].startswith("build host"):

@@ -7,7 +7,7 @@ TensorFlow's TFLite converter then makes the file for one precision from the Sav
 
 - ``fp32``; ``fp16`` (float16 weights, dequantized at load or run in fp16 by GPU delegates);
 - ``int8`` with ``--option int8_mode=auto`` (default): an accuracy-aware search in the converter
-  child (``tflite_convert.Int8Search``): full-integer; if that misses the INT8 bound on the
+  child (``convert.Int8Search``): full-integer; if that misses the INT8 bound on the
   validation set, the layers TensorFlow's QuantizationDebugger ranks worst kept float (5%, 15%,
   30%, 50% of the quantized layers); then dynamic-range.  The first candidate that meets the bound
   (``int8_tolerance`` overrides included) is kept, each one judged by the host check's own code;
@@ -18,7 +18,7 @@ TensorFlow's TFLite converter then makes the file for one precision from the Sav
   ``auto`` keeps it for its full-integer and selective files); ``int8_mode=dynamic``: dynamic-range
   (int8 weights, float activations).  ``full`` and ``dynamic`` do no search: the host check judges them.
 
-Both conversions run in a child process (``edgeopt.targets.tflite_convert``) with a timeout: it
+Both conversions run in a child process (``edgeopt.targets.tflite.convert``) with a timeout: it
 keeps TensorFlow's global state and onnx2tf's very long output (a log file) away from the worker,
 and the last lines of that log go into the error when it fails.
 
@@ -48,7 +48,7 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UsageError
 
-from .base import BuildJob, BuildOutput, CheckFailed, Target, output_kinds, parse_tolerance, write_manifest
+from ..base import BuildJob, BuildOutput, CheckFailed, Target, output_kinds, parse_tolerance, write_manifest
 
 # ONNX op -> onnx2tf's builtin replacement (``-rtpo``) for ops that would otherwise need Flex.
 FLEX_PRONE = {"Erf": "Erf", "Asin": "Asin", "Acos": "Acos", "Atan": "Atan", "MatMulInteger": "MatMulInteger"}
@@ -68,6 +68,10 @@ ONNX2TF_ALTERNATIVES: dict[str, Callable[[list[str]], dict[str, Any]]] = {
     "rnn_unroll": lambda names: {"enable_rnn_unroll": True},
     "param_replacement": lambda names: {"auto_generate_json": True},
 }
+
+
+# An INT8 search's failure that is the float conversion's, not the quantization's.
+FLOAT_CONVERSION_WRONG = ("the FP32 conversion itself is wrong", "cannot tell which TFLite output")
 
 
 class TfliteTarget(Target):
@@ -91,6 +95,47 @@ class TfliteTarget(Target):
         ops = {p.stem for p in ops_dir.glob("*.py") if not p.stem.startswith("_")}
         return ops or None
 
+    def _int8_on_a_fixed_conversion(self, job: BuildJob, failure: CheckFailed,
+                                    progress: Callable[[str], None]) -> dict[str, Any]:
+        """The INT8 search failed because onnx2tf's float conversion is already wrong (its float32 file misses
+        the bound, or has an output of another shape): find the alternative switch whose *float* build
+        passes its check (a throw-away fp32 build each, seconds), then search INT8 on that conversion."""
+        import dataclasses
+        import shutil
+
+        tried = []
+        for alt in _alternatives(job.prepared_path):
+            progress(f"INT8 found the float conversion wrong; checking onnx2tf with {alt} in fp32 first")
+            probe_dir = Path(tempfile.mkdtemp(prefix=".fp32-probe-", dir=Path(job.bundle_dir).parent))
+            try:
+                probe = dataclasses.replace(job, precision="fp32", bundle_dir=str(probe_dir / "b"),
+                                            options={**job.options, "onnx2tf_alt": alt})
+                m = super().build(probe, progress)
+                passed = (m.get("host_check") or {}).get("passed") is True
+            except Exception as exc:  # noqa: BLE001 - this switch does not convert: the next one
+                passed, m = False, {"host_check": {"error": _ANSI.sub("", (str(exc).splitlines() or ["?"])[0])}}
+            finally:
+                shutil.rmtree(probe_dir, ignore_errors=True)
+            if not passed:
+                tried.append(alt)
+                continue
+            shutil.rmtree(job.bundle_dir, ignore_errors=True)
+            try:
+                manifest = super().build(dataclasses.replace(job, options={**job.options, "onnx2tf_alt": alt}),
+                                         progress)
+            except CheckFailed as exc:
+                raise CheckFailed(f"{exc.message} (on onnx2tf's conversion with --option onnx2tf_alt={alt}, "
+                                  "whose float32 file passes its check; the default conversion's was wrong)",
+                                  hint=exc.hint) from None
+            manifest.setdefault("notes", []).append(
+                f"onnx2tf's default conversion was wrong in float already; INT8 searched on --option "
+                f"onnx2tf_alt={alt}, whose float32 file passes its check")
+            write_manifest(Path(job.bundle_dir), manifest)
+            return manifest
+        raise CheckFailed(failure.message, hint=(failure.hint + "; " if failure.hint else "")
+                          + f"onnx2tf's alternative switches ({', '.join(tried)}) did not give a float conversion "
+                            "that passes either: a target that runs the ONNX itself (cpu, intel-cpu, apple) builds it")
+
     def _convert_with_alternatives(self, job: BuildJob, failure: BuildFailed,
                                    progress: Callable[[str], None]) -> dict[str, Any]:
         """onnx2tf raised inside its own code (silero-vad's LSTM: ``UnboundLocalError ... 'dummy_tensor'``):
@@ -102,9 +147,7 @@ class TfliteTarget(Target):
         bundle = Path(job.bundle_dir)
         first = _ANSI.sub("", failure.message.removeprefix("TFLite conversion failed: "))[:120]
         tried = []
-        for alt in ONNX2TF_ALTERNATIVES:
-            if alt == "rnn_unroll" and not _has_rnn(job.prepared_path):
-                continue
+        for alt in _alternatives(job.prepared_path):
             progress(f"onnx2tf failed ({first}); retrying it with {alt}")
             shutil.rmtree(bundle, ignore_errors=True)
             try:
@@ -142,10 +185,14 @@ class TfliteTarget(Target):
 
         try:
             manifest = super().build(job, progress)
+        except CheckFailed as exc:
+            if (job.precision == "int8" and not job.options.get("onnx2tf_alt")
+                    and any(sign in exc.message for sign in FLOAT_CONVERSION_WRONG)):
+                return self._int8_on_a_fixed_conversion(job, exc, progress)
+            raise  # the INT8 search's own verdict on a sound conversion
         except BuildFailed as exc:
-            if (isinstance(exc, CheckFailed) or job.options.get("onnx2tf_alt")
-                    or not exc.message.startswith("TFLite conversion failed")):
-                raise  # an INT8 search's outcome, a chosen switch, a timeout or a crash: not retried
+            if job.options.get("onnx2tf_alt") or not exc.message.startswith("TFLite conversion failed"):
+                raise  # a chosen switch, a timeout or a crash: not retried
             return self._convert_with_alternatives(job, exc, progress)
         hc = manifest.get("host_check") or {}
         if (job.precision not in ("fp32", "fp16") or job.options.get("onnx2tf_alt")
@@ -154,9 +201,7 @@ class TfliteTarget(Target):
         first = next((f"{n}: {r}" for n, o in hc["outputs"].items() for r in o.get("reasons", [])), "failed")
         bundle = Path(job.bundle_dir)
         tried = []
-        for alt in ONNX2TF_ALTERNATIVES:
-            if alt == "rnn_unroll" and not _has_rnn(job.prepared_path):
-                continue
+        for alt in _alternatives(job.prepared_path):
             progress(f"the {job.precision} file failed its check ({first}); retrying onnx2tf with {alt}")
             shutil.rmtree(bundle, ignore_errors=True)
             alt_job = dataclasses.replace(job, options={**job.options, "onnx2tf_alt": alt})
@@ -317,7 +362,7 @@ def _cache_root() -> Path:
 # --- the converter child process -----------------------------------------------------------------
 def run_converter(request: dict[str, Any], work: Path, timeout: float,
                   progress: Callable[[str], None]) -> dict[str, Any]:
-    """Run ``edgeopt.targets.tflite_convert`` on ``request``; relay its progress; its reply or BuildFailed."""
+    """Run ``edgeopt.targets.tflite.convert`` on ``request``; relay its progress; its reply or BuildFailed."""
     req_path, reply_path, prog_path, log_path = (work / n for n in
                                                  ("request.json", "reply.json", "progress.txt", "convert.log"))
     req_path.write_text(json.dumps(request))
@@ -328,7 +373,7 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "edgeopt.targets.tflite_convert", str(req_path),
+        proc = subprocess.Popen([sys.executable, "-m", "edgeopt.targets.tflite.convert", str(req_path),
                                  str(reply_path), str(prog_path)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=work, env=env, start_new_session=True)
         seen, last_beat = 0, t0
@@ -403,6 +448,11 @@ def log_tail(path: Path, n: int) -> list[str]:
 
 
 # --- matching the file's tensors to the ONNX tensors ---------------------------------------------
+def _alternatives(path: str) -> list[str]:
+    """The onnx2tf switches worth a try on this model (``rnn_unroll`` only where it has a recurrent op)."""
+    return [alt for alt in ONNX2TF_ALTERNATIVES if alt != "rnn_unroll" or _has_rnn(path)]
+
+
 def _has_rnn(path: str) -> bool:
     try:
         import onnx

@@ -3,9 +3,12 @@
 TensorRT engines are built on the device (they are tied to the GPU and the TensorRT version), so
 everything that does not need the GPU happens here, where it can be checked:
 
-- **Preflight**: every node is checked against the operators TensorRT's ONNX parser takes
-  (``data/tensorrt_onnx_ops.txt``, with the TensorRT version it came from); *all* refused nodes are
-  reported at once.
+- **Preflight**: every node is checked against the operators the target's TensorRT ONNX parser
+  takes -- one table per TensorRT release edgeopt has onnx-tensorrt's matrix for (``data/*_onnx_ops.txt``:
+  8.5 for jetson-xavier, 10.1's matrix for jetson-orin's TensorRT 10.3, 10.15 for ``nvidia`` and callers
+  without a target, 11.0 for the data-centre GPUs), picked by the TensorRT version the target profile
+  names (``tensorrt``, or only its major: ``tensorrt_major``) and recorded with its version and source;
+  *all* refused nodes are reported at once.
 - **Preparation**: static shapes (or named dynamic dims for the inputs that have an optimization
   profile), an opset TensorRT's parser takes, constant folding and simplification (onnxsim).
 - **Explicit quantization**: a Q/DQ model placed the way TensorRT fuses best -- the activation and
@@ -24,7 +27,7 @@ import difflib
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,22 @@ import numpy as np
 
 from edgeopt.errors import EdgeoptError, UsageError
 
-OPS_FILE = Path(__file__).with_name("data") / "tensorrt_onnx_ops.txt"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# One operator table per TensorRT release whose onnx-tensorrt matrix edgeopt has, by version.
+OPS_FILES: dict[tuple[int, int], Path] = {
+    (8, 5): DATA_DIR / "tensorrt8_5_onnx_ops.txt",
+    (10, 1): DATA_DIR / "tensorrt10_1_onnx_ops.txt",
+    (10, 15): DATA_DIR / "tensorrt_onnx_ops.txt",
+    (11, 0): DATA_DIR / "tensorrt11_onnx_ops.txt",
+}
+# A profile that names only a major (``tensorrt_major: 10``, ``tensorrt: "11"``) reads these: what a major
+# meant before profiles named versions (10.15 for 10; 11.0, the floor of the 11 line, for 11).
+MAJOR_TABLES: dict[int, tuple[int, int]] = {8: (8, 5), 10: (10, 15), 11: (11, 0)}
+# For a target that names no TensorRT (``nvidia``: read on the device) and for callers without a target:
+# 10.15's table -- every op it takes, the 11.0 table takes too (11.0 adds Swish).
+DEFAULT_TENSORRT = (10, 15)
+DEFAULT_TENSORRT_MAJOR = DEFAULT_TENSORRT[0]
+OPS_FILE = OPS_FILES[DEFAULT_TENSORRT]
 
 # Ops whose inputs get Q/DQ (TensorRT runs them in INT8/FP8 when both inputs are quantized).
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -40,7 +58,7 @@ WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 QDQ_MIN_OPSET = {"int8": 13, "fp8": 19}
 # Symmetric ranges: weights use the narrow INT8 range [-127, 127]; FP8 E4M3's largest finite is 448.
 QMAX = {"int8": 127.0, "fp8": 448.0}
-CALIBRATION_METHODS = ("max", "percentile", "mse")
+CALIBRATION_METHODS = ("max", "percentile", "mse", "entropy")
 HIST_BINS = 2048
 
 
@@ -62,6 +80,25 @@ class OpsTable:
     opset_max: int
     source: str
     ops: dict[str, tuple[bool, str, str]] = field(hash=False)  # op -> (parsed, types, restrictions)
+    file: str = ""  # the data file's name
+    source_commit: str | None = None
+    # The TensorRT this table stands for when that is not its own version: "10.3" read from the 10.1 matrix
+    # (the newest edgeopt has at or below 10.3); None when the profile names the table's version or a major.
+    for_tensorrt: str | None = None
+
+    @property
+    def parser(self) -> str:
+        """Whose refusal this table stands for, for messages: "TensorRT 10.15's ONNX parser", or
+        "TensorRT 10.3's ONNX parser (onnx-tensorrt's 10.1 matrix)" when read from an older matrix."""
+        if self.for_tensorrt:
+            return f"TensorRT {self.for_tensorrt}'s ONNX parser (onnx-tensorrt's {self.tensorrt_version} matrix)"
+        return f"TensorRT {self.tensorrt_version}'s ONNX parser"
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the manifest records: which table, from where, for which TensorRT."""
+        return {"tensorrt_version": self.tensorrt_version, "opsets": [self.opset_min, self.opset_max],
+                "source": self.source, "source_commit": self.source_commit, "file": self.file,
+                "for_tensorrt": self.for_tensorrt or self.tensorrt_version}
 
     def supported(self) -> frozenset[str]:
         return frozenset(op for op, (ok, _, _) in self.ops.items() if ok)
@@ -72,16 +109,86 @@ class OpsTable:
     def why_not(self, op: str) -> str:
         """Why an op is refused: marked N in the table, or absent from it."""
         if op in self.ops:
-            return f"not supported by TensorRT {self.tensorrt_version}'s ONNX parser"
+            return f"not supported by {self.parser}"
         close = difflib.get_close_matches(op, list(self.ops), n=1)
-        return (f"not in TensorRT {self.tensorrt_version}'s ONNX operator table"
+        return (f"not in the ONNX operator table of {self.parser}"
                 + (f" (did you mean {close[0]}?)" if close else ""))
 
 
-@functools.lru_cache(maxsize=4)
-def ops_table(path: str | None = None) -> OpsTable:
-    """Parse ``data/tensorrt_onnx_ops.txt`` (``# key: value`` header, then ``op | Y/N | types | notes``)."""
-    text = Path(path or OPS_FILE).read_text()
+def _version(v: Any, what: str) -> tuple[int, ...]:
+    """"10.3" / 10 / "11" -> (10, 3) / (10,) / (11,); anything else is a UsageError naming ``what``."""
+    if isinstance(v, float):  # YAML reads `tensorrt: 10.10` as the number 10.1
+        raise UsageError(f"{what}: {v!r} is a number; write the version as a string",
+                         hint=f'quote it in the config file, e.g. tensorrt: "{v}"')
+    text = str(v).strip()
+    if isinstance(v, bool) or not re.fullmatch(r"\d+(\.\d+)*", text):
+        raise UsageError(f"{what}: expected a TensorRT version such as \"10.3\" or 11, got {v!r}")
+    return tuple(int(p) for p in text.split("."))
+
+
+def profile_tensorrt(profile: dict[str, Any] | None) -> str | None:
+    """The TensorRT version a target profile names: ``tensorrt`` ("10.3"), else ``tensorrt_major`` (10), else
+    None (read on the device).  Both, disagreeing on the major, is a UsageError."""
+    profile = profile or {}
+    version, major = profile.get("tensorrt"), profile.get("tensorrt_major")
+    if version is not None:
+        v = _version(version, "the target profile's tensorrt")
+        if major is not None and _version(major, "the target profile's tensorrt_major") != v[:1]:
+            raise UsageError(f"the target profile names TensorRT {version} (tensorrt) but tensorrt_major {major}",
+                             hint="set one of them: tensorrt (e.g. \"10.3\") is enough")
+        return ".".join(map(str, v))
+    return None if major is None else ".".join(map(str, _version(major, "the target profile's tensorrt_major")))
+
+
+def profile_tensorrt_major(profile: dict[str, Any] | None) -> int | None:
+    """The major of the TensorRT a profile names (None: read on the device) -- for the typing decision."""
+    version = profile_tensorrt(profile)
+    return None if version is None else int(version.split(".")[0])
+
+
+def _known() -> str:
+    return ", ".join(".".join(map(str, k)) for k in sorted(OPS_FILES))
+
+
+def ops_table(path: str | None = None, tensorrt_major: int | None = None, tensorrt: str | None = None) -> OpsTable:
+    """The operator table for TensorRT ``tensorrt`` ("10.3") or ``tensorrt_major`` (None: the default, 10.15),
+    or the file at ``path``.  A version finer than the major reads the newest table of that major at or below
+    it (10.3 -> the 10.1 matrix: a parser accepts what its predecessors did); a major alone reads
+    ``MAJOR_TABLES``; a version with no such table is a UsageError naming the tables there are."""
+    if path is not None:
+        return _parse_table(str(path))
+    asked = tensorrt if tensorrt is not None else tensorrt_major
+    if asked is None:
+        return _parse_table(str(OPS_FILES[DEFAULT_TENSORRT]))
+    v = _version(asked, "TensorRT version")
+    label = ".".join(map(str, v))
+    if len(v) == 1:
+        key = MAJOR_TABLES.get(v[0])
+    else:
+        below = [k for k in OPS_FILES if k[0] == v[0] and k <= v[:2]]
+        key = max(below) if below else None
+    if key is None:
+        raise UsageError(f"no ONNX operator table for TensorRT {label}: edgeopt has onnx-tensorrt's matrices for "
+                         f"TensorRT {_known()} (a version reads the newest of its major at or below it)",
+                         hint="set the target profile's tensorrt to the version its devices run (one at or above "
+                              f"a table of the same major), or add targets/data/tensorrt{'_'.join(map(str, v[:2]))}"
+                              "_onnx_ops.txt from onnx-tensorrt's docs/operators.md at that release (and its line in "
+                              "trt_prep.OPS_FILES)")
+    table = _parse_table(str(OPS_FILES[key]))
+    if len(v) > 1 and _version(table.tensorrt_version, "table version")[:2] != v[:2]:
+        return replace(table, for_tensorrt=label)
+    return table
+
+
+def table_for_target(spec: dict[str, Any] | None) -> OpsTable:
+    """The table of the TensorRT a target's devices run (its profile's ``tensorrt`` or ``tensorrt_major``)."""
+    return ops_table(tensorrt=profile_tensorrt((spec or {}).get("profile")))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_table(path: str) -> OpsTable:
+    """Parse a table file (``# key: value`` header, then ``op | Y/N | types | restrictions``)."""
+    text = Path(path).read_text()
     meta: dict[str, str] = {}
     ops: dict[str, tuple[bool, str, str]] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -89,19 +196,19 @@ def ops_table(path: str | None = None) -> OpsTable:
         if not line:
             continue
         if line.startswith("#"):
-            m = re.match(r"#\s*(tensorrt_version|opset_min|opset_max|source)\s*:\s*(\S+)", line)
+            m = re.match(r"#\s*(tensorrt_version|opset_min|opset_max|source|source_commit)\s*:\s*(\S+)", line)
             if m:
                 meta[m.group(1)] = m.group(2)
             continue
         parts = [p.strip() for p in line.split("|")]
         if len(parts) != 4 or parts[1] not in ("Y", "N"):
-            raise ValueError(f"{path or OPS_FILE}:{lineno}: expected 'op | Y/N | types | restrictions'")
+            raise ValueError(f"{path}:{lineno}: expected 'op | Y/N | types | restrictions'")
         ops[parts[0]] = (parts[1] == "Y", parts[2], parts[3])
     missing = {"tensorrt_version", "opset_min", "opset_max"} - set(meta)
     if missing:
-        raise ValueError(f"{path or OPS_FILE}: header lacks {sorted(missing)}")
+        raise ValueError(f"{path}: header lacks {sorted(missing)}")
     return OpsTable(meta["tensorrt_version"], int(meta["opset_min"]), int(meta["opset_max"]),
-                    meta.get("source", ""), ops)
+                    meta.get("source", ""), ops, Path(path).name, meta.get("source_commit"))
 
 
 def preflight(nodes: Iterable[tuple[str, str, str]], table: OpsTable | None = None) -> list[tuple[str, str]]:
@@ -143,10 +250,10 @@ def ensure_opset(model, minimum: int = 0, table: OpsTable | None = None):
     have = opset_of(model)
     if have > table.opset_max:
         raise UsageError(
-            f"the model uses ONNX opset {have}; TensorRT {table.tensorrt_version}'s parser takes opsets "
+            f"the model uses ONNX opset {have}; {table.parser.replace(' ONNX parser', ' parser')} takes opsets "
             f"{table.opset_min}..{table.opset_max}",
             hint=f"export the model at opset {table.opset_max} or lower (or, for a device with a newer "
-                 "TensorRT, update targets/data/tensorrt_onnx_ops.txt from onnx-tensorrt's operators.md)")
+                 f"TensorRT, update targets/data/{table.file or OPS_FILE.name} from onnx-tensorrt's operators.md)")
     want = max(have, table.opset_min, minimum)
     if want == have:
         return model, None
@@ -268,8 +375,10 @@ def set_input_dims(model, static: dict[str, list[int]], profiles: dict[str, Inpu
 
 
 def prepare(model, static: dict[str, list[int]], profiles: dict[str, InputProfile], min_opset: int = 0,
-            simplify: bool = True, progress: Callable[[str], None] = lambda s: None) -> Prepared:
-    """Shapes, opset, constant folding + simplification; the result runs in ONNX Runtime."""
+            simplify: bool = True, progress: Callable[[str], None] = lambda s: None,
+            table: OpsTable | None = None) -> Prepared:
+    """Shapes, opset (one ``table``'s parser takes), constant folding + simplification; the result runs in
+    ONNX Runtime."""
     import onnx
 
     m = onnx.ModelProto()
@@ -278,7 +387,7 @@ def prepare(model, static: dict[str, list[int]], profiles: dict[str, InputProfil
     opset_before = opset_of(m)
     set_input_dims(m, static, profiles)
     warnings: list[str] = []
-    m, note = ensure_opset(m, min_opset)
+    m, note = ensure_opset(m, min_opset, table)
     simplified, why = False, None
     if simplify and m.ByteSize() >= TWO_GB:
         why = "model over 2 GB (protobuf limit): onnxsim skipped, TensorRT folds constants itself"
@@ -522,6 +631,43 @@ def _mse_amax(hist: np.ndarray, edges: np.ndarray, qmax: float) -> float:
     return best
 
 
+def _entropy_amax(hist: np.ndarray, edges: np.ndarray, qmax: float, stride: int = 8) -> float:
+    """The clipping value whose quantized distribution loses the least information (KL divergence), the
+    rule of TensorRT's entropy calibrator: for each candidate bin i, P = the histogram up to i with the
+    tail folded into bin i; Q = the histogram up to i merged into qmax + 1 levels, each level's count
+    spread over the bins where P is not zero; both smoothed (a small mass on empty bins) before KL(P||Q)."""
+    levels = int(qmax) + 1
+    best, best_kl = float(edges[-1]), np.inf
+    for i in range(levels, len(hist) + 1, stride):
+        sliced = hist[:i].astype(np.float64)
+        p = sliced.copy()
+        p[-1] += hist[i:].sum()
+        nz = p != 0
+        merged = i // levels
+        starts = np.arange(levels) * merged
+        counts = np.add.reduceat(sliced, starts)  # the last level takes the remainder bins too
+        nonzero = np.add.reduceat(nz.astype(np.float64), starts)
+        per_bin = np.divide(counts, nonzero, out=np.zeros(levels), where=nonzero > 0)
+        q = np.repeat(per_bin, np.diff(np.append(starts, i))) * nz
+        p, q = _smooth(p), _smooth(q)
+        if p is None or q is None:
+            continue
+        p, q = p / p.sum(), q / q.sum()
+        kl = float(np.sum(p * np.log(p / q)))
+        if kl < best_kl:
+            best, best_kl = float(edges[i]), kl
+    return best
+
+
+def _smooth(d: np.ndarray, eps: float = 1e-4) -> np.ndarray | None:
+    """Move a little mass onto the empty bins (so KL is finite), as TensorRT's calibrator does."""
+    zeros = d == 0
+    n_nonzero = d.size - int(zeros.sum())
+    if n_nonzero == 0:
+        return None
+    return d + eps * zeros - (eps * zeros.sum() / n_nonzero) * ~zeros
+
+
 @dataclass
 class ActivationStats:
     """Per-tensor |x| maxima and histograms over the calibration set (2048 bins on [0, absmax])."""
@@ -566,7 +712,7 @@ def calibration_method(method: str) -> tuple[str, float]:
 
 
 def amax_for(stats: ActivationStats, method: str, qmax: float = 127.0) -> dict[str, float]:
-    """Clipping values by ``method``: ``max``, ``mse`` or ``percentile`` / ``percentile-99.999``."""
+    """Clipping values by ``method``: ``max``, ``mse``, ``entropy`` or ``percentile`` / ``percentile-99.999``."""
     name, percentile = calibration_method(method)
     if name == "max":
         return dict(stats.absmax)
@@ -580,6 +726,8 @@ def amax_for(stats: ActivationStats, method: str, qmax: float = 127.0) -> dict[s
         if name == "percentile":
             cdf = np.cumsum(h) / h.sum()
             amax[t] = float(edges[min(int(np.searchsorted(cdf, percentile / 100.0)) + 1, HIST_BINS)])
+        elif name == "entropy":
+            amax[t] = _entropy_amax(h, edges, qmax)
         else:
             amax[t] = _mse_amax(h, edges, qmax)
     return amax
