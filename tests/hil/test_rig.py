@@ -287,6 +287,10 @@ def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundl
     assert after[-1] == len(pb["blocks"]) and pb["options"]["calibrate_every"] == 2
     keep = watch.within_call(pb)
     ratios = [c["ratio"] for c in watch.in_call]
+    before_hogs = [c["ratio"] for c, raw in zip(watch.in_call, pb["calibration"]) if raw["t"] < 1.5]
+    if max(before_hogs[1:], default=1.0) > 1.10:  # only seen with other jobs on this machine
+        pytest.skip(f"the machine was already slowed by other work before the hogs came (ratios {before_hogs}): "
+                    "this run cannot show what the hogs did")
     assert hogs and 0 < keep < len(pb["blocks"]) and keep % 2 == 0, (keep, len(pb["blocks"]), ratios)
     assert min(ratios[:2]) == 1.0 and ratios[-1] > 1.10 and ratios[-2] > 1.10, ratios  # two slow in a row
     assert watch.dropped_blocks == len(pb["blocks"]) - keep

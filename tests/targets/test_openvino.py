@@ -310,7 +310,7 @@ def test_build_int8_unknown_search_mode_is_a_clear_error_before_the_build(tmp_pa
 ])
 def test_int8_options_are_checked_up_front(options, match):
     from edgeopt.errors import UsageError
-    from edgeopt.targets.openvino_int8 import parse_options
+    from edgeopt.targets.openvino.int8 import parse_options
     from edgeopt.targets.registry import get_backend, resolve_target
 
     with pytest.raises(UsageError, match=match):
@@ -321,7 +321,7 @@ def test_int8_options_are_checked_up_front(options, match):
 
 def test_parse_tolerance_validates_keys_and_values():
     from edgeopt.errors import UsageError
-    from edgeopt.targets.openvino_int8 import parse_tolerance
+    from edgeopt.targets.openvino.int8 import parse_tolerance
 
     assert parse_tolerance(None) is None
     assert parse_tolerance("cosine_min=0.99, top1_min=1") == {"cosine_min": 0.99, "top1_min": 1.0}
@@ -333,7 +333,7 @@ def test_parse_tolerance_validates_keys_and_values():
 
 
 def test_margin_is_nonnegative_exactly_when_the_check_passes():
-    from edgeopt.targets.openvino_int8 import margin
+    from edgeopt.targets.openvino.int8 import margin
     from edgeopt_agent.compare import compare_outputs
 
     rng = np.random.default_rng(0)
@@ -347,7 +347,7 @@ def test_margin_is_nonnegative_exactly_when_the_check_passes():
 
 def test_margin_counts_ctc_decoding_unless_its_bound_is_off():
     """NNCF's accuracy control maximises the margin: with seq_match_min set it must see decodings."""
-    from edgeopt.targets.openvino_int8 import margin
+    from edgeopt.targets.openvino.int8 import margin
     from edgeopt_agent.compare import compare_outputs
 
     seq = [1, 0, 2, 0, 5, 0, 3, 3, 0, 4, 0, 0]

@@ -5,7 +5,7 @@ FP32: ``ov.convert_model`` of the prepared (static) model, weights kept FP32, an
 AVX512-BF16, which an FP32 bundle must not do silently).  FP16: weights compressed to FP16 and
 the hint ``f16`` (on a CPU without FP16 arithmetic the runner asks for f32 rather than let the
 plugin keep its bf16 default; GPUs run FP16 anyway).  INT8: NNCF post-training quantization
-searched against the FP32 reference, see ``edgeopt.targets.openvino_int8``.
+searched against the FP32 reference, see ``edgeopt.targets.openvino.int8``.
 
 The GPU and NPU plugins compile the IR on the device at load time.  When the build host lacks
 that device (``ov.Core().available_devices``), the IR is still built for it and checked
@@ -28,7 +28,7 @@ from typing import Any
 
 from edgeopt.errors import BuildFailed, UnsupportedOps
 
-from .base import BuildJob, BuildOutput, Target, package_versions, require
+from ..base import BuildJob, BuildOutput, Target, package_versions, require
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,12 @@ class OpenVinoTarget(Target):
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
-        from .openvino_int8 import OPTION_KEYS
+        from .int8 import OPTION_KEYS
 
         return OPTION_KEYS
 
     def check_options(self, options: dict[str, Any], precision: str, spec: dict[str, Any]) -> None:
-        from .openvino_int8 import parse_options
+        from .int8 import parse_options
 
         parse_options(options)  # the int8_* values, whatever the precision: a bad value is a typo
 
@@ -96,7 +96,7 @@ class OpenVinoTarget(Target):
         runtime_options: dict[str, Any] = {"device": device, "hint": "LATENCY"}
         extra_manifest: dict[str, Any] = {}
         if job.precision == "int8":
-            from .openvino_int8 import quantize_searched
+            from .int8 import quantize_searched
 
             with no_telemetry():
                 result = quantize_searched(ov, model, job, check_device, present, progress)

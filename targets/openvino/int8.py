@@ -50,7 +50,7 @@ import numpy as np
 from edgeopt.errors import BuildFailed, UsageError
 from edgeopt_agent.compare import compare_outputs, tolerance_for, top1_floor
 
-from .base import BuildJob, CheckFailed, parse_tolerance, require
+from ..base import BuildJob, CheckFailed, parse_tolerance, require
 
 SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
@@ -269,7 +269,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     # Which precision the layers left in floating point run in: the plugin's default unless that
     # alone breaks the bound (measured on the FP32 IR), then f32.
     config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
-    from .base import output_kinds
+    from ..base import output_kinds
 
     kinds = output_kinds(job)
     judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds)
@@ -409,7 +409,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
                    "settings": entry["settings"], "target_device": target_device}
         (work / "request.json").write_text(json.dumps(request))
         try:
-            proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.openvino_int8", str(work / "request.json")],
+            proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.openvino.int8", str(work / "request.json")],
                                   capture_output=True, text=True, timeout=left_s, env=os.environ.copy())
         except subprocess.TimeoutExpired:
             entry.update({"passed": False, "error": f"stopped at the search budget after {left_s:.0f}s "
@@ -461,7 +461,7 @@ def _figures(metrics: dict[str, Any], reasons: bool = False) -> str:
 
 
 def _child(request_path: str) -> int:
-    """``python -m edgeopt.targets.openvino_int8 REQUEST.json``: accuracy control, out of process."""
+    """``python -m edgeopt.targets.openvino.int8 REQUEST.json``: accuracy control, out of process."""
     import nncf
     import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
