@@ -26,6 +26,11 @@ FIXTURES: dict[str, tuple[str, str, str]] = {
     "images": ("skimage", "data", "scikit-image"),
     "page": ("skimage", "data/page.png", "scikit-image"),
 }
+# name -> what it is: data made from the fixtures above on first use (written under the cache dir)
+MADE: dict[str, str] = {
+    "ocr-lines": "text-line pieces (48x192 PNG) that the PP-OCR detector finds in skimage's scanned page, "
+                 "each upright and rotated 180 degrees: real data for the text-orientation classifier ocr-cls",
+}
 
 
 def package_dir(package: str) -> Path | None:
@@ -51,13 +56,48 @@ def main(argv: list[str]) -> int:
                 print(f"{name:22} {path(name)}")
             except FileNotFoundError as exc:
                 print(f"{name:22} missing: {exc}")
+        for name, what in MADE.items():
+            print(f"{name:22} made on first use: {what}")
         return 0
     try:
-        print(path(argv[0]))
+        print(ocr_lines() if argv[0] == "ocr-lines" else path(argv[0]))
     except (KeyError, FileNotFoundError) as exc:
         print(f"edgeopt.fixtures: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def ocr_lines(out: str | Path | None = None, limit: int = 24) -> Path:
+    """A folder of real text-line pieces for ocr-cls, made once (``MADE["ocr-lines"]``).
+
+    The pieces are what the OCR pipeline hands the classifier: lines found by the PP-OCR detector in
+    skimage's scanned page (then its photos, if the page held fewer than ``limit``), cut to the classifier's 48x192 input at their own aspect
+    (``tasks.ocr.rec_inputs``). Each is written upright and rotated 180 degrees (the two classes), in a
+    seeded shuffled order, so that any held-out split holds both. ``--preprocess preset=pm1 order=bgr``
+    turns them back into the exact tensors PaddleOCR feeds the model.
+    """
+    import numpy as np
+    from PIL import Image
+
+    from .pipeline import cache_dir
+    from .tasks.ocr import REC_MEAN, REC_STD, onnx_run_fn, rec_inputs
+
+    dst = Path(out) if out else cache_dir() / "fixtures" / "ocr-lines"
+    done = dst / ".complete"
+    if done.is_file():
+        return dst
+    images = path("images")
+    photos = sorted(p for p in images.glob("*.png") if p.name != "page.png")
+    x = rec_inputs(onnx_run_fn(path("ocr-det")), [images / "page.png", *photos], rec_shape=(48, 192), limit=limit)
+    pieces = np.concatenate([x, x[..., ::-1, ::-1]])[:, 0]  # [N, 3, 48, 192], BGR, normalised
+    order = np.random.default_rng(0).permutation(len(pieces))
+    dst.mkdir(parents=True, exist_ok=True)
+    for k, i in enumerate(order):
+        bgr = (pieces[i].transpose(1, 2, 0) * REC_STD + REC_MEAN) * 255
+        rgb = np.clip(np.rint(bgr[..., ::-1]), 0, 255).astype(np.uint8)
+        Image.fromarray(rgb).save(dst / f"line-{k:03d}{'-rotated' if i >= len(x) else ''}.png")
+    done.write_text(f"{len(pieces)} pieces\n")
+    return dst
 
 
 if __name__ == "__main__":
