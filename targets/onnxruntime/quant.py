@@ -43,6 +43,7 @@ class QuantSettings:
     reduce_range: bool = False  # 7-bit weights (avoids int16 saturation of AVX2's u8 x s8 multiply-add)
     exclude: tuple[str, ...] = ()  # nodes kept in float
     float_output: bool = True  # model-output activations (OUTPUT_ACTIVATIONS) kept in float
+    ops: str = "all"  # all: ORT's default op list (Add, Mul, pooling ... too) | weighted: WEIGHTED_OPS only
 
     @property
     def types(self) -> str:
@@ -54,6 +55,8 @@ class QuantSettings:
             parts.append("reduce-range")
         if not self.float_output:
             parts.append("int8-output")
+        if self.ops == "weighted":
+            parts.append("weighted ops only")
         if self.exclude:
             parts.append(f"{len(self.exclude)} node(s) in float")
         return "/".join(parts)
@@ -153,6 +156,18 @@ def quantizable_ops() -> list[str]:
     return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
 
 
+# The ops whose INT8 kernels carry the speed-up; the rest of ORT's list (Add, Mul, pooling, Softmax ...)
+# mostly saves a Q/DQ pair between them, and costs accuracy where an elementwise op mixes ranges (a
+# LayerNorm's (x - mean) * 1/std: magika's INT8 read 3 of 12 files like FP32 with them, 12 of 12 without).
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def op_types(s: QuantSettings) -> list[str]:
+    """The op types a setting quantizes."""
+    ops = quantizable_ops()
+    return [o for o in ops if o in WEIGHTED_OPS] if s.ops == "weighted" else ops
+
+
 def output_activations(model) -> list[str]:
     """Names of the nodes that produce a model output with an activation op (see OUTPUT_ACTIVATIONS)."""
     outputs = {o.name for o in model.graph.output}
@@ -168,7 +183,7 @@ def quantize(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
     fp = load_model_with_shape_infer(model)
     exclude = list(s.exclude) + (output_activations(fp) if s.float_output else [])
     quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
-                             copy.deepcopy(ranges), [], exclude, quantizable_ops(), {})
+                             copy.deepcopy(ranges), [], exclude, op_types(s), {})
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(dst))
 
@@ -223,15 +238,34 @@ def interleaved_ms(sessions: list[Any], feed: dict[str, np.ndarray], rounds: int
 
 # --- per-node sensitivity -------------------------------------------------------------------
 
-def _with_outputs(model, names: list[str]):
+def _with_outputs(model, names: list[str], types: dict[str, int] | None = None):
     from onnx import TensorProto, helper
 
     m = copy.deepcopy(model)
     have = {o.name for o in m.graph.output}
     for n in names:
         if n not in have:
-            m.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+            m.graph.output.append(helper.make_tensor_value_info(n, (types or {}).get(n, TensorProto.FLOAT), None))
     return m
+
+
+FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def tensor_types(model) -> dict[str, int]:
+    """Element type of every tensor ONNX's shape inference can type (inputs, outputs, intermediates).
+
+    An intermediate exposed as a graph output must be declared with its own type: ORT refuses to load a
+    model that declares an int32 tensor (magika's one-hot indices) as float."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - e.g. a model over 2 GB, a custom op: nothing typed
+        inferred = model
+    g = inferred.graph
+    return {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
 
 
 def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.ndarray]],
@@ -254,10 +288,20 @@ def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.
     q_names = {o for node in qm.graph.node for o in node.output} | {i.name for i in qm.graph.input}
     f_names = {o for node in fm.graph.node for o in node.output} | {i.name for i in fm.graph.input}
     seen = {t: dq_of.get(q_of.get(t, ""), t) for t in tensors}
-    common = [t for t in tensors if seen[t] in q_names and t in f_names]
+    # Only float tensors carry an SQNR. Where shape inference typed the graph, an untyped tensor is left
+    # out too (declared float, an int one makes ORT refuse the whole model); where it typed nothing (it
+    # failed), every tensor is taken for float as before.
+    f_types, q_types = tensor_types(fm), tensor_types(qm)
+    typed = len(f_types) > len(fm.graph.input) + len(fm.graph.output)
+
+    def is_float(t: str) -> bool:
+        return not typed or (f_types.get(t) in FLOAT_TYPES and q_types.get(seen[t], f_types[t]) in FLOAT_TYPES)
+
+    common = [t for t in tensors if seen[t] in q_names and t in f_names and is_float(t)]
     fa, qa = work / "sens-float.onnx", work / "sens-qdq.onnx"
-    onnx.save(_with_outputs(fm, common), str(fa))
-    onnx.save(_with_outputs(qm, [seen[t] for t in common]), str(qa))
+    onnx.save(_with_outputs(fm, common, f_types), str(fa))
+    onnx.save(_with_outputs(qm, [seen[t] for t in common], {seen[t]: f_types[t] for t in common if t in f_types}),
+              str(qa))
     fs, qs = session(ort, fa, optimize=False), session(ort, qa, optimize=False)
     noise = dict.fromkeys(common, 0.0)
     signal = dict.fromkeys(common, 0.0)

@@ -192,3 +192,86 @@ def test_a_refusal_the_time_budget_caused_is_not_cached(tmp_path, monkeypatch):
     assert full.status == "failed" and "int8_budget_s" not in full.error.split("hint:")[-1]
     cached = _build_cls(tmp_path / "b", {**tight, "int8_search": "quick", "int8_budget_s": 600}).results[0]
     assert "cached outcome" in cached.error
+
+
+def _layernorm_model(path: Path) -> None:
+    """x -> MatMul -> * s (a per-sample scale, 0.01..100) -> LayerNorm by hand -> MatMul -> logits."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) / 8).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((64, 10)) / 8).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["h"], name="mm1"), n("Mul", ["h", "s"], ["hs"], name="scale"),
+             n("ReduceMean", ["hs"], ["mu"], name="mean", axes=[-1]), n("Sub", ["hs", "mu"], ["d"], name="sub"),
+             n("Mul", ["d", "d"], ["sq"], name="square"), n("ReduceMean", ["sq"], ["var"], name="var", axes=[-1]),
+             n("Add", ["var", "eps"], ["ve"], name="add_eps"), n("Sqrt", ["ve"], ["sd"], name="sqrt"),
+             n("Reciprocal", ["sd"], ["inv"], name="recip"), n("Mul", ["d", "inv"], ["nrm"], name="normalize"),
+             n("MatMul", ["nrm", "w2"], ["logits"], name="mm2")]
+    g = helper.make_graph(nodes, "layernorm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+                                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 1])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_elementwise_ops_left_float_when_quantizing_them_misses_the_bound(tmp_path):
+    """ORT's default op list also quantizes Mul/Sub/Add: on a LayerNorm over activations whose scale
+    varies 10^4 between samples (magika's case) every grid variant reads ~half the samples differently;
+    before single nodes, the search tries the weighted ops (MatMul) alone, which passes -- and ships a
+    model whose MatMuls read Q/DQ pairs while the normalisation runs in float."""
+    import numpy as np
+    import onnx
+
+    from edgeopt.pipeline import build
+
+    _layernorm_model(tmp_path / "ln.onnx")
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((48, 1, 64)).astype(np.float32),
+             s=(10 ** rng.uniform(-2, 2, (48, 1, 1))).astype(np.float32))
+    r = build(str(tmp_path / "ln.onnx"), "cpu", ["int8"], calib=str(tmp_path / "d.npz"), out=tmp_path / "dist",
+              force=True, jobs=1).results[0]
+    assert r.ok, r.error
+    info = r.manifest["options"]["int8"]
+    assert "weighted ops only" in info["chosen"]["label"] and info["chosen"]["step"] == "weighted-ops", info
+    grid = [v for v in info["variants"] if v["step"] == "grid"]
+    assert grid and not any(v["passed"] for v in grid)  # ORT's default list missed with every calibration
+    model = onnx.load(str(Path(r.bundle) / "model.onnx"))
+    produced_by_dq = {o for node in model.graph.node if node.op_type == "DequantizeLinear" for o in node.output}
+    # a node runs quantized when every input it reads comes out of a DequantizeLinear
+    quantized = {node.name for node in model.graph.node
+                 if node.op_type not in ("QuantizeLinear", "DequantizeLinear") and set(node.input) <= produced_by_dq}
+    assert {"mm1", "mm2"} <= quantized and not {"scale", "sub", "square", "normalize"} & quantized
+
+
+def test_sensitivity_exposes_only_float_tensors_of_a_model_with_integer_intermediates(tmp_path):
+    """magika-like: int32 byte ids -> one-hot (Unsqueeze/Equal/Cast) -> MatMul. Exposing the int32
+    Unsqueeze output as a float graph output made ORT refuse the model, and the float fallback was skipped."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    from edgeopt.targets.onnxruntime.quant import FeedReader, sensitivity
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.arange(16, dtype=np.int32).reshape(1, 1, 16), "vocab"),
+             numpy_helper.from_array(np.array([1, 128], np.int64), "flat"),
+             numpy_helper.from_array(rng.standard_normal((128, 4)).astype(np.float32), "w")]
+    n = helper.make_node
+    nodes = [n("Unsqueeze", ["ids", "axes"], ["ids3"], name="unsq"), n("Equal", ["ids3", "vocab"], ["hot"], name="eq"),
+             n("Cast", ["hot"], ["hotf"], name="cast", to=TensorProto.FLOAT),
+             n("Reshape", ["hotf", "flat"], ["feat"], name="flatten"), n("MatMul", ["feat", "w"], ["h"], name="mm"),
+             n("Relu", ["h"], ["y"], name="relu")]
+    inits.append(numpy_helper.from_array(np.array([2], np.int64), "axes"))
+    g = helper.make_graph(nodes, "onehot", [helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    fp = tmp_path / "f.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), fp)
+    feeds = [{"ids": rng.integers(0, 16, (1, 8)).astype(np.int32)} for _ in range(4)]
+    quantize_static(str(fp), str(tmp_path / "q.onnx"), FeedReader(feeds), quant_format=QuantFormat.QDQ)
+    ranked = sensitivity(ort, fp, tmp_path / "q.onnx", feeds, tmp_path)
+    assert "mm" in [name for name, _, _ in ranked]  # ranked, not refused by ORT
