@@ -12,8 +12,10 @@ ONNX Runtime's quantizer as the backend:
    (x the other type combinations, and symmetric activations, in ``full``).  Calibration runs once per
    method.  ``quick`` stops after the first method that yields a passing variant: other methods change
    accuracy, not speed.
-4. When nothing passes: the sensitivity-ranked float fallback and the joint fallback of
-   ``qdq_search`` (nodes kept float in the QDQ model, run by ORT's float kernels).
+4. When nothing passes: the most accurate variant with only the weighted ops quantized
+   (``weighted_only``: Conv/MatMul/Gemm; ORT's default list also quantizes Add, Mul, pooling ...), then
+   the sensitivity-ranked float fallback and the joint fallback of ``qdq_search`` (nodes kept float in
+   the QDQ model, run by ORT's float kernels).
 5. The fastest passing variant is kept (latencies re-measured interleaved; within 3% is a tie,
    broken by accuracy).  None passes: ``CheckFailed`` naming the best figures; nothing is written
    (the pipeline caches that outcome).
