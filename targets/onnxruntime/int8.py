@@ -44,6 +44,7 @@ from .quant import (
     TIMING_THREADS,
     QuantSettings,
     calibrate,
+    excluded_nodes,
     op_types,
     output_activations,
     preprocess,
@@ -228,9 +229,9 @@ def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path) ->
 
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     fp = load_model_with_shape_infer(model)
-    exclude = list(s.exclude) + (output_activations(fp) if s.float_output else [])
     quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
-                             copy.deepcopy(ranges), [], exclude, op_types(s), {"ActivationSymmetric": True})
+                             copy.deepcopy(ranges), [], excluded_nodes(fp, s), op_types(s),
+                             {"ActivationSymmetric": True})
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(dst))
 

@@ -168,6 +168,22 @@ def op_types(s: QuantSettings) -> list[str]:
     return [o for o in ops if o in WEIGHTED_OPS] if s.ops == "weighted" else ops
 
 
+def unweighted_products(model) -> list[str]:
+    """MatMul/Gemm nodes with no constant operand (attention's Q x K^T and scores x V): with ``ops=weighted``
+    they stay float too -- no weight to quantize, two activation ranges multiplied (TensorRT's placement
+    keeps them float for the same reason)."""
+    consts = {i.name for i in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    return [n.name for n in model.graph.node
+            if n.op_type in ("MatMul", "Gemm") and len(n.input) >= 2 and not {n.input[0], n.input[1]} & consts]
+
+
+def excluded_nodes(model, s: QuantSettings) -> list[str]:
+    """The nodes a setting keeps float: its own list, the output activations, the unweighted products."""
+    out = list(s.exclude) + (output_activations(model) if s.float_output else [])
+    return out + ([n for n in unweighted_products(model) if n not in out] if s.ops == "weighted" else [])
+
+
 def output_activations(model) -> list[str]:
     """Names of the nodes that produce a model output with an activation op (see OUTPUT_ACTIVATIONS)."""
     outputs = {o.name for o in model.graph.output}
@@ -181,9 +197,8 @@ def quantize(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
 
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     fp = load_model_with_shape_infer(model)
-    exclude = list(s.exclude) + (output_activations(fp) if s.float_output else [])
     quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
-                             copy.deepcopy(ranges), [], exclude, op_types(s), {})
+                             copy.deepcopy(ranges), [], excluded_nodes(fp, s), op_types(s), {})
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(dst))
 
