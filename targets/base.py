@@ -382,6 +382,12 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
             for o in node.output:
                 producers[o] = (node.op_type, -1 if axis is None and node.op_type in ("Softmax", "LogSoftmax")
                                 else axis)
+        for node in graph.node:  # an If whose branches both end in a Sigmoid (openwakeword's verifier) is one
+            if node.op_type == "If":
+                for i, o in enumerate(node.output):
+                    ops = {_branch_producer(a.g, i, nodes) for a in node.attribute if a.name.endswith("_branch")}
+                    if len(ops) == 1 and (op := ops.pop()) in ELEMENTWISE_KIND_OPS:
+                        producers[o] = (op, None)
         for name in names:  # an output reshaped after its Sigmoid (silero-vad's speech_probs) is still one
             node, hops = nodes.get(name), 0
             while node is not None and node.op_type in SHAPE_ONLY_OPS and node.input and hops < 8:
@@ -410,6 +416,18 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
 # Ops that only move an output's values around, and the producers whose meaning survives them.
 SHAPE_ONLY_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
 ELEMENTWISE_KIND_OPS = ("Sigmoid",)
+
+
+def _branch_producer(branch, i: int, outer: dict) -> str | None:
+    """The op that makes output ``i`` of an If branch, through Identity (also into the outer graph)."""
+    inner = {o: node for node in branch.node for o in node.output}
+    name = branch.output[i].name if i < len(branch.output) else ""
+    for _ in range(8):
+        node = inner.get(name) or outer.get(name)
+        if node is None or node.op_type != "Identity" or not node.input:
+            return node.op_type if node is not None else None
+        name = node.input[0]
+    return None
 
 
 def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -966,6 +966,7 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
         n.name = f"edgeopt_fp32_{i}"
         block.append(n.name)
     _name_nodes(model)  # after the blocked ones are named: the converter names its Casts after nodes
+    _split_shared_initializers(model, set(block))
     out = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block or None)
     retyped = _fix_float_casts(out, set(block))
     casts = sum(1 for n in out.graph.node if n.op_type == "Cast") - sum(1 for n in model.graph.node
@@ -974,6 +975,33 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
               "kept_fp32_nodes": block, "casts_added": casts, "casts_retyped": retyped,
               "summary": f"{len(block)} node(s) kept FP32 (FP16 overflow), {casts} cast(s) added"}
     return out, report
+
+
+def _split_shared_initializers(model, blocked: set[str]) -> int:
+    """A float initializer read by a node kept FP32 and by one converted to FP16 stays FP32 in
+    onnxconverter-common's output, with no Cast for the FP16 reader (openwakeword's melspectrogram:
+    two Clips share their max, the first kept FP32 for overflow; ONNX Runtime refused the second,
+    "Type parameter (T) of Optype (Clip) bound to different types"). The FP32 readers get their own
+    copy first; returns how many initializers were copied."""
+    import onnx
+
+    inits = {t.name: t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    readers: dict[str, set[bool]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            if name in inits:
+                readers.setdefault(name, set()).add(node.name in blocked)
+    copied = 0
+    for name in [n for n, kinds in readers.items() if kinds == {True, False}]:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(inits[name])
+        copy.name = f"{name}_fp32"
+        model.graph.initializer.append(copy)
+        for node in model.graph.node:
+            if node.name in blocked:
+                node.input[:] = [copy.name if i == name else i for i in node.input]
+        copied += 1
+    return copied
 
 
 def _name_nodes(model) -> int:

@@ -217,6 +217,7 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> None:
     work = Path(req["work"])
     model = onnx.load(req["prepared_path"])
     _sanitize_node_names(model.graph)
+    _sanitize_output_names(model.graph)
     src = work / "model.onnx"  # onnx2tf rewrites its input in place: never hand it the shared file
     onnx.save(model, str(src))
     custom = []
@@ -268,6 +269,29 @@ def _sanitize_node_names(graph) -> None:
             name += "_"
         seen.add(name)
         node.name = name
+
+
+def _sanitize_output_names(graph) -> None:
+    """Graph outputs renamed where TensorFlow rejects the name (openwakeword's timer head names its output
+    by a JSON string; onnx2tf then fails with "ValueError: in user code"). The signature's outputs are
+    paired with the ONNX ones by position (``output_<i>``), so the bundle keeps the ONNX names."""
+    taken = {v for node in graph.node for v in (*node.input, *node.output)} | {v.name for v in graph.input}
+    for i, out in enumerate(graph.output):
+        old = out.name
+        if not re.search(r"[^A-Za-z0-9_.\\/>:-]", old):
+            continue
+        new = re.sub(r"[^A-Za-z0-9_]+", "_", old).strip("_") or f"output_{i}"
+        new = new if new[0].isalpha() else "o_" + new
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        for node in graph.node:
+            node.input[:] = [new if v == old else v for v in node.input]
+            node.output[:] = [new if v == old else v for v in node.output]
+        for vi in graph.value_info:
+            if vi.name == old:
+                vi.name = new
+        out.name = new
 
 
 def _no_network() -> None:

@@ -283,3 +283,33 @@ def test_build_infers_a_yolox_head_from_the_input_size(tmp_path):
     assert res.status == "built", res.error
     assert res.manifest["output_kinds"]["output"]["kind"] == "detection"
     assert res.manifest["host_check"]["outputs"]["output"]["metrics"]["box_match"] == 1.0
+
+
+def test_an_if_whose_branches_both_end_in_a_sigmoid_is_a_decision(tmp_path):
+    """openwakeword's wake-word heads: a score Sigmoid, then If(score >= t) -> a verifier's Sigmoid, else
+    Identity(score). The output comes from the If, yet both branches give a probability."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(4, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "t")]
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w2"], ["h2"]), helper.make_node("Sigmoid", ["h2"], ["p2"])],
+                             "then", [], [helper.make_tensor_value_info("p2", TensorProto.FLOAT, [1, 1])])
+    other = helper.make_graph([helper.make_node("Identity", ["p1"], ["p1b"])], "else", [],
+                              [helper.make_tensor_value_info("p1b", TensorProto.FLOAT, [1, 1])])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Sigmoid", ["h"], ["p1"]),
+             helper.make_node("ReduceMax", ["p1"], ["pm"], keepdims=0),
+             helper.make_node("GreaterOrEqual", ["pm", "t"], ["c"]),
+             helper.make_node("If", ["c"], ["score"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "wakeword", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])], inits)
+    path = tmp_path / "wakeword.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8), path)
+    rep = build(str(path), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    assert rep.results[0].status == "built", rep.results[0].error
+    assert rep.results[0].manifest["output_kinds"]["score"]["kind"] == "decision"

@@ -703,3 +703,31 @@ def test_log_tail_keeps_no_traceback_frames(tmp_path):
                    "ValueError: total size of new array must be unchanged, input_shape = [64, 40]\n")
     tail = log_tail(log, 5)
     assert tail == ["== converting", "ValueError: total size of new array must be unchanged, input_shape = [64, 40]"]
+
+
+@needs_tflite
+def test_an_output_named_by_a_json_string_converts(tmp_path):
+    """openwakeword's timer head names its output '{"1": "1_minute_timer", ...}' (and its input
+    'onnx::Flatten_0'): onnx2tf failed on that name ("ValueError: in user code"); the copy it converts
+    gets a TensorFlow-safe output name, and the bundle keeps the ONNX one."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    rng = np.random.default_rng(0)
+    out_name = '{"1": "1_minute_timer", "2": "5_minute_timer"}'
+    nodes = [helper.make_node("Flatten", ["onnx::Flatten_0"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "w", "b"], ["logits"], transB=1),
+             helper.make_node("Softmax", ["logits"], [out_name], axis=1)]
+    inits = [numpy_helper.from_array(rng.normal(size=(3, 24)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.zeros(3, np.float32), "b")]
+    graph = helper.make_graph(nodes, "timer", [helper.make_tensor_value_info("onnx::Flatten_0", TensorProto.FLOAT,
+                                                                               [1, 4, 6])],
+                              [helper.make_tensor_value_info(out_name, TensorProto.FLOAT, [1, 3])], inits)
+    path = tmp_path / "timer.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    res = _one(build(path, "mobile", ["fp32"], out=tmp_path / "out", jobs=1))
+    assert res.status == "built", res.error
+    assert res.manifest["host_check"]["passed"], res.manifest["host_check"]["summary"]
+    assert [o["name"] for o in res.manifest["io"]["outputs"]] == [out_name]

@@ -29,3 +29,23 @@ def test_fp16_of_input_with_several_consumers_loads_and_matches():
     sess = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).normal(size=(1, 4, 8)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"images": x})[0], x[:, :2] + x[:, 2:4], rtol=2e-3, atol=2e-3)
+
+
+def test_fp16_of_an_initializer_shared_by_a_kept_fp32_node_and_an_fp16_one_loads_and_matches():
+    """openwakeword's melspectrogram: two Clips share their max; the first is kept FP32 (its input
+    overflows FP16), and the FP16 ONNX bound the second Clip's T to float16 and float."""
+    consts = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+              helper.make_tensor("hi", TensorProto.FLOAT, [], [1e10]),
+              helper.make_tensor("scale", TensorProto.FLOAT, [], [1e-3])]
+    g = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["big"], name="Clip_big"),
+         helper.make_node("Mul", ["big", "scale"], ["small"], name="Mul_1"),
+         helper.make_node("Clip", ["small", "lo", "hi"], ["output"], name="Clip_small")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 8])], consts)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    out, report = to_fp16(model, ["big"])
+    assert report["kept_fp32_nodes"] == ["Clip_big"]
+    sess = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).uniform(-1e5, 1e6, size=(1, 8)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.clip(x, 0, None) * 1e-3, rtol=2e-3, atol=2e-3)
