@@ -835,10 +835,11 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
   near-zero probability tensor fails the FP32 bound. The melspectrogram's (raw PCM in, 1760 samples)
   and PP-OCR det's FP32 TFLite conversions are wrong (rel_l2 0.23 / 0.051): refused as converter
   output, not precision.
-- INT8 refused within the default search budget: PP-OCR det/rec on cpu and intel-cpu (the fixture
-  bench gives det's cpu search 600 s and passed it there), MiniLM on cpu (static Q/DQ: best cos 0.36; by hand, ORT's
-  dynamic quantization reached min vector cosine 0.948, also under 0.95) while mobile INT8 keeps it at
-  0.998, EfficientNet-Lite0 and PP-OCR cls on intel-cpu. PP-OCR cls: intel-cpu `auto` ships NNCF's
+- INT8 refused within the default search budget: PP-OCR det/rec on cpu and intel-cpu (cpu rec's best:
+  cos 0.978 but CTC decodings 67%; the fixture bench gives det's cpu search 600 s and passed it there),
+  MiniLM on cpu (static Q/DQ, re-run after the weighted-ops-only step: best cos 0.951, rel_l2 0.31; by
+  hand, ORT's dynamic quantization reached min vector cosine 0.948, also under 0.95) while mobile INT8
+  keeps it at 0.998, EfficientNet-Lite0 and PP-OCR cls on intel-cpu. PP-OCR cls: intel-cpu `auto` ships NNCF's
   accuracy-control INT8 (cos 0.9785, top-1 12/12) but `-p int8` refuses (twice, same data): there
   accuracy control stopped at the search budget (72 s; int8_budget_s would let it finish).
 - The wake-word heads never hear their word in beckett.wav: decisions (all "no") and the timer's
