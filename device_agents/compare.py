@@ -15,6 +15,9 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 
 - ``classification`` (over an axis): top-1 / top-5 agreement along that axis
 - ``ctc_time_major`` / ``ctc_batch_major``: greedy CTC decoding agreement per sequence (``seq_match``)
+- ``sequence``: a greedy decoder's steps ``[.., T, C]`` (argmax per step, no CTC merging): the share of
+  samples whose whole sequence equals the reference's (``seq_match``) -- a word with one phoneme changed
+  is a wrong word, though 11 of its 12 steps agree
 - ``decision``: per-position thresholded decisions (sigmoid > 0.5 / logit > 0), ``flip_rate``
 - ``embedding``: per-vector cosine (``vector_cosine_min``), no top-1
 - ``detection`` (a known detector head: YOLOX's ``[anchors, 4 + 1 + classes]`` table over stride-8/16/32
@@ -35,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
-OUTPUT_KINDS = ("classification", "ctc_time_major", "ctc_batch_major", "decision", "embedding", "detection",
-                "dense", "regression")
+PROBABILITY_FLOOR = 1e-3  # decision outputs in [0, 1]: rel_l2's denominator is at least this RMS value
+
+OUTPUT_KINDS = ("classification", "ctc_time_major", "ctc_batch_major", "sequence", "decision", "embedding",
+                "detection", "dense", "regression")
 
 # Bounds per precision. A metric passes when rel_l2 <= rel_l2_max and cosine >= cosine_min and
 # max_abs_norm <= max_abs_norm_max, plus the bound of the output's kind: top1_min (classification),
@@ -194,8 +199,17 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(_topk(out, ref, k.get("axis", ref.ndim - 2)))
     elif name in ("ctc_time_major", "ctc_batch_major"):
         m.update(ctc_metrics(out, ref, time_major=name == "ctc_time_major"))
+    elif name == "sequence":
+        m.update(_topk(out, ref, ref.ndim - 2))  # per step (the last axis), for the record
+        m.update(sequence_metrics(out, ref))
     elif name == "decision":
         m.update(decision_metrics(out, ref, k.get("threshold")))
+        if m["threshold"] == 0.5 and r.size and 0 <= r.min() and r.max() <= 1:
+            # Probabilities: a wake-word score of 1e-5 that reads 1.006e-5 is float32's rounding, not an
+            # error, yet its rel_l2 is 2e-3 (> FP32's 1e-3). Relative to at least 1e-3 of the [0, 1] scale.
+            floor = PROBABILITY_FLOOR * math.sqrt(r.size)
+            if rn < floor:
+                m["rel_l2"], m["rel_l2_floor"] = float(np.linalg.norm(diff) / floor), PROBABILITY_FLOOR
     elif name == "embedding":
         m.update(embedding_metrics(out, ref))
     elif name == "dense":
@@ -342,6 +356,17 @@ def ctc_metrics(out: np.ndarray, ref: np.ndarray, time_major: bool = False) -> d
     return {"seq_match": float(np.mean(same)), "ctc_blank": float(blank), "sequences": float(len(same))}
 
 
+def sequence_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """For a greedy decoder's step scores stacked ``[N, .., T, C]``: the share of samples whose argmax
+    sequence over every step equals the reference's (``seq_match``; no merging, no blank)."""
+    if ref.ndim < 3 or ref.shape[-1] < 2:
+        return {}
+    r = np.argmax(ref, -1).reshape(ref.shape[0], -1)
+    o = np.argmax(out, -1).reshape(ref.shape[0], -1)
+    same = np.all(r == o, axis=1)
+    return {"seq_match": float(np.mean(same)), "sequences": float(len(same))}
+
+
 def decision_metrics(out: np.ndarray, ref: np.ndarray, threshold: float | None = None) -> dict[str, float]:
     """Per-position decisions: the share of positions on the other side of the threshold
     (0.5 for probabilities in [0, 1], 0 for logits)."""
@@ -391,7 +416,8 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
             reasons.append(reason)
     if tol.get("seq_match_min") is not None and "seq_match" in metrics and metrics["seq_match"] < tol["seq_match_min"]:
         n = int(metrics.get("sequences", 0))
-        reasons.append(f"seq_match: CTC decoding equal on {metrics['seq_match']:.1%} of {n} sequences "
+        what = "CTC decoding" if "ctc_blank" in metrics else "greedy decoding (every step)"
+        reasons.append(f"seq_match: {what} equal on {metrics['seq_match']:.1%} of {n} sequences "
                        f"< {tol['seq_match_min']:.0%}")
     if tol.get("flip_rate_max") is not None and "flip_rate" in metrics and metrics["flip_rate"] > tol["flip_rate_max"]:
         reasons.append(f"flip_rate: {int(metrics['flips'])} decisions flipped ({metrics['flip_rate']:.2%}) "
@@ -458,9 +484,14 @@ def compare_outputs(
     return result
 
 
-_SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "ctc-decode {:.0%}"),
+_SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "{} {:.0%}"),
           ("flip_rate", "flips {:.2%}"), ("vector_cosine_min", "vec-cos {:.4f}"), ("box_match", "boxes {:.0%}"),
           ("exact_match", "exact {:.0%}"))
+
+
+def seq_label(m: dict[str, float]) -> str:
+    """How ``seq_match`` is shown: ``ctc-decode`` for a CTC output, ``seq-equal`` for a greedy decoder's."""
+    return "ctc-decode" if "ctc_blank" in m else "seq-equal"
 
 
 def top1_text(m: dict[str, float]) -> str:
@@ -478,7 +509,8 @@ def summary_line(result: dict[str, Any], limit: int = 2) -> str:
     for name, o in ordered[:limit]:
         if o.get("passed"):
             m = o.get("metrics", {})
-            bits = [fmt.format(top1_text(m) if k == "top1" else m[k]) for k, fmt in _SHOWN if k in m and m[k] == m[k]]
+            bits = [fmt.format(top1_text(m)) if k == "top1" else fmt.format(seq_label(m), m[k]) if k == "seq_match"
+                    else fmt.format(m[k]) for k, fmt in _SHOWN if k in m and m[k] == m[k]]
             parts.append(f"{name}: " + " ".join(bits))
         else:
             parts.append(f"{name}: " + "; ".join(o.get("reasons") or ["failed"]))

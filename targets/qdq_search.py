@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgeopt_agent.compare import top1_text
+from edgeopt_agent.compare import seq_label, top1_text
 
 from .onnxruntime.quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
 
@@ -115,7 +115,7 @@ class Variant:
             if "top1" in m:
                 txt += f" top1 {top1_text(m)}"
             if "seq_match" in m:
-                txt += f" ctc-decode {m['seq_match']:.0%}"
+                txt += f" {seq_label(m)} {m['seq_match']:.0%}"
             bits.append(txt if len(self.outputs) == 1 else f"{name}: {txt}")
         ms = f", {self.latency_ms:.2f} ms" if self.latency_ms is not None and math.isfinite(self.latency_ms) else ""
         return f"{self.settings.label()}: " + "; ".join(bits) + ms + (
@@ -123,8 +123,8 @@ class Variant:
 
 
 def headline(metrics: dict[str, float]) -> dict[str, float]:
-    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n", "seq_match", "flip_rate", "vector_cosine_min",
-            "snr_db")
+    keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n", "seq_match", "ctc_blank", "flip_rate",
+            "vector_cosine_min", "snr_db")
     return {k: round(float(metrics[k]), 6) for k in keys if k in metrics}
 
 

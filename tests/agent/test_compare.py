@@ -313,3 +313,37 @@ def test_an_if_whose_branches_both_end_in_a_sigmoid_is_a_decision(tmp_path):
     rep = build(str(path), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
     assert rep.results[0].status == "built", rep.results[0].error
     assert rep.results[0].manifest["output_kinds"]["score"]["kind"] == "decision"
+
+
+def test_a_greedy_decoder_is_judged_on_whole_sequences_not_steps():
+    """g2p-like: 12 decoder steps over 40 phonemes; one step changed in 2 of 12 words is 98% per step but
+    two wrong words: 'sequence' refuses it at the INT8 bound, 'classification' over the steps would not."""
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((12, 1, 12, 40)).astype(np.float32)
+    out = ref.copy()
+    for i in (0, 3):
+        out[i, 0, 5] = 0
+        out[i, 0, 5, (ref[i, 0, 5].argmax() + 1) % 40] = 10
+    seq = compare_outputs({"y": out}, {"y": ref}, "int8", None, {"y": parse_kind("sequence")})
+    m = seq["outputs"]["y"]["metrics"]
+    assert not seq["passed"] and m["seq_match"] == 10 / 12 and m["top1"] > 0.98
+    assert "greedy decoding (every step) equal on 83.3% of 12 sequences" in seq["summary"]
+    steps = compare_outputs({"y": out}, {"y": ref}, "int8", None, {"y": parse_kind("classification@2")})
+    assert steps["outputs"]["y"]["metrics"]["top1"] > 0.98 and "seq_match" not in steps["outputs"]["y"]["metrics"]
+    same = compare_outputs({"y": ref.copy()}, {"y": ref}, "int8", None, {"y": parse_kind("sequence")})
+    assert same["passed"] and "seq-equal 100%" in same["summary"]
+
+
+def test_near_zero_probabilities_are_judged_against_a_floor_not_their_own_tiny_norm():
+    """A wake-word score of ~1e-5 (no wake word heard) that differs by float32 rounding (6e-8) passed every
+    task figure but failed FP32's rel_l2 <= 1e-3 relative to its own norm; relative to 1e-3 of the [0, 1]
+    scale it passes, while a real error on such scores (0.05) still fails."""
+    rng = np.random.default_rng(0)
+    ref = (rng.random((40, 1, 1)) * 2e-5).astype(np.float32)
+    kind = {"y": {"kind": "decision", "threshold": 0.5}}
+    noisy = (ref + rng.uniform(-6e-8, 6e-8, ref.shape)).astype(np.float32)
+    assert compare_outputs({"y": noisy}, {"y": ref}, "fp32", None, kind)["passed"]
+    assert tensor_metrics(noisy, ref, "regression")["rel_l2"] > 1e-3  # what it was judged on before
+    wrong = (ref + rng.uniform(0, 0.1, ref.shape)).astype(np.float32)
+    res = compare_outputs({"y": wrong}, {"y": ref}, "int8", None, kind)
+    assert not res["passed"] and "rel_l2" in res["summary"]
