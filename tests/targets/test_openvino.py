@@ -31,7 +31,11 @@ def _by_precision(report) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def cls_report(tmp_path_factory, images_dir):
     out = tmp_path_factory.mktemp("ov-cls")
-    return _build(out, fixture("ocr-cls"), "intel-cpu", ["fp32", "fp16", "int8"], [1, 3, 48, 192], str(images_dir))
+    # The search budget is wall-clock: on a shared 2-core box under load NNCF's accuracy control on these
+    # photos did not finish in the default 90 s (refused, not cached); these tests are about what a
+    # finished search records, so they give it room.
+    return _build(out, fixture("ocr-cls"), "intel-cpu", ["fp32", "fp16", "int8"], [1, 3, 48, 192], str(images_dir),
+                  options={"int8_budget_s": "400"})
 
 
 @pytest.fixture(scope="module")
