@@ -616,7 +616,7 @@ def models() -> dict[str, dict]:
                             "data": minilm_tokens, "task": "sentence embedding"}
     if (g := _pkg_dir("g2p_en")) and (p := _exported("g2p", g / "checkpoint20.npz")):
         out["g2p-gru"] = {"path": p, "shape": "grapheme_ids:1x8", "input": "grapheme_ids", "data": g2p_words,
-                          "task": "phonemes", "flags": ["--option", "output_kind=phoneme_logits:classification@2"]}
+                          "task": "phonemes", "flags": ["--option", "output_kind=phoneme_logits:sequence"]}
     if _pkg_dir("rapidocr_onnxruntime") and _ppocr("ch_PP-OCRv4_det_infer.onnx").exists():
         out["ppocr-det"] = {"path": _ppocr("ch_PP-OCRv4_det_infer.onnx"), "shape": "x:1x3x640x640", "input": "x",
                             "data": ppocr_det_inputs, "task": "text pixels (DB threshold 0.3)",
@@ -806,7 +806,7 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
     by class at IoU >= 0.5): cpu INT8 / intel-cpu keep 95% of the boxes, mobile INT8 96%, all within the
     INT8 bound of 0.90; per image, 75-83% of the images have exactly the same boxes. silero-vad's
     speech probabilities are per-position decisions: intel-cpu flips 0.52% (1 of 192), within the 1% bound;
-    cpu INT8 is refused (rel_l2 0.257 on the probabilities, hn at cos 0.907).
+    cpu INT8 was refused (rel_l2 0.257 on the probabilities, hn at cos 0.907) -- it ships since (below).
   - mobile: onnx2tf raises inside its own code on silero-vad (STFT + LSTM); every alternative switch was
     tried and the refusal says it is a converter bug and which targets build the model. resemblyzer's
     default conversion had an output of another shape ([3, 256] for [1, 256]); fp16 now builds on the
@@ -830,9 +830,10 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
 - Refusals that are the toolkit's or a converter's limits: hey-jarvis (If) on intel-cpu (OpenVINO:
   "Rank of If condition input must be equal to 0 or 1"; the condition is [1, 1], valid ONNX), mobile
   (onnx2tf KeyError on the If branch's outer initializer) and apple (If unsupported). hey-jarvis cpu
-  FP32 is refused on rel_l2 0.00235 while its INT8 ships: the scores are ~1e-5 (no wake word in the
-  speech) and differ by at most 6e-8 (2^-24, float32's step at 1.0), so the relative error of a
-  near-zero probability tensor fails the FP32 bound. The melspectrogram's (raw PCM in, 1760 samples)
+  FP32 was refused on rel_l2 0.00235 while its INT8 shipped: the scores are ~1e-5 (no wake word in the
+  speech) and differ by at most 6e-8 (float32's rounding), so the relative error of a near-zero
+  probability tensor failed the FP32 bound; a decision's probabilities are now judged relative to at
+  least an RMS of 1e-3 (docs/TOLERANCES.md) and it builds (re-run 12:52). The melspectrogram's (raw PCM in, 1760 samples)
   and PP-OCR det's FP32 TFLite conversions are wrong (rel_l2 0.23 / 0.051): refused as converter
   output, not precision.
 - INT8 refused within the default search budget: PP-OCR det/rec on cpu and intel-cpu (cpu rec's best:
@@ -845,13 +846,22 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
 - The wake-word heads never hear their word in beckett.wav: decisions (all "no") and the timer's
   top-1 (class 0) agree trivially; the rows show that conversion keeps the scores, not that a
   wake word would fire.
+- The lead's follow-ups (re-run 12:52 on this machine, rows without `*`): (1) cpu INT8 now tries the
+  weighted ops (Conv/MatMul/Gemm) alone before keeping single nodes float: ORT's default list also
+  quantizes Mul/Add, which ruined magika's LayerNorms (3 of 12 files like FP32, cos 0.28 -> 12 of 12,
+  cos 0.9999; 1.6x FP32) and silero-vad's state path (now flips 0.52%, hn cos 0.975): both ship where
+  they were refused; the per-node fallback had also been skipped on magika (an int32 one-hot index
+  exposed as a float output made ORT refuse the sensitivity model) -- fixed. (2) g2p's phonemes are
+  judged by the new `sequence` kind (`--option output_kind=phoneme_logits:sequence`): a word is right
+  only if every decoder step is; per step it had passed at 97-99% with 4 of 12 words wrong. The cpu INT8
+  search now ships a variant with 11 of 12 words equal (92% >= 90%); intel-cpu 11 of 12.
 - "Task differs" counts built artifacts whose task figure is below 100% (or decisions flipped > 0):
-  the 12 earlier ones (magika intel-cpu, attacut and silero decisions, ddddocr-det boxes), PP-OCR cls
-  mobile INT8 (11 of 12 orientations; top-1 is judged on a count, 1 of 12 may differ) and 3 g2p rows
-  where the check judges less than the task: it judges phoneme top-1 per decoder step (97-99%, bound
-  90%), while whole words equal FP32's on 67% (cpu INT8, 8 of 12) and 83% (intel-cpu). No output kind
-  judges a greedy decoder's sequences (CTC's `seq_match` collapses repeats), so those INT8 builds ship;
-  read strictly, the issue's goal is not met for them."""
+  magika intel-cpu (11 of 12), attacut and silero decisions (0.46-0.65% flipped), ddddocr-det boxes
+  (95-96%), PP-OCR cls mobile INT8 (11 of 12 orientations), g2p cpu INT8 / intel-cpu (11 of 12 words):
+  all INT8 (intel-cpu's auto is INT8), each within its precision's task bound and each figure in its
+  check's verdict; every FP32/FP16 artifact the host can check equals FP32 on its task. Read strictly
+  ("no built artifact whose task result differs from FP32"), the goal is not met: it would take INT8
+  bounds of 100% task agreement, which a user can ask for (`--option int8_tolerance=top1_min=1,...`)."""
 
 
 def render(rows: list[dict], header: str) -> str:
@@ -868,7 +878,7 @@ def render(rows: list[dict], header: str) -> str:
             f"**{len(rows)} runs: {counts['built']} built, {counts['refused']} refused, {counts['crashed']} "
             f"crashed; {tracebacks} with a traceback; {len(task_differs)} built whose task result differs "
             "from FP32 on some validation sample (within the bound of their precision as the check judges "
-            "them, docs/TOLERANCES.md; g2p's check judges decoder steps, not words: see the notes).**", "",
+            "them, docs/TOLERANCES.md).**", "",
             md_table(rows, [("model", "model"), ("target", "target"), ("precision", "precision"),
                             ("outcome", "outcome"), ("task", "task vs FP32 (validation)"),
                             ("kinds", "output kinds"), ("what", "check / reason"), ("secs", "s")])]
