@@ -827,8 +827,10 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
   shared by a node kept FP32 for overflow and an FP16 node stayed FP32 (targets/tensorrt/prep.py gives
   the FP32 readers their own copy). (3) hey-jarvis's score comes out of an If whose branches both end
   in a Sigmoid: it was a `regression`, now a `decision` (targets/base.py).
-- Refusals that are the toolkit's or a converter's limits: hey-jarvis (If) on intel-cpu (OpenVINO:
-  "Rank of If condition input must be equal to 0 or 1"; the condition is [1, 1], valid ONNX), mobile
+- Refusals that are the toolkit's or a converter's limits: hey-jarvis (If) on intel-cpu was refused by
+  OpenVINO ("Rank of If condition input must be equal to 0 or 1"; the condition is [1, 1], valid ONNX):
+  the build now converts a copy whose If conditions are reshaped to scalars and says so (re-run 13:30:
+  auto builds, its INT8 refused on the numbers, fp32 shipped by `auto`'s fallback); mobile
   (onnx2tf KeyError on the If branch's outer initializer) and apple (If unsupported). hey-jarvis cpu
   FP32 was refused on rel_l2 0.00235 while its INT8 shipped: the scores are ~1e-5 (no wake word in the
   speech) and differ by at most 6e-8 (float32's rounding), so the relative error of a near-zero

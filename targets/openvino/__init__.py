@@ -65,7 +65,7 @@ class OpenVinoTarget(Target):
         version = package_versions(["openvino"])["openvino"]
         if version == "missing":
             return []
-        key = f"{info.sha256}-{version}"
+        key = f"{info.sha256}-{version}-{REPORT_VERSION}"
         if key not in _support_cache:
             _support_cache[key] = _cached_on_disk(key, lambda: frontend_report(info.path))
         dynamic = any(not isinstance(d, int) for t in info.inputs for d in t.shape)
@@ -87,7 +87,15 @@ class OpenVinoTarget(Target):
             try:
                 # convert_model (not read_model): it also folds BatchNorm and shape subgraphs (MOC),
                 # which gives a smaller IR and a graph NNCF quantizes better.
-                model = ov.convert_model(job.prepared_path)
+                try:
+                    model = ov.convert_model(job.prepared_path)
+                except Exception as exc:
+                    if "Rank of If condition" not in str(exc):
+                        raise
+                    # OpenVINO's frontend takes If conditions of rank 0 or 1 only (see scalar_if_conditions)
+                    model = ov.convert_model(str(scalar_if_conditions(Path(job.prepared_path), bundle.parent)))
+                    notes.append("If conditions reshaped to scalars for OpenVINO's frontend (it takes rank 0 "
+                                 "or 1 only; ONNX allows any one-element tensor)")
             except Exception as exc:
                 bad = frontend_unsupported(job.prepared_path)
                 if bad:
@@ -160,6 +168,9 @@ def device_on_host(ov, device: str) -> bool:
 
 
 # --- what the ONNX frontend cannot take ---------------------------------------------------
+REPORT_VERSION = 2  # part of the support report's cache key: 2 = If conditions judged after scalar_if_conditions
+
+
 def frontend_unsupported(model_path: str) -> list[tuple[str, str]]:
     """(op, node name) of every node OpenVINO's ONNX frontend cannot convert (see frontend_report)."""
     return [(op, name) for op, name, _ in frontend_report(model_path)]
@@ -170,7 +181,7 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
-def frontend_report(model_path: str) -> list[tuple[str, str, bool]]:
+def frontend_report(model_path: str, _scalar_ifs: bool = False) -> list[tuple[str, str, bool]]:
     """(op, node name, conversion failed) of every node OpenVINO's ONNX frontend cannot convert.
 
     The flag is False for an op with no conversion rule at all, True for a node whose conversion
@@ -197,6 +208,12 @@ def frontend_report(model_path: str) -> list[tuple[str, str, bool]]:
             log.debug("OpenVINO frontend failed on %s: %s", model_path, exc)
             return []
         message = str(exc)
+    if "Rank of If condition" in message and not _scalar_ifs:
+        # the build converts a copy with scalar If conditions (scalar_if_conditions): judge that copy
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="edgeopt-ov-if-") as tmp:
+            return frontend_report(str(scalar_if_conditions(Path(model_path), Path(tmp))), _scalar_ifs=True)
     no_rule, reasons = _parse_report(message)
     top_outputs: set[str] = set()
     for op in fe.convert_partially(fe.load(model_path)).get_ordered_ops():
@@ -292,3 +309,34 @@ def _cached_on_disk(key: str, compute: Callable[[], list[tuple[str, str, bool]]]
     except OSError:
         pass  # a read-only cache only costs a re-run
     return result
+
+
+def scalar_if_conditions(src: Path, work: Path) -> Path:
+    """A copy of ``src`` (a scratch file in ``work``) with every top-level If's condition reshaped to a
+    scalar: ONNX's If takes any one-element condition ([1, 1] from a Greater over a score, openwakeword's
+    verifier), OpenVINO's frontend only rank 0 or 1. A no-op in ONNX."""
+    import os
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(src))
+    g = m.graph
+    shape = "edgeopt_if_scalar_shape"
+    g.initializer.append(numpy_helper.from_array(np.zeros((0,), np.int64), shape))
+    nodes = []
+    for i, node in enumerate(g.node):
+        if node.op_type == "If" and node.input:
+            cond = f"{node.input[0]}__edgeopt_scalar_{i}"
+            nodes.append(helper.make_node("Reshape", [node.input[0], shape], [cond],
+                                          name=f"{node.name or 'If'}_cond_scalar"))
+            node.input[0] = cond
+        nodes.append(node)
+    del g.node[:]
+    g.node.extend(nodes)
+    fd, dst = tempfile.mkstemp(suffix=".onnx", prefix=".ov-if-", dir=work)
+    os.close(fd)
+    onnx.save(m, dst)
+    return Path(dst)

@@ -428,3 +428,36 @@ def test_agent_runner_module_imports_without_openvino():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "unavailable: openvino is not installed" in proc.stdout
+
+
+def test_an_if_whose_condition_is_1x1_converts(tmp_path):
+    """openwakeword's verifier: If(Greater(score, thr)) with a [1, 1] condition, valid ONNX (any one-element
+    tensor); OpenVINO's frontend refused it ("Rank of If condition input must be equal to 0 or 1"). The
+    build converts a copy whose conditions are reshaped to scalars, says so, and the check passes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.pipeline import build
+
+    n = helper.make_node
+    branch = [helper.make_graph([n("Sigmoid", [src], [out])], name, [],
+                                [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1])])
+              for src, out, name in (("a", "t_out", "then"), ("b", "e_out", "else"))]
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((16, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([[0.0]], np.float32), "thr")]
+    nodes = [n("MatMul", ["x", "w"], ["a"], name="mm"), n("MatMul", ["x", "w2"], ["b"], name="mm2"),
+             n("Greater", ["a", "thr"], ["cond"], name="gt"),
+             n("If", ["cond"], ["score"], name="verifier", then_branch=branch[0], else_branch=branch[1])]
+    g = helper.make_graph(nodes, "ifm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), tmp_path / "if.onnx")
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((24, 1, 16)).astype(np.float32))
+    r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["fp32"], calib=str(tmp_path / "d.npz"), out=tmp_path / "dist",
+              jobs=1).results[0]
+    assert r.ok, r.error
+    assert r.manifest["host_check"]["passed"] is True
+    assert any("If conditions reshaped to scalars" in note for note in r.manifest["notes"])
+    assert not list((tmp_path / "dist").rglob(".ov-if-*"))  # the rewritten copy is scratch, not left behind
