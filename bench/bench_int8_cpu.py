@@ -355,21 +355,16 @@ def main() -> int:
                     help="BENCHMARKS section (int8-cpu: the VNNI machine's; int8-cpu-avx2 for a CPU without VNNI)")
     args = ap.parse_args()
     store_path = STORE.with_name(f"blocks-{args.section}.json")
-    from bench_qdq import fixture_jobs, imagenet_job
+    from bench_qdq import model_jobs
 
     names = args.models.split(",")
     t_all = time.perf_counter()
     results, skipped = [], []
     with tempfile.TemporaryDirectory(prefix="bench-int8-cpu-") as tmp:
         work = Path(tmp)
-        jobs = {}
-        if "imagenet" in names:
-            job, why = imagenet_job(work)
-            if job is None:
-                skipped.append(f"EfficientNet-Lite0: skipped, {why}")
-            else:
-                jobs["efficientnet-lite0"] = job
-        jobs.update(fixture_jobs(work, [n for n in names if n != "imagenet"]))
+        jobs, why = model_jobs(work, names)  # the blocks are rendered in ORDER, whatever the run order
+        if why:
+            skipped.append(f"EfficientNet-Lite0: skipped, {why}")
         for name, job in jobs.items():
             print(f"{name}: {load()}", flush=True)
             res = measure_model(name, job, work, args.rounds)

@@ -288,7 +288,7 @@ def main() -> int:
     ap.add_argument("--keep", default=None, help="keep the Q/DQ ONNX files and logs under this folder")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    from bench_qdq import fixture_jobs, imagenet_job
+    from bench_qdq import model_jobs
 
     names = args.models.split(",")
     t_all = time.perf_counter()
@@ -302,13 +302,9 @@ def main() -> int:
                      "bench/bench_modelopt.py's docstring)")
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-modelopt-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    jobs = fixture_jobs(tmp, [n for n in names if n != "imagenet"])
-    if "imagenet" in names:
-        job, why = imagenet_job(tmp)
-        if job is None:
-            notes.append(f"ImageNet CNN (EfficientNet-Lite0): skipped, {why}")
-        else:
-            jobs["efficientnet-lite0"] = job
+    jobs, why = model_jobs(tmp, names)
+    if why:
+        notes.append(f"ImageNet CNN (EfficientNet-Lite0): skipped, {why}")
     for name, job in jobs.items():
         work = tmp / name
         data = prepare(job, work)

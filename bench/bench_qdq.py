@@ -93,6 +93,18 @@ def imagenet_job(work: Path) -> tuple[dict | None, str]:
             "n_calib": 32}, ""
 
 
+def model_jobs(work: Path, names: list[str]) -> tuple[dict[str, dict], str | None]:
+    """The build jobs of ``names`` (fixtures, and ``imagenet`` for EfficientNet-Lite0), fixtures first; with
+    why the ImageNet CNN is skipped (None when it is not)."""
+    jobs = fixture_jobs(work, [n for n in names if n != "imagenet"])
+    why = None
+    if "imagenet" in names:
+        job, why = imagenet_job(work)
+        if job is not None:
+            jobs["efficientnet-lite0"], why = job, None
+    return jobs, why
+
+
 def run(job: dict, target: str, search: bool, out: Path) -> dict:
     """One pipeline build (forced: no cache) with the progress lines kept."""
     from edgeopt.pipeline import build
@@ -158,14 +170,10 @@ def main() -> int:
     rows, details, skipped = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        jobs = fixture_jobs(work, [n for n in names if n != "imagenet"])
-        if "imagenet" in names:
-            job, why = imagenet_job(work)
-            if job is None:
-                skipped.append(f"ImageNet CNN (EfficientNet-Lite0): skipped, {why}")
-                print("  imagenet:", why, flush=True)
-            else:
-                jobs["efficientnet-lite0"] = job
+        jobs, why = model_jobs(work, names)
+        if why:
+            skipped.append(f"ImageNet CNN (EfficientNet-Lite0): skipped, {why}")
+            print("  imagenet:", why, flush=True)
         for name, job in jobs.items():
             for path, search in (("direct", False), ("search", True)):
                 r = run(job, args.target, search, work / f"out-{name}-{path}")

@@ -305,14 +305,12 @@ def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.
     seen = {t: dq_of.get(q_of.get(t, ""), t) for t in tensors}
     # Only float tensors carry an SQNR. Where shape inference typed the graph, an untyped tensor is left
     # out too (declared float, an int one makes ORT refuse the whole model); where it typed nothing (it
-    # failed), every tensor is taken for float as before.
-    f_types, q_types = tensor_types(fm), tensor_types(qm)
+    # failed), every tensor is taken for float as before. The QDQ model's tensor read for t is t itself or
+    # a DequantizeLinear output of it: the float model's types say it all.
+    f_types = tensor_types(fm)
     typed = len(f_types) > len(fm.graph.input) + len(fm.graph.output)
-
-    def is_float(t: str) -> bool:
-        return not typed or (f_types.get(t) in FLOAT_TYPES and q_types.get(seen[t], f_types[t]) in FLOAT_TYPES)
-
-    common = [t for t in tensors if seen[t] in q_names and t in f_names and is_float(t)]
+    common = [t for t in tensors if seen[t] in q_names and t in f_names
+              and (not typed or f_types.get(t) in FLOAT_TYPES)]
     fa, qa = work / "sens-float.onnx", work / "sens-qdq.onnx"
     onnx.save(_with_outputs(fm, common, f_types), str(fa))
     onnx.save(_with_outputs(qm, [seen[t] for t in common], {seen[t]: f_types[t] for t in common if t in f_types}),
