@@ -82,12 +82,13 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
         p = _edgeopt("baseline", "import", f, "--name", name, "--db", "ci.db", cwd=tmp_path)
         assert p.returncode == 0 and "imported" in p.stdout, p.stderr
 
-    # a ~3x slower build of the same model against the stored rounds: never a pass, the slowdown seen, said
-    # to be unpaired (regressed as a rule; on this shared machine another session can be too far off to
+    # a ~6x slower build of the same model (raw ORT, 1 thread, here) against the stored rounds: never a pass,
+    # the slowdown seen, said to be unpaired (regressed as a rule; on this shared machine another session can be too far off to
     # decide: exit 6). Not the ~+25% one: a baseline saved while the box was busy made that one look
     # *improved* (seen) -- what BENCHMARKS gate-unpaired measures, and why a baseline bundle is preferred.
+    # (A ~3x build was judged only 1.48x on a CI machine: its fixed per-request costs weigh more there.)
     src = Path(fixture("ocr-cls"))
-    much_slower = str(_build(slower(src, tmp_path / "slow3" / src.name, channels=32, convs=2), tmp_path / "dist-3x"))
+    much_slower = str(_build(slower(src, tmp_path / "slow6" / src.name, channels=32, convs=4), tmp_path / "dist-6x"))
     p = _edgeopt("gate", much_slower, "--baseline", "results:main", "--budget", "6s", "--db", "ci.db", "--junit", "g.xml",
                  "--json", cwd=tmp_path)
     assert p.returncode in (5, 6), p.stdout[-1500:] + p.stderr
@@ -102,7 +103,7 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
     assert props["mode"] == "unpaired" and "another session" in props["warnings"]
 
     # the same bundle against the baseline saved with another runtime version: a warning, not a failure.
-    # Latency is not this step's question (the 3x build above is): an unpaired rerun of the very same
+    # Latency is not this step's question (the 6x build above is): an unpaired rerun of the very same
     # bundle minutes later was once judged 40%+ slower in the full suite (2/2 passes alone), so its
     # latency bounds are out of the way here.
     any_speed = tmp_path / "any-speed.yaml"
