@@ -38,8 +38,15 @@ class OnnxRuntimeRunner(Runner):
         providers = self.options.get("providers") or ["CPUExecutionProvider"]
         self._so = so
         self._level = level
-        self.session = ort.InferenceSession(str(self.artifact), so, providers=providers)
+        # Optimizers the bundle needs off (cpu INT8: WeightBiasQuantization would re-quantize the weights
+        # of the nodes the INT8 search kept float); names this ORT lacks are ignored by ORT itself.
+        self._disabled = [str(x) for x in self.manifest["runtime"].get("options", {}).get("disabled_optimizers") or []]
+        self.session = self._session(so, providers)
         self._outputs = [o.name for o in self.session.get_outputs()]
+
+    def _session(self, so, providers: list):
+        kw = {"disabled_optimizers": self._disabled} if self._disabled else {}
+        return self._ort.InferenceSession(str(self.artifact), so, providers=providers, **kw)
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = self.session.run(self._outputs, feed)
@@ -59,7 +66,7 @@ class OnnxRuntimeRunner(Runner):
         so.enable_profiling = True
         with tempfile.TemporaryDirectory(prefix="edgeopt-prof-") as d:
             so.profile_file_prefix = os.path.join(d, "ort")
-            sess = self._ort.InferenceSession(str(self.artifact), so, providers=self.session.get_providers())
+            sess = self._session(so, self.session.get_providers())
             sess.run(self._outputs, feeds[0])  # its first run (allocations) is not one of the profiled
             t0 = time.perf_counter()
             for j in range(iterations):
@@ -84,4 +91,5 @@ class OnnxRuntimeRunner(Runner):
                 "providers": self.session.get_providers(),
                 "threads": self._so.intra_op_num_threads or "default",
                 "inter_op_threads": self._so.inter_op_num_threads or "default",
-                "graph_optimization_level": self._level}
+                "graph_optimization_level": self._level,
+                **({"disabled_optimizers": self._disabled} if self._disabled else {})}

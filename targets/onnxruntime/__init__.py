@@ -20,6 +20,10 @@ class OnnxRuntimeTarget(Target):
     extra = "onnxruntime"
     packages = ["onnxruntime"]
 
+    def toolchain(self) -> dict[str, str]:
+        # rev 2: INT8 bundles run without ORT's WeightBiasQuantization (the nodes kept float stay float)
+        return {**super().toolchain(), "int8": "qdq_search, float nodes kept float at load (rev 2)"}
+
     def known_options(self) -> frozenset[str] | None:
         from .int8 import OPTION_KEYS
 

@@ -41,6 +41,7 @@ from ..base import BuildJob, BuildOutput, CheckFailed, output_kinds, parse_toler
 from ..qdq_prune import prune_float_nodes
 from ..qdq_search import FALLBACK, SEARCH_MODES, TIE, QdqSearch, Variant, bound_text, headline  # noqa: F401
 from .quant import (
+    DISABLED_OPTIMIZERS,
     TIMING_THREADS,
     QuantSettings,
     calibrate,
@@ -385,6 +386,7 @@ def _output(job: BuildJob, plan: SearchPlan, feat: dict[str, Any], why: str, sea
         warnings.append(f"INT8 was not faster than FP32 on the build host ({chosen.latency_ms:.2f} ms vs "
                         f"{fp32_ms:.2f} ms, batch 1); the device's figure is what counts (edgeopt bench)")
     return BuildOutput(runtime={"name": "onnxruntime", "artifact": "model.onnx",
-                                "options": {"graph_optimization_level": "all"}},
+                                "options": {"graph_optimization_level": "all",
+                                            "disabled_optimizers": list(DISABLED_OPTIMIZERS)}},
                        options={"int8": info}, notes=notes, warnings=warnings,
                        extra_manifest={"tolerance_override": plan.tolerance} if plan.tolerance else {})

@@ -275,3 +275,76 @@ def test_sensitivity_exposes_only_float_tensors_of_a_model_with_integer_intermed
     quantize_static(str(fp), str(tmp_path / "q.onnx"), FeedReader(feeds), quant_format=QuantFormat.QDQ)
     ranked = sensitivity(ort, fp, tmp_path / "q.onnx", feeds, tmp_path)
     assert "mm" in [name for name, _, _ in ranked]  # ranked, not refused by ORT
+
+
+def _outlier_weight_model(path: Path) -> None:
+    """x -> Conv A -> Relu -> r; r -> Conv B (kept float) -> Relu -> Conv D -> y; r -> Conv C -> z.
+    B's weights have one outlier column (100) that reads a channel of r that is always 0 (A's weights
+    for it are 0): harmless in float, but per-tensor INT8 weights scaled to it round the rest to 0 or
+    +-0.8.  C makes r a quantized tensor (B reads a DequantizeLinear), D puts a Q after B."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    wa = rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3
+    wa[7] = 0
+    wb = (rng.standard_normal((8, 8, 1, 1)) * 0.3).astype(np.float32)
+    wb[:, 7] = 100
+    wc = rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
+    wd = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "wa"], ["a"], name="A", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["a"], ["r"], name="R"),
+         helper.make_node("Conv", ["r", "wc"], ["z"], name="C"),
+         helper.make_node("Conv", ["r", "wb"], ["b"], name="B"),
+         helper.make_node("Relu", ["b"], ["br"], name="BR"),
+         helper.make_node("Conv", ["br", "wd"], ["y"], name="D")],
+        "outlier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 16, 16])],
+        [numpy_helper.from_array(w, n) for w, n in ((wa, "wa"), (wb, "wb"), (wc, "wc"), (wd, "wd"))])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+
+
+def test_a_node_kept_float_runs_in_float_on_the_host_and_in_the_agent(tmp_path):
+    """ORT's WeightBiasQuantization would quantize B's float weights per-tensor at load (its input is a
+    DequantizeLinear); the search's sessions and the agent's runner (reading the manifest) keep it off."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from edgeopt.targets.onnxruntime.quant import (
+        DISABLED_OPTIMIZERS,
+        QuantSettings,
+        calibrate,
+        quantize,
+        session,
+    )
+    from edgeopt_agent.runners.onnxruntime import OnnxRuntimeRunner
+
+    _outlier_weight_model(tmp_path / "f.onnx")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+    ranges = calibrate(tmp_path / "f.onnx", "minmax", feeds, tmp_path)
+    quantize(tmp_path / "f.onnx", ranges, QuantSettings("minmax", True, exclude=("B",), float_output=False),
+             tmp_path / "model.onnx")
+    ref = session(ort, tmp_path / "f.onnx", optimize=False).run(["y"], feeds[0])[0]
+
+    def error(y):
+        return float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    plain = ort.InferenceSession(str(tmp_path / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    requantized = error(plain.run(["y"], feeds[0])[0])
+    searched = error(session(ort, tmp_path / "model.onnx").run(["y"], feeds[0])[0])
+    manifest = {"runtime": {"name": "onnxruntime", "artifact": "model.onnx",
+                            "options": {"disabled_optimizers": list(DISABLED_OPTIMIZERS)}},
+                "files": {"model.onnx": ""}}
+    runner = OnnxRuntimeRunner(tmp_path, manifest)
+    runner.load()
+    on_device = error(runner.run(feeds[0])["y"])
+    # ORT's default: B ran as a QLinearConv with per-tensor weights (measured 0.48 vs 0.11 float)
+    assert requantized > 2 * searched, (requantized, searched)
+    assert on_device == pytest.approx(searched, rel=1e-3)  # the agent runs what the search judged
+    assert runner.info()["disabled_optimizers"] == ["WeightBiasQuantization"]
