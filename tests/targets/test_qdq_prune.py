@@ -1,9 +1,11 @@
 """Pruning the float nodes of a passing fallback variant (``qdq_prune``), with ONNX Runtime's quantizer.
 
-The model is ``outlier_net``: conv1's channel 0 is ~300x the others, so one per-tensor INT8 scale on
-conv2's input rounds away what conv2 reads.  ORT's QDQ quantizer puts a Q/DQ pair on the output of every
-quantized node, so conv2's input stays float only when conv1 is float too.  A fallback variant that keeps
-conv1, conv2 and fc float passes; pruning must give fc back to INT8 and keep conv1 + conv2 float.
+The model is ``outlier_net``: conv1's channel 0 is ~300x the others and conv2 reads it weakly, so conv2
+in INT8 breaks the output.  A fallback variant that keeps conv1, conv2 and fc float passes; pruning must
+give conv1 and fc back to INT8 and keep conv2 float.  (With conv1 in INT8 its output is rounded on one
+per-tensor scale, but a float conv2 still reads channel 0 right: rel_l2 0.16 on the calibration samples,
+within the bound.  Until cpu INT8 ran with ORT's WeightBiasQuantization off, a "float" conv2 reading a
+DequantizeLinear got per-tensor INT8 weights at load, and conv1 had to stay float too.)
 """
 
 from __future__ import annotations
@@ -42,15 +44,15 @@ def test_prune_gives_unneeded_float_nodes_back_to_int8_and_keeps_the_sensitive_o
     best = prune_float_nodes(search)
 
     assert best is not None and best.passed and best.step == "prune"
-    assert best.settings.exclude == ("conv1", "conv2")
-    assert best.why_float == {"conv1": "t", "conv2": "t"}
+    assert best.settings.exclude == ("conv2",)
+    assert best.why_float == {"conv2": "t"}
     assert best.calib_rel_l2 <= grid.calib_rel_l2
     tried = [v for v in search.variants if v.step == "prune"]
     assert 1 <= len(tried) <= 8
-    # with conv1 or conv2 back in INT8 the rounded tensor reaches conv2 again: those variants fail
-    assert all(not v.passed for v in tried if not {"conv1", "conv2"} <= set(v.settings.exclude))
+    # with conv2 back in INT8 the output breaks: those variants fail
+    assert all(not v.passed for v in tried if "conv2" not in v.settings.exclude)
     assert any(not v.passed for v in tried)
-    assert any("prune: 3 -> 2 float node(s)" in n for n in search.notes)
+    assert any("prune: 3 -> 1 float node(s)" in n for n in search.notes)
 
 
 def test_prune_does_not_take_a_variant_worse_than_all_int8_on_calibration_samples(tmp_path):
