@@ -489,6 +489,14 @@ _SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "{} {:.0%
           ("exact_match", "exact {:.0%}"))
 
 
+def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
+    if key == "top1":
+        return fmt.format(top1_text(m))
+    if key == "seq_match":
+        return fmt.format(seq_label(m), m[key])
+    return fmt.format(m[key])
+
+
 def seq_label(m: dict[str, float]) -> str:
     """How ``seq_match`` is shown: ``ctc-decode`` for a CTC output, ``seq-equal`` for a greedy decoder's."""
     return "ctc-decode" if "ctc_blank" in m else "seq-equal"
@@ -509,8 +517,7 @@ def summary_line(result: dict[str, Any], limit: int = 2) -> str:
     for name, o in ordered[:limit]:
         if o.get("passed"):
             m = o.get("metrics", {})
-            bits = [fmt.format(top1_text(m)) if k == "top1" else fmt.format(seq_label(m), m[k]) if k == "seq_match"
-                    else fmt.format(m[k]) for k, fmt in _SHOWN if k in m and m[k] == m[k]]
+            bits = [_shown(k, fmt, m) for k, fmt in _SHOWN if k in m and m[k] == m[k]]
             parts.append(f"{name}: " + " ".join(bits))
         else:
             parts.append(f"{name}: " + "; ".join(o.get("reasons") or ["failed"]))

@@ -82,11 +82,12 @@ def test_save_export_import_and_gate_against_a_stored_baseline(gate_bundles, tmp
         p = _edgeopt("baseline", "import", f, "--name", name, "--db", "ci.db", cwd=tmp_path)
         assert p.returncode == 0 and "imported" in p.stdout, p.stderr
 
-    # a ~6x slower build of the same model (raw ORT, 1 thread, here) against the stored rounds: never a pass,
-    # the slowdown seen, said to be unpaired (regressed as a rule; on this shared machine another session can be too far off to
-    # decide: exit 6). Not the ~+25% one: a baseline saved while the box was busy made that one look
-    # *improved* (seen) -- what BENCHMARKS gate-unpaired measures, and why a baseline bundle is preferred.
-    # (A ~3x build was judged only 1.48x on a CI machine: its fixed per-request costs weigh more there.)
+    # a ~6x slower build of the same model (raw ORT, 1 thread, here) against the stored rounds: never a
+    # pass, the slowdown seen, said to be unpaired (regressed as a rule; on this shared machine another
+    # session can be too far off to decide: exit 6). Not the ~+25% one: a baseline saved while the box was
+    # busy made that one look *improved* (seen) -- what BENCHMARKS gate-unpaired measures, and why a
+    # baseline bundle is preferred. (A ~3x build was judged only 1.48x on a CI machine: its fixed
+    # per-request costs weigh more there.)
     src = Path(fixture("ocr-cls"))
     much_slower = str(_build(slower(src, tmp_path / "slow6" / src.name, channels=32, convs=4), tmp_path / "dist-6x"))
     p = _edgeopt("gate", much_slower, "--baseline", "results:main", "--budget", "6s", "--db", "ci.db", "--junit", "g.xml",
