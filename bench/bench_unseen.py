@@ -734,7 +734,8 @@ def run_one(name: str, spec: dict, target: str, precision: str, npz: Path, timeo
         # a crash: a traceback, or a raw exception as the message (not a refusal that names one inside)
         crashed = "Traceback" in err or row["traceback"] or bool(re.match(r"^[A-Za-z_.]*(Error|Exception)\b:", first))
         row["outcome"] = "crashed" if crashed else "refused"
-        row["reason"] = first[:400]
+        hint = next((ln.strip()[len("hint:"):].strip() for ln in lines if ln.strip().startswith("hint:")), "")
+        row["reason"] = first[:400] + (f" — fix: {hint[:200]}" if hint and not crashed else "")
     else:
         row["outcome"], row["reason"] = "crashed", f"status {status}"
     return row

@@ -74,6 +74,12 @@ def tolerance_for(precision: str, override: dict[str, float] | None = None) -> d
     return tol
 
 
+def bound_text(precision: str, override: dict[str, float] | None = None) -> str:
+    """A precision's bound in one line, as refusals quote it (``rel_l2_max 0.25, cosine_min 0.97, ...``):
+    the judged bounds only (a bound of None is not judged); the kind bounds apply to outputs of that kind."""
+    return ", ".join(f"{k} {v:g}" for k, v in tolerance_for(precision, override).items() if v is not None)
+
+
 # --- output kinds ---------------------------------------------------------------------------------
 
 def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:

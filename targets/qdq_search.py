@@ -409,8 +409,7 @@ class QdqSearch:
 
 
 def bound_text(tolerance: dict[str, float | None] | None) -> str:
-    """The INT8 bound in one line (``rel_l2_max 0.25, cosine_min 0.97, ...``)."""
-    from edgeopt_agent.compare import tolerance_for
+    """The INT8 bound in one line (``rel_l2_max 0.25, cosine_min 0.97, ...``), as every backend words it."""
+    from edgeopt_agent.compare import bound_text as text
 
-    return ", ".join(f"{k} {'off' if v is None else format(v, 'g')}"
-                     for k, v in tolerance_for("int8", tolerance).items())
+    return text("int8", tolerance)

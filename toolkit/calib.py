@@ -232,7 +232,9 @@ def _check_range(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, An
         a = np.stack(arrs)
         if a.dtype != np.dtype(t["dtype"]):
             warnings.append(f"input {t['name']!r}: data is {a.dtype}, the model takes {t['dtype']} (cast)")
-        if a.dtype.kind == "f" and a.size and source.get("kind") == "npz":
+        shape = t["shape"]
+        image = len(shape) == 4 and (shape[1] in (1, 3) or shape[-1] in (1, 3))  # audio features, embeddings: not
+        if image and a.dtype.kind == "f" and a.size and source.get("kind") == "npz":
             lo, hi = float(a.min()), float(a.max())
             if hi > 20 or lo < -20:
                 warnings.append(f"input {t['name']!r}: values span {lo:.3g}..{hi:.3g}; an image model usually "

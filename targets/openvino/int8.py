@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BuildFailed, UsageError
-from edgeopt_agent.compare import compare_outputs, tolerance_for, top1_floor
+from edgeopt_agent.compare import bound_text, compare_outputs, tolerance_for, top1_floor
 
 from ..base import BuildJob, CheckFailed, parse_tolerance, require
 
@@ -193,6 +193,37 @@ def has_attention(model) -> bool:
                for op in model.get_ordered_ops())
 
 
+def untaken_if_branches(ov, model, samples: list[dict[str, np.ndarray]]) -> list[str]:
+    """The top-level If nodes whose then or else branch no calibration sample takes, one phrase each.
+
+    NNCF (``quantize_ifmodel``) splits the calibration set between the two bodies by the condition
+    each sample gives and fails on an empty half ("Calibration dataset must not be empty"), after a
+    full statistics pass; counting the conditions first costs one inference per sample.
+    """
+    ifs = [op for op in model.get_ordered_ops() if op.get_type_name() == "If"]
+    if not ifs or not samples:
+        return []
+    probe = model.clone()
+    by_name = {op.get_friendly_name(): op for op in probe.get_ordered_ops()}
+    conds = [by_name[op.get_friendly_name()].input_value(0) for op in ifs]
+    probe.add_outputs(conds)
+    compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    ports = compiled.outputs[-len(conds):]
+    taken = np.zeros(len(conds), dtype=int)
+    for feed in samples:
+        result = request.infer(feed)
+        taken += [bool(np.asarray(result[port]).reshape(-1)[0]) for port in ports]
+    phrases = []
+    for op, then_n in zip(ifs, taken.tolist()):
+        else_n = len(samples) - then_n
+        if min(then_n, else_n) == 0:
+            branch = "then" if then_n == 0 else "else"
+            phrases.append(f"the If computing {op.get_friendly_name()!r} takes its {branch} branch for none of the "
+                           f"{len(samples)} calibration samples")
+    return phrases
+
+
 def quantizers(model) -> int:
     """FakeQuantize nodes: how much of the model runs in INT8."""
     return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ordered_ops())
@@ -283,6 +314,14 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         judge.config["INFERENCE_PRECISION_HINT"] = pinned
     precision_record = {"fp32_ir_at_plugin_default": summary(fp32_default), "pinned": pinned}
 
+    untaken = untaken_if_branches(ov, model, calib)
+    if untaken:
+        raise CheckFailed(
+            f"INT8 for {job.target['name']}: NNCF calibrates each branch of an If with the calibration samples "
+            f"that take it, and {'; '.join(untaken)}: that branch cannot be calibrated, so no int8 bundle is shipped",
+            hint="give --calib samples that take both branches of each If (for a detector: positives as well as "
+                 "negatives), or build fp32/fp16 for this target")
+
     calib_ds = nncf.Dataset(calib)
     attention = has_attention(model)
     tried: list[dict[str, Any]] = []
@@ -342,11 +381,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         cut = any("budget" in str(t.get("skipped", "")) or "budget" in str(t.get("error", "")) for t in tried)
         extra = {"cacheable": not cut} if failure is CheckFailed else {}
         raise failure(
-            f"INT8 for {job.target['name']}: no variant meets the INT8 bound "
-            f"(cosine >= {tol['cosine_min']}, rel_l2 <= {tol['rel_l2_max']}, max_abs_norm <= {tol['max_abs_norm_max']}, "
-            f"top-1 >= {tol['top1_min']}"
-            + (f", CTC decoding equal >= {tol['seq_match_min']}" if tol.get("seq_match_min") is not None else "")
-            + f") on {len(feeds)} validation samples, so no int8 bundle is shipped "
+            f"INT8 for {job.target['name']}: no variant meets the int8 bound ({bound_text('int8', override)}) "
+            f"on {len(feeds)} validation samples, so no int8 bundle is shipped "
             f"(search {time.perf_counter() - t_start:.0f}s):\n  " + "\n  ".join(describe(t) for t in tried)
             + f"\n  (FP32 IR at the plugin's default precision: {_figures(summary(fp32_default))})",
             hint="build fp16 or fp32 for this target, give more representative --calib data, raise "

@@ -823,10 +823,9 @@ class Int8Search:
         return f"{missed}{sel}; dynamic-range (int8 weights, float activations) -> {chosen.figures()}"
 
     def failure(self) -> SearchFailed:
-        from edgeopt_agent.compare import tolerance_for
+        from edgeopt_agent.compare import bound_text, tolerance_for
 
-        tol = tolerance_for("int8", self.req.get("tolerance"))
-        bound = ", ".join(f"{k} {v:g}" for k, v in tol.items() if v is not None)
+        bound = bound_text("int8", self.req.get("tolerance"))
         tried = "; ".join(f"{a.label()}: {a.figures()}" for a in self.attempts)
         probe = next((a for a in self.attempts if a.mode == "float"), None)
         default = tolerance_for("int8")  # judged at the default bound: a user's strict one says nothing of the file

@@ -247,7 +247,7 @@ def test_build_int8_refused_when_no_variant_meets_bound(tmp_path, images_dir):
                     options={"int8_tolerance": "cosine_min=0.99999,rel_l2_max=0.001", "int8_accuracy_control": False})
     (r,) = report.results
     assert r.status == "failed" and not r.ok
-    assert "no variant meets the INT8 bound" in r.error and "no int8 bundle is shipped" in r.error
+    assert "no variant meets the int8 bound" in r.error and "no int8 bundle is shipped" in r.error
     assert "performance" in r.error and "mixed" in r.error and "cosine" in r.error
     assert "Traceback" not in r.error  # a user-facing BuildFailed, not a crash
     model_dir = tmp_path / fixture("ocr-cls").stem
@@ -430,15 +430,11 @@ def test_agent_runner_module_imports_without_openvino():
     assert "unavailable: openvino is not installed" in proc.stdout
 
 
-def test_an_if_whose_condition_is_1x1_converts(tmp_path):
-    """openwakeword's verifier: If(Greater(score, thr)) with a [1, 1] condition, valid ONNX (any one-element
-    tensor); OpenVINO's frontend refused it ("Rank of If condition input must be equal to 0 or 1"). The
-    build converts a copy whose conditions are reshaped to scalars, says so, and the check passes."""
+def _verifier_model(path) -> None:
+    """openwakeword's verifier in small: If(Greater(x @ w, 0)) with a [1, 1] condition, a Sigmoid in each branch."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-
-    from edgeopt.pipeline import build
 
     n = helper.make_node
     branch = [helper.make_graph([n("Sigmoid", [src], [out])], name, [],
@@ -453,7 +449,19 @@ def test_an_if_whose_condition_is_1x1_converts(tmp_path):
              n("If", ["cond"], ["score"], name="verifier", then_branch=branch[0], else_branch=branch[1])]
     g = helper.make_graph(nodes, "ifm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
                           [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), tmp_path / "if.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+def test_an_if_whose_condition_is_1x1_converts(tmp_path):
+    """openwakeword's verifier: If(Greater(score, thr)) with a [1, 1] condition, valid ONNX (any one-element
+    tensor); OpenVINO's frontend refused it ("Rank of If condition input must be equal to 0 or 1"). The
+    build converts a copy whose conditions are reshaped to scalars, says so, and the check passes."""
+    import numpy as np
+
+    from edgeopt.pipeline import build
+
+    _verifier_model(tmp_path / "if.onnx")
+    rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((24, 1, 16)).astype(np.float32))
     r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["fp32"], calib=str(tmp_path / "d.npz"), out=tmp_path / "dist",
               jobs=1).results[0]
@@ -461,3 +469,32 @@ def test_an_if_whose_condition_is_1x1_converts(tmp_path):
     assert r.manifest["host_check"]["passed"] is True
     assert any("If conditions reshaped to scalars" in note for note in r.manifest["notes"])
     assert not list((tmp_path / "dist").rglob(".ov-if-*"))  # the rewritten copy is scratch, not left behind
+
+
+def test_int8_refuses_an_if_branch_no_calibration_sample_takes(tmp_path):
+    """NNCF calibrates each If branch with the samples that take it and failed with "Calibration dataset
+    must not be empty" when none did (openwakeword's hey-jarvis on speech without the wake word). The
+    search counts the conditions first and refuses with the If, the branch and what to give; with
+    samples that take both branches that reason is gone."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeopt.pipeline import build
+
+    _verifier_model(tmp_path / "if.onnx")
+    w = numpy_helper.to_array(next(i for i in onnx.load(tmp_path / "if.onnx").graph.initializer if i.name == "w"))
+    x = np.random.default_rng(1).standard_normal((24, 1, 16)).astype(np.float32)
+    one_sided = x * np.sign(x @ w)  # x @ w > 0 for every sample: the then branch only
+    np.savez(tmp_path / "then.npz", x=one_sided)
+    r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "then.npz"),
+              out=tmp_path / "d1", jobs=1).results[0]
+    assert not r.ok and r.refused, (r.status, r.error)
+    assert "takes its else branch for none of the" in r.error and "Calibration dataset must not be empty" not in r.error
+    assert "hint: give --calib samples that take both branches" in r.error
+    np.savez(tmp_path / "both.npz", x=x)
+    r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "both.npz"),
+              out=tmp_path / "d2", jobs=1).results[0]
+    assert r.ok, r.error  # NNCF calibrated both bodies
+    tried = r.manifest["options"]["int8"]["tried"]
+    assert any(t.get("quantizers") for t in tried), tried
