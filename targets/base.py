@@ -8,6 +8,7 @@ ops it takes are known, ``supported_ops``).  Heavy imports happen inside ``_buil
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -21,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import BuildFailed, MissingDependency
+from edgeopt.errors import BuildFailed, MissingDependency, UsageError
 
 MANIFEST_SCHEMA = 1
 CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
 # Build options every backend takes (read by the pipeline and by ``Target.build``).
-COMMON_OPTIONS = frozenset({"seed", "check_timeout", "output_kind"})
+COMMON_OPTIONS = frozenset({"seed", "check_timeout", "output_kind", "if_as_where"})
 
 
 class CheckFailed(BuildFailed):
@@ -157,6 +158,9 @@ class Target:
     extra = ""  # the pip extra that brings the backend's packages
     packages: list[str] = []  # distributions whose versions go into the manifest and cache key
     check_kind = "numeric"  # what the host check can do: numeric | structural | device
+    # The converter has no If: every If it can be is converted as both branches and a Where
+    # (targets.if_select); for the others ``--option if_as_where=true`` asks for it.
+    ifs_as_where = False
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
@@ -191,6 +195,8 @@ class Target:
         if ops is None:
             return foreign
         seen = {name for _, name in foreign}
+        if self.ifs_as_where and "If" not in ops:  # the build takes these Ifs; their branches' ops are judged
+            seen |= set(selectable_ifs_of(info.path))
         return foreign + [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
                           if name not in seen and ((dom not in ("", "ai.onnx")) or op not in ops)]
 
@@ -219,10 +225,15 @@ class Target:
                 raise CheckFailed(f"the model is already quantized ({_quant_summary(quant)}): a second INT8 pass is "
                                   "refused", hint="build it at fp32 (--precision fp32): its artifacts are judged at "
                                   "the INT8 bound its own quantization implies")
-            out = self._build(job, progress)
+            with ifs_as_where(job, self.ifs_as_where) as (job, selected):
+                out = self._build(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
             (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc), "cacheable": exc.cacheable}) + "\n")
             raise
+        if selected:
+            out.notes.append(f"If node(s) {', '.join(selected)} converted as both branches and a Where "
+                             + ("(this converter has no If" if self.ifs_as_where else "(--option if_as_where")
+                             + "; the values are the same, the branch not taken is computed too)")
         build_s = time.perf_counter() - t0
         if job.precision == "fp16" and self.backend != "tensorrt":  # TensorRT runs its own, per layer
             out.warnings.extend(fp16_overflow_warnings(job))
@@ -478,3 +489,44 @@ def _link_or_copy(src: str, dst: Path) -> None:
     except OSError:
         shutil.copyfile(src, dst)
 
+
+def selectable_ifs_of(path: str) -> list[str]:
+    """The top-level Ifs of the model at ``path`` that ``ifs_as_where`` converts (none when unreadable)."""
+    try:
+        import onnx
+
+        from .if_select import selectable_ifs
+
+        return selectable_ifs(onnx.load(path, load_external_data=False).graph)
+    except Exception:  # noqa: BLE001 - unreadable here: the op table alone judges
+        return []
+
+
+@contextlib.contextmanager
+def ifs_as_where(job: BuildJob, always: bool):
+    """``(job, names)``: the job itself, or -- when the backend has no If (``always``) or the user asked
+    (``if_as_where``) and the model has Ifs it can be -- a copy whose prepared model has them as both
+    branches and a Where, in a scratch folder beside the bundle removed afterwards."""
+    value = str(job.options.get("if_as_where", "false")).lower()
+    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise UsageError(f"if_as_where={job.options['if_as_where']!r}: expected true or false")
+    asked = value in ("1", "true", "yes", "on")
+    if not (always or asked) or not selectable_ifs_of(job.prepared_path):
+        yield job, []
+        return
+    import dataclasses
+    import shutil
+    import tempfile
+
+    import onnx
+
+    from .if_select import rewrite
+
+    model, names = rewrite(onnx.load(job.prepared_path))
+    work = Path(tempfile.mkdtemp(prefix=".ifs-", dir=Path(job.bundle_dir).parent))
+    try:
+        path = work / Path(job.prepared_path).name
+        onnx.save(model, str(path))
+        yield dataclasses.replace(job, prepared_path=str(path)), names
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

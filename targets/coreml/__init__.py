@@ -78,6 +78,7 @@ class CoreMlTarget(Target):
 
     backend = "coreml"
     extra = "coreml"
+    ifs_as_where = True  # the ONNX -> MIL translator has no If: targets.if_select
     packages = ["coremltools"]
     check_kind = "structural"
 
@@ -109,15 +110,10 @@ class CoreMlTarget(Target):
         try:
             import onnx
 
-            from ..if_select import rewrite
-
-            model, selected = rewrite(onnx.load(info.path, load_external_data=False))
+            graph = onnx.load(info.path, load_external_data=False).graph
         except Exception:  # noqa: BLE001 - unreadable here: the op table is all we can say
             return bad
-        # An If the build converts as both branches and a Where is taken (its branches' ops are judged above)
-        bad = [(op, name) for op, name in bad if not (op == "If" and name in selected)]
-        return bad + [(f"{op} (shape computed from input values)", name)
-                      for op, name in value_shaped_nodes(model.graph)]
+        return bad + [(f"{op} (shape computed from input values)", name) for op, name in value_shaped_nodes(graph)]
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
@@ -134,11 +130,8 @@ class CoreMlTarget(Target):
         if precision is None:
             raise UsageError(f"Core ML takes fp16 or fp32, not {job.precision}")
 
-        from ..if_select import rewrite
-
         progress(f"translating ONNX -> MIL ({target_name})")
-        prepared, selected = rewrite(onnx.load(job.prepared_path))  # MIL has no If: both branches and a Where
-        conv = convert(prepared, ct, target, job.target["name"])
+        conv = convert(onnx.load(job.prepared_path), ct, target, job.target["name"])
         progress(f"{conv.translated} ops translated, {conv.folded} folded, {conv.fused} LayerNorms fused; "
                  f"ct.convert to ML Program ({job.precision})")
         model = ct.convert(conv.program, convert_to="mlprogram", compute_precision=precision,
@@ -155,8 +148,6 @@ class CoreMlTarget(Target):
         on_mac = sys.platform == "darwin"
         notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "
                  f"{conv.folded} constant-folded, {conv.fused} decomposed LayerNorms fused",
-                 *([f"If node(s) {', '.join(selected)} converted as both branches and a Where (Core ML has no "
-                    "If; the values are the same, the branch not taken is computed too)"] if selected else []),
                  "numeric check: on host (Core ML runner)" if on_mac else "numeric check: on device"]
         return BuildOutput(
             runtime={"name": "coreml", "artifact": ARTIFACT, "options": {"compute_units": units}},

@@ -320,7 +320,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
             f"INT8 for {job.target['name']}: NNCF calibrates each branch of an If with the calibration samples "
             f"that take it, and {'; '.join(untaken)}: that branch cannot be calibrated, so no int8 bundle is shipped",
             hint="give --calib samples that take both branches of each If (for a detector: positives as well as "
-                 "negatives), or build fp32/fp16 for this target")
+                 "negatives), or --option if_as_where=true (both branches computed on every input, selected by "
+                 "a Where: NNCF then calibrates both), or build fp32/fp16 for this target")
 
     calib_ds = nncf.Dataset(calib)
     attention = has_attention(model)

@@ -77,6 +77,7 @@ FLOAT_CONVERSION_WRONG = ("the FP32 conversion itself is wrong", "cannot tell wh
 class TfliteTarget(Target):
     backend = "tflite"
     extra = "tflite"
+    ifs_as_where = True  # onnx2tf fails on If (KeyError on a branch's outer initializer): targets.if_select
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
 
     def known_options(self) -> frozenset[str] | None:
@@ -233,9 +234,8 @@ class TfliteTarget(Target):
         bundle = Path(job.bundle_dir)
         work = Path(tempfile.mkdtemp(prefix=".tflite-", dir=bundle.parent))
         try:
-            prepared, selected = _ifs_as_where(job.prepared_path, work)
             request = {
-                "prepared_path": prepared, "calib_path": job.calib_path,
+                "prepared_path": job.prepared_path, "calib_path": job.calib_path,
                 "validation_path": job.validation_path, "reference_path": job.reference_path,
                 "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
                 "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
@@ -253,9 +253,6 @@ class TfliteTarget(Target):
             shutil.rmtree(work, ignore_errors=True)
 
         notes = ([reply["int8_note"]] if reply.get("int8_note") else []) + list(reply.get("notes", []))
-        if selected:
-            notes.append(f"If node(s) {', '.join(selected)} converted as both branches and a Where (onnx2tf "
-                         "fails on If; the values are the same, the branch not taken is computed too)")
         if opts["io_dtype_ignored"]:
             notes.append("io_dtype=int8 applies to full-integer int8 builds only; this file keeps float I/O")
         elif opts["io_dtype"] == "int8" and reply["io_dtype"] != "int8":
@@ -554,20 +551,3 @@ def io_entry(spec: dict[str, Any], art: dict[str, Any], perm: list[int]) -> dict
         if art.get("quant"):
             entry["quant"] = list(art["quant"])
     return entry
-
-
-def _ifs_as_where(prepared: str, work: Path) -> tuple[str, list[str]]:
-    """The prepared model, or a copy in ``work`` whose Ifs are both branches and a Where (targets.if_select)."""
-    import onnx
-
-    from ..if_select import rewrite
-
-    model = onnx.load(prepared, load_external_data=False)
-    if not any(n.op_type == "If" for n in model.graph.node):
-        return prepared, []
-    model, selected = rewrite(onnx.load(prepared))
-    if not selected:
-        return prepared, []
-    path = work / "prepared-ifs-as-where.onnx"
-    onnx.save(model, str(path))
-    return str(path), selected

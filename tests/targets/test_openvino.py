@@ -492,6 +492,10 @@ def test_int8_refuses_an_if_branch_no_calibration_sample_takes(tmp_path):
     assert not r.ok and r.refused, (r.status, r.error)
     assert "takes its else branch for none of the" in r.error and "Calibration dataset must not be empty" not in r.error
     assert "hint: give --calib samples that take both branches" in r.error
+    r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "then.npz"),
+              out=tmp_path / "d3", jobs=1, options={"if_as_where": "true"}).results[0]
+    assert r.ok, r.error  # the hint's second way: no If left, so nothing to split
+    assert any("converted as both branches and a Where (--option if_as_where" in x for x in r.manifest["notes"])
     np.savez(tmp_path / "both.npz", x=x)
     r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "both.npz"),
               out=tmp_path / "d2", jobs=1).results[0]

@@ -209,7 +209,8 @@ def build_options(f: Callable) -> Callable:
                      help="Backend option (repeatable). Common: int8_tolerance=cosine_min=0.95,top1_min=0.98 "
                           "(any INT8), int8_search=quick|full and int8_budget_s=N (cpu, intel-*), "
                           "int8_mode=auto|full|dynamic and io_dtype=float32|int8 (mobile), "
-                          "min_deployment_target=iOS17 and compute_units=ALL (apple). Keys no target reads "
+                          "min_deployment_target=iOS17 and compute_units=ALL (apple), if_as_where=true (any: an If "
+                          "as both branches and a Where, as mobile and apple always do). Keys no target reads "
                           "are refused before anything is built."),
         config_option,
     ]
