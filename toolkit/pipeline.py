@@ -216,7 +216,8 @@ def build(
             res.status = "unsupported"
             why = backend.unsupported_why(spec.as_dict(), bad)
             res.error = (f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
-                         + ", ".join(f"{op} ({name})" for op, name in bad))
+                         + ", ".join(f"{op} ({name})" for op, name in bad)
+                         + f"\n  hint: {_unsupported_hint(info, spec.name, config)}")
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
@@ -416,6 +417,21 @@ def _known_precisions() -> tuple[str, ...]:
     from edgeopt.targets.registry import PRECISIONS
 
     return tuple(PRECISIONS)
+
+
+def _unsupported_hint(info: Any, target: str, config: str | None) -> str:
+    """What to do about a target that cannot take the model: the float model (for an already-quantized
+    one), or the targets that take every node."""
+    from edgeopt.targets.registry import all_targets, get_backend
+
+    if info.quantized:
+        ops = ", ".join(sorted(info.quantized))
+        return (f"the model is already quantized ({ops}): {target} needs the float model it was made from; "
+                "give that one, and edgeopt quantizes it for each target (--precision int8)")
+    takes = [s.name for s in all_targets(config).values()
+             if s.name != target and not get_backend(s.backend).unsupported_nodes(info, s.as_dict())]
+    return ((f"targets that take every node: {', '.join(takes)}; " if takes else "")
+            + "drop this target, or re-export the model without these ops (`edgeopt inspect MODEL` has the matrix)")
 
 
 def backend_options(backend: Any, options: dict[str, Any]) -> dict[str, Any]:

@@ -333,3 +333,21 @@ def test_a_calib_typo_after_a_random_data_build_is_an_error_not_a_cache_hit(tmp_
     for calib, msg in [(tmp_path / "nothere", "not found"), (tmp_path / "empty", "holds no images")]:
         p = subprocess.run([*run, "--calib", str(calib)], capture_output=True, text=True, timeout=300)
         assert p.returncode == 2 and msg in p.stderr and "cached" not in p.stderr + p.stdout, p.stderr
+
+
+
+def test_an_unsupported_target_says_what_would_fix_it(tmp_path):
+    """Every node named, then a way out: for an already-quantized model (ORT's dynamic quantization:
+    ConvInteger, DynamicQuantizeLinear) the float model it was made from; else the targets that take it."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    tiny_cnn(tmp_path / "m.onnx")
+    quantize_dynamic(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), op_types_to_quantize=["Conv"])
+    r = build(str(tmp_path / "q.onnx"), "apple", ["fp32"], out=tmp_path / "d1").results[0]
+    assert r.status == "unsupported" and "ConvInteger (" in r.error, r.error
+    assert "hint: the model is already quantized (" in r.error and "needs the float model it was made from" in r.error
+    r = build(str(fixture("silero-vad")), "apple", ["fp32"], shapes={"input": [1, 576], "state": [2, 1, 128]},
+              out=tmp_path / "d2").results[0]
+    assert r.status == "unsupported" and "If (" in r.error
+    hint = r.error.split("hint: ", 1)[1]
+    assert hint.startswith("targets that take every node: cpu, intel-cpu") and "apple" not in hint.split(";")[0]
