@@ -831,8 +831,15 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
 - Refusals that are the toolkit's or a converter's limits: hey-jarvis (If) on intel-cpu was refused by
   OpenVINO ("Rank of If condition input must be equal to 0 or 1"; the condition is [1, 1], valid ONNX):
   the build now converts a copy whose If conditions are reshaped to scalars and says so (re-run 13:30:
-  auto builds, its INT8 refused on the numbers, fp32 shipped by `auto`'s fallback); mobile
-  (onnx2tf KeyError on the If branch's outer initializer) and apple (If unsupported). hey-jarvis cpu
+  auto builds, its INT8 refused, fp32 shipped by `auto`'s fallback). mobile (onnx2tf KeyError on the If
+  branch's outer initializer) and apple (no If in Core ML) refused it until the re-run of 2026-11-23 17:00:
+  both now convert the If as both branches and a Where (targets/if_select.py: the same values, the
+  verifier computed on every input) -- mobile auto and INT8 build with 0 decisions flipped, apple
+  builds (structural check). intel-cpu INT8's refusal was NNCF's "Calibration dataset must not be
+  empty": NNCF calibrates each If branch with the samples that take it, and no sample takes the
+  verifier branch (no wake word in the speech); the search now says so up front, with the fixes
+  (samples that take both branches, or `--option if_as_where=true`, which builds it: cos 0.9905,
+  0 flips, by hand). hey-jarvis cpu
   FP32 was refused on rel_l2 0.00235 while its INT8 shipped: the scores are ~1e-5 (no wake word in the
   speech) and differ by at most 6e-8 (float32's rounding), so the relative error of a near-zero
   probability tensor failed the FP32 bound; a decision's probabilities are now judged relative to at

@@ -76,6 +76,18 @@ def _inline(branch: Any, prefix: str, main: Any) -> list[str]:
     return [rename.get(o.name, o.name) for o in branch.output]
 
 
+def _ranks(model: Any) -> dict[str, int]:
+    """Tensor name -> rank where shape inference knows it (empty when it fails)."""
+    import onnx
+
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - unknown ranks: the conditions get their Squeeze
+        return {}
+    return {v.name: len(v.type.tensor_type.shape.dim) for v in [*g.input, *g.value_info, *g.output]
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+
+
 def rewrite(model: Any) -> tuple[Any, list[str]]:
     """A copy of ``model`` with every selectable top-level If replaced by its branches and a Where;
     the names of the Ifs rewritten (the model itself is returned unchanged when there are none)."""
@@ -86,6 +98,7 @@ def rewrite(model: Any) -> tuple[Any, list[str]]:
     names = selectable_ifs(model.graph) if opset >= 9 else []  # Where: opset 9
     if not names:
         return model, []
+    ranks = _ranks(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     old_nodes = list(out.graph.node)
@@ -98,8 +111,10 @@ def rewrite(model: Any) -> tuple[Any, list[str]]:
         tag = node.name or node.output[0]
         then_outs = _inline(then_g, f"{tag}/then/", out.graph)
         else_outs = _inline(else_g, f"{tag}/else/", out.graph)
-        cond = f"{tag}/cond_scalar"  # any one-element condition -> a scalar (Squeeze, no axes), which Where broadcasts
-        out.graph.node.append(helper.make_node("Squeeze", [node.input[0]], [cond], name=f"{tag}/cond"))
+        cond = node.input[0]
+        if ranks.get(cond) != 0:  # any one-element condition -> a scalar (Squeeze, no axes), which Where broadcasts
+            cond = f"{tag}/cond_scalar"
+            out.graph.node.append(helper.make_node("Squeeze", [node.input[0]], [cond], name=f"{tag}/cond"))
         for i, (t, e, o) in enumerate(zip(then_outs, else_outs, node.output)):
             out.graph.node.append(helper.make_node("Where", [cond, t, e], [o], name=f"{tag}/select{i}"))
     return out, names

@@ -99,3 +99,18 @@ def test_mobile_converts_the_if_and_its_check_passes(tmp_path):
     assert r.ok, r.error
     assert r.manifest["host_check"]["passed"] is True
     assert any("converted as both branches and a Where" in note for note in r.manifest["notes"])
+
+
+def test_a_scalar_condition_is_used_as_it_is():
+    import onnxruntime as ort
+
+    model = _verifier()
+    sq = helper.make_tensor("no_axes", TensorProto.INT64, [2], [0, 1])
+    model.graph.initializer.append(sq)
+    model.graph.node.insert(3, n("Squeeze", ["cond", "no_axes"], ["cond0"], name="to_scalar"))
+    model.graph.node[-1].input[0] = "cond0"
+    flat, names = rewrite(model)
+    assert names == ["verifier"] and not any(x.name == "verifier/cond" for x in flat.graph.node)
+    a, b = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, flat))
+    for x in _inputs(16):
+        assert np.array_equal(a.run(None, {"x": x})[0], b.run(None, {"x": x})[0])
