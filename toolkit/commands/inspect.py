@@ -70,7 +70,7 @@ def run(args) -> int:
     at = f" at {', '.join(f'{k}{v}' for k, v in static.items())}" if static else ""
     dynamic = any(t.dynamic_dims for t in info.inputs) and not static
     print(f"  parameters {info.parameters:,} ({info.parameter_bytes / 1e6:.1f} MB)"
-          + (f", ~{info.flops / 1e9:.2f} GFLOPs{at} (Conv/MatMul/Gemm"
+          + (f", ~{_flops_text(info.flops)}{at} (Conv/MatMul/Gemm"
              + ("; dynamic dims counted as 1, --shape fixes them" if dynamic else "") + ")" if info.flops else ""))
     if info.external_data:
         print(f"  external data: {', '.join(info.external_data)}")
@@ -92,3 +92,8 @@ def run(args) -> int:
             for u in r["unsupported"]:
                 print(f"  {u['op']:<24} {u['node']}")
     return 0
+
+
+def _flops_text(flops: int) -> str:
+    """GFLOPs, or MFLOPs for a model too small to show in GFLOPs (a wake-word head: ~0.6 MFLOPs)."""
+    return f"{flops / 1e9:.2f} GFLOPs" if flops >= 1e8 else f"{flops / 1e6:.2f} MFLOPs"
