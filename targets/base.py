@@ -502,16 +502,20 @@ def selectable_ifs_of(path: str) -> list[str]:
         return []
 
 
+def if_as_where_asked(options: dict[str, Any]) -> bool:
+    """``--option if_as_where=true|false`` (UsageError for another value)."""
+    value = str(options.get("if_as_where", "false")).lower()
+    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise UsageError(f"if_as_where={options['if_as_where']!r}: expected true or false")
+    return value in ("1", "true", "yes", "on")
+
+
 @contextlib.contextmanager
 def ifs_as_where(job: BuildJob, always: bool):
     """``(job, names)``: the job itself, or -- when the backend has no If (``always``) or the user asked
     (``if_as_where``) and the model has Ifs it can be -- a copy whose prepared model has them as both
     branches and a Where, in a scratch folder beside the bundle removed afterwards."""
-    value = str(job.options.get("if_as_where", "false")).lower()
-    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise UsageError(f"if_as_where={job.options['if_as_where']!r}: expected true or false")
-    asked = value in ("1", "true", "yes", "on")
-    if not (always or asked) or not selectable_ifs_of(job.prepared_path):
+    if not (always or if_as_where_asked(job.options)) or not selectable_ifs_of(job.prepared_path):
         yield job, []
         return
     import dataclasses

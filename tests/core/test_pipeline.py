@@ -85,6 +85,7 @@ def test_random_data_is_loud(tmp_path):
     (["--targets", "cpu,jetsn"], "did you mean jetson"),
     (["--targets", "cpu", "--precision", "fp33"], "unknown precision"),
     (["--targets", "cpu", "--shape", "y:1x3x32x32"], "unknown input"),
+    (["--targets", "cpu", "--option", "if_as_where=maybe"], "expected true or false"),
 ])
 def test_bad_flags_one_line_exit_2(tmp_path, capsys, argv, needle):
     model = tiny_cnn(tmp_path / "t.onnx")
