@@ -161,6 +161,9 @@ class Target:
     # The converter has no If: every If it can be is converted as both branches and a Where
     # (targets.if_select); for the others ``--option if_as_where=true`` asks for it.
     ifs_as_where = False
+    # The backend runs the FP16 range analysis itself (tensorrt: keeps those layers FP32 when strongly
+    # typed, else warns; coreml: keeps them FP32); for the others ``build`` warns about them.
+    fp16_range_own = False
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
@@ -235,7 +238,7 @@ class Target:
                              + ("(this converter has no If" if self.ifs_as_where else "(--option if_as_where")
                              + "; the values are the same, the branch not taken is computed too)")
         build_s = time.perf_counter() - t0
-        if job.precision == "fp16" and self.backend != "tensorrt":  # TensorRT runs its own, per layer
+        if job.precision == "fp16" and not self.fp16_range_own:
             out.warnings.extend(fp16_overflow_warnings(job))
         manifest = self._manifest(job, out, build_s)
         write_manifest(bundle, manifest)  # the check reads it
@@ -290,19 +293,24 @@ class Target:
         }
 
 
+def fp16_overflow_of(job: BuildJob) -> list[tuple[str, float]]:
+    """Float tensors of the prepared model whose magnitude passes 65504 on the validation inputs, largest
+    first (``tensorrt.prep.fp16_overflow``, the analysis TensorRT's fp16 path runs)."""
+    import onnx
+
+    from edgeopt.calib import load_stacked
+
+    from .tensorrt.prep import fp16_overflow
+
+    feeds = load_stacked(job.validation_path, [t["name"] for t in job.io["inputs"]], "in")
+    return fp16_overflow(onnx.load(job.prepared_path), feeds)
+
+
 def fp16_overflow_warnings(job: BuildJob) -> list[str]:
-    """The FP16 range analysis of every fp16 artifact (apple, mobile, intel-*): float tensors of the
-    prepared model whose magnitude passes 65504 on the validation inputs (``tensorrt.prep.fp16_overflow``,
-    the analysis TensorRT's fp16 path runs)."""
+    """The FP16 range analysis of every fp16 artifact whose backend does not keep those layers in FP32
+    itself (mobile, intel-*): a warning naming the tensors that pass FP16's range."""
     try:
-        import onnx
-
-        from edgeopt.calib import load_stacked
-
-        from .tensorrt.prep import fp16_overflow
-
-        feeds = load_stacked(job.validation_path, [t["name"] for t in job.io["inputs"]], "in")
-        over = fp16_overflow(onnx.load(job.prepared_path), feeds)
+        over = fp16_overflow_of(job)
     except Exception as exc:  # noqa: BLE001 - the analysis must not stop a build
         return [f"FP16 range check skipped: {(str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"]
     if not over:

@@ -81,6 +81,7 @@ class CoreMlTarget(Target):
     ifs_as_where = True  # the ONNX -> MIL translator has no If: targets.if_select
     packages = ["coremltools"]
     check_kind = "structural"
+    fp16_range_own = True  # fp16: the layers FP16 would overflow stay FP32 (FP16ComputePrecision op_selector)
 
     def known_options(self) -> frozenset[str] | None:
         return frozenset({"min_deployment_target", "compute_units"})
@@ -132,6 +133,9 @@ class CoreMlTarget(Target):
 
         progress(f"translating ONNX -> MIL ({target_name})")
         conv = convert(onnx.load(job.prepared_path), ct, target, job.target["name"])
+        range_notes, range_warnings = [], []
+        if job.precision == "fp16":
+            precision, range_notes, range_warnings = fp16_precision(ct, conv, job)
         progress(f"{conv.translated} ops translated, {conv.folded} folded, {conv.fused} LayerNorms fused; "
                  f"ct.convert to ML Program ({job.precision})")
         model = ct.convert(conv.program, convert_to="mlprogram", compute_precision=precision,
@@ -148,13 +152,36 @@ class CoreMlTarget(Target):
         on_mac = sys.platform == "darwin"
         notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "
                  f"{conv.folded} constant-folded, {conv.fused} decomposed LayerNorms fused",
+                 *range_notes,
                  "numeric check: on host (Core ML runner)" if on_mac else "numeric check: on device"]
         return BuildOutput(
             runtime={"name": "coreml", "artifact": ARTIFACT, "options": {"compute_units": units}},
             options={"min_deployment_target": target_name, "compute_precision": job.precision,
                      "compute_units": units},
             io=io, check="numeric" if on_mac else "structural", structural=structural, notes=notes,
-            extra_manifest={"structural_check": structural} if on_mac else {})
+            warnings=range_warnings, extra_manifest={"structural_check": structural} if on_mac else {})
+
+
+def fp16_precision(ct: Any, conv: Any, job: BuildJob) -> tuple[Any, list[str], list[str]]:
+    """Core ML's fp16 compute precision, with the layers FP16 would overflow kept in FP32: the FP16
+    range analysis (``base.fp16_overflow_of``, TensorRT's) on the validation inputs names the tensors
+    past 65504, and ``FP16ComputePrecision``'s op selector leaves the ops that read or write them in
+    FP32 (a log-mel's power spectrum reaches ~1e10 on raw PCM: Inf in FP16).  (precision, notes, warnings)."""
+    from ..base import fp16_overflow_of
+
+    try:
+        over = fp16_overflow_of(job)
+    except Exception as exc:  # noqa: BLE001 - the analysis must not stop a build
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return ct.precision.FLOAT16, [], [f"FP16 range check skipped ({why}): layers past FP16's range would "
+                                          "give Inf/NaN; build fp32 if in doubt"]
+    if not over:
+        return ct.precision.FLOAT16, [], []
+    selector, nodes = conv.fp32_selector({t for t, _ in over})
+    shown = ", ".join(f"{t} reaches {v:.3g}" for t, v in over[:4]) + (f" (+{len(over) - 4} more)" if len(over) > 4 else "")
+    return (ct.transform.FP16ComputePrecision(op_selector=selector),
+            [f"fp16 with {nodes} ONNX node(s) kept in FP32, where FP16 (max 65504) would overflow on the "
+             f"validation inputs: {shown}"], [])
 
 
 # Inputs that must be constant for the ONNX -> MIL translation (index -> the op's shape argument).

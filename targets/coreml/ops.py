@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -145,6 +145,8 @@ class Context:
         self.vars: dict[str, Any] = {}
         self.taken: set[str] = set()
         self._names: dict[str, str] = {}
+        self.block: Any = None  # the MIL function being built (its ``operations`` grow as ops are made)
+        self.origins: dict[str, tuple[str, ...]] = {}  # MIL var -> the ONNX tensors its node reads and writes
 
     # names
     def nm(self, node: Any, i: int = 0) -> str:
@@ -283,6 +285,25 @@ class Converted:
     translated: int
     fused: int  # decomposed LayerNorms fused into one op
     values: dict[str, Any] | None = None  # ONNX output name -> value, when convert(evaluate=...) was used
+    origins: dict[str, tuple[str, ...]] = field(default_factory=dict)  # MIL var -> its ONNX node's tensors
+    tensor_vars: dict[str, str] = field(default_factory=dict)  # ONNX tensor -> the MIL var holding it
+
+    def fp32_selector(self, tensors: set[str]) -> tuple[Any, int]:
+        """An ``op_selector`` for ``ct.transform.FP16ComputePrecision`` that keeps in FP32 every op made
+        for an ONNX node reading or writing one of ``tensors`` (FP16 would overflow there), and any op
+        the converter's passes put on such a tensor; and how many ONNX nodes that is.  By var names:
+        the passes before the FP16 one fuse and rename ops, and keep their output vars' names."""
+        kept = {var for var, names in self.origins.items() if tensors.intersection(names)}
+        big = {self.tensor_vars[t] for t in tensors if t in self.tensor_vars}
+        nodes = len({self.origins[v] for v in kept})
+
+        def fp16(op: Any) -> bool:
+            outs = {v.name for v in op.outputs}
+            ins = {getattr(x, "name", None) for v in op.inputs.values()
+                   for x in (v if isinstance(v, (list, tuple)) else [v])}
+            return not (outs & kept or (ins | outs) & big)
+
+        return fp16, nodes
 
 
 def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
@@ -314,6 +335,7 @@ def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
         for s in in_specs}
 
     with Function(placeholders, opset_version=target) as fn:
+        ctx.block = fn
         for s in in_specs:
             if evaluate is None:
                 v = fn.inputs[s["artifact_name"]]
@@ -335,7 +357,8 @@ def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
     io_out = [{"name": o.name, "artifact_name": s, "artifact_dtype": _np_name(types, types.builtin_to_string(v.dtype))}
               for o, s, v in zip(g.output, out_names, outs)]
     values = {o.name: v.val for o, v in zip(g.output, outs)} if evaluate is not None else None
-    return Converted(prog, io_in, io_out, folded, translated, fused, values)
+    tensor_vars = {t: v.name for t, v in ctx.vars.items() if getattr(v, "name", None)}
+    return Converted(prog, io_in, io_out, folded, translated, fused, values, ctx.origins, tensor_vars)
 
 
 def _input_specs(ctx: Context, g: Any, target_name: str, scalars_ok: bool) -> list[dict[str, Any]]:
@@ -414,7 +437,11 @@ def _walk(ctx: Context, nodes: list[Any], target_name: str) -> tuple[int, int, i
                     pass
             if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
                 raise Unsupported("no Core ML translation for this op")
+            before = len(ctx.block.operations) if ctx.block is not None else 0
             _bind(ctx, node, OPS[node.op_type](ctx, node))
+            if ctx.block is not None:
+                ctx.origins.update((v.name, (*node.input, *node.output))
+                                   for op in list(ctx.block.operations)[before:] for v in op.outputs)
             translated += 1
         except Exception as exc:  # record it and keep walking: the report lists every problem
             reason = str(exc) if isinstance(exc, Unsupported) else f"Core ML rejected it: {type(exc).__name__}: {exc}"

@@ -258,18 +258,25 @@ def mish(ctx: Context, node: Any) -> Any:
 @op("Clip")
 def clip(ctx: Context, node: Any) -> Any:
     mb = ctx.mb
+    dt = np.float32 if ctx.is_float(node) else np.int32
+
+    def bound(i: int) -> Any:  # a constant, a MIL var (a bound computed at run time: a log-mel's floor), or None
+        if not ctx.has(node, i):
+            return None
+        return dt(ctx.const(node, i)) if ctx.is_const(node.input[i]) else ctx.x(node, i)
+
     if ctx.opset < 11:
         lo, hi = ctx.attr(node, "min"), ctx.attr(node, "max")
+        lo, hi = (None if lo is None else dt(lo)), (None if hi is None else dt(hi))
     else:
-        lo, hi = ctx.opt_const(node, 1, what="min"), ctx.opt_const(node, 2, what="max")
+        lo, hi = bound(1), bound(2)
     x = ctx.x(node)
-    if ctx.is_float(node) and lo is not None and hi is not None:
+    if ctx.is_float(node) and isinstance(lo, np.floating) and isinstance(hi, np.floating):
         return mb.clip(x=x, alpha=float(lo), beta=float(hi), name=ctx.nm(node))
-    dt = np.float32 if ctx.is_float(node) else np.int32
     if lo is not None:
-        x = mb.maximum(x=x, y=dt(lo))
+        x = mb.maximum(x=x, y=lo)
     if hi is not None:
-        x = mb.minimum(x=x, y=dt(hi))
+        x = mb.minimum(x=x, y=hi)
     return mb.identity(x=x, name=ctx.nm(node))
 
 

@@ -208,6 +208,7 @@ class TensorRtTarget(Target):
     extra = "tensorrt"
     packages = ["onnxsim"]  # the host needs onnx, onnxruntime and onnxsim; never tensorrt
     check_kind = "device"
+    fp16_range_own = True  # its FP16 range analysis: the overflowing layers FP32 (strongly typed) or a warning
 
     def known_options(self) -> frozenset[str] | None:
         return frozenset(OPTIONS) | frozenset(SHARED_INT8_OPTIONS)

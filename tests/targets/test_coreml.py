@@ -354,3 +354,46 @@ def test_build_of_silero_is_unsupported_with_every_node_named(tmp_path, capsys):
     for op, name in _silero_expected():
         assert f"{op} ({name})" in res["error"]
     assert not any(p.name != ".edgeopt-probe" and p.is_dir() for p in tmp_path.iterdir())
+
+
+def _log_power_model(path: Path) -> None:
+    """A log-power feature in small: log(x * x) * 0.1, whose x * x passes FP16's 65504 for |x| > 256."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n = helper.make_node
+    g = helper.make_graph(
+        [n("Mul", ["x", "x"], ["power"], name="square"), n("Log", ["power"], ["logp"], name="log"),
+         n("Mul", ["logp", "k"], ["y"], name="scale")], "logpow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "k")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+@pytest.mark.parametrize("scale,kept", [(3000.0, True), (10.0, False)])
+def test_fp16_keeps_the_layers_fp16_would_overflow_in_fp32(ct, tmp_path, scale, kept):
+    """apple's default precision is fp16: on raw PCM a power spectrum passes 65504 and would be Inf.
+    The FP16 range analysis names those tensors and the ops reading or writing them stay FP32 in the
+    package; the rest is FP16, and a model within range is FP16 throughout."""
+    from coremltools.proto import MIL_pb2
+
+    from edgeopt.pipeline import build
+
+    _log_power_model(tmp_path / "m.onnx")
+    x = (np.random.default_rng(0).uniform(0.5, 1.0, (8, 1, 64)) * scale).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x)
+    r = build(str(tmp_path / "m.onnx"), "apple", ["fp16"], calib=str(tmp_path / "d.npz"), out=tmp_path / "o").results[0]
+    assert r.ok, r.error
+    notes = [s for s in r.manifest["notes"] if "kept in FP32" in s]
+    assert not any("FP16 overflow ahead" in w for w in r.manifest["warnings"])  # handled, not just warned
+    spec, _ = _program(ct, Path(r.bundle))
+    fn = spec.mlProgram.functions["main"]
+    dtypes = {o.name: MIL_pb2.DataType.Name(o.type.tensorType.dataType)
+              for op in fn.block_specializations[fn.opset].operations for o in op.outputs if op.type in ("mul", "log")}
+    if kept:
+        assert len(notes) == 1 and "2 ONNX node(s) kept in FP32" in notes[0] and "power reaches" in notes[0]
+        assert dtypes["power"] == dtypes["logp"] == "FLOAT32"  # the square and the log that reads it
+        assert [t for n, t in dtypes.items() if n.startswith("y")] == ["FLOAT16"]
+    else:
+        assert not notes and set(dtypes.values()) == {"FLOAT16"}, dtypes

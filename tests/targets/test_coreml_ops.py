@@ -145,6 +145,11 @@ CASES = {
     "Clip": lambda: one("Clip", {"x": V(f(2, 6)), "lo": K(np.float32(-0.5)), "hi": K(np.float32(0.5))}),
     "Clip-min-only": lambda: one("Clip", {"x": V(f(2, 6)), "lo": K(np.float32(0.0))}),
     "Clip-opset6": lambda: one("Clip", {"x": V(f(2, 6))}, opset=6, min=-0.2, max=0.3),
+    # a bound computed at run time (openwakeword's log-mel: Clip(x, max(x) - 80))
+    "Clip-runtime-min": lambda: model(
+        [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0), helper.make_node("Sub", ["m", "d"], ["lo"]),
+         helper.make_node("Clip", ["x", "lo"], ["y0"], name="the_Clip")],
+        {"x": V(f(2, 6)), "d": K(np.float32(1.0))}, ["y0"]),
     "Softmax": lambda: one("Softmax", {"x": V(f(2, 3, 5))}, axis=1),
     "Softmax-opset11-flatten": lambda: one("Softmax", {"x": V(f(2, 3, 5))}, opset=11, axis=1),
     "LogSoftmax": lambda: one("LogSoftmax", {"x": V(f(2, 7))}),
