@@ -951,7 +951,10 @@ def fp16_overflow(model, feeds: list[dict[str, np.ndarray]], samples: int = 4) -
 def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
     """The model in FP16 for a strongly typed TensorRT network (TensorRT >= 11 has no FP16 builder flag:
     the types must be in the ONNX). onnxconverter-common's converter, inputs and outputs kept FP32 (casts
-    at the boundary), the nodes producing ``keep_fp32_tensors`` (FP16 would overflow there) kept FP32."""
+    at the boundary), the nodes producing or reading ``keep_fp32_tensors`` (FP16 would overflow there) kept
+    FP32: a reader converted to FP16 would get the tensor through a Cast to FP16, i.e. Inf, on the GPU
+    (ONNX Runtime's CPU check does not see it: it drops a float->half->float Cast pair around its float
+    kernels)."""
     try:
         from onnxconverter_common import float16
     except ImportError:
@@ -960,8 +963,9 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
         raise MissingDependency("an FP16 ONNX for TensorRT >= 11 needs onnxconverter-common",
                                 hint="pip install 'edgeopt[tensorrt]'") from None
     keep = set(keep_fp32_tensors)
-    block = [n.name for n in model.graph.node if n.name and keep & set(n.output)]
-    unnamed = [n for n in model.graph.node if not n.name and keep & set(n.output)]
+    touches = [n for n in model.graph.node if keep & (set(n.output) | set(n.input))]
+    block = [n.name for n in touches if n.name]
+    unnamed = [n for n in touches if not n.name]
     for i, n in enumerate(unnamed):  # the converter blocks by node name: name the ones it must skip
         n.name = f"edgeopt_fp32_{i}"
         block.append(n.name)
