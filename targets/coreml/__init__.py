@@ -83,6 +83,10 @@ class CoreMlTarget(Target):
     check_kind = "structural"
     fp16_range_own = True  # fp16: the layers FP16 would overflow stay FP32 (FP16ComputePrecision op_selector)
 
+    def toolchain(self) -> dict[str, str]:
+        # rev 1: fp16 keeps the layers FP16 would overflow in FP32; Clip bounds computed at run time
+        return {**super().toolchain(), "translator": "edgeopt ONNX -> MIL, fp16 overflow layers FP32 (rev 1)"}
+
     def known_options(self) -> frozenset[str] | None:
         return frozenset({"min_deployment_target", "compute_units"})
 
