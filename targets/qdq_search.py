@@ -406,10 +406,3 @@ class QdqSearch:
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
                 "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes}
-
-
-def bound_text(tolerance: dict[str, float | None] | None) -> str:
-    """The INT8 bound in one line (``rel_l2_max 0.25, cosine_min 0.97, ...``), as every backend words it."""
-    from edgeopt_agent.compare import bound_text as text
-
-    return text("int8", tolerance)

@@ -437,11 +437,10 @@ def _walk(ctx: Context, nodes: list[Any], target_name: str) -> tuple[int, int, i
                     pass
             if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
                 raise Unsupported("no Core ML translation for this op")
-            before = len(ctx.block.operations) if ctx.block is not None else 0
+            before = len(ctx.block.operations)
             _bind(ctx, node, OPS[node.op_type](ctx, node))
-            if ctx.block is not None:
-                ctx.origins.update((v.name, (*node.input, *node.output))
-                                   for op in list(ctx.block.operations)[before:] for v in op.outputs)
+            ctx.origins.update((v.name, (*node.input, *node.output))
+                               for op in list(ctx.block.operations)[before:] for v in op.outputs)
             translated += 1
         except Exception as exc:  # record it and keep walking: the report lists every problem
             reason = str(exc) if isinstance(exc, Unsupported) else f"Core ML rejected it: {type(exc).__name__}: {exc}"

@@ -36,10 +36,11 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import UsageError
+from edgeopt_agent.compare import bound_text
 
 from ..base import BuildJob, BuildOutput, CheckFailed, output_kinds, parse_tolerance, require
 from ..qdq_prune import prune_float_nodes
-from ..qdq_search import FALLBACK, SEARCH_MODES, TIE, QdqSearch, Variant, bound_text, headline  # noqa: F401
+from ..qdq_search import FALLBACK, SEARCH_MODES, TIE, QdqSearch, Variant, headline  # noqa: F401
 from .quant import (
     DISABLED_OPTIMIZERS,
     TIMING_THREADS,
@@ -317,7 +318,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         chosen, fp32_ms, rule = search.select(Path(job.prepared_path))
         if chosen is None:
             raise CheckFailed(
-                f"no INT8 variant met the int8 bound ({bound_text(plan.tolerance)}) after {len(search.variants)} "
+                f"no INT8 variant met the int8 bound ({bound_text('int8', plan.tolerance)}) after {len(search.variants)} "
                 f"variant(s) in {search.elapsed():.0f}s; the most accurate: {search.closest().summary()}"
                 f"{search.refusal_detail()}; INT8 is not shipped",
                 hint="keep fp32 for this target, calibrate with more representative --calib data, try "
