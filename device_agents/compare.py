@@ -437,6 +437,17 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
     return reasons
 
 
+def task_agreement(metrics: dict[str, float]) -> float:
+    """What a user of the output's task sees agree with FP32, as one share (1.0: nothing differs): the
+    worst of top-1 agreement, sequences decoded equal, boxes matched, decisions not flipped and
+    per-vector cosine, of those the output's kind measured; 1.0 when it measured none (a dense map)."""
+    shares = [metrics[k] for k in ("top1", "seq_match", "box_match", "vector_cosine_min", "exact_match")
+              if k in metrics]
+    if "flip_rate" in metrics:
+        shares.append(1.0 - metrics["flip_rate"])
+    return float(min(shares, default=1.0))
+
+
 def top1_allowed(n: int, top1_min: float) -> int:
     """Decisions of ``n`` that may differ under ``top1_min``: the bound applied to a count, rounded to the
     nearest sample (half up), so it is never stricter than half a sample's step. 8 samples at 90%: 1;

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgeopt_agent.compare import seq_label, top1_text
+from edgeopt_agent.compare import seq_label, task_agreement, top1_text
 
 from .onnxruntime.quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
 
@@ -91,12 +91,13 @@ class Variant:
 
     @property
     def accuracy(self) -> tuple[float, float]:
-        """Sort key, higher is better: worst top-1 (1.0 where none applies), then worst cosine."""
+        """Sort key, higher is better: the worst task agreement over outputs (top-1, CTC decodings, boxes,
+        decisions not flipped, per-vector cosine: ``compare.task_agreement``), then the worst cosine."""
         if not self.outputs:  # a variant the quantizer could not make ranks last
             return (-1.0, -1.0)
-        top1 = min((m.get("top1", 1.0) for m in self.outputs.values()), default=1.0)
+        task = min((task_agreement(m) for m in self.outputs.values()), default=1.0)
         cos = min((m.get("cosine", 1.0) for m in self.outputs.values()), default=1.0)
-        return (top1, cos)
+        return (task, cos)
 
     def record(self) -> dict[str, Any]:
         s = asdict(self.settings)

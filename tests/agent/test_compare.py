@@ -347,3 +347,13 @@ def test_near_zero_probabilities_are_judged_against_a_floor_not_their_own_tiny_n
     wrong = (ref + rng.uniform(0, 0.1, ref.shape)).astype(np.float32)
     res = compare_outputs({"y": wrong}, {"y": ref}, "int8", None, kind)
     assert not res["passed"] and "rel_l2" in res["summary"]
+
+
+def test_task_agreement_is_the_worst_task_figure_of_an_output():
+    from edgeopt_agent.compare import task_agreement
+
+    assert task_agreement({"cosine": 0.99, "rel_l2": 0.1}) == 1.0  # a dense map: no task figure
+    assert task_agreement({"cosine": 0.99, "top1": 0.75, "top1_n": 8}) == 0.75
+    assert task_agreement({"seq_match": 0.9, "top1": 0.97}) == 0.9
+    assert task_agreement({"flip_rate": 0.005}) == 0.995
+    assert task_agreement({"box_match": 0.94, "column_cosine_min": 0.5}) == 0.94

@@ -202,6 +202,21 @@ def test_untimed_backend_prefers_fewer_float_nodes_then_calibration_error():
     assert "fewest float nodes" in rule and "engine timing" in rule
 
 
+def test_most_accurate_variant_is_judged_on_its_task_before_cosine():
+    # a CTC recogniser: the variant that reads more lines like FP32 is the more accurate one, though its
+    # cosine is lower (the float fallback starts from it, and a refusal names it)
+    reads_more = Variant(TrtSettings("max", True, ()), False, {"y": {"cosine": 0.975, "seq_match": 0.83}}, [], None,
+                         0.1, Path("a"))
+    closer = Variant(TrtSettings("percentile", True, ()), False, {"y": {"cosine": 0.985, "seq_match": 0.67}}, [],
+                     None, 0.1, Path("b"))
+    flips = Variant(TrtSettings("mse", True, ()), False, {"y": {"cosine": 0.99, "flip_rate": 0.02}}, [], None,
+                    0.1, Path("c"))
+    assert max([closer, flips, reads_more], key=lambda v: v.accuracy) is flips  # 98% of decisions kept
+    assert max([closer, reads_more], key=lambda v: v.accuracy) is reads_more
+    unmade = Variant(TrtSettings("max", False, ()), False, {}, [], None, float("inf"), Path("d"))
+    assert unmade.accuracy < closer.accuracy
+
+
 def test_variant_record_has_no_latency_for_an_untimed_backend():
     rec = _variant(("n1",), True, 0.02).record()
     assert rec["latency_ms"] is None and rec["float_nodes"] == 1 and rec["settings"]["exclude"] == ["n1"]
