@@ -42,6 +42,12 @@ class CheckFailed(BuildFailed):
         self.cacheable = cacheable
 
 
+class UncalibratedBranch(CheckFailed):
+    """INT8 calibration cannot reach a branch of an If: no calibration sample takes it (NNCF calibrates
+    each branch with the samples that take it).  ``Target.build`` retries once with those Ifs as both
+    branches and a Where (every sample then reaches both), unless ``--option if_as_where=false``."""
+
+
 def require(module: str, extra: str):
     """Import a heavy module or raise a clear 'install edgeopt[extra]' error."""
     try:
@@ -165,6 +171,23 @@ class Target:
     # typed, else warns; coreml: keeps them FP32); for the others ``build`` warns about them.
     fp16_range_own = False
 
+    def _build_ifs(self, job: BuildJob, progress: Callable[[str], None]) -> tuple[BuildOutput, list[str], bool]:
+        """``(output, Ifs selected, retried)``: ``_build`` on the job -- its Ifs as both branches and a
+        Where when the backend has no If or the user asked -- and, when INT8 calibration cannot reach an
+        If branch (``UncalibratedBranch``), once more with the Ifs selected, unless the user said
+        ``if_as_where=false`` or no If can be."""
+        with ifs_as_where(job, self.ifs_as_where) as (this, selected):
+            try:
+                return self._build(this, progress), selected, False
+            except UncalibratedBranch:
+                if (selected or if_as_where_refused(job.options)
+                        or not selectable_ifs_of(job.prepared_path)):
+                    raise
+        progress("int8: an If branch no calibration sample takes: building again with the If as both "
+                 "branches and a Where")
+        with ifs_as_where(job, True) as (this, selected):
+            return self._build(this, progress), selected, True
+
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
         """The ``--option`` keys this backend reads; None: it does not say (then the pipeline
@@ -228,12 +251,17 @@ class Target:
                 raise CheckFailed(f"the model is already quantized ({_quant_summary(quant)}): a second INT8 pass is "
                                   "refused", hint="build it at fp32 (--precision fp32): its artifacts are judged at "
                                   "the INT8 bound its own quantization implies")
-            with ifs_as_where(job, self.ifs_as_where) as (job, selected):
-                out = self._build(job, progress)
+            out, selected, uncalibrated = self._build_ifs(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
             (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc), "cacheable": exc.cacheable}) + "\n")
             raise
-        if selected:
+        if uncalibrated:
+            out.warnings.append(f"If node(s) {', '.join(selected)} converted as both branches and a Where: no "
+                                "calibration sample takes one of their branches, which INT8 calibration could "
+                                "then not reach; the values are the same, but the branch not taken is computed "
+                                "on every input (--calib samples that take both branches keep the If; "
+                                "--option if_as_where=false refuses instead)")
+        elif selected:
             out.notes.append(f"If node(s) {', '.join(selected)} converted as both branches and a Where "
                              + ("(this converter has no If" if self.ifs_as_where else "(--option if_as_where")
                              + "; the values are the same, the branch not taken is computed too)")
@@ -516,6 +544,11 @@ def if_as_where_asked(options: dict[str, Any]) -> bool:
     if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         raise UsageError(f"if_as_where={options['if_as_where']!r}: expected true or false")
     return value in ("1", "true", "yes", "on")
+
+
+def if_as_where_refused(options: dict[str, Any]) -> bool:
+    """The user said ``--option if_as_where=false`` (not merely left it out)."""
+    return "if_as_where" in options and not if_as_where_asked(options)
 
 
 @contextlib.contextmanager

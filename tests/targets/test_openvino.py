@@ -471,11 +471,12 @@ def test_an_if_whose_condition_is_1x1_converts(tmp_path):
     assert not list((tmp_path / "dist").rglob(".ov-if-*"))  # the rewritten copy is scratch, not left behind
 
 
-def test_int8_refuses_an_if_branch_no_calibration_sample_takes(tmp_path):
+def test_int8_of_an_if_branch_no_calibration_sample_takes(tmp_path):
     """NNCF calibrates each If branch with the samples that take it and failed with "Calibration dataset
     must not be empty" when none did (openwakeword's hey-jarvis on speech without the wake word). The
-    search counts the conditions first and refuses with the If, the branch and what to give; with
-    samples that take both branches that reason is gone."""
+    search counts the conditions first; the build then computes the If as both branches and a Where
+    (every sample reaches both) and warns; with ``if_as_where=false`` it refuses naming the If, the
+    branch and what to give; with samples that take both branches the If is kept."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
@@ -488,14 +489,18 @@ def test_int8_refuses_an_if_branch_no_calibration_sample_takes(tmp_path):
     one_sided = x * np.sign(x @ w)  # x @ w > 0 for every sample: the then branch only
     np.savez(tmp_path / "then.npz", x=one_sided)
     r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "then.npz"),
-              out=tmp_path / "d1", jobs=1).results[0]
+              out=tmp_path / "d1", jobs=1, options={"if_as_where": "false"}).results[0]
     assert not r.ok and r.refused, (r.status, r.error)
     assert "takes its else branch for none of the" in r.error and "Calibration dataset must not be empty" not in r.error
     assert "hint: give --calib samples that take both branches" in r.error
+    assert "leave out --option if_as_where=false" in r.error
     r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "then.npz"),
-              out=tmp_path / "d3", jobs=1, options={"if_as_where": "true"}).results[0]
-    assert r.ok, r.error  # the hint's second way: no If left, so nothing to split
-    assert any("converted as both branches and a Where (--option if_as_where" in x for x in r.manifest["notes"])
+              out=tmp_path / "d3", jobs=1).results[0]
+    assert r.ok, r.error  # built again with no If left, so nothing to split
+    assert r.manifest["host_check"]["passed"] is True
+    assert any("verifier converted as both branches and a Where: no calibration sample takes one" in w
+               for w in r.manifest["warnings"]), r.manifest["warnings"]
+    assert not list((tmp_path / "d3").rglob(".ifs-*"))
     np.savez(tmp_path / "both.npz", x=x)
     r = build(str(tmp_path / "if.onnx"), "intel-cpu", ["int8"], calib=str(tmp_path / "both.npz"),
               out=tmp_path / "d2", jobs=1).results[0]

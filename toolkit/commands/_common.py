@@ -210,7 +210,8 @@ def build_options(f: Callable) -> Callable:
                           "(any INT8), int8_search=quick|full and int8_budget_s=N (cpu, intel-*), "
                           "int8_mode=auto|full|dynamic and io_dtype=float32|int8 (mobile), "
                           "min_deployment_target=iOS17 and compute_units=ALL (apple), if_as_where=true (any: an If "
-                          "as both branches and a Where, as mobile and apple always do). Keys no target reads "
+                          "as both branches and a Where, as mobile and apple always do, and INT8 does by itself "
+                          "when no calibration sample takes a branch; false: never). Keys no target reads "
                           "are refused before anything is built."),
         config_option,
     ]
