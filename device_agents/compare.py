@@ -210,7 +210,7 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(sequence_metrics(out, ref))
     elif name == "decision":
         m.update(decision_metrics(out, ref, k.get("threshold")))
-        if m["threshold"] == 0.5 and r.size and 0 <= r.min() and r.max() <= 1:
+        if 0 < m["threshold"] < 1 and r.size and 0 <= r.min() and r.max() <= 1:
             # Probabilities: a wake-word score of 1e-5 that reads 1.006e-5 is float32's rounding, not an
             # error, yet its rel_l2 is 2e-3 (> FP32's 1e-3). Relative to at least 1e-3 of the [0, 1] scale.
             floor = PROBABILITY_FLOOR * math.sqrt(r.size)

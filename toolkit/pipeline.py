@@ -115,7 +115,8 @@ def _check_summary(manifest: dict[str, Any]) -> str:
         return "FAILED: " + hc["error"]
     from edgeopt_agent.compare import summary_line
 
-    return summary_line(hc)  # a failed output names the metric that failed, a passing one its figures
+    line = summary_line(hc)  # a failed output names the metric that failed, a passing one its figures
+    return f"{line}; {hc['why']}" if hc.get("why") else line
 
 
 def sweep_work_dirs(out: Path, progress: Callable[[str], None] = lambda s: None) -> list[str]:

@@ -201,6 +201,16 @@ class TfliteTarget(Target):
             return manifest
         first = next((f"{n}: {r}" for n, o in hc["outputs"].items() for r in o.get("reasons", [])), "failed")
         bundle = Path(job.bundle_dir)
+        if job.precision == "fp16":
+            fp32 = self._fp32_check(job, progress)
+            if fp32.get("passed"):  # the conversion is right: float16 weights are what misses
+                from edgeopt_agent.compare import summary_line
+
+                manifest["host_check"]["why"] = (
+                    "FP16 itself: the FP32 file of the same onnx2tf conversion passes the fp32 check "
+                    f"({summary_line(fp32)}), so float16 weights lose this accuracy, not the conversion")
+                write_manifest(bundle, manifest)
+                return manifest
         tried = []
         for alt in _alternatives(job.prepared_path):
             progress(f"the {job.precision} file failed its check ({first}); retrying onnx2tf with {alt}")
@@ -227,6 +237,21 @@ class TfliteTarget(Target):
             f"onnx2tf's alternative switches did not fix it ({'; '.join(tried) or 'none applied'})")
         write_manifest(bundle, manifest)
         return manifest
+
+    def _fp32_check(self, job: BuildJob, progress: Callable[[str], None]) -> dict[str, Any]:
+        """The host check of the FP32 file of the same (cached) onnx2tf conversion, built in scratch."""
+        import dataclasses
+        import shutil
+
+        progress(f"the {job.precision} file failed its check; checking the FP32 file of the same conversion")
+        scratch = Path(tempfile.mkdtemp(prefix=".tflite-fp32-", dir=Path(job.bundle_dir).parent))
+        try:
+            m = super().build(dataclasses.replace(job, precision="fp32", bundle_dir=str(scratch / "b")), progress)
+            return m.get("host_check") or {}
+        except Exception as exc:  # noqa: BLE001 - no FP32 file either: the conversion is what is wrong
+            return {"passed": False, "error": str(exc)}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         opts = parse_options(job.options, job.precision)

@@ -43,7 +43,7 @@ import numpy as np
 
 from edgeopt_agent.compare import seq_label, top1_text
 
-CONVERTER_REV = 3  # bump when the SavedModel stage changes, to invalidate cached conversions
+CONVERTER_REV = 4  # bump when the SavedModel stage changes, to invalidate cached conversions
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf would download
 
 
@@ -96,6 +96,8 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
     t0 = time.perf_counter()
     sm_dir, sm_meta, cached = saved_model(req, versions, progress)
     onnx2tf_s = time.perf_counter() - t0
+    if sm_meta.get("rewrites"):
+        notes.append("the ONNX onnx2tf converted had, rewritten to the same values: " + "; ".join(sm_meta["rewrites"]))
 
     progress("loading TensorFlow")
     import tensorflow as tf
@@ -177,8 +179,9 @@ def saved_model(req: dict[str, Any], versions: dict[str, str], progress) -> tupl
         tmp = root / f".{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
-        run_onnx2tf(req, tmp, progress)
+        rewrites = run_onnx2tf(req, tmp, progress)
         meta = {"onnx2tf_s": round(time.perf_counter() - t0, 2), "versions": versions, "replace": req["replace"],
+                "rewrites": rewrites,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
         if req.get("log") and Path(req["log"]).is_file():  # onnx2tf's own account, kept beside its output
@@ -208,16 +211,26 @@ def _locked(path: Path, progress):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> None:
-    """onnx2tf on a copy of the prepared model, fed the build's own calibration data."""
+def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> list[str]:
+    """onnx2tf on a copy of the prepared model, fed the build's own calibration data, after the
+    simplification onnx2tf would run and the rewrites of its known mistakes (``onnx_fixes``); returns
+    the rewrites made."""
     import onnx
 
-    from edgeopt.targets.tflite import channels_last
+    from edgeopt.targets.tflite import channels_last, onnx_fixes
 
     work = Path(req["work"])
     model = onnx.load(req["prepared_path"])
     _sanitize_node_names(model.graph)
     _sanitize_output_names(model.graph)
+    kwargs = dict(req.get("onnx2tf_kwargs") or {})
+    if not kwargs.get("not_use_onnxsim"):  # onnx2tf's own first step, done here so the rewrites stay
+        progress("onnxsim: simplifying the copy onnx2tf converts")
+        model = onnx_fixes.simplify(model, work)
+        kwargs["not_use_onnxsim"] = True
+    rewrites = onnx_fixes.rewrite(model)
+    if rewrites:
+        progress("before onnx2tf: " + "; ".join(rewrites))
     src = work / "model.onnx"  # onnx2tf rewrites its input in place: never hand it the shared file
     onnx.save(model, str(src))
     custom = []
@@ -249,13 +262,14 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> None:
         onnx2tf.convert(input_onnx_file_path=str(src), output_folder_path=str(out_dir),
                         output_signaturedefs=True, custom_input_op_name_np_data_path=custom,
                         replace_to_pseudo_operators=[n.lower() for n in req["replace"]],  # as its CLI passes them
-                        verbosity="warn", **(req.get("onnx2tf_kwargs") or {}))
+                        verbosity="warn", **kwargs)
     finally:
         os.chdir(cwd)
     if not (out_dir / "saved_model.pb").is_file():
         raise RuntimeError("onnx2tf finished without writing a SavedModel")
     for stray in out_dir.glob("*.tflite"):  # its own float files: the precisions are made from the SavedModel
         stray.unlink()
+    return rewrites
 
 
 def _sanitize_node_names(graph) -> None:

@@ -1,0 +1,195 @@
+"""Semantics-preserving ONNX rewrites for patterns onnx2tf (1.29) or TFLite's FP16 conversion get wrong.
+
+Applied to the copy of the prepared model onnx2tf converts, *after* the same simplification onnx2tf
+would run itself (``simplify``: the onnxsim CLI three times), so that onnxsim cannot undo them
+(``fuse_consecutive_slices`` merges single-axis Slices back into one); onnx2tf is then called with
+``not_use_onnxsim=True``.  Each rewrite changes nothing on a model without its pattern, and ONNX
+Runtime computes the same values before and after.
+
+- ``split_slices``: onnx2tf moves a multi-axis Slice's axes to its NHWC layout but applies the starts
+  and ends in ONNX axis order (its reordering branch runs only for an axes tensor of rank > 1, which a
+  valid model never has): magika's ``Slice(axes=[0,1,2,3], ends=[.., .., .., 1])`` after a Conv kept
+  1 of 512 channels (cosine 0.003).  Axes a Slice does not cut are dropped; the rest become one Slice
+  per axis (an Identity where none is left).
+- ``explicit_clips``: onnx2tf drops a Clip bound computed at run time (``Clip(x, max(x) - 80)``, a
+  log-mel's 80 dB floor: only ``Minimum(x, max)`` is emitted), and TFLite's float16 conversion stores
+  the "no bound" sentinel FLT_MAX as 65504, a real bound (openwakeword's mel power ~1e8 was capped at
+  48.17 dB: rel_l2 0.23).  Sentinel bounds (|v| >= 3e38) are dropped; a bound that is not a constant
+  becomes an explicit Max / Min (ONNX Clip is ``min(max(x, lo), hi)``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TO_THE_END = 2**31 - 1  # an end at least this large means "to the end" (exporters write INT32/INT64_MAX)
+NO_BOUND = 3e38  # |bound| >= this: FLT_MAX or inf, the exporters' "no bound"
+
+
+def simplify(model: Any, work: Path) -> Any:
+    """The model as onnx2tf's own first step leaves it: the onnxsim CLI three times in a child process
+    (it can crash on a graph), each failure leaving the model as it was."""
+    import onnx
+
+    path = work / "simplified.onnx"
+    onnx.save(model, str(path))
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-m", "onnxsim", str(path), str(path)], capture_output=True,
+                              timeout=600, check=False)
+        if done.returncode != 0:
+            break
+    return onnx.load(str(path))
+
+
+def rewrite(model: Any) -> list[str]:
+    """Apply every rewrite to ``model`` in place; one phrase per rewrite that changed something."""
+    done = []
+    if n := split_slices(model):
+        done.append(f"{n} multi-axis Slice(s) as one Slice per axis (onnx2tf applies a multi-axis Slice's "
+                    "bounds in ONNX axis order to its NHWC tensor)")
+    clips = explicit_clips(model)
+    if clips["sentinels"]:
+        done.append(f"{clips['sentinels']} Clip bound(s) of +-FLT_MAX ('no bound') dropped (float16 makes them "
+                    "65504, a real bound)")
+    if clips["computed"]:
+        done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
+                    "such a bound)")
+    return done
+
+
+def _constants(graph: Any) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return out
+
+
+def _dims(model: Any) -> dict[str, list[int | None]]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - without shapes only "to the end" ends count as uncut
+        inferred = model
+    g = inferred.graph
+    out = {}
+    for vi in (*g.value_info, *g.input, *g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return out
+
+
+class _Names:
+    def __init__(self, graph: Any) -> None:
+        self.taken = ({v for n in graph.node for v in (*n.input, *n.output)} | {n.name for n in graph.node}
+                      | {i.name for i in graph.initializer} | {i.name for i in graph.input})
+
+    def __call__(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+
+def split_slices(model: Any) -> int:
+    """Slices with constant starts/ends/axes/steps over several axes, or over none they cut, rewritten
+    (see the module doc); returns how many."""
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    consts = _constants(g)
+    if not any(n.op_type == "Slice" for n in g.node):
+        return 0
+    dims = _dims(model)
+    name = _Names(g)
+    nodes, inits, changed = [], [], 0
+    for n in g.node:
+        ins = list(n.input) + [""] * (5 - len(n.input))
+        if n.op_type != "Slice" or len(n.input) < 3 or any(x and x not in consts for x in ins[1:]):
+            nodes.append(n)
+            continue
+        starts, ends = (consts[x].astype(np.int64).ravel() for x in ins[1:3])
+        axes = consts[ins[3]].astype(np.int64).ravel() if ins[3] else np.arange(len(starts))
+        steps = consts[ins[4]].astype(np.int64).ravel() if ins[4] else np.ones(len(starts), np.int64)
+        shape = dims.get(n.input[0]) or []
+        cut = []
+        for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+            d = shape[a] if -len(shape) <= a < len(shape) else None
+            if not (st == 1 and s == 0 and (e >= TO_THE_END or (d is not None and e >= d))):
+                cut.append((s, e, a, st))
+        if len(cut) == len(starts) == 1:
+            nodes.append(n)
+            continue
+        changed += 1
+        src = n.input[0]
+        if not cut:
+            nodes.append(helper.make_node("Identity", [src], [n.output[0]], name=n.name))
+            continue
+        for j, values in enumerate(cut):
+            args = []
+            for what, v in zip(("starts", "ends", "axes", "steps"), values):
+                args.append(name(f"{n.name}_{what}{j}"))
+                inits.append(numpy_helper.from_array(np.array([v], np.int64), args[-1]))
+            last = j == len(cut) - 1
+            out = n.output[0] if last else name(f"{n.output[0]}_axis{j}")
+            nodes.append(helper.make_node("Slice", [src, *args], [out], name=n.name if last else name(f"{n.name}_axis{j}")))
+            src = out
+    if changed:
+        del g.node[:]
+        g.node.extend(nodes)
+        g.initializer.extend(inits)
+    return changed
+
+
+def explicit_clips(model: Any) -> dict[str, int]:
+    """Clip bounds rewritten (see the module doc): ``{"sentinels": dropped, "computed": as Max/Min}``."""
+    from onnx import helper
+
+    g = model.graph
+    consts = _constants(g)
+    name = _Names(g)
+    nodes, counts = [], {"sentinels": 0, "computed": 0}
+
+    def sentinel(x: str) -> bool:
+        v = consts.get(x)
+        return (v is not None and v.size == 1 and np.issubdtype(v.dtype, np.floating)
+                and abs(float(v.ravel()[0])) >= NO_BOUND)
+
+    for n in g.node:
+        if n.op_type != "Clip" or len(n.input) < 2:  # opset < 11: bounds are attributes, constants
+            nodes.append(n)
+            continue
+        lo, hi = (list(n.input[1:3]) + [""])[:2]
+        dropped = [b for b in (lo, hi) if b and sentinel(b)]
+        lo, hi = ("" if sentinel(lo) else lo), ("" if sentinel(hi) else hi)
+        counts["sentinels"] += len(dropped)
+        if not any(b and b not in consts for b in (lo, hi)):
+            if dropped:
+                ins = [n.input[0], lo, hi]
+                while ins[-1] == "":
+                    ins.pop()
+                n = helper.make_node("Clip", ins, list(n.output), name=n.name)
+            nodes.append(n)
+            continue
+        counts["computed"] += 1
+        src = n.input[0]
+        steps = [(op, b) for op, b in (("Max", lo), ("Min", hi)) if b]
+        for j, (op, b) in enumerate(steps):
+            out = n.output[0] if j == len(steps) - 1 else name(f"{n.output[0]}_min")
+            nodes.append(helper.make_node(op, [src, b], [out], name=name(f"{n.name}_{op}")))
+            src = out
+    if counts["sentinels"] or counts["computed"]:
+        del g.node[:]
+        g.node.extend(nodes)
+    return counts
