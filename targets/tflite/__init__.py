@@ -56,7 +56,8 @@ RTPO_NAMES = ("Asin", "Acos", "Atan", "Abs", "PReLU", "LeakyReLU", "Power", "Gat
               "Erf", "GeLU", "MatMulInteger")
 CHOICES = {"int8_mode": ("auto", "full", "dynamic"), "io_dtype": ("float32", "int8")}
 DEFAULT_CONVERT_TIMEOUT = 1500.0
-OPTION_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout", "onnx2tf_alt"})
+OPTION_KEYS = frozenset({"int8_mode", "io_dtype", "replace_ops", "int8_tolerance", "convert_timeout", "onnx2tf_alt",
+                         "onnx2tf_fixes"})
 
 # onnx2tf's own switches for a conversion that came out numerically wrong, in the order tried when a
 # float build fails its check (``--option onnx2tf_alt=NAME`` picks one).  Each is a function of the
@@ -265,7 +266,7 @@ class TfliteTarget(Target):
                 "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
                 "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
                 "output_kinds": output_kinds(job),
-                "onnx2tf_alt": opts["onnx2tf_alt"],
+                "onnx2tf_alt": opts["onnx2tf_alt"], "onnx2tf_fixes": opts["onnx2tf_fixes"],
                 "onnx2tf_kwargs": (ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
                                    if opts["onnx2tf_alt"] else {}),
                 "out": str(bundle / "model.tflite"),
@@ -296,7 +297,7 @@ class TfliteTarget(Target):
         if delegates:
             runtime_options["delegates_supported"] = list(delegates)
         options = {"int8_mode": opts["int8_mode"] if job.precision == "int8" else None,
-                   "onnx2tf_alt": opts["onnx2tf_alt"],
+                   "onnx2tf_alt": opts["onnx2tf_alt"], "onnx2tf_fixes": None if opts["onnx2tf_fixes"] else False,
                    "io_dtype": reply["io_dtype"], "replace_ops": replace,
                    "converter_ops": reply["converter"]["supported_ops"], "int8": reply.get("int8")}
         extra: dict[str, Any] = {}
@@ -320,6 +321,11 @@ def parse_options(options: dict[str, Any], precision: str) -> dict[str, Any]:
     out: dict[str, Any] = {"int8_mode": str(options.get("int8_mode", "auto")).lower(),
                            "io_dtype": str(options.get("io_dtype", "float32")).lower()}
     out["onnx2tf_alt"] = options.get("onnx2tf_alt") or None
+    fixes = str(options.get("onnx2tf_fixes", "true")).lower()
+    if fixes not in ("true", "false"):
+        raise UsageError(f"--option onnx2tf_fixes={options['onnx2tf_fixes']!r}: expected true or false",
+                         hint="false hands onnx2tf the model as it is (its own onnxsim, none of edgeopt's rewrites)")
+    out["onnx2tf_fixes"] = fixes == "true"
     if out["onnx2tf_alt"] and out["onnx2tf_alt"] not in ONNX2TF_ALTERNATIVES:
         raise UsageError(f"--option onnx2tf_alt={out['onnx2tf_alt']!r} is not one of "
                          + ", ".join(ONNX2TF_ALTERNATIVES), hint="e.g. --option onnx2tf_alt=keep_input_shape")

@@ -168,6 +168,8 @@ def saved_model(req: dict[str, Any], versions: dict[str, str], progress) -> tupl
     h.update(json.dumps([CONVERTER_REV, sorted(req["replace"]), versions], sort_keys=True).encode())
     if req.get("onnx2tf_kwargs"):  # an alternative conversion: its own cache entry
         h.update(json.dumps(req["onnx2tf_kwargs"], sort_keys=True).encode())
+    if req.get("onnx2tf_fixes") is False:  # the model as it is: another conversion
+        h.update(b"onnx2tf_fixes=false")
     key = h.hexdigest()[:40]
     root = Path(req["cache_dir"])
     final = root / key
@@ -224,11 +226,12 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> list[str]:
     _sanitize_node_names(model.graph)
     _sanitize_output_names(model.graph)
     kwargs = dict(req.get("onnx2tf_kwargs") or {})
-    if not kwargs.get("not_use_onnxsim"):  # onnx2tf's own first step, done here so the rewrites stay
+    fixes = req.get("onnx2tf_fixes", True)  # --option onnx2tf_fixes=false: the model as it is
+    if fixes and not kwargs.get("not_use_onnxsim"):  # onnx2tf's own first step, done here so the rewrites stay
         progress("onnxsim: simplifying the copy onnx2tf converts")
         model = onnx_fixes.simplify(model, work)
         kwargs["not_use_onnxsim"] = True
-    rewrites = onnx_fixes.rewrite(model)
+    rewrites = onnx_fixes.rewrite(model) if fixes else []
     if rewrites:
         progress("before onnx2tf: " + "; ".join(rewrites))
     src = work / "model.onnx"  # onnx2tf rewrites its input in place: never hand it the shared file

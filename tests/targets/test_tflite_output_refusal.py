@@ -22,9 +22,11 @@ def test_wrong_output_size_refusal_names_the_fixes():
 
 
 def test_an_onnx2tf_crash_retries_its_switches_then_says_what_builds_it(tmp_path):
-    """silero-vad's sequence model (STFT front end + LSTM) makes onnx2tf 1.29 raise inside its own code
+    """silero-vad's sequence model (STFT front end + LSTM), handed to onnx2tf 1.29 as it is
+    (``onnx2tf_fixes=false``: its multi-axis Slices not split), makes it raise inside its own code
     ("UnboundLocalError ... 'dummy_tensor'"): every alternative switch is tried, then one line says it is
-    the converter's bug and which targets build the model; no traceback, nothing left behind."""
+    the converter's bug and which targets build the model; no traceback, nothing left behind. With the
+    rewrites it converts (``test_silero_vad_converts_with_the_rewrites``)."""
     pytest.importorskip("onnx2tf")
     from edgeopt.fixtures import path as fixture
     from edgeopt.pipeline import build
@@ -32,7 +34,7 @@ def test_an_onnx2tf_crash_retries_its_switches_then_says_what_builds_it(tmp_path
     model = fixture("silero-vad").parent / "silero_vad_16k_sequence.onnx"
     if not model.exists():
         pytest.skip("silero-vad 6.2.3's sequence model is not installed")
-    rep = build(str(model), "mobile", ["fp32"], out=tmp_path / "out", jobs=1,
+    rep = build(str(model), "mobile", ["fp32"], out=tmp_path / "out", jobs=1, options={"onnx2tf_fixes": "false"},
                 shapes={"input": [16, 576], "h": [1, 1, 128], "c": [1, 1, 128]})
     res = rep.results[0]
     assert res.status == "failed"
@@ -40,6 +42,24 @@ def test_an_onnx2tf_crash_retries_its_switches_then_says_what_builds_it(tmp_path
     assert all(f"{alt}:" in res.error for alt in ONNX2TF_ALTERNATIVES)  # it has an LSTM: rnn_unroll too
     assert "cpu, intel-cpu, apple" in res.error and "Traceback" not in res.error
     assert not any((tmp_path / "out").rglob("*.tflite"))
+
+
+def test_silero_vad_converts_with_the_rewrites(tmp_path):
+    """The same model with the multi-axis Slices split (``onnx_fixes``) converts; its default conversion
+    then fails on the LSTM state (an ``initial_state`` incompatible with the cell) and keep_input_shape
+    converts it: speech probabilities and states pass the fp32 check."""
+    pytest.importorskip("onnx2tf")
+    from edgeopt.fixtures import path as fixture
+    from edgeopt.pipeline import build
+
+    model = fixture("silero-vad").parent / "silero_vad_16k_sequence.onnx"
+    if not model.exists():
+        pytest.skip("silero-vad 6.2.3's sequence model is not installed")
+    res = build(str(model), "mobile", ["fp32"], out=tmp_path / "out", jobs=1,
+                shapes={"input": [16, 576], "h": [1, 1, 128], "c": [1, 1, 128]}).results[0]
+    assert res.status == "built", res.error
+    assert res.manifest["host_check"]["passed"]
+    assert any("multi-axis Slice(s) as one Slice per axis" in n for n in res.manifest["notes"])
 
 
 def _stacked_lstm(path):
