@@ -797,12 +797,23 @@ def words_task(bundle: Path) -> float | None:
     return float(np.mean([a == b for a, b in zip(o, r)]))
 
 NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-run after the change it tests):
-- 17 models, 153 runs, every row measured on this machine (AVX2) between 16:53 and 17:45 UTC, after
-  this session's fixes (the first 7 models' rows had been read back from an AVX-512 machine's run of
-  08:36): 123 built, 30 refused, 0 crashed, 0 tracebacks. Every refusal names what missed and, after
-  "— fix:", the hint the CLI prints with it (an unsupported target now has one too: for the
-  already-quantized model, the float model it was made from; else the targets that take every node).
-- This session's fixes the rows show: mobile and apple build openwakeword's hey-jarvis (an If as both
+- 17 models, 153 runs, every row measured on this machine (AVX2): the whole matrix between 16:53 and
+  17:45 UTC, then the mobile column and hey-jarvis on intel-cpu again at 19:00-19:45 after the evening's
+  fixes: 130 built, 23 refused, 0 crashed, 0 tracebacks (123 / 30 before them). Every refusal names what
+  missed and, after "— fix:", the hint the CLI prints with it (an unsupported target now has one too: for
+  the already-quantized model, the float model it was made from; else the targets that take every node).
+- The evening's fixes (+7 built): before onnx2tf, edgeopt now runs onnxsim itself and rewrites two
+  patterns onnx2tf converts wrongly (targets/tflite/onnx_fixes.py): a multi-axis Slice becomes one
+  Slice per axis (onnx2tf applied its bounds in ONNX axis order to the NHWC tensor: magika kept 1 of
+  512 channels, cosine 0.003 -> mobile auto and INT8 build, 12 of 12 files like FP32; silero-vad's
+  made onnx2tf raise -> auto builds, INT8 flips 0.52%), and a Clip bound of FLT_MAX is dropped
+  (float16 stored it as 65504: the melspectrogram's FP16 file capped the mel power -> auto builds at
+  cos 1.0000). A failed FP16 file is compared with the FP32 file of the same conversion before the
+  conversion is blamed: PP-OCR det at 640x640 loses accuracy with float16 weights (rel_l2 0.051; FP32
+  1.6e-5), so `auto` now builds FP32 there (1 pixel of 4.9 million flips at the 0.3 threshold: the
+  TFLite and ONNX Runtime sigmoids differ by ~1e-5). hey-jarvis intel-cpu INT8 builds: the If no
+  calibration sample reaches is computed as both branches and a Where by itself (with a warning).
+- The afternoon's fixes the rows show: mobile and apple build openwakeword's hey-jarvis (an If as both
   branches and a Where); apple builds the melspectrogram (Clip with a bound computed at run time) and
   keeps its 12 overflowing nodes in FP32 in the fp16 package (STFT power ~7e10); intel-cpu INT8 of
   hey-jarvis says up front that no calibration sample takes the If's verifier branch (it was NNCF's
@@ -815,13 +826,15 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
     INT8 bound of 0.90; per image, 75-83% of the images have exactly the same boxes. silero-vad's
     speech probabilities are per-position decisions: cpu INT8 flips 0.52% (1 of 192), within the 1% bound
     (it had been refused: rel_l2 0.257 on the probabilities, hn at cos 0.907 -- it ships since, below).
-  - mobile: onnx2tf raises inside its own code on silero-vad (STFT + LSTM); every alternative switch was
-    tried and the refusal says it is a converter bug and which targets build the model. resemblyzer's
+  - mobile: onnx2tf raised inside its own code on silero-vad (STFT + LSTM) and every alternative switch
+    failed too, until the evening re-run: its multi-axis Slices were the cause (split now, below), and
+    it builds (keep_input_shape for the LSTM state; INT8 flips 0.52%). resemblyzer's
     default conversion had an output of another shape ([3, 256] for [1, 256]); fp16 now builds on the
     first alternative that converts and passes (keep_input_shape, vec-cos 1.0000), and int8 searches on
     that same conversion (its float32 file passes) and is refused on the numbers: dynamic-range at
     cos 0.96 / rel_l2 0.28 (full-integer segfaults the TFLite converter: one failed candidate). magika's
-    float conversion is wrong with every switch (cos 0.003): auto and int8 say so, not blaming calibration.
+    float conversion was wrong with every switch (cos 0.003) until the evening re-run (a multi-axis
+    Slice, below): auto and int8 build, 12 of 12 files like FP32.
   - ddddocr-lstm (CRNN, CTC): every INT8 path is refused on its decodings (mobile dynamic-range at cosine
     0.9995 read 83% of the strips like FP32), which cosine alone would have passed.
   - intel-cpu `auto` (INT8 first) now falls back when INT8 is refused on accuracy (toolkit/pipeline.py
@@ -844,15 +857,18 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
   verifier computed on every input) -- mobile auto and INT8 build with 0 decisions flipped, apple
   builds (structural check). intel-cpu INT8's refusal was NNCF's "Calibration dataset must not be
   empty": NNCF calibrates each If branch with the samples that take it, and no sample takes the
-  verifier branch (no wake word in the speech); the search now says so up front, with the fixes
-  (samples that take both branches, or `--option if_as_where=true`, which builds it: cos 0.9905,
-  0 flips, by hand). hey-jarvis cpu
+  verifier branch (no wake word in the speech); the search now says so up front, and since the
+  evening re-run the build then computes the If as both branches and a Where by itself (every sample
+  reaches the verifier) and warns: auto and INT8 build, cos 0.9905, 0 flips. hey-jarvis cpu
   FP32 was refused on rel_l2 0.00235 while its INT8 shipped: the scores are ~1e-5 (no wake word in the
   speech) and differ by at most 6e-8 (float32's rounding), so the relative error of a near-zero
   probability tensor failed the FP32 bound; a decision's probabilities are now judged relative to at
   least an RMS of 1e-3 (docs/TOLERANCES.md) and it builds (re-run 12:52). The melspectrogram's (raw PCM in, 1760 samples)
-  and PP-OCR det's FP32 TFLite conversions are wrong (rel_l2 0.23 / 0.051): refused as converter
-  output, not precision.
+  and PP-OCR det's mobile `auto` rows (FP16) were refused as "the FP32 conversion itself is wrong"
+  (rel_l2 0.23 / 0.051) -- wrongly: their FP32 files pass (7e-8 / 1.6e-5). The melspectrogram's FP16
+  file capped the mel power at 65504 (its Clip's FLT_MAX "no bound" stored as float16; dropped now, it
+  builds); PP-OCR det loses accuracy with float16 weights, and a failed FP16 file is now compared with
+  the FP32 file of the same conversion first, so `auto` builds FP32 there.
 - INT8 refused within the default search budget: PP-OCR det/rec on cpu and intel-cpu (cpu rec's best:
   cos 0.978 but CTC decodings 67%; the fixture bench gives det's cpu search 600 s and passed it there),
   MiniLM on cpu (static Q/DQ, re-run after the weighted-ops-only step: best cos 0.951, rel_l2 0.31; by
@@ -872,11 +888,12 @@ NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-r
   judged by the new `sequence` kind (`--option output_kind=phoneme_logits:sequence`): a word is right
   only if every decoder step is; per step it had passed at 97-99% with 4 of 12 words wrong. The cpu INT8
   search now ships a variant with 11 of 12 words equal (92% >= 90%); intel-cpu 11 of 12.
-- "Task differs" counts built artifacts whose task figure is below 100% (or decisions flipped > 0), 15:
-  magika intel-cpu (11 of 12), attacut decisions (0.46-0.52% flipped), silero-vad cpu INT8 (0.52%),
-  ddddocr-det boxes (94-95%), PP-OCR cls mobile INT8 (11 of 12 orientations), g2p cpu INT8 / intel-cpu
-  (11 of 12 words): all INT8 (intel-cpu's auto is INT8), each within its precision's task bound and each
-  figure in its check's verdict; every FP32/FP16 artifact the host can check equals FP32 on its task.
+- "Task differs" counts built artifacts whose task figure is below 100% (or decisions flipped > 0), 17:
+  magika intel-cpu (11 of 12), attacut decisions (0.46-0.52% flipped), silero-vad cpu and mobile INT8
+  (0.52%), ddddocr-det boxes (94-95%), PP-OCR cls mobile INT8 (11 of 12 orientations), g2p cpu INT8 /
+  intel-cpu (11 of 12 words): all INT8 (intel-cpu's auto is INT8), each within its precision's task bound
+  and each figure in its check's verdict; and PP-OCR det mobile FP32 (1 of 4.9 million pixels, above).
+  Every other FP32/FP16 artifact the host can check equals FP32 on its task.
   Read strictly ("no built artifact whose task result differs from FP32"), the goal is not met: it would
   take INT8 bounds of 100% task agreement, which a user can ask for
   (`--option int8_tolerance=top1_min=1,...`)."""
