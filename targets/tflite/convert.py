@@ -856,7 +856,7 @@ class Int8Search:
         return SearchFailed(
             f"no INT8 TFLite variant meets the int8 bound ({bound}) on the validation set, so int8 is not "
             f"shipped (search {time.perf_counter() - self.t0:.0f}s): {tried}",
-            "build fp16 for this target, calibrate with more representative --calib data, or (knowingly) relax "
+            "build fp16 (or fp32) for this target, calibrate with more representative --calib data, or (knowingly) relax "
             "the bound with --option int8_tolerance=cosine_min=0.95,...", self.record(None))
 
 
