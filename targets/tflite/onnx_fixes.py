@@ -36,16 +36,17 @@ def simplify(model: Any, work: Path) -> Any:
     (it can crash on a graph), each failure leaving the model as it was."""
     import onnx
 
-    path = work / "simplified.onnx"
+    path, out = work / "simplified.onnx", work / "simplified.next.onnx"
     onnx.save(model, str(path))
     for _ in range(3):
         try:
-            done = subprocess.run([sys.executable, "-m", "onnxsim", str(path), str(path)], capture_output=True,
+            done = subprocess.run([sys.executable, "-m", "onnxsim", str(path), str(out)], capture_output=True,
                                   timeout=600, check=False)
         except subprocess.TimeoutExpired:  # as a failure: the model as the last pass left it
             break
-        if done.returncode != 0:
+        if done.returncode != 0 or not out.is_file():
             break
+        out.replace(path)  # only a pass that finished replaces the model
     return onnx.load(str(path))
 
 
