@@ -43,6 +43,10 @@ class OpenVinoTarget(Target):
     extra = "openvino"
     packages = ["openvino", "nncf"]
 
+    def toolchain(self) -> dict[str, str]:
+        # rev 1: an If branch no calibration sample takes -> built again with the Ifs as a Where
+        return {**super().toolchain(), "int8": "NNCF search; uncalibrated If branches retried as a Where (rev 1)"}
+
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
         from .int8 import OPTION_KEYS

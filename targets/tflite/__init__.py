@@ -81,6 +81,11 @@ class TfliteTarget(Target):
     ifs_as_where = True  # onnx2tf fails on If (KeyError on a branch's outer initializer): targets.if_select
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
 
+    def toolchain(self) -> dict[str, str]:
+        # rev 1: onnxsim run by edgeopt, then onnx_fixes' rewrites; a failed FP16 file checked against FP32
+        return {**super().toolchain(), "converter": "onnx2tf after edgeopt's onnxsim + onnx_fixes rewrites; "
+                "fp16 failures checked against the fp32 file (rev 1)"}
+
     def known_options(self) -> frozenset[str] | None:
         return OPTION_KEYS
 
