@@ -58,6 +58,11 @@ def selectable_ifs(graph: Any) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "If" and why_not(n) is None]
 
 
+def unselectable_ifs(graph: Any) -> list[str]:
+    """``name: why`` for each top-level If that ``rewrite`` leaves as it is."""
+    return [f"{n.name or 'If'}: {why}" for n in graph.node if n.op_type == "If" and (why := why_not(n))]
+
+
 def _inline(branch: Any, prefix: str, main: Any) -> list[str]:
     """Append ``branch``'s nodes and initializers to ``main`` with its own tensor names prefixed
     (names from the outer scope are kept); return the branch outputs' new names."""

@@ -308,6 +308,20 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
 _PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose"}
 
 
+def constant_tensors(graph, names: set[str] | None = None) -> dict[str, Any]:
+    """Initializers and Constant-node outputs of the top graph, as arrays; only ``names`` when given
+    (converting every weight costs what the graph weighs)."""
+    from onnx import numpy_helper
+
+    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if names is None or t.name in names}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output and (names is None or node.output[0] in names):
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = numpy_helper.to_array(a.t)
+    return out
+
+
 def integer_input_ranges(path_or_model, names: list[str]) -> dict[str, tuple[int, int] | None]:
     """The valid value range ``[lo, hi)`` of each named integer input where the model tells it, else None.
 

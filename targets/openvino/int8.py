@@ -193,16 +193,6 @@ def has_attention(model) -> bool:
                for op in model.get_ordered_ops())
 
 
-def untaken_why(path: str) -> list[str]:
-    """Why the top-level Ifs of the ONNX model at ``path`` cannot be computed as a Where (``if_select.why_not``)."""
-    import onnx
-
-    from ..if_select import why_not
-
-    graph = onnx.load(path, load_external_data=False).graph
-    return [f"{n.name or 'If'}: {why}" for n in graph.node if n.op_type == "If" and (why := why_not(n))]
-
-
 def untaken_if_branches(ov, model, samples: list[dict[str, np.ndarray]]) -> list[str]:
     """The top-level If nodes whose then or else branch no calibration sample takes, one phrase each.
 
@@ -326,15 +316,22 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
 
     untaken = untaken_if_branches(ov, model, calib)
     if untaken:  # Target.build retries with the Ifs as a Where where it can (UncalibratedBranch)
-        both = "give --calib samples that take both branches of each If (for a detector: positives as well as negatives)"
+        import onnx
+
+        from ..if_select import unselectable_ifs
+
+        hint = "give --calib samples that take both branches of each If (for a detector: positives as well as negatives)"
+        if if_as_where_refused(job.options):
+            hint += (", or leave out --option if_as_where=false (both branches are then computed on every input and "
+                     "selected by a Where, so NNCF calibrates both), or build fp32/fp16 for this target")
+        else:
+            left = unselectable_ifs(onnx.load(job.prepared_path, load_external_data=False).graph)
+            hint += (", or build fp32/fp16 for this target (these Ifs cannot be computed as a Where: "
+                     f"{'; '.join(left) or 'see edgeopt inspect'})")
         raise UncalibratedBranch(
             f"INT8 for {job.target['name']}: NNCF calibrates each branch of an If with the calibration samples "
             f"that take it, and {'; '.join(untaken)}: that branch cannot be calibrated, so no int8 bundle is shipped",
-            hint=(f"{both}, or leave out --option if_as_where=false (both branches are then computed on every input "
-                  "and selected by a Where, so NNCF calibrates both), or build fp32/fp16 for this target")
-            if if_as_where_refused(job.options) else
-            f"{both}, or build fp32/fp16 for this target (these Ifs cannot be computed as a Where: "
-            + ("; ".join(sorted(set(untaken_why(job.prepared_path)))) or "see edgeopt inspect") + ")")
+            hint=hint)
 
     calib_ds = nncf.Dataset(calib)
     attention = has_attention(model)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import EdgeoptError, UsageError
+from edgeopt.model import constant_tensors
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # One operator table per TensorRT release whose onnx-tensorrt matrix edgeopt has, by version.
@@ -484,19 +485,6 @@ class QdqPlan:
 # residual Add that follows a Conv (so Conv + Add fuse into one INT8 kernel), nothing on outputs.
 INPUT_RULE = {"Conv": "conv-input", "ConvTranspose": "conv-transpose-input", "Gemm": "gemm-input",
               "MatMul": "matmul-input"}
-
-
-def constant_tensors(graph) -> dict[str, np.ndarray]:
-    """Initializers and Constant-node outputs of the top graph, as arrays."""
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for a in node.attribute:
-                if a.name == "value":
-                    out[node.output[0]] = numpy_helper.to_array(a.t)
-    return out
 
 
 def _attr(node, name: str, default: Any) -> Any:

@@ -66,14 +66,13 @@ def rewrite(model: Any) -> list[str]:
     return done
 
 
-def _constants(graph: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
+def _operands(graph: Any, op_type: str) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """The ``op_type`` nodes and those of their non-data inputs that are constants (only these are
+    converted to arrays: the weights stay protobuf)."""
+    from edgeopt.model import constant_tensors
 
-    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    return out
+    nodes = [n for n in graph.node if n.op_type == op_type]
+    return nodes, (constant_tensors(graph, {x for n in nodes for x in n.input[1:] if x}) if nodes else {})
 
 
 def _dims(model: Any) -> dict[str, list[int | None]]:
@@ -112,8 +111,8 @@ def split_slices(model: Any) -> int:
     from onnx import helper, numpy_helper
 
     g = model.graph
-    consts = _constants(g)
-    if not any(n.op_type == "Slice" for n in g.node):
+    slices, consts = _operands(g, "Slice")
+    if not slices:
         return 0
     dims = _dims(model)
     name = _Names(g)
@@ -161,9 +160,11 @@ def explicit_clips(model: Any) -> dict[str, int]:
     from onnx import helper
 
     g = model.graph
-    consts = _constants(g)
-    name = _Names(g)
+    clips, consts = _operands(g, "Clip")
     nodes, counts = [], {"sentinels": 0, "computed": 0}
+    if not clips:
+        return counts
+    name = _Names(g)
 
     def sentinel(x: str) -> bool:
         v = consts.get(x)
