@@ -489,19 +489,22 @@ def report(db: str | None = None, format: str = "table", title: str = "edgeopt r
 
 
 def parse_duration(text: str | float, what: str = "--budget") -> float:
-    """``60``, ``60s``, ``2m`` (or a number) -> seconds above 0."""
-    if isinstance(text, (int, float)):
+    """A duration -> seconds above 0: ``250ms``, ``60s``, ``2m``, ``1h``; a bare number is seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         v = float(text)
     else:
-        t = str(text).strip().lower()
-        mult = 60.0 if t.endswith("m") else 1.0
-        t = t[:-1] if t and t[-1] in "sm" else t
+        t = str(text).strip().lower().replace(" ", "")
+        mult = 1.0
+        for suffix, m in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+            if t.endswith(suffix):
+                t, mult = t[: -len(suffix)], m
+                break
         try:
             v = float(t) * mult
         except ValueError:
-            raise UsageError(f"{what}: expected seconds like 60s or 2m, got {text!r}") from None
-    if not v > 0:
-        raise UsageError(f"{what} must be above 0 s, got {text!r}")
+            raise UsageError(f"{what}: expected a duration like 500ms, 60s, 2m or 1h, got {text!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise UsageError(f"{what} must be a finite duration above 0 s, got {text!r}")
     return v
 
 

@@ -12,7 +12,9 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2  # bad input: model, flag, config, calibration data
 EXIT_BUILD_FAILED = 3  # a target failed to build or its host check failed
 EXIT_DEVICE_FAILED = 4  # a device was unreachable or a run on it failed
-EXIT_GATE_FAILED = 5  # a regression gate tripped
+EXIT_GOAL_NOT_MET = 5  # ran fine, goal not met: gate regressed, SLO unmet, max-QPS bound unmet, rollout halted
+EXIT_GATE_FAILED = EXIT_GOAL_NOT_MET  # the old name, kept as an alias
+EXIT_INCONCLUSIVE = 6  # ran fine, but the evidence could not decide (e.g. a gate ended inconclusive)
 
 
 class EdgeoptError(Exception):
@@ -76,8 +78,22 @@ class HostKeyError(DeviceError):
     """A host key is unknown (and trust-on-first-use was not asked for) or has changed."""
 
 
-class GateFailed(EdgeoptError):
+class GoalNotMet(EdgeoptError):
+    """The run went fine but its goal was not met (an SLO, a max-QPS bound, a gate). Exit 5."""
+
+    exit_code = EXIT_GOAL_NOT_MET
+
+
+class GateFailed(GoalNotMet):
+    """A regression gate tripped. Exit 5."""
+
     exit_code = EXIT_GATE_FAILED
+
+
+class Inconclusive(EdgeoptError):
+    """The run went fine but the evidence could not decide. Exit 6."""
+
+    exit_code = EXIT_INCONCLUSIVE
 
 
 def yaml_error(exc: Exception, src: str) -> str:
