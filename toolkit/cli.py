@@ -25,9 +25,6 @@ COMMANDS = {
     "gate": "gate", "rig": "rig", "baseline": "baseline", "history": "history", "rollout": "rollout",
     "rollback": "rollback", "fleet": "fleet", "tune": "tune", "ocr-check": "ocr",
 }
-# kept for callers of the old registry
-CLICK_COMMANDS = list(COMMANDS)
-
 EPILOG = examples("""\
 examples:
   edgeopt inspect model.onnx
@@ -36,9 +33,11 @@ examples:
   edgeopt run model.onnx --targets cpu --devices local --report report.html
   edgeopt gate dist/new/m/cpu-fp32 --baseline dist/old/m/cpu-fp32 --devices rig.yaml
 
-exit codes: 0 ok, 1 internal error, 2 bad input (model, flag, data), 3 a target failed to build or
-its check failed, 4 a device was unreachable or failed, 5 a regression gate tripped, 6 a gate was
-inconclusive, 130 interrupted.
+exit codes: 0 ok, 1 internal error, 2 bad input (model, flag, data; nothing written), 3 a target
+failed to build or its check failed, 4 a device was unreachable or failed, 5 ran fine but the goal
+was not met (a gate regressed, tune's SLO or find-max-qps' bound unmet, a rollout halted by its
+gate), 6 inconclusive (a gate could not decide), 130 interrupted. With --json an error is one
+object on stdout: {"schema": "edgeopt/v1", "kind": "error", "exit_code": N, "message": ..., "hint": ...}.
 
 shell completion (bash; zsh and fish alike):
   eval "$(_EDGEOPT_COMPLETE=bash_source edgeopt)"
@@ -115,6 +114,28 @@ def _usage_line(exc: click.UsageError) -> str:
     return f"{cmd}: error: {exc.format_message()} (see `{cmd} --help`)"
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """``--json`` (or ``--format json``) among the command's options: errors go to stdout as one object."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a == "--json" or a in ("--format=json", "-fjson") or (a in ("--format", "-f") and argv[i + 1:i + 2] == ["json"]):
+            return True
+    return False
+
+
+def _json_error(exit_code: int, message: str, hint: str | None = None, error: str = "UsageError") -> None:
+    """The error object of conventions.md on stdout (one line), for scripts that parse ``--json``."""
+    from edgeopt.jsonsafe import dumps
+
+    try:
+        sys.stdout.write(dumps({"schema": "edgeopt/v1", "kind": "error", "exit_code": exit_code, "error": error,
+                                "message": message, "hint": hint}, default=str) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # the reader left or stdout is closed: stderr has the line
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -122,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         # paramiko logs its own tracebacks; our one-line message says what happened
         logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
     _sigterm_as_interrupt()
+    as_json = _wants_json(argv)
     try:
         rv = cli.main(args=argv, prog_name="edgeopt", standalone_mode=False)
         return int(rv or 0)
@@ -129,15 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.exit_code or 0)
     except click.exceptions.UsageError as exc:
         print(_usage_line(exc), file=sys.stderr)
+        if as_json:
+            _json_error(EXIT_USAGE, exc.format_message(), f"see `{exc.ctx.command_path if exc.ctx else 'edgeopt'} --help`")
         return EXIT_USAGE
     except click.exceptions.Abort:
         print("edgeopt: interrupted", file=sys.stderr)
         return 130
     except click.exceptions.ClickException as exc:
         print(f"edgeopt: error: {exc.format_message()}", file=sys.stderr)
+        if as_json:
+            _json_error(int(exc.exit_code or 1), exc.format_message(), None, type(exc).__name__)
         return int(exc.exit_code or 1)
     except EdgeoptError as exc:
         print(f"edgeopt: error: {exc}", file=sys.stderr)
+        if as_json:
+            _json_error(exc.exit_code, exc.message, exc.hint, type(exc).__name__)
         return exc.exit_code
     except BrokenPipeError:  # `edgeopt inspect m.onnx | head`: the reader left; not an error of ours
         import os
@@ -147,11 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgeopt: interrupted", file=sys.stderr)
         return 130
-    except Exception:
+    except Exception as exc:
         import traceback
 
         traceback.print_exc()
         print("edgeopt: internal error (the traceback above is a bug; please report it)", file=sys.stderr)
+        if as_json:
+            _json_error(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}",
+                        "the traceback on stderr is a bug; please report it", "InternalError")
         return EXIT_INTERNAL
 
 

@@ -6,6 +6,8 @@ message and no traceback.  Anything else is an internal error and keeps its trac
 
 from __future__ import annotations
 
+from typing import Any
+
 # Exit codes: what each one means is part of the CLI's contract (README, --help).
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -21,14 +23,24 @@ class EdgeoptError(Exception):
     """A user-facing error: one message, an optional hint, no traceback."""
 
     exit_code = EXIT_USAGE
+    #: the typed result of the run that failed (``edgeopt.build``'s BuildReport, ``bench``'s FleetResult ...),
+    #: when the error ends a run that produced one; None otherwise
+    result: Any = None
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, result: Any = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        if result is not None:
+            self.result = result
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The error as ``--json`` prints it: ``{"schema", "kind": "error", "exit_code", "message", "hint"}``."""
+        return {"schema": "edgeopt/v1", "kind": "error", "exit_code": self.exit_code, "error": type(self).__name__,
+                "message": self.message, "hint": self.hint}
 
 
 class ModelError(EdgeoptError):
