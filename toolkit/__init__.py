@@ -14,8 +14,11 @@ __version__ = "0.1.0"
 
 API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
        "bench_options", "gate", "rollout", "tune", "rig_status", "rig_release", "baseline_save", "baseline_list",
-       "baseline_show", "baseline_export", "baseline_import", "history", "change_points")
-__all__ = ["__version__", *API]
+       "baseline_show", "baseline_export", "baseline_import", "history", "change_points", "parse_duration")
+# the exceptions the API raises (edgeopt.errors), importable from the package too
+ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
+          "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "Inconclusive")
+__all__ = ["__version__", *API, *ERRORS]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +26,13 @@ def __getattr__(name: str) -> Any:
         from edgeopt import api
 
         return getattr(api, name)
+    if name in ERRORS:
+        from edgeopt import errors
+
+        return getattr(errors, name)
     raise AttributeError(f"module 'edgeopt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """``dir(edgeopt)`` lists the API (loaded on use, so not in the module's globals until then)."""
+    return sorted({*globals(), *__all__})

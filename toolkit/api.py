@@ -16,15 +16,80 @@ Heavy modules load on use.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect as _pyinspect
+import logging
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import BuildFailed, DeviceError, GoalNotMet, UsageError
+
+if TYPE_CHECKING:
+    from edgeopt.deploy import PushResult
+    from edgeopt.fleetbench import FleetResult
+    from edgeopt.pipeline import BuildReport
+    from edgeopt.tune import TuneResult
 
 Progress = Callable[[str], None]
 JSON_SCHEMA = "edgeopt/v1"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _quiet_third_party() -> None:
+    """paramiko logs a failed handshake as an ERROR with its traceback, one record per line (21 lines on
+    stderr through Python's last-resort handler); the API raises DeviceError with one line instead. Its
+    logger is silenced unless the caller set a level on it (``logging.getLogger("paramiko").setLevel``)
+    or asked for debug logging on the root logger."""
+    lg = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in lg.handlers):
+        lg.addHandler(logging.NullHandler())  # no last-resort printing when nothing is configured
+    if lg.level == logging.NOTSET and logging.getLogger().level > logging.DEBUG:
+        lg.setLevel(logging.CRITICAL + 1)
+
+
+def _keywords_of(target: str) -> Callable[[], set[str]]:
+    """The keyword names of ``module:function`` (loaded on first use): what a ``**kw`` pass-through takes."""
+    def names() -> set[str]:
+        import importlib
+
+        mod, _, fn = target.partition(":")
+        sig = _pyinspect.signature(getattr(importlib.import_module(mod), fn))
+        return {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names
+
+
+def _api(extra: Callable[[], Iterable[str]] | None = None) -> Callable[[F], F]:
+    """A public API function: an unknown keyword (or a missing/extra argument) is a ``UsageError`` naming
+    the function and the closest keyword it takes (difflib), not a TypeError from an internal helper.
+    ``extra``: the keywords a ``**kw`` parameter passes on (checked too); without it ``**kw`` takes any."""
+    def deco(fn: F) -> F:
+        sig = _pyinspect.signature(fn)
+        own = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        open_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()) and extra is None
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            if not open_kw:
+                known = set(own) | (set(extra()) if extra is not None else set())
+                for k in kw:
+                    if k not in known:
+                        close = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.5)
+                        raise UsageError(f"edgeopt.{fn.__name__}() has no keyword {k!r}"
+                                         + (f"; did you mean {close[0]!r}?" if close else ""),
+                                         hint=f"help(edgeopt.{fn.__name__}) lists what it takes")
+            try:
+                sig.bind(*args, **kw)
+            except TypeError as exc:
+                raise UsageError(f"edgeopt.{fn.__name__}(): {exc}",
+                                 hint=f"help(edgeopt.{fn.__name__}) lists what it takes") from None
+            _quiet_third_party()
+            return fn(*args, **kw)
+
+        return wrapper  # type: ignore[return-value]
+    return deco
 
 
 def _quiet(s: str) -> None:
@@ -50,11 +115,11 @@ def envelope(kind: str, body: Any) -> dict[str, Any]:
 # --- model -----------------------------------------------------------------------------------------
 
 
+@_api()
 def inspect(model: str | os.PathLike, config: str | None = None,
             shapes: dict[str, list[int]] | list[str] | None = None) -> dict[str, Any]:
     """What is in the model and which targets can take it (``edgeopt inspect``)."""
     from edgeopt.model import inspect as _inspect
-    from edgeopt.targets.registry import all_targets, get_backend
 
     info = _inspect(model)
     static = None
@@ -62,21 +127,51 @@ def inspect(model: str | os.PathLike, config: str | None = None,
         from edgeopt.model import static_input_shapes
 
         static = static_input_shapes(info, parse_shapes(shapes))
-    rows = []
-    for spec in all_targets(config).values():
-        backend = get_backend(spec.backend)
-        bad = backend.unsupported_nodes(info, spec.as_dict())
-        rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad,
-                     "unsupported": [{"op": op, "node": n} for op, n in bad],
-                     "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
-                     "builds_here": backend.available() is None, "host_check": backend.check_kind})
-    out = {**info.as_dict(), "support": rows}
+    out = {**info.as_dict(), "support": support_matrix(info, config)}
     if static is not None:
         from edgeopt.model import flops_for
 
         out["shapes"] = static
         out["flops"] = flops_for(model, static)
     return out
+
+
+def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]:
+    """Per target: can it take the model (``supported``), the nodes it cannot (``unsupported``), why
+    (``why``), and ``format``: the opset/IR refusal when a runtime on the way cannot read the model's
+    ONNX opset or IR version (``{"message", "hint"}``; None when every runtime reads it)."""
+    from edgeopt.model import format_refusal
+    from edgeopt.targets.registry import all_targets, get_backend
+
+    rows = []
+    for spec in all_targets(config).values():
+        backend = get_backend(spec.backend)
+        bad = backend.unsupported_nodes(info, spec.as_dict())
+        fmt = format_refusal(info.opset, info.ir_version, spec.backend, spec.as_dict())
+        rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad and fmt is None,
+                     "unsupported": [{"op": op, "node": n} for op, n in bad],
+                     "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
+                     "format": {"message": fmt[0], "hint": fmt[1]} if fmt else None,
+                     "builds_here": backend.available() is None, "host_check": backend.check_kind})
+    return rows
+
+
+def check_model_format(model: str | os.PathLike) -> None:
+    """Refuse (exit 2, before anything is built) a model the installed ONNX Runtime cannot read: it computes
+    the FP32 reference of every target, so no target could be built."""
+    import onnx
+
+    from edgeopt.errors import ModelError
+    from edgeopt.model import format_refusal
+
+    try:
+        m = onnx.load(str(model), load_external_data=False)
+    except Exception:  # not ONNX, truncated ...: the pipeline's own message says it
+        return
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+    fmt = format_refusal(opset, m.ir_version, "onnxruntime")
+    if fmt is not None:
+        raise ModelError(f"{Path(model).name}: {fmt[0]}", hint=fmt[1])
 
 
 def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[str, list[int]]:
@@ -89,6 +184,7 @@ def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[
     return _parse(list(shapes or []))
 
 
+@_api()
 def list_targets(config: str | None = None) -> list[dict[str, Any]]:
     """Every target, built-in and from the config file (``edgeopt targets``; ``edgeopt.targets`` is the
     package of backends, so the function has this name)."""
@@ -124,14 +220,19 @@ def _value(v: str) -> Any:
     return {"true": True, "false": False}.get(v.lower(), v)
 
 
+@_api()
 def build(model: str | os.PathLike, targets: str | list[str], precision: str | list[str] = "auto",
           shapes: dict[str, list[int]] | list[str] | str | None = None, calib: str | None = None,
           preprocess: str | None = None, dist: str | os.PathLike = "dist", jobs: int = 2,
           timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
           options: dict[str, Any] | list[str] | None = None, config: str | None = None,
           calib_count: int = 32, val_count: int | None = None, batches: list[int] | None = None,
-          progress: Progress = _quiet):
+          progress: Progress = _quiet, raise_on_failure: bool = True) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
+
+    A target that failed to build or whose check refused the artifact (the CLI's exit 3) raises
+    ``BuildFailed`` with the report as ``err.result`` (the targets that built are installed); with
+    ``raise_on_failure=False`` the report is returned and ``report.ok`` says it.
 
     ``batches``: one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
     batch B under ``dist/batchB``), reported together.
@@ -146,11 +247,13 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
             raise UsageError(f"{name} must be at least {low}, got {v}")
     if not timeout > 0:
         raise UsageError(f"timeout must be above 0 s, got {timeout}")
+    if Path(model).is_file():  # (a missing file: the pipeline's own message)
+        check_model_format(model)
     kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
               allow_mismatch=allow_mismatch, config=config, options=parse_options(options), timeout=timeout,
               n_calib=calib_count, n_val=val_count, progress=progress)
     if not batches or list(batches) == [1]:
-        return _build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw)
+        return _build_checked(_build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw), raise_on_failure)
     if any(int(b) < 1 for b in batches):
         raise UsageError(f"--batch values must be at least 1, got {','.join(map(str, batches))}")
     from dataclasses import replace
@@ -164,9 +267,24 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
         reports.append(_build(model, targets, shapes=batch_shapes(base, b),
                               out=dist if b == 1 else Path(dist) / f"batch{b}", **kw))
     first = reports[0]
-    return replace(first, out=str(dist), results=[r for rep in reports for r in rep.results],
-                   warnings=list(dict.fromkeys(w for rep in reports for w in rep.warnings)),
-                   time_s=sum(rep.time_s for rep in reports), skipped=[s for rep in reports for s in rep.skipped])
+    return _build_checked(
+        replace(first, out=str(dist), results=[r for rep in reports for r in rep.results],
+                warnings=list(dict.fromkeys(w for rep in reports for w in rep.warnings)),
+                time_s=sum(rep.time_s for rep in reports), skipped=[s for rep in reports for s in rep.skipped]),
+        raise_on_failure)
+
+
+def _build_checked(report: BuildReport, raise_on_failure: bool) -> BuildReport:
+    """``BuildFailed`` (exit 3, the report as ``.result``) when a target failed, as the CLI exits."""
+    if raise_on_failure and not report.ok:
+        bad = [r for r in report.results if not r.ok]
+        first = ((bad[0].error or bad[0].check or "").strip().splitlines() or [""])[0][:300]
+        raise BuildFailed(f"{len(bad)} of {len(report.results)} build(s) failed: "
+                          + ", ".join(f"{r.target} {r.precision} ({r.status})" for r in bad)
+                          + (f"; {bad[0].target} {bad[0].precision}: {first}" if first else ""),
+                          hint="the BuildReport is err.result (the targets that built are installed); "
+                               "raise_on_failure=False returns it instead", result=report)
+    return report
 
 
 def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int]]:
@@ -177,6 +295,7 @@ def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int
 # --- devices ---------------------------------------------------------------------------------------
 
 
+@_api()
 def select_devices(devices: str | os.PathLike | None = "local", limit: str | list[str] | None = None,
                    labels: str | list[str] | None = None) -> list:
     """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error."""
@@ -221,6 +340,7 @@ def check_bench_targets(names: str | list[str] | None) -> list[str] | None:
     return picked
 
 
+@_api()
 def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str = 10, threads: int | None = None,
                   batch: int | str | list[int] = 1, bench_timeout: float = 300, limit_memory: float | None = None,
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
@@ -283,33 +403,78 @@ def check_batch(bundles: list, batch: int) -> None:
             raise UsageError(f"--batch {batch}: {b.model} {b.target}-{b.precision}: {exc}") from None
 
 
+@_api(extra=_keywords_of("edgeopt.api:bench_options"))
 def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
           labels: str | list[str] | None = None, targets: str | list[str] | None = None,
           bundles: list | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
-          verify: bool = False, db: str | None = None, progress: Progress = _quiet, **options: Any):
+          verify: bool = False, db: str | None = None, progress: Progress = _quiet, raise_on_failure: bool = True,
+          **options: Any) -> FleetResult:
     """Push what is missing and measure every bundle on its devices (``edgeopt bench``)
-    -> ``fleetbench.FleetResult``. ``options``: see :func:`bench_options`."""
+    -> ``fleetbench.FleetResult``. ``options``: see :func:`bench_options`.
+
+    A device that was unreachable or a run that failed (the CLI's exit 4) raises ``DeviceError`` with the
+    FleetResult as ``err.result`` (the other devices finished, every run is in the database); with
+    ``raise_on_failure=False`` it is returned and ``result.ok`` says it. Bad input (``UsageError``) is
+    raised before the results database is opened: nothing is written."""
+    res = _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel, verify, db, progress,
+                 options)
+    if raise_on_failure and not res.ok:
+        bad = [r for r in res.records if not r.ok]
+        first = bad[0]
+        msg = ((first.error or {}).get("message") or first.status).strip().splitlines()[0][:300]
+        raise DeviceError(f"{len(bad)} of {len(res.records)} run(s) failed: "
+                          + ", ".join(sorted({f"{r.device.get('name')} ({r.status})" for r in bad}))
+                          + f"; {first.device.get('name')}: {msg}",
+                          hint="the FleetResult is err.result (the other runs are in it and in the results "
+                               "database); raise_on_failure=False returns it instead", result=res)
+    return res
+
+
+def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel, verify, db, progress,
+           options: dict[str, Any]) -> FleetResult:
     from edgeopt.deploy import find_bundles
-    from edgeopt.fleetbench import bench_fleet
+    from edgeopt.fleetbench import bench_fleet, plan
     from edgeopt.results import DEFAULT_DB, ResultsDB
 
+    options = dict(options)
     batches = parse_batches(options.get("batch", 1))
+    picked = check_bench_targets(targets)
     if len(batches) > 1:
         return _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel,
                               verify, db, progress, options)
     options["batch"] = batches[0]
     opts = bench_options(**options)
-    picked = check_bench_targets(targets)
     devs = select_devices(devices, limit, labels)
     found = bundles if bundles is not None else find_bundles(dist)
+    check_target_filter(found, picked, dist)
     own = sorted({_static_batch(b) or 1 for b in found})
     if opts["batch"] == 1 and own != [1]:  # bundles built at other batches (build --batch): each at its own
         return _bench_batches(own, dist, devices, limit, labels, targets, found, trust_new_host_keys, parallel,
                               verify, db, progress, options, exact=True)
     check_batch(found, opts["batch"])
+    work, skipped = plan(devs, found, picked)
+    if not work:  # before the database is opened: bad input writes nothing
+        raise UsageError("nothing to bench: " + "; ".join(f"{s['device']}: {s['reason']}" for s in skipped),
+                         hint="check the devices' `target` against the bundles under --dist (edgeopt devices)")
     with ResultsDB(db or DEFAULT_DB) as rdb:
         return bench_fleet(devs, found, opts, targets=picked, trust_new_host_keys=trust_new_host_keys,
                            jobs=parallel, verify=verify, db=rdb, progress=progress)
+
+
+def check_target_filter(bundles: list, picked: list[str] | None, dist: str | os.PathLike | None = None) -> None:
+    """``--targets jetson`` with no jetson bundle among ``bundles`` is bad input (exit 2), said before
+    anything is pushed or written, with the targets there are."""
+    if not picked:
+        return
+    from edgeopt.inventory import canonical_target
+
+    want = {canonical_target(t) for t in picked}
+    if not any(canonical_target(b.target) in want for b in bundles):
+        have = sorted({b.target for b in bundles})
+        raise UsageError(f"no bundle of --targets {','.join(picked)}"
+                         + (f" under {str(dist)!r}" if dist is not None else "")
+                         + (f" (there are: {', '.join(have)})" if have else " (there is no bundle)"),
+                         hint=f"build it first: edgeopt build MODEL --targets {','.join(picked)}")
 
 
 def parse_batches(value: int | str | list[int] | None) -> list[int]:
@@ -345,7 +510,6 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
     import json
 
     from edgeopt.deploy import find_bundles
-    from edgeopt.fleetbench import FleetResult
     from edgeopt_agent.bench import _dynamic
 
     for b in batches:
@@ -366,8 +530,8 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
                 merged.skipped.append({"device": "-", "reason": f"batch {b}: no bundle takes it (build with --batch)"})
             continue
         progress(f"batch {b}: {len(mine)} bundle(s)")
-        res = bench(dist, devices, limit, labels, targets, mine, trust_new, parallel, verify, db, progress,
-                    **{**options, "batch": b})
+        res = _bench(dist, devices, limit, labels, targets, mine, trust_new, parallel, verify, db, progress,
+                     {**options, "batch": b})
         if merged is None:
             merged = res
         else:
@@ -381,11 +545,15 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
     return merged
 
 
+@_api()
 def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None,
          targets: str | list[str] | None = None, all_targets: bool = False, trust_new_host_keys: bool = False,
-         parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet) -> list:
-    """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult]."""
+         parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet,
+         raise_on_failure: bool = True) -> list[PushResult]:
+    """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult].
+    A device that failed (the CLI's exit 4) raises ``DeviceError`` with the list as ``err.result``, unless
+    ``raise_on_failure=False``."""
     from edgeopt.deploy import find_bundles, load_bundle
     from edgeopt.deploy import push as _push
     from edgeopt.fleetbench import plan
@@ -393,6 +561,8 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
     found = [load_bundle(b) for b in bundles] if bundles else find_bundles(dist)
     picked = check_bench_targets(targets)
     devs = select_devices(devices, limit, labels)
+    if not all_targets:
+        check_target_filter(found, picked, None if bundles else dist)
     if all_targets:
         work = [(d, found) for d in devs]
     else:
@@ -406,9 +576,16 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
         devs_g = [d for d, bs in work if bs == group]
         results += _push(devs_g, group, trust_new_host_keys=trust_new_host_keys, verify=verify,
                          activate=activate, jobs=parallel, progress=progress)
+    bad = [r for r in results if not r.ok]
+    if raise_on_failure and bad:
+        raise DeviceError(f"{len(bad)} of {len(results)} device(s) failed: "
+                          + "; ".join(f"{r.device}: {(r.error or 'failed').splitlines()[0][:200]}" for r in bad),
+                          hint="the PushResults are err.result; raise_on_failure=False returns them instead",
+                          result=results)
     return results
 
 
+@_api()
 def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
           labels: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
@@ -434,6 +611,7 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
         return dict(zip([d.name for d in devs], pool.map(one, devs)))
 
 
+@_api()
 def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
        labels: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
        dry_run: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
@@ -465,6 +643,7 @@ def resolve_target_filter(value: str | list[str] | None) -> str | None:
     return ",".join(resolve_target(n).name for n in names)
 
 
+@_api()
 def query(db: str | None = None, model: str | None = None, targets: str | list[str] | None = None,
           device: str | None = None, precision: str | None = None, since: str | None = None,
           run_id: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
@@ -477,6 +656,7 @@ def query(db: str | None = None, model: str | None = None, targets: str | list[s
                          since=since, run_id=run_id, latest=not all_runs)
 
 
+@_api(extra=_keywords_of("edgeopt.api:query"))
 def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", **filters: Any) -> str:
     """The comparison of measured runs as text in one format (``edgeopt report``)."""
     from edgeopt.reporting import render
@@ -488,6 +668,7 @@ def report(db: str | None = None, format: str = "table", title: str = "edgeopt r
 # --- HIL gate and fleet rollout --------------------------------------------------------------------
 
 
+@_api()
 def parse_duration(text: str | float, what: str = "--budget") -> float:
     """A duration -> seconds above 0: ``250ms``, ``60s``, ``2m``, ``1h``; a bare number is seconds."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -508,6 +689,7 @@ def parse_duration(text: str | float, what: str = "--budget") -> float:
     return v
 
 
+@_api(extra=_keywords_of("edgeopt.hil.gate:gate"))
 def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
@@ -525,6 +707,7 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
                  trust_new_host_keys, progress, **build)
 
 
+@_api(extra=_keywords_of("edgeopt.hil.rig:status"))
 def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-results.db",
                probe: bool = True, **kw: Any) -> Any:
     """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``)."""
@@ -533,6 +716,7 @@ def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-r
     return status(devices, db, probe, **kw)
 
 
+@_api()
 def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
     """Take a device out of quarantine (``edgeopt rig release``)."""
     from edgeopt.hil.rig import release
@@ -540,6 +724,7 @@ def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
     return release(device, db)
 
 
+@_api(extra=_keywords_of("edgeopt.hil.baseline:save"))
 def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", **kw: Any) -> Any:
     """Keep a gate's or bench's rounds as a named baseline (``edgeopt baseline save NAME --from RUN|latest``)."""
     from edgeopt.hil.baseline import save
@@ -547,24 +732,28 @@ def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", **kw: 
     return save(name, source, db, **kw)
 
 
+@_api()
 def baseline_list(db: str = "edgeopt-results.db") -> list[dict[str, Any]]:
     from edgeopt.hil.baseline import list_baselines
 
     return list_baselines(db)
 
 
+@_api()
 def baseline_show(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
     from edgeopt.hil.baseline import show
 
     return show(name, db)
 
 
+@_api()
 def baseline_export(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
     from edgeopt.hil.baseline import export
 
     return export(name, db)
 
 
+@_api(extra=_keywords_of("edgeopt.hil.baseline:import_file"))
 def baseline_import(path: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> Any:
     from edgeopt.hil.baseline import import_file
 
@@ -637,6 +826,7 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
                    latency_gate=latency_gate)
 
 
+@_api(extra=_keywords_of("edgeopt.api:rollout_options"))
 def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "1,10%,50%,100%",
             select: str | list[str] | None = None, limit: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
@@ -676,15 +866,44 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
         return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
 
 
-def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", **options: Any):
+@_api(extra=_keywords_of("edgeopt.tune:tune"))
+def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", raise_on_failure: bool = True,
+         **options: Any) -> TuneResult:
     """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tune.TuneResult``.
-    ``options``: limit, precision, batches, threads, slo, min_accuracy, objective, shapes, calib,
-    preprocess, dist, duration, exhaustive, db, progress (see ``edgeopt tune --help``)."""
+    ``options``: limit, labels, precision, batches, threads, slo, min_accuracy, objective, shapes, calib,
+    preprocess, dist, duration, exhaustive, db, progress (see ``edgeopt tune --help``).
+
+    Measured, but no configuration met the SLO/accuracy on some device (the CLI's exit 5): ``GoalNotMet``
+    with the TuneResult as ``err.result`` (``result.closest`` the nearest miss); every run failed on a
+    device: ``DeviceError``. ``raise_on_failure=False`` returns the result instead."""
     from edgeopt.tune import tune as _tune
 
-    return _tune(str(model), targets, devices=str(devices), **options)
+    res = _tune(str(model), targets, devices=str(devices), **options)
+    err = tune_failure(res)
+    if raise_on_failure and err is not None:
+        raise err
+    return res
 
 
+def tune_failure(res: TuneResult) -> GoalNotMet | DeviceError | None:
+    """What a finished tune failed at, as the error the CLI exits with: the SLO/accuracy missed on a device
+    that measured (``GoalNotMet``, exit 5), or a device where no point could be measured (``DeviceError``,
+    exit 4); None when every device has a winner."""
+    if res.closest:
+        d, p = next(iter(res.closest.items()))
+        return GoalNotMet(f"no configuration meets the goals on {', '.join(res.closest)}; closest on {d}: "
+                          f"{p.target} {p.precision} batch {p.batch} threads {p.threads} ({p.why_not})",
+                          hint="loosen --slo/--min-accuracy, or try more targets/precisions/batches", result=res)
+    failed = [p for p in res.points if p.status != "ok"]
+    devices = {p.device for p in res.points}
+    lost = sorted(d for d in devices if d not in res.winners)
+    if failed and lost:
+        return DeviceError(f"no point could be measured on {', '.join(lost)}: "
+                           f"{(failed[0].why_not or failed[0].status)[:200]}", result=res)
+    return None
+
+
+@_api(extra=_keywords_of("edgeopt.hil.history:history"))
 def history(model: str, db: str | None = None, **kw: Any) -> Any:
     """The series of benched/gated runs of a model with change points flagged (``edgeopt history``);
     ``kw``: target, device, metric (see ``edgeopt history --help``)."""
@@ -693,6 +912,7 @@ def history(model: str, db: str | None = None, **kw: Any) -> Any:
     return _history(model, db, **kw)
 
 
+@_api(extra=_keywords_of("edgeopt.hil.history:change_points"))
 def change_points(values: Any, **kw: Any) -> Any:
     """Change points of one series of figures (``edgeopt.hil.history.change_points``)."""
     from edgeopt.hil.history import change_points as _cp

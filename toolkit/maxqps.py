@@ -74,7 +74,11 @@ def search(sess, bundle_id: str, bound_ms: float, percentile: float = 99.0, engi
             note = (f"the bound is not met even at {q_min:.1f} QPS, the lowest rate whose p{percentile:g} a "
                     f"{max_probe_s:g}s probe can judge")
             break
-    return {"max_qps": round(lo, 2) if lo else None, "bound": {"percentile": percentile, "ms": bound_ms},
+    # met: a rate kept the bound; not met: the bound failed down to the lowest rate a probe can judge (or every
+    # probe was over it); undetermined: the search stopped before any probe could judge the percentile
+    verdict = "met" if lo else ("undetermined" if note and "too few queries" in note else "not met")
+    return {"max_qps": round(lo, 2) if lo else None, "verdict": verdict,
+            "bound": {"percentile": percentile, "ms": bound_ms},
             "service_p50_ms": service, "engine": engine_used, "probes": probes,
             "resolution": resolution, "converged": bool(hi is not None and lo and hi / lo <= 1 + resolution),
             **({"note": note} if note else {})}

@@ -497,3 +497,144 @@ def make_static(model, shapes: dict[str, list[int]]):
     except Exception:
         pass
     return m
+
+
+# --- which ONNX opset and IR version each runtime reads ----------------------------------------------------
+# The installed runtimes are asked (a one-node model stamped with the opset/IR in question), not a table: an
+# opset ONNX Runtime 1.23 does not read (24) fails its load with a C++ signature and a temp path, deep in a
+# build. ONNX Runtime reads every model edgeopt builds (the FP32 reference, the host checks, onnx2tf's own
+# runs, Core ML's structural check), so its limits bound every target; OpenVINO's ONNX frontend and the
+# TensorRT parser (its opset range, from the operator table of the TensorRT the target's devices run) add theirs.
+
+
+@dataclass(frozen=True)
+class FormatLimit:
+    """The newest ONNX opset (default domain) and IR version ``runtime`` reads; None: not limited below
+    what the installed ``onnx`` writes (or not known)."""
+
+    runtime: str
+    opset: int | None
+    ir: int | None
+    why: str = ""  # why it applies to the target ("the FP32 reference every build runs")
+
+
+def _identity_model(opset: int, ir: int) -> bytes:
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir
+    return m.SerializeToString() if isinstance(m, onnx.ModelProto) else bytes(m)
+
+
+def _newest(reads, have: int, floor: int) -> int | None:
+    """The newest value in [floor, have] that ``reads`` accepts, None when ``have`` itself is read (no limit
+    at or below ``have``) or nothing is."""
+    if reads(have):
+        return None
+    for v in range(have - 1, floor - 1, -1):
+        if reads(v):
+            return v
+    return None
+
+
+_PROBED: dict[tuple[str, str, int], bool] = {}
+
+
+def _reads(runtime: str, kind: str, value: int) -> bool:
+    """Does the installed ``runtime`` load a one-node model at opset ``value`` (kind "opset", IR 7) or IR
+    ``value`` (kind "ir", opset 13)? Cached per process."""
+    key = (runtime, kind, value)
+    if key not in _PROBED:
+        data = _identity_model(value if kind == "opset" else 13, 7 if kind == "opset" else value)
+        try:
+            if runtime == "onnxruntime":
+                import onnxruntime as ort
+
+                so = ort.SessionOptions()
+                so.log_severity_level = 4
+                ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            else:
+                import openvino as ov
+
+                ov.Core().read_model(data, b"")
+            _PROBED[key] = True
+        except ImportError:
+            raise
+        except Exception:
+            _PROBED[key] = False
+    return _PROBED[key]
+
+
+def runtime_limit(runtime: str, opset: int, ir: int) -> FormatLimit | None:
+    """Whether the installed ``runtime`` ("onnxruntime" or "openvino") reads opset ``opset`` and IR ``ir``:
+    None when it does (or is not installed), else the newest it reads."""
+    import importlib.metadata as md
+
+    dist = {"onnxruntime": "onnxruntime", "openvino": "openvino"}[runtime]
+    try:
+        version = md.version(dist)
+    except md.PackageNotFoundError:
+        try:
+            version = md.version(dist + "-gpu") if runtime == "onnxruntime" else None
+        except md.PackageNotFoundError:
+            version = None
+    if version is None:
+        return None
+    try:
+        new_ir = _newest(lambda v: _reads(runtime, "ir", v), ir, 3) if ir > 7 else None
+        new_opset = _newest(lambda v: _reads(runtime, "opset", v), opset, 7) if opset > 7 else None
+    except ImportError:
+        return None
+    if new_ir is None and new_opset is None:
+        return None
+    name = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}[runtime]
+    return FormatLimit(f"{name} {version}", new_opset, new_ir)
+
+
+def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | None = None
+                   ) -> tuple[str, str] | None:
+    """Why ``backend`` (for the target ``spec``) cannot take a model stamped with ONNX opset ``opset`` and IR
+    ``ir``: ``(message, hint)``, or None when every runtime on the way reads it. The message names the
+    runtime, its limit and why it reads the model; the hint says what to re-export with."""
+    limits: list[FormatLimit] = []
+    ort = runtime_limit("onnxruntime", opset, ir)
+    if ort is not None:
+        why = {"onnxruntime": "", "tflite": "onnx2tf runs the model in it, and ",
+               "coreml": "the structural check runs it, and "}.get(backend, "")
+        limits.append(FormatLimit(ort.runtime, ort.opset, ort.ir, why + "it computes the FP32 reference every "
+                                  "build is checked against"))
+    if backend == "openvino":
+        ov = runtime_limit("openvino", opset, ir)
+        if ov is not None:
+            limits.append(FormatLimit(ov.runtime + "'s ONNX frontend", ov.opset, ov.ir))
+    if backend == "tensorrt":
+        try:
+            from edgeopt.targets.tensorrt.prep import table_for_target
+
+            table = table_for_target(spec)
+            if opset > table.opset_max:
+                limits.append(FormatLimit(table.parser, table.opset_max, None, "it builds the engine on the device"))
+        except Exception:  # a profile naming no known TensorRT is refused by the build itself
+            pass
+    if not limits:
+        return None
+    max_opset = min((lim.opset for lim in limits if lim.opset is not None), default=None)
+    max_ir = min((lim.ir for lim in limits if lim.ir is not None), default=None)
+    said = []
+    for lim in limits:
+        reads = " and ".join(x for x in (f"opset <= {lim.opset}" if lim.opset is not None else "",
+                                         f"IR <= {lim.ir}" if lim.ir is not None else "") if x)
+        said.append(f"{lim.runtime} reads ONNX {reads}" + (f" ({lim.why})" if lim.why else ""))
+    msg = (f"the model is ONNX opset {opset}, IR {ir}: " + "; ".join(said))
+    fixes = []
+    if max_opset is not None:
+        fixes.append(f"re-export with opset <= {max_opset} (or onnx.version_converter.convert_version(model, "
+                     f"{max_opset}))")
+    if max_ir is not None:
+        fixes.append(f"save it with IR version <= {max_ir} (model.ir_version = {max_ir}; the version converter "
+                     "keeps the IR)")
+    return msg, "; ".join(fixes)

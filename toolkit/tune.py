@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import BuildFailed, UsageError
 
 IMPROVE = 0.03  # a step must beat the best so far by 3% to keep a sweep going
 BATCH_PATIENCE = 1  # batch sizes that may fail to improve before the batch sweep stops
@@ -169,7 +169,7 @@ def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc)
 
 
 def tune(model: str, targets: str, devices: str = "local", limit: str | list[str] | None = None,
-         precision: str = "fp32,int8", batches: list[int] | None = None, threads: list[int] | None = None,
+         labels: str | list[str] | None = None, precision: str = "fp32,int8", batches: list[int] | None = None, threads: list[int] | None = None,
          slo: str | None = None, min_accuracy: str | None = None, objective: str | None = None,
          shapes: Any = None, calib: str | None = None, preprocess: str | None = None, dist: str = "dist",
          duration: float = 1.0, exhaustive: bool = False, db: str | None = None, jobs: int = 2,
@@ -213,7 +213,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     slo_d, acc_d = parse_slo(slo), parse_min_accuracy(min_accuracy)
     if not duration > 0:
         raise UsageError(f"--duration must be above 0 s, got {duration}")
-    devs = api.select_devices(devices, limit)
+    devs = api.select_devices(devices, limit, labels)
     info = inspect(model)
     base = static_input_shapes(info, api.parse_shapes(shapes) or {})
     result = TuneResult(info.name, objective, slo_d, acc_d, exhaustive)
@@ -224,7 +224,8 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     for b in batches:
         progress(f"building batch {b}: {targets} × {precision}")
         rep = api.build(model, targets, precision=precision, shapes=api.batch_shapes(base, b), calib=calib,
-                        preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress)
+                        preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress,
+                        raise_on_failure=False)
         for r in rep.results:
             if r.ok:
                 built.setdefault(b, []).append(load_bundle(r.bundle))
@@ -233,7 +234,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                                        "reason": f"{r.status}: {(r.error or r.status).splitlines()[0][:160]}"})
     result.build_s = round(time.perf_counter() - t0, 2)
     if not built:
-        raise UsageError("no candidate built: " + "; ".join(f"{s['target']} {s['precision']} batch {s['batch']}: "
+        raise BuildFailed("no candidate built: " + "; ".join(f"{s['target']} {s['precision']} batch {s['batch']}: "
                                                            f"{s['reason']}" for s in result.skipped))
 
     # 2. the sweep, per device
@@ -261,7 +262,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                     progress(f"{dev.name}: {target} {prec} batch {b} threads {t}")
                     fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=t, batch=b,
                                    duration=duration, min_iters=20, warmup="0.3s", db=db,
-                                   trust_new_host_keys=trust_new_host_keys,
+                                   trust_new_host_keys=trust_new_host_keys, raise_on_failure=False,
                                    **_scenario_args(scenario, rates.get((target, prec))))
                     recs = [r for r in fr.records if r.device.get("name") == dev.name]
                     if not recs:
@@ -330,7 +331,7 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
             bundle = load_bundle(p.bundle)
             fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=p.threads, batch=p.batch,
                            duration=duration, min_iters=20, warmup="0.3s", db=db, trust_new_host_keys=trust_new,
-                           **_scenario_args(scenario, p.throughput_ips))
+                           raise_on_failure=False, **_scenario_args(scenario, p.throughput_ips))
             recs = [x for x in fr.records if x.device.get("name") == dev.name]
             if recs:
                 q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc)

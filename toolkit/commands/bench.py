@@ -101,8 +101,9 @@ examples:
   edgeopt bench --scenario server --target-qps 200 --latency-bound p99=20ms
   edgeopt bench --find-max-qps --latency-bound p99=20ms --targets intel-cpu
 
-exit codes: 0 every run ok, 2 bad input (nothing measured), 4 a device was unreachable or a run
-failed (the other devices finish).""")
+exit codes: 0 every run ok, 2 bad input (nothing measured, nothing written), 4 a device was
+unreachable or a run failed (the other devices finish); --find-max-qps: 5 a bound not met at any
+rate, 6 a search that could not judge the percentile.""")
 
 
 @click.command("bench", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
@@ -126,7 +127,7 @@ def command(**kw) -> int:
 def run_max_qps(args) -> int:
     from edgeopt import api
     from edgeopt.deploy import find_bundles
-    from edgeopt.errors import EXIT_DEVICE_FAILED, UsageError
+    from edgeopt.errors import UsageError
     from edgeopt.maxqps import find_max_qps
     from edgeopt.ui import stderr_progress, table
 
@@ -136,11 +137,14 @@ def run_max_qps(args) -> int:
     if args.target_qps is not None or args.scenario not in (None, "server"):
         raise UsageError("--find-max-qps searches the server scenario's rate: drop --target-qps/--scenario")
     picked = api.check_bench_targets(args.targets)
+    found = find_bundles(args.dist)
     devs = api.select_devices(args.devices, list(args.only), list(args.label))
-    rows = find_max_qps(devs, find_bundles(args.dist), bound, pct, args.engine, args.threads,
+    api.check_target_filter(found, picked, args.dist)
+    rows = find_max_qps(devs, found, bound, pct, args.engine, args.threads,
                         args.trust_new_host_keys, picked, stderr_progress(args.quiet))
+    code = max_qps_exit(rows)
     if args.json:
-        emit_json(rows, "max-qps")
+        emit_json({"items": rows, "exit_code": code}, "max-qps")
     else:
         cols = [("device", "device"), ("target", "target"), ("precision", "precision"), ("qps", "max QPS"),
                 ("bound", "within"), ("engine", "engine"), ("probes", "probes"), ("note", "note")]
@@ -148,9 +152,22 @@ def run_max_qps(args) -> int:
                            "qps": f"{r['max_qps']:.1f}" if r.get("max_qps") else "-",
                            "bound": f"p{pct:g} <= {bound:g} ms", "engine": r.get("engine") or "-",
                            "probes": str(len(r.get("probes") or [])),
-                           "note": r.get("error") or r.get("note") or ("" if r.get("converged") else "not converged")}
+                           "note": r.get("error") or r.get("note")
+                           or ("the bound is not met at any rate probed" if r.get("verdict") == "not met" else "")
+                           or ("" if r.get("converged") else "not converged")}
                           for r in rows], cols))
-    return 0 if all(r["status"] == "ok" for r in rows) else EXIT_DEVICE_FAILED
+    return code
+
+
+def max_qps_exit(rows: list[dict]) -> int:
+    """4 when a device or probe failed, else 5 when a bound was not met at any rate (goal not met), else 6
+    when a search could not judge the percentile (inconclusive), else 0."""
+    from edgeopt.errors import EXIT_DEVICE_FAILED, EXIT_GOAL_NOT_MET, EXIT_INCONCLUSIVE
+
+    if any(r["status"] != "ok" for r in rows):
+        return EXIT_DEVICE_FAILED
+    verdicts = {r.get("verdict") or ("met" if r.get("max_qps") else "not met") for r in rows}
+    return EXIT_GOAL_NOT_MET if "not met" in verdicts else EXIT_INCONCLUSIVE if "undetermined" in verdicts else 0
 
 
 def bench_kwargs(args) -> dict:
@@ -168,7 +185,7 @@ def run_bench(args, bundles: list, progress):
     return api.bench(devices=args.devices, limit=list(args.only), labels=list(args.label),
                      targets=getattr(args, "bench_targets", None), bundles=bundles,
                      trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
-                     db=args.db, progress=progress, **bench_kwargs(args))
+                     db=args.db, progress=progress, raise_on_failure=False, **bench_kwargs(args))
 
 
 def print_fleet(result) -> None:
@@ -215,6 +232,7 @@ def run(args) -> int:
 
     args.bench_targets = args.targets
     api.bench_options(**bench_kwargs(args))  # refuse bad options before reading the bundles
+    api.check_bench_targets(args.targets)
     bundles = find_bundles(args.dist)
     result = run_bench(args, bundles, stderr_progress(args.quiet))
     if args.json:

@@ -57,7 +57,8 @@ def build_from_args(args):
                      dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
                      config=args.config, options=list(args.option), timeout=args.timeout,
                      calib_count=args.calib_count, val_count=args.val_count,
-                     batches=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet))
+                     batches=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
+                     raise_on_failure=False)
 
 
 def parse_batches(text: str | None) -> list[int] | None:

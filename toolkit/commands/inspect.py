@@ -13,7 +13,11 @@ examples:
   edgeopt inspect detector.onnx --shape images:1x3x640x640   # FLOPs at that shape
   edgeopt inspect model.onnx --json | jq '.support[] | select(.supported | not)'
 
-exit codes: 0 ok, 2 the model is missing, truncated or not ONNX.""")
+exit codes: 0 ok, 2 the model is missing, truncated or not ONNX.
+
+A target is marked NO when it cannot take a node of the model, or when a runtime on its way cannot
+read the model's ONNX opset or IR version (ONNX Runtime, which computes every build's FP32
+reference; OpenVINO's ONNX frontend; the TensorRT parser of the target's profile).""")
 
 
 @click.command("inspect", epilog=EXAMPLES, context_settings=CONTEXT,
@@ -32,18 +36,9 @@ def command(**kw) -> int:
 
 
 def support_matrix(info, config=None) -> list[dict]:
-    from edgeopt.targets.registry import all_targets, get_backend
+    from edgeopt.api import support_matrix as _matrix
 
-    rows = []
-    for spec in all_targets(config).values():
-        backend = get_backend(spec.backend)
-        bad = backend.unsupported_nodes(info, spec.as_dict())
-        rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad,
-                     "unsupported": [{"op": op, "node": n} for op, n in bad],
-                     "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
-                     "builds_here": backend.available() is None,
-                     "host_check": backend.check_kind})
-    return rows
+    return _matrix(info, config)
 
 
 def run(args) -> int:
@@ -80,12 +75,21 @@ def run(args) -> int:
     for r in matrix:
         if r["supported"]:
             status = "yes"
+        elif r.get("format") and not r["unsupported"]:
+            status = f"NO: opset {info.opset}, IR {info.ir_version} (see below)"
         else:
             ops = sorted({u["op"] for u in r["unsupported"]})
-            status = f"NO: {len(r['unsupported'])} node(s): {', '.join(ops)}"
+            status = f"NO: {len(r['unsupported'])} node(s): {', '.join(ops)}" + (
+                f"; opset {info.opset}, IR {info.ir_version}" if r.get("format") else "")
         rows.append({**r, "status": status, "here": "yes" if r["builds_here"] else "no (extra missing)"})
     print(table(rows, [("target", "target"), ("backend", "backend"), ("status", "can take the model"),
                        ("here", "builds here"), ("host_check", "host check")]))
+    refusals: dict[tuple[str, str], list[str]] = {}  # one paragraph per distinct opset/IR refusal
+    for r in matrix:
+        if r.get("format"):
+            refusals.setdefault((r["format"]["message"], r["format"]["hint"]), []).append(r["target"])
+    for (msg, hint), names in refusals.items():
+        print(f"\n{', '.join(names)}: {msg}\n  hint: {hint}")
     for r in matrix:
         if r["unsupported"]:
             print(f"\n{r['target']}: unsupported nodes" + (f" ({r['why']})" if r.get("why") else ""))

@@ -21,8 +21,11 @@ upward and a sweep stops when a step improves the objective by less than 3%; bat
 first that misses the SLO or after two that stop paying (--exhaustive measures everything). The 3
 best points are then re-measured in --confirm interleaved rounds and the pick is made on their medians. The winner per device is
 written as a tuned bundle (the threads in runtime.options) under DIST/<model>/tuned/<device>/ —
-bench or roll out that folder. Exit 2 when no configuration meets the SLO/accuracy (the closest is
-shown), 4 when a device failed.
+bench or roll out that folder.
+
+exit codes: 0 a winner on every device, 2 bad input (nothing built), 3 no candidate built, 4 a device
+failed (nothing measured on it), 5 measured, but no configuration meets the SLO/accuracy on some
+device (the closest is shown).
 """)
 
 
@@ -48,7 +51,9 @@ shown), 4 when a device failed.
 @click.option("--calib", default=None, help="Calibration/validation data (as for build).")
 @click.option("--preprocess", default=None, help="Image preprocessing (as for build).")
 @click.option("--devices", default="local", show_default=True, help="Inventory or `local`.")
-@click.option("--limit", multiple=True, help="Only these devices (comma-separated names).")
+@click.option("--limit", "--only", "limit", multiple=True, help="Only these devices (comma-separated names).")
+@click.option("--label", multiple=True, metavar="LABEL",
+              help="Only devices with one of these labels (Ansible groups become labels).")
 @click.option("--duration", default=1.0, show_default=True, type=float, help="Seconds per measured point.")
 @click.option("--exhaustive", is_flag=True, help="Measure every point (no pruning).")
 @click.option("--confirm", "confirm_rounds", default=2, show_default=True, type=click.IntRange(min=0),
@@ -61,11 +66,12 @@ shown), 4 when a device failed.
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, scenario, shapes, calib,
-            preprocess, devices, limit, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
+            preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
             quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
+    from edgeopt.api import tune_failure
     from edgeopt.commands import emit_json
-    from edgeopt.errors import EXIT_DEVICE_FAILED, UsageError
+    from edgeopt.errors import UsageError
     from edgeopt.tune import tune
 
     def ints(text: str | None, what: str) -> list[int] | None:
@@ -77,22 +83,23 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
             raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
 
     progress = (lambda s: None) if quiet else (lambda s: print(f"[tune] {s}", file=sys.stderr, flush=True))
-    res = tune(model, targets, devices=devices, limit=list(limit) or None, precision=precision,
+    res = tune(model, targets, devices=devices, limit=list(limit) or None, labels=list(label) or None,
+               precision=precision,
                batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
                min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
                preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
                confirm_rounds=confirm_rounds, scenario=scenario,
                trust_new_host_keys=trust_new_host_keys, progress=progress)
-    if as_json:
-        emit_json(res.as_dict(), "tune")
-    else:
-        _print(res)
-    failed = [p for p in res.points if p.status != "ok"]
-    if res.closest and not res.winners:
-        d, p = next(iter(res.closest.items()))
-        raise UsageError(f"no configuration meets the goals on {', '.join(res.closest)}; closest on {d}: "
-                         f"{p.target} {p.precision} batch {p.batch} threads {p.threads} ({p.why_not})")
-    return EXIT_DEVICE_FAILED if failed and not res.winners else 0
+    err = tune_failure(res)  # GoalNotMet (exit 5) or DeviceError (exit 4), as edgeopt.tune raises them
+    if as_json:  # one object: the sweep, with what it failed at
+        emit_json({**res.as_dict(), "exit_code": err.exit_code if err else 0,
+                   "error": {"kind": type(err).__name__, "message": err.message, "hint": err.hint} if err else None},
+                  "tune")
+        return err.exit_code if err else 0
+    _print(res)
+    if err is not None:
+        raise err
+    return 0
 
 
 def _print(res) -> None:
