@@ -42,6 +42,7 @@ import numpy as np
 
 from edgeopt_agent.compare import seq_label, task_agreement, top1_text
 
+from . import mixed_concat
 from .onnxruntime.quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
 
 SEARCH_MODES = {"quick": 120.0, "full": 600.0}  # mode -> default time budget (s)
@@ -151,14 +152,33 @@ class QdqSearch:
         fsess = ort.InferenceSession(str(backend.float_path), so, providers=["CPUExecutionProvider"])
         self.float_session = fsess
         self.calib_reference = run_all(fsess, self.calib_check, self.out_names)
+        self.notes: list[str] = []
+        self.mixed_concats = self._mixed_concats()
         self.variants: list[Variant] = []
         self.cross_checks: list[dict[str, Any]] = []
         self._folds: list[tuple[Any, list[int], Path]] | None = None  # (backend, held-out indices, work)
         self._pool_reference: dict[str, np.ndarray] | None = None  # FP32 outputs of calib + val, made once
-        self.notes: list[str] = []
         self.timings: dict[str, float] = {}
         self.ranking: list[dict[str, Any]] = []
         self.t0 = time.perf_counter()
+
+    def _mixed_concats(self) -> list[mixed_concat.MixedConcat]:
+        """Concats of differently-scaled inputs (``mixed_concat``): kept float, with their readers, in every
+        variant (the backend's ``always_float``), and said in the notes."""
+        if not hasattr(self.backend, "always_float"):
+            return []
+        try:
+            found = mixed_concat.find(self.backend.float_path, self.calib)
+        except Exception as exc:  # noqa: BLE001 - a graph whose Concat inputs cannot be exposed: no rule, said
+            self.notes.append(f"mixed-scale concat check not possible ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+            return []
+        if found:
+            self.backend.always_float = mixed_concat.float_nodes(found)
+            self.notes.append(mixed_concat.note(found))
+            self.progress(f"int8: {len(found)} concat(s) of differently-scaled tensors kept float: "
+                          + ", ".join(f"{mc.node} ({mc.ratio:.0f}x)" for mc in found))
+        return found
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -174,7 +194,7 @@ class QdqSearch:
         from edgeopt_agent.compare import compare_outputs, tensor_metrics
 
         path = self.work / f"variant-{len(self.variants)}.onnx"
-        why = dict(why_float or {})
+        why = {**getattr(self.backend, "always_float", {}), **(why_float or {})}
         try:
             self.backend.make(s, path)
             sess = self.backend.session(path)
@@ -234,7 +254,7 @@ class QdqSearch:
         ranking = sensitivity(self.ort, self.backend.float_path, best.path, feeds, self.work)
         allowed = self.backend.fallback_nodes(best.settings)
         trials, n_cand = FALLBACK[self.mode]
-        skip = set(skip) | set(best.settings.exclude)
+        skip = set(skip) | set(best.settings.exclude) | set(getattr(self.backend, "always_float", {}))
         pre = [name for name, _, drop in ranking
                if drop > 0 and name not in skip and (allowed is None or name in allowed)][:n_cand]
         reference = {n: a[: len(feeds)] for n, a in self.calib_reference.items()}
@@ -406,4 +426,5 @@ class QdqSearch:
         return {"search": self.mode, "budget_s": self.budget_s, "time_s": round(self.elapsed(), 1),
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
-                "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes}
+                "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes,
+                "mixed_scale_concats": [mc.record() for mc in self.mixed_concats]}

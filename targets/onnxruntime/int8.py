@@ -224,7 +224,8 @@ def weighted_only(search: QdqSearch) -> None:
     search.try_variant(replace(best.settings, ops="weighted"), "weighted-ops")
 
 
-def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
+def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path,
+                       always: tuple[str, ...] | list[str] = ()) -> None:
     """``onnxruntime.quant.quantize`` with ORT's ``ActivationSymmetric`` (activation zero points centred)."""
     from onnxruntime.quantization import QDQQuantizer, QuantType
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
@@ -232,7 +233,7 @@ def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path) ->
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     fp = load_model_with_shape_infer(model)
     quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
-                             copy.deepcopy(ranges), [], excluded_nodes(fp, s), op_types(s),
+                             copy.deepcopy(ranges), [], excluded_nodes(fp, s, always), op_types(s),
                              {"ActivationSymmetric": True})
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(dst))
@@ -251,6 +252,7 @@ class OrtBackend:
         self.ort, self.float_path, self.calib, self.work, self.progress = ort, pre, calib, work, progress
         self.ranges: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self.always_float: dict[str, str] = {}  # node -> why, kept float in every variant (qdq_search sets it)
 
     def prepare(self, method: str) -> Any:
         if method not in self.ranges:
@@ -263,9 +265,9 @@ class OrtBackend:
     def make(self, s: OrtSettings, dst: Path) -> None:
         ranges = self.prepare(s.calibration)
         if getattr(s, "symmetric_activation", False):
-            quantize_symmetric(self.float_path, ranges, s, dst)
+            quantize_symmetric(self.float_path, ranges, s, dst, list(self.always_float))
         else:
-            quantize(self.float_path, ranges, s, dst)
+            quantize(self.float_path, ranges, s, dst, list(self.always_float))
 
     def session(self, path: Path, timing: bool = False):
         return session(self.ort, path, threads=TIMING_THREADS if timing else None)
@@ -274,7 +276,9 @@ class OrtBackend:
         return None
 
     def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> OrtBackend:
-        return OrtBackend(self.ort, self.float_path, calib, work, lambda s: None)
+        other = OrtBackend(self.ort, self.float_path, calib, work, lambda s: None)
+        other.always_float = dict(self.always_float)
+        return other
 
 
 def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
@@ -376,7 +380,7 @@ def _output(job: BuildJob, plan: SearchPlan, feat: dict[str, Any], why: str, sea
             "timings": rec["timings"], "timing_threads": TIMING_THREADS,
             "calibration_samples": rec["calibration_samples"],
             "validation_samples": rec["validation_samples"], "cross_checks": rec["cross_checks"],
-            "notes": rec["notes"], "selection": rule}
+            "notes": rec["notes"], "selection": rule, "mixed_scale_concats": rec["mixed_scale_concats"]}
     notes = [f"INT8 (ORT static QDQ) kept {chosen.summary()}; FP32 {fp32_ms:.2f} ms on the build host (x{speedup})"]
     notes += [f"int8 variant tried: {v.summary()}" for v in search.variants] + search.notes
     if feat["source"].startswith("build host"):

@@ -178,9 +178,11 @@ def unweighted_products(model) -> list[str]:
             if n.op_type in ("MatMul", "Gemm") and len(n.input) >= 2 and not {n.input[0], n.input[1]} & consts]
 
 
-def excluded_nodes(model, s: QuantSettings) -> list[str]:
-    """The nodes a setting keeps float: its own list, the output activations, the unweighted products."""
-    out = list(s.exclude) + (output_activations(model) if s.float_output else [])
+def excluded_nodes(model, s: QuantSettings, always: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The nodes a setting keeps float: its own list, the output activations, the unweighted products,
+    and ``always`` (the search's rules for every variant: ``mixed_concat``)."""
+    out = list(s.exclude) + [n for n in always if n not in s.exclude]
+    out += [n for n in (output_activations(model) if s.float_output else []) if n not in out]
     return out + ([n for n in unweighted_products(model) if n not in out] if s.ops == "weighted" else [])
 
 
@@ -190,15 +192,16 @@ def output_activations(model) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type in OUTPUT_ACTIVATIONS and set(n.output) & outputs]
 
 
-def quantize(model: Path, ranges: Any, s: QuantSettings, dst: Path) -> None:
-    """The QDQ model for one setting, from precomputed ranges (quantize_static's own steps)."""
+def quantize(model: Path, ranges: Any, s: QuantSettings, dst: Path, always: tuple[str, ...] | list[str] = ()) -> None:
+    """The QDQ model for one setting, from precomputed ranges (quantize_static's own steps); ``always``:
+    nodes kept float whatever the setting."""
     from onnxruntime.quantization import QDQQuantizer, QuantType
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
 
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     fp = load_model_with_shape_infer(model)
     quantizer = QDQQuantizer(fp, s.per_channel, s.reduce_range, qtype[s.weight], qtype[s.activation],
-                             copy.deepcopy(ranges), [], excluded_nodes(fp, s), op_types(s), {})
+                             copy.deepcopy(ranges), [], excluded_nodes(fp, s, always), op_types(s), {})
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(dst))
 

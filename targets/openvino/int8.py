@@ -224,20 +224,59 @@ def untaken_if_branches(ov, model, samples: list[dict[str, np.ndarray]]) -> list
     return phrases
 
 
+def reloaded(ov, model, scratch: Path):
+    """``model`` as the bundle will hold it: serialized as the build saves it (``ov.save_model``, FP32
+    weights) and read back into memory.  The search judges and times this, never NNCF's in-memory model:
+    the CPU plugin compiles the two differently (measured, OpenVINO 2026.4 on an AVX2 host: a CNN+LSTM's
+    in-memory INT8 model ran its LSTMSequence as a float TensorIterator, rel_l2 0.019 against FP32; the
+    same model saved and read back ran it as a quantized u8 RNNSeq, rel_l2 0.32 -- the in-memory graph's
+    runtime info, which the IR does not keep, changed the plugin's choice).  So "meets the bound" is said
+    of the saved artifact."""
+    d = Path(tempfile.mkdtemp(prefix="ov-judge-", dir=scratch))
+    try:
+        ov.save_model(model, str(d / "model.xml"), compress_to_fp16=False)
+        return ov.Core().read_model(str(d / "model.xml"), config={"ENABLE_MMAP": False})
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def quantizers(model) -> int:
     """FakeQuantize nodes: how much of the model runs in INT8."""
     return sum(op.get_type_name() == "FakeQuantize" for op in model.get_ordered_ops())
 
 
-def nncf_kwargs(nncf, settings: dict[str, Any], target_device: str, subset_size: int) -> dict[str, Any]:
-    """A variant's plain settings -> keyword arguments of nncf.quantize*."""
+def nncf_kwargs(nncf, settings: dict[str, Any], target_device: str, subset_size: int,
+                ignored: list[str] | None = None) -> dict[str, Any]:
+    """A variant's plain settings -> keyword arguments of nncf.quantize* (``ignored``: OpenVINO op names
+    NNCF must not quantize, ``mixed_scale_ignored``)."""
     kw: dict[str, Any] = {"preset": nncf.QuantizationPreset(settings["preset"]),
                           "fast_bias_correction": bool(settings.get("fast_bias_correction", True)),
                           "subset_size": subset_size,
                           "target_device": getattr(nncf.TargetDevice, target_device, nncf.TargetDevice.ANY)}
     if settings.get("model_type") == "transformer":
         kw["model_type"] = nncf.ModelType.TRANSFORMER
+    if ignored:
+        kw["ignored_scope"] = nncf.IgnoredScope(names=list(ignored), validate=False)
     return kw
+
+
+def mixed_scale_ignored(model, prepared_path: str, calib: list[dict[str, np.ndarray]]) -> tuple[list[str], list[Any]]:
+    """OpenVINO op names of the Concats of differently-scaled inputs and their readers (``mixed_concat``:
+    NNCF keeps them float), found on the prepared ONNX and matched by output tensor name; and what was found."""
+    import onnx
+
+    from ..mixed_concat import find
+
+    onnx_model = onnx.load(prepared_path)
+    found = find(onnx_model, calib)
+    if not found:
+        return [], []
+    outputs = {n.name: list(n.output) for n in onnx_model.graph.node}
+    wanted = {t for mc in found for node in mc.float_nodes for t in outputs.get(node, [])}
+    names = [op.get_friendly_name() for op in model.get_ordered_ops()
+             if op.get_type_name() not in ("Result", "Constant")
+             and any(wanted & set(port.get_names()) for port in op.outputs())]
+    return names, found
 
 
 def _load_sets(job_like: dict[str, Any]):
@@ -334,6 +373,18 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
             hint=hint)
 
     calib_ds = nncf.Dataset(calib)
+    scratch = Path(job.bundle_dir).parent
+    try:
+        ignored, mixed = mixed_scale_ignored(model, job.prepared_path, calib)
+    except Exception as exc:  # noqa: BLE001 - the rule cannot be measured on this graph: said, not fatal
+        ignored, mixed = [], []
+        mixed_note = f"mixed-scale concat check not possible ({_first_line(exc)[:160]})"
+    else:
+        from ..mixed_concat import note as mixed_concat_note
+
+        mixed_note = mixed_concat_note(mixed) + " (NNCF ignored scope: " + ", ".join(ignored) + ")" if mixed else ""
+    if mixed:
+        progress(f"INT8: {len(mixed)} concat(s) of differently-scaled tensors kept float (NNCF ignored scope)")
     attention = has_attention(model)
     tried: list[dict[str, Any]] = []
     models: dict[str, Any] = {}
@@ -349,7 +400,9 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         progress(f"INT8 variant {name}: NNCF quantization on {len(calib)} calibration samples")
         t0 = time.perf_counter()
         try:
-            q = nncf.quantize(model.clone(), calib_ds, **nncf_kwargs(nncf, settings, target_device, len(calib)))
+            q = nncf.quantize(model.clone(), calib_ds,
+                              **nncf_kwargs(nncf, settings, target_device, len(calib), ignored))
+            q = reloaded(ov, q, scratch)  # judged (and later saved) as the bundle's IR, not in memory
             comparison = judge.judge(q)
         except Exception as exc:  # NNCF or the plugin refuses this model/variant: record it, try the next
             last_s = time.perf_counter() - t0
@@ -379,7 +432,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
                           "skipped": f"no time left in the {budget:.0f}s search budget (int8_budget_s)"})
         else:
             entry, q = _accuracy_control(ov, model, judge, tried, sets, target_device, parsed["max_reverts"],
-                                         left, job, progress)
+                                         left, job, progress, ignored)
             tried.append(entry)
             if q is not None and entry.get("passed"):
                 models["accuracy-control"] = q
@@ -413,10 +466,14 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     record = {"search": mode, "tolerance": tol, "tried": tried, "chosen": chosen["variant"],
               "runtime_precision": precision_record, "validation_samples": len(feeds),
               "calibration_samples": len(calib), "search_s": round(time.perf_counter() - t_start, 1),
-              "latency_ms_build_host": {"int8": chosen["latency_ms"], "fp32_ir_f32": fp32_ms, "device": device}}
+              "latency_ms_build_host": {"int8": chosen["latency_ms"], "fp32_ir_f32": fp32_ms, "device": device},
+              "judged": "the serialized IR read back (what the bundle holds), with the bundle's compile config",
+              "mixed_scale_concats": [mc.record() for mc in mixed]}
     notes = [f"INT8 by NNCF {nncf.__version__}, variant {chosen['variant']} {chosen['settings']} chosen of "
              f"{sum('passed' in t for t in tried)} tried ({_figures(chosen['metrics'])}); "
              f"build-host latency {chosen['latency_ms']} ms vs FP32 IR {fp32_ms} ms on {device}"]
+    if mixed_note:
+        notes.append(mixed_note)
     if pinned and device_on_host:
         notes.append("INT8 bundle pins INFERENCE_PRECISION_HINT=f32 for the layers left in floating point: the FP32 "
                      "IR at the plugin's default precision alone misses the INT8 bound "
@@ -432,7 +489,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
 
 
 def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, iterations: int, left_s: float,
-                      job: BuildJob, progress) -> tuple[dict[str, Any], Any]:
+                      job: BuildJob, progress, ignored: list[str] | None = None) -> tuple[dict[str, Any], Any]:
     """NNCF's accuracy-controlled quantization from the best variant's settings, in a child process
     killed after ``left_s`` seconds; returns (record, model or None)."""
     ran = [t for t in tried if "margin" in t]
@@ -453,7 +510,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
         request = {**sets, "fp32_xml": str(work / "fp32.xml"), "out_xml": str(work / "int8.xml"),
                    "device": judge.device, "config": judge.config, "override": judge.override,
                    "kinds": judge.kinds,
-                   "settings": entry["settings"], "target_device": target_device}
+                   "settings": entry["settings"], "target_device": target_device, "ignored": list(ignored or [])}
         (work / "request.json").write_text(json.dumps(request))
         try:
             proc = subprocess.run([sys.executable, "-m", "edgeopt.targets.openvino.int8", str(work / "request.json")],
@@ -525,7 +582,7 @@ def _child(request_path: str) -> int:
         q = nncf.quantize_with_accuracy_control(
             model, nncf.Dataset(calib), nncf.Dataset(list(range(len(feeds)))), judge.validation_fn,
             max_drop=settings["max_drop"], drop_type=nncf.DropType.ABSOLUTE,
-            **nncf_kwargs(nncf, settings, req["target_device"], len(calib)),
+            **nncf_kwargs(nncf, settings, req["target_device"], len(calib), req.get("ignored")),
             advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
                 max_num_iterations=int(settings["max_reverts"]), ranking_subset_size=len(feeds),
                 num_ranking_workers=1))

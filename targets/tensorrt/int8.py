@@ -75,6 +75,7 @@ class TrtBackend:
                                                histograms=any(m != "max" for m in methods))
         self._amax: dict[str, dict[str, float]] = {}
         self._methods = methods
+        self.always_float: dict[str, str] = {}  # node -> why, no Q/DQ in any variant (qdq_search sets it)
 
     def amax(self, method: str) -> dict[str, float]:
         if method not in self._amax:
@@ -82,7 +83,8 @@ class TrtBackend:
         return self._amax[method]
 
     def plan(self, s: TrtSettings, why: dict[str, str] | None = None):
-        return self.prep.plan_qdq(self.model, exclude=s.exclude, per_channel=s.per_channel, exclude_why=why)
+        return self.prep.plan_qdq(self.model, exclude=tuple(s.exclude) + tuple(self.always_float),
+                                  per_channel=s.per_channel, exclude_why={**self.always_float, **(why or {})})
 
     def make(self, s: TrtSettings, dst: Path) -> None:
         plan = self.plan(s)
@@ -99,7 +101,9 @@ class TrtBackend:
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
     def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> TrtBackend:
-        return TrtBackend(self.model, calib, work, tuple(self._methods), float_runs_as=self.float_runs_as)
+        other = TrtBackend(self.model, calib, work, tuple(self._methods), float_runs_as=self.float_runs_as)
+        other.always_float = dict(self.always_float)
+        return other
 
     def fallback_nodes(self, settings: Any) -> set[str]:
         """Nodes that read a Q/DQ pair in the full placement: weighted layers and residual Adds."""
@@ -172,6 +176,11 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
             raise trt_prep.PreparationError(
                 f"the int8 Q/DQ model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
         placement = plan.placement(model.graph)
+        if search.mixed_concats:  # the rule that kept them float, beside the per-node reasons in left_float
+            from ..mixed_concat import RULE
+
+            placement["rules_applied"] = [RULE]
+            placement["mixed_scale_concats"] = [mc.record() for mc in search.mixed_concats]
         report.update({
             "chosen": ship.record(), "calibration": s.calibration,
             "calibration_candidates": {v.settings.label(): {"passed": v.passed, "calib_rel_l2": v.record()["calib_rel_l2"]}

@@ -1,0 +1,151 @@
+"""Concatenations of differently-scaled tensors: kept float by every INT8 search.
+
+A YOLOv8-style head ends in ``Concat([boxes in pixels (0..1024), class scores (0..1)])``.  One
+per-tensor INT8 scale for that tensor is ~4 px a step: every score rounds to 0 and the model finds
+nothing, while cosine and rel_l2 over the whole output (dominated by the coordinates) stay near 1.
+The same holds for any consumer that quantizes the concatenated tensor (a Reshape/Transpose of it, a
+Conv reading it).
+
+``find`` measures, on calibration samples, the range of every float input of every top-level Concat;
+where the widest input span is more than ``RATIO`` times the narrowest (spans as the quantizers see
+them: ``max(x, 0) - min(x, 0)``), the Concat and every node that reads its output -- through
+shape-only ops (Reshape, Transpose, ...) -- are kept float.  Each input is still quantized by its own
+producer, with its own scale (the inputs are "quantized separately"); only the concatenated tensor
+never gets one per-tensor scale.  The rule and the measured ranges go to the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+RATIO = 16.0  # widest / narrowest input span above which a Concat is kept float
+SAMPLES = 8  # calibration samples measured
+# Ops that move the concatenated values without mixing them: their output is as mixed as their input.
+PASS_THROUGH = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Expand", "Tile"}
+RULE = (f"a Concat whose inputs' calibrated ranges differ by more than {RATIO:.0f}x is kept float, with every "
+        "node reading its output (one per-tensor INT8 scale would round the narrow inputs to nothing: a "
+        "detector's 0..1 scores beside its pixel coordinates); each input keeps its own scale")
+
+
+@dataclass
+class MixedConcat:
+    """One Concat kept float, with the ranges that decided it."""
+
+    node: str
+    ratio: float
+    ranges: dict[str, list[float]]  # input tensor -> [min, max] on calibration samples
+    float_nodes: list[str] = field(default_factory=list)  # the Concat and the nodes reading its output
+
+    def why(self) -> str:
+        spans = ", ".join(f"{t} {lo:.4g}..{hi:.4g}" for t, (lo, hi) in self.ranges.items())
+        return f"mixed-scale concat {self.node!r}: input ranges differ {self.ratio:.0f}x ({spans})"
+
+    def record(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ratio"] = round(self.ratio, 1)
+        d["ranges"] = {t: [round(float(v), 6) for v in r] for t, r in self.ranges.items()}
+        return d
+
+
+def _span(lo: float, hi: float) -> float:
+    return max(hi, 0.0) - min(lo, 0.0)
+
+
+def input_ranges(model, feeds: list[dict[str, np.ndarray]], tensors: list[str]) -> dict[str, list[float]]:
+    """[min, max] of ``tensors`` over ``feeds`` (ONNX Runtime, graph optimisations off)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    if not tensors or not feeds:
+        return {}
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in have:
+            m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    out: dict[str, list[float]] = {}
+    for feed in feeds:
+        vals = sess.run(tensors, {k: v for k, v in feed.items() if k in names})
+        for t, v in zip(tensors, vals):
+            if v.size == 0:
+                continue
+            lo, hi = float(np.min(v)), float(np.max(v))
+            if t in out:
+                out[t] = [min(out[t][0], lo), max(out[t][1], hi)]
+            else:
+                out[t] = [lo, hi]
+    return out
+
+
+def find(model, feeds: list[dict[str, np.ndarray]], ratio: float = RATIO,
+         samples: int = SAMPLES) -> list[MixedConcat]:
+    """The top-level Concats of ``model`` (an ONNX ModelProto, or a path) whose float inputs' ranges
+    differ by more than ``ratio`` on the first ``samples`` of ``feeds``, with the nodes kept float."""
+    import onnx
+
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model))
+    from .onnxruntime.quant import FLOAT_TYPES, tensor_types
+
+    g = model.graph
+    consts = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    concats = [n for n in g.node if n.op_type == "Concat" and len(n.input) >= 2]
+    if not concats:
+        return []
+    types = tensor_types(model)
+    wanted = sorted({t for n in concats for t in n.input
+                     if t and t not in consts and types.get(t) == 1})  # FLOAT only: shape Concats are int64
+    if not wanted:
+        return []
+    ranges = input_ranges(model, feeds[:samples], wanted)
+    consumers: dict[str, list[Any]] = {}
+    for node in g.node:
+        for t in node.input:
+            consumers.setdefault(t, []).append(node)
+    found: list[MixedConcat] = []
+    for node in concats:
+        ins = {t: ranges[t] for t in node.input if t in ranges}
+        spans = [s for s in (_span(*r) for r in ins.values()) if s > 0]
+        if len(spans) < 2 or max(spans) <= ratio * min(spans):
+            continue
+        if types.get(node.output[0], 1) not in FLOAT_TYPES:
+            continue
+        mc = MixedConcat(node.name, max(spans) / min(spans), ins, [node.name])
+        todo, seen = [node.output[0]], set()
+        while todo:  # every node reading the mixed tensor, through ops that only move it
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            for user in consumers.get(t, []):
+                if user.name and user.name not in mc.float_nodes:
+                    mc.float_nodes.append(user.name)
+                if user.op_type in PASS_THROUGH and user.output:
+                    todo.append(user.output[0])
+        found.append(mc)
+    return found
+
+
+def float_nodes(found: list[MixedConcat]) -> dict[str, str]:
+    """node -> why, for every node the rule keeps float."""
+    out: dict[str, str] = {}
+    for mc in found:
+        for n in mc.float_nodes:
+            out.setdefault(n, mc.why() if n == mc.node else f"reads the output of {mc.why()}")
+    return out
+
+
+def note(found: list[MixedConcat]) -> str:
+    """The manifest's placement note (one line)."""
+    return (f"placement rule: {RULE}; kept float here: "
+            + "; ".join(f"{mc.node} (+{len(mc.float_nodes) - 1} reader(s)), ranges differ {mc.ratio:.0f}x"
+                        for mc in found))
