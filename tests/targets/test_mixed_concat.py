@@ -132,3 +132,13 @@ def test_cpu_int8_keeps_the_concat_float_and_the_scores_survive(head_int8):
     assert "mixed-scale concat" in info["float_nodes"]["head_concat"]
     assert any(n.startswith("placement rule: a Concat whose inputs' calibrated ranges differ")
                for n in res.manifest["notes"])
+
+
+def test_openvino_ignored_scope_names_the_concat_by_its_openvino_op(tmp_path):
+    """NNCF is given the Concat as OpenVINO names it (the frontend names a graph-output op after its tensor)."""
+    ov = pytest.importorskip("openvino")
+    from edgeopt.targets.openvino.int8 import mixed_scale_ignored
+
+    path = yolov8_head(tmp_path / "head.onnx")
+    names, found = mixed_scale_ignored(ov.convert_model(str(path)), str(path), _image_feeds())
+    assert [mc.node for mc in found] == ["head_concat"] and names == ["output0"]
