@@ -1,4 +1,4 @@
-"""--engine ansible against the same mixed fleet (local devices + real sshd devices) as the builtin engine:
+"""--fleet-engine ansible against the same mixed fleet (local devices + real sshd devices) as the builtin engine:
 each wave a real ansible-runner play; the same faults give the same per-device outcomes."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook", path=str(Path(s
 
 
 def _outcomes(stdout: str) -> dict[str, tuple[str, str]]:
-    """The summary (events as JSON lines may come first, then the indented summary object)."""
-    summary = json.loads(stdout if stdout.startswith("{\n") else stdout[stdout.index("\n{\n") + 1:])
+    """The summary: the last of the JSON lines (events first, then the summary on one line)."""
+    summary = json.loads(stdout.splitlines()[-1])
     return {o["device"]: (o["status"], o["step"]) for w in summary["waves"] for o in w.get("outcomes", [])}
 
 
@@ -26,8 +26,8 @@ def _outcomes(stdout: str) -> dict[str, tuple[str, str]]:
 def test_same_faults_same_outcomes_with_either_engine(engine, versions, ssh_env, sshd, tmp_path):
     # one device's health check fails; --max-fail 1 lets the rollout go on past it
     _fleet(tmp_path, ssh_env, sshd, n_local=3, **{"ssh-1": {"health_cmd": ["sh", "-c", "exit 3"]}})
-    args = ["--devices", "fleet.yaml", "--waves", "1,50%,100%", "--max-fail", "1", "--no-latency-gate", "--engine",
-            engine, "--json", "--events", "ev.jsonl"]
+    args = ["--devices", "fleet.yaml", "--waves", "1,50%,100%", "--max-fail", "1", "--no-latency-gate",
+            "--fleet-engine", engine, "--json", "--events", "ev.jsonl"]
     p = _edgeopt("rollout", str(versions["v1"]), *args, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     got = _outcomes(p.stdout)
@@ -43,7 +43,7 @@ def test_same_faults_same_outcomes_with_either_engine(engine, versions, ssh_env,
             ("loc-0", "ok"), ("loc-1", "ok"), ("loc-2", "ok"), ("ssh-0", "ok"), ("ssh-1", "failed")}
     # a bad candidate halts at the canary with either engine; nobody else is touched
     p = _edgeopt("rollout", str(versions["bad"]), "--devices", "fleet.yaml", "--waves", "1,50%,100%",
-                 "--gate-budget", "4", "--engine", engine, "--json", cwd=tmp_path)
+                 "--budget", "4s", "--engine", engine, "--json", cwd=tmp_path)  # --engine: the old name
     assert p.returncode == 5, p.stdout[-2000:] + p.stderr[-2000:]
     got = _outcomes(p.stdout)
     assert len(got) == 1 and next(iter(got.values())) == ("failed", "gate"), got
@@ -57,6 +57,6 @@ def test_ansible_engine_is_refused_in_one_line_without_ansible(versions, tmp_pat
 
     (tmp_path / "fleet.yaml").write_text(f"devices:\n  a: {{transport: local, target: cpu, root: {tmp_path / 'a'}}}\n")
     p = subprocess.run([sys.executable, "-c", block, "rollout", str(versions["v1"]), "--devices", "fleet.yaml",
-                        "--engine", "ansible"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                        "--fleet-engine", "ansible"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "edgeopt[fleet]" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "a").exists()

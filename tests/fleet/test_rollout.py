@@ -68,9 +68,10 @@ def test_three_waves_then_a_bad_candidate_halts_at_the_canary(versions, ssh_env,
     p = _edgeopt("rollout", str(versions["bad"]), "--devices", "fleet.yaml", "--waves", "1,50%,100%",
                  "--gate-budget", "6", "--json", cwd=tmp_path)
     assert p.returncode == 5, p.stdout + p.stderr
-    lines = p.stdout.splitlines()  # events as JSON lines, then the summary (an indented object)
-    assert all(json.loads(x)["rollout_id"] for x in lines[:lines.index("{")])
-    summary = json.loads("\n".join(lines[lines.index("{"):]))
+    lines = p.stdout.splitlines()  # events as JSON lines, then the summary as ONE line: every line parses
+    assert all(json.loads(x)["rollout_id"] for x in lines[:-1]) and "NaN" not in p.stdout
+    summary = json.loads(lines[-1])
+    assert summary["kind"] == "rollout" and all(json.loads(x).get("kind") != "rollout" for x in lines[:-1])
     assert summary["status"] == "halted" and len(summary["waves"]) == 1
     canary = summary["waves"][0]["outcomes"][0]
     assert canary["step"] == "gate" and "decided differently" in canary["reason"]
@@ -174,8 +175,7 @@ def test_a_halted_wave_rolls_back_its_done_devices_and_the_journal_says_so(versi
     p = _edgeopt("rollout", str(versions["v2"]), "--devices", "fleet.yaml", "--no-latency-gate", "--waves",
                  "1,100%", "--max-fail", "0", "--json", cwd=tmp_path)
     assert p.returncode == 5, p.stdout + p.stderr
-    lines = p.stdout.splitlines()
-    rid = json.loads("\n".join(lines[lines.index("{"):]))["rollout_id"]
+    rid = json.loads(p.stdout.splitlines()[-1])["rollout_id"]
     cur = _current(tmp_path)
     v1, v2 = _bid(versions["v1"]), _bid(versions["v2"])
     assert cur[plan.waves[0][0]["device"]] == v2  # the canary's wave passed: kept (--on-halt keep)

@@ -49,8 +49,8 @@ def _kill_when_reached(db: Path, flaky, back_after: float | None, step: str = "c
 
 
 def _outcomes(stdout: str) -> dict[str, dict]:
-    """The summary after the events (JSON lines on stdout with --json)."""
-    summary = json.loads(stdout if stdout.startswith("{\n") else stdout[stdout.index("\n{\n") + 1:])
+    """The summary: the last of the JSON lines on stdout with --json."""
+    summary = json.loads(stdout.splitlines()[-1])
     return {o["device"]: o for w in summary["waves"] for o in w.get("outcomes", [])}
 
 
@@ -95,7 +95,7 @@ def test_a_halt_after_first_installs_puts_devices_back_to_nothing(versions, ssh_
     p = _edgeopt("rollout", str(versions["v1"]), "--devices", "fleet.yaml", "--waves", "100%", "--retries", "0",
                  "--no-latency-gate", "--json", cwd=tmp_path)
     assert p.returncode == 4, p.stdout[-1500:] + p.stderr[-1500:]  # halted on an unreachable device
-    summary = json.loads(p.stdout[p.stdout.index("\n{\n") + 1:])
+    summary = json.loads(p.stdout.splitlines()[-1])
     assert summary["status"] == "halted" and summary["rolled_back"] == {"loc-0": None, "ssh-0": None}
     flaky.start()
     assert _current(tmp_path) == {"loc-0": None, "ssh-0": None, "ssh-x": None}

@@ -67,8 +67,13 @@ def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, a
             if "error" in r:
                 click.echo(f"{name}: UNREACHABLE: {r['error']}")
                 continue
+            if not r["slots"]:
+                flag = "  DRIFT: journal expects " + drift[name]["journal"][:12] if name in drift else ""
+                click.echo(f"{name}: no slot (no bundle has been activated on this device){flag}")
             for slot, st in sorted(r["slots"].items()):
-                trial = " (trial, unconfirmed)" if st.get("trial") else ""
+                tr = st.get("trial") or {}
+                trial = (f" (trial, unconfirmed: its agent reverts it to {str(tr.get('previous') or 'nothing')[:12]} at "
+                         f"{tr.get('deadline_at')} unless committed)" if tr else "")
                 flag = "  DRIFT: journal expects " + drift[name]["journal"][:12] if name in drift else ""
                 click.echo(f"{name}: {slot}: {str(st.get('current'))[:12]}{trial}{flag}")
     return 4 if drift or any("error" in r for r in rows.values()) else 0

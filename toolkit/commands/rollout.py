@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,16 +11,19 @@ EXAMPLES = """\b
 examples:
   edgeopt rollout dist/cls --devices fleet.yaml --waves 1,10%,50%,100% --dry-run
   edgeopt rollout dist/cls --devices fleet.yaml --gate gate.yaml --max-fail 10% --parallel 16
-  edgeopt rollout dist/cls/cpu-fp32 --devices fleet.yaml --select label=shop --health-watch 30
-  edgeopt rollout dist/cls --devices inventory.ini --engine ansible --parallel 50 --waves 1,5%,25%,100%
+  edgeopt rollout dist/cls/cpu-fp32 --devices fleet.yaml --label shop --health-watch 30 --budget 30s
+  edgeopt rollout dist/cls --devices inventory.ini --fleet-engine ansible --parallel 50 --waves 1,5%,25%,100%
   edgeopt rollout status 3f2a9c1d0b7e
   edgeopt rollout resume 3f2a9c1d0b7e --approve
 
 \b
 Per device: push -> gate on the device (fidelity vs its FP32 reference; decisions and latency vs the
 bundle it replaces, measured interleaved) -> activate as a trial -> activate_cmd -> health_cmd ->
-commit. A device that fails ends on its previous bundle; an unconfirmed trial reverts on its own.
+commit. A device that fails ends on its previous bundle; an unconfirmed trial reverts on its own
+(health-watch + health timeout + 60 s + step-timeout after its activation, if this host stops).
 A wave fails when its failures EXCEED --max-fail (Ansible's rule); then no further wave starts.
+Every wave adds at least one device and at most its cap; waves that stop below 100% leave the rest out.
+The planned bundles are kept with the journal: `resume` installs exactly those (checked by id).
 
 \b
 exit codes: 0 done, 5 halted (a gate or health check failed beyond --max-fail), 6 paused
@@ -50,12 +52,52 @@ def _progress(quiet: bool):
 
 
 def _listener(events: str | None, as_json: bool):
+    from edgeopt.jsonsafe import dumps
+
     if events:
         f = open(events, "a", buffering=1)  # noqa: SIM115 - lives as long as the command
-        return lambda ev: f.write(json.dumps(ev, default=str) + "\n")
+        return lambda ev: f.write(dumps(ev, default=str) + "\n")
     if as_json:
-        return lambda ev: print(json.dumps(ev, default=str), flush=True)
+        return lambda ev: print(dumps(ev, default=str), flush=True)
     return None
+
+
+def _emit(obj: dict, kind: str) -> None:
+    """One JSON object (standard JSON: no NaN) in the common envelope."""
+    from edgeopt.api import envelope
+    from edgeopt.jsonsafe import dumps
+
+    click.echo(dumps(envelope(kind, obj), indent=2, default=str))
+
+
+def _summary_line(summary: dict) -> None:
+    """--json: the summary as ONE compact line after the event lines (JSON lines, standard JSON only)."""
+    from edgeopt.jsonsafe import dumps
+
+    print(dumps(summary, default=str), flush=True)
+
+
+class _Policy(click.Choice):
+    """--on-inconclusive: fail | pass | pause; the old spellings (continue, exit6) are read silently."""
+
+    ALIASES = {"continue": "pass", "exit6": "pause"}
+
+    def __init__(self) -> None:
+        super().__init__(["pause", "pass", "fail"])
+
+    def convert(self, value, param, ctx):
+        return super().convert(self.ALIASES.get(str(value), value), param, ctx)
+
+
+def _api_policy(policy: str) -> str:
+    """edgeopt.api.rollout_options still spells pass `continue`."""
+    return "continue" if policy == "pass" else policy
+
+
+def _budget(budget: str, gate_budget: str | None) -> float:
+    from edgeopt.api import parse_duration
+
+    return parse_duration(gate_budget if gate_budget is not None else budget, "--budget")
 
 
 def _exit(summary: dict) -> int:
@@ -83,7 +125,10 @@ def _print_summary(summary: dict) -> None:
             if o["status"] not in ("done", "already"):
                 click.echo(f"    {o['device']}: {o['status']} at {o['step']}: {o['reason'][:200]}")
     for s in summary.get("skipped", []):
-        click.echo(f"  skipped {s['device']}: {s['reason']}")
+        if s["reason"] != "beyond the last wave":
+            click.echo(f"  skipped {s['device']}: {s['reason']}")
+    if summary.get("left_out"):
+        click.echo(f"  {summary['left_out']} device(s) stay out: the waves stop below the whole fleet")
     if summary.get("rolled_back"):
         click.echo("  rolled back: " + ", ".join(f"{d} -> {str(v)[:12]}" for d, v in summary["rolled_back"].items()))
 
@@ -98,19 +143,21 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
              max_disagreement, no_latency_gate, engine="builtin", step_timeout=600.0, retries=2):
     from edgeopt.api import rollout_options
 
-    return rollout_options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch,
-                           trust, max_disagreement, not no_latency_gate, engine, step_timeout, retries)
+    return rollout_options(gate_file, gate_budget, max_fail, parallel, bake, _api_policy(on_inconclusive), on_halt,
+                           health_watch, trust, max_disagreement, not no_latency_gate, engine, step_timeout, retries)
 
 
 @command.command("start", epilog=EXAMPLES)
 @click.argument("bundles", nargs=-1, required=True)
 @click.option("--devices", "devices_file", required=True, help="The fleet: devices YAML or Ansible inventory.")
 @click.option("--limit", multiple=True, help="Only these devices (names, comma-separated).")
+@click.option("--label", "labels", multiple=True, help="Only devices with this label (comma-separated, repeatable).")
 @click.option("--select", multiple=True, help="label=NAME, target=NAME, name=NAME (comma-separated, repeatable).")
 @click.option("--waves", default="1,10%,50%,100%", show_default=True, help="Cumulative wave sizes: counts or %.")
 @click.option("--gate", "gate_file", type=click.Path(), help="Thresholds (the HIL gate's file format).")
-@click.option("--gate-budget", default=20.0, show_default=True, type=float,
-              help="Seconds of interleaved latency measurement per device against its incumbent.")
+@click.option("--budget", default="20s", show_default=True,
+              help="Interleaved latency measurement per device against its incumbent (500ms, 20s, 2m).")
+@click.option("--gate-budget", default=None, hidden=True)  # the old name of --budget
 @click.option("--max-disagreement", default=None, help="Allowed share of decisions differing from the "
               "incumbent on the same inputs (e.g. 2%).")
 @click.option("--eval", "eval_data", type=click.Path(), help="Labelled evaluation set (.npz: the model's inputs, "
@@ -121,11 +168,13 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("--max-fail", default="0", show_default=True, help="Failures a wave may have (count or %); "
               "more halts the rollout.")
 @click.option("--parallel", default=8, show_default=True, type=int, help="Devices worked on at once "
-              "(Ansible's forks with --engine ansible).")
-@click.option("--engine", type=click.Choice(["builtin", "ansible"]), default="builtin", show_default=True,
-              help="builtin: a thread pool in this process (up to a few hundred devices); ansible: each wave "
-                   "an Ansible play run by ansible-runner (forks, max_fail_percentage, its event stream in the "
+              "(Ansible's forks with --fleet-engine ansible).")
+@click.option("--fleet-engine", "engine", type=click.Choice(["builtin", "ansible"]), default=None,
+              help="builtin (default): a thread pool in this process (up to a few hundred devices); ansible: each "
+                   "wave an Ansible play run by ansible-runner (forks, max_fail_percentage, its event stream in the "
                    "journal; needs edgeopt[fleet]). Both run the same steps per device.")
+@click.option("--engine", "engine_alias", type=click.Choice(["builtin", "ansible"]), default=None,
+              hidden=True)  # the old name of --fleet-engine (bench's --engine is its load generator)
 @click.option("--retries", default=2, show_default=True, type=int,
               help="Retries of a device that was unreachable or lost its connection before its trial activation "
                    "(with a growing delay); a failed gate, hook or health check is never retried.")
@@ -134,36 +183,40 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("--bake", default=0.0, show_default=True, type=float, help="Seconds to wait between waves.")
 @click.option("--health-watch", default=0.0, show_default=True, type=float,
               help="Seconds health_cmd is re-run after activation before the bundle is committed.")
-@click.option("--on-inconclusive", type=click.Choice(["pause", "continue", "fail"]), default="pause",
-              show_default=True)
+@click.option("--on-inconclusive", type=_Policy(), default="pause", show_default=True,
+              help="An inconclusive latency verdict: pause the rollout for approval (exit 6), fail the device, "
+                   "or pass (go on).")
 @click.option("--on-halt", type=click.Choice(["keep", "rollback-all"]), default="keep", show_default=True,
               help="On a halt the failing wave rolls back; earlier waves stay (keep) or roll back too.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (waves, devices, bytes) and change nothing.")
 @click.option("--events", type=click.Path(), help="Append every event as a JSON line to this file.")
 @click.option("--db", default="edgeopt-results.db", show_default=True, help="Journal / results database.")
 @click.option("--trust-new-host-keys", is_flag=True)
-@click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary.")
+@click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary as one "
+              "line.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
-def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, max_disagreement, eval_data,
-          eval_max_drop, no_latency_gate,
-          max_fail, parallel, engine, retries, step_timeout, bake, health_watch, on_inconclusive, on_halt, dry_run, events, db,
-          trust_new_host_keys, as_json, verbose, quiet) -> int:
+def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget, gate_budget, max_disagreement,
+          eval_data, eval_max_drop, no_latency_gate, max_fail, parallel, engine, engine_alias, retries, step_timeout,
+          bake, health_watch, on_inconclusive, on_halt, dry_run, events, db, trust_new_host_keys, as_json, verbose,
+          quiet) -> int:
     """Roll BUNDLES (bundle folders or a dist/<model>/ folder) out to the fleet; each device gets the
     bundle of its own target."""
     from edgeopt.api import rollout
-    from edgeopt.commands import emit_json
 
-    result = rollout(list(bundles), devices_file, waves=waves, select=list(select), limit=list(limit),
+    select = [*select, *(f"label={x.strip()}" for item in labels for x in item.split(",") if x.strip())]
+    result = rollout(list(bundles), devices_file, waves=waves, select=select, limit=list(limit),
                      dry_run=dry_run, db=db, on_event=_listener(events, as_json), progress=_progress(quiet),
                      eval=eval_data, eval_max_drop=eval_max_drop,
-                     gate=gate_file, gate_budget=gate_budget, max_fail=max_fail, parallel=parallel, bake=bake,
-                     on_inconclusive=on_inconclusive, on_halt=on_halt, health_watch=health_watch,
+                     gate=gate_file, gate_budget=_budget(budget, gate_budget), max_fail=max_fail, parallel=parallel,
+                     bake=bake, on_inconclusive=_api_policy(on_inconclusive), on_halt=on_halt,
+                     health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
-                     latency_gate=not no_latency_gate, engine=engine, step_timeout=step_timeout, retries=retries)
+                     latency_gate=not no_latency_gate, engine=engine or engine_alias or "builtin",
+                     step_timeout=step_timeout, retries=retries)
     if dry_run:
         if as_json:
-            emit_json(result, "rollout-plan")
+            _emit(result, "rollout-plan")
             return 0
         click.echo(f"plan for {result['model']}: {sum(len(w) for w in result['waves'])} device(s) in "
                    f"{len(result['waves'])} wave(s), up to {result['bytes'] / 1e6:.1f} MB to send (less what "
@@ -172,13 +225,26 @@ def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, m
             click.echo(f"  wave {i + 1}: " + ", ".join(f"{w['device']} ({w['target']}, {w['bundle_id'][:12]})"
                                                        for w in wave))
         for s in result["skipped"]:
-            click.echo(f"  skipped {s['device']}: {s['reason']}")
+            if s["reason"] != "beyond the last wave":
+                click.echo(f"  skipped {s['device']}: {s['reason']}")
+        if result.get("left_out"):
+            click.echo(f"  {result['left_out']} device(s) stay out: the last wave ({result['wave_specs'][-1]}) "
+                       "stops below the whole fleet")
         return 0
     if as_json:
-        emit_json(result)
+        _summary_line(result)
     else:
         _print_summary(result)
     return _exit(result)
+
+
+def _stale(r: dict, host: dict | None) -> str | None:
+    """Why a rollout the journal says is running is not: its host process is gone or silent."""
+    if r["status"] != "running" or host is None or not host["stale"]:
+        return None
+    if host["alive"] is False:
+        return f"stale (host process gone: pid {host['pid']} on {host['host']})"
+    return f"stale (no heartbeat from pid {host['pid']} on {host['host']} for {host['heartbeat_age_s']:.0f} s)"
 
 
 @command.command("status")
@@ -186,8 +252,8 @@ def start(bundles, devices_file, limit, select, waves, gate_file, gate_budget, m
 @click.option("--db", default="edgeopt-results.db", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def status(rollout_id, db, as_json) -> int:
-    """A rollout's status and each device's last outcome, from the journal."""
-    from edgeopt.commands import emit_json
+    """A rollout's status and each device's last outcome, from the journal; a rollout whose host process
+    died is `stale`, with the devices left in an unconfirmed trial and when their agents revert them."""
     from edgeopt.errors import UsageError
     from edgeopt.fleet.journal import Journal
 
@@ -196,31 +262,50 @@ def status(rollout_id, db, as_json) -> int:
     with Journal(db) as j:
         r = j.rollout(rollout_id)
         states = j.device_states(rollout_id)
+        trials = j.open_trials(rollout_id)
+        host = j.host(rollout_id)
+    stale = _stale(r, host)
     if as_json:
-        emit_json({**r, "devices": states}, "rollout-status")
+        body = {**r, "status": "stale" if stale else r["status"], "journal_status": r["status"], "host": host,
+                "devices": states, "unconfirmed_trials": trials}
+        if stale:
+            body["stale_reason"] = stale
+        _emit(body, "rollout-status")
         return 0
-    click.echo(f"rollout {r['id']} of {r['model']} started {r['time']}: {r['status']}"
+    click.echo(f"rollout {r['id']} of {r['model']} started {r['time']}: {stale or r['status']}"
                + (f" — {r['spec'].get('reason')}" if r["spec"].get("reason") else ""))
     for name, ev in sorted(states.items()):
+        if name in trials:
+            continue
         click.echo(f"  {name}: {ev['status']}" + (f" at {ev.get('at')}: {str(ev.get('reason'))[:160]}"
                                                   if ev.get("reason") else ""))
+    for name, ev in sorted(trials.items()):
+        how = ("its agent reverts it to the previous bundle at " if stale or r["status"] != "running"
+               else "committed after its health window, else reverted by its agent at ")
+        click.echo(f"  {name}: in an unconfirmed trial of {str(ev.get('bundle_id'))[:12]} since {ev['time']}; "
+                   f"{how}{ev.get('revert_at')}")
+    if stale:
+        click.echo(f"  `edgeopt rollout resume {r['id']}` finishes it")
     return 0
 
 
 @command.command("resume")
 @click.argument("rollout_id")
-@click.option("--approve", is_flag=True, help="Go on past an inconclusive latency verdict (a paused rollout).")
+@click.option("--approve", is_flag=True, help="Approve the inconclusive latency verdicts that paused the rollout "
+              "(those devices go on); later devices pause again on theirs.")
 @click.option("--db", default="edgeopt-results.db", show_default=True)
 @click.option("--events", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def resume(rollout_id, approve, db, events, as_json, quiet) -> int:
     """Finish a rollout that paused, or whose host died mid-wave: devices already on the candidate are
-    not touched again; half-done ones are finished (their unconfirmed trial reverts on its own)."""
-    from edgeopt.commands import emit_json
+    not touched again; half-done ones are finished (their unconfirmed trial reverts on its own). It
+    installs exactly the bundles the plan names, from the copies kept with the journal."""
     from edgeopt.errors import UsageError
     from edgeopt.fleet.journal import Journal
-    from edgeopt.fleet.rollout import run_rollout
+    from edgeopt.fleet.plan import Plan
+    from edgeopt.fleet.rollout import planned_bundles, run_rollout
+    from edgeopt.inventory import load_inventory
 
     if not Path(db).is_file():
         raise UsageError(f"no journal at {db!r}: no rollout has been started here")
@@ -229,25 +314,47 @@ def resume(rollout_id, approve, db, events, as_json, quiet) -> int:
         if r["status"] in ("done", "halted"):
             raise UsageError(f"rollout {rollout_id} is {r['status']}: nothing to resume",
                              hint="start a new rollout" if r["status"] == "halted" else None)
+        host = j.host(rollout_id)
+        if r["status"] == "running" and host is not None and not host["stale"]:
+            raise UsageError(f"rollout {rollout_id} is running (pid {host['pid']} on {host['host']}, heartbeat "
+                             f"{host['heartbeat_age_s']:.0f} s ago)", hint="wait for it, or stop that process first")
         if r["status"] == "paused" and not approve:
             raise UsageError(f"rollout {rollout_id} is paused on an inconclusive verdict; add --approve to go on")
         s = r["spec"]
+        states = j.device_states(rollout_id)
+        approved = frozenset(d for d, ev in states.items() if ev["status"] == "paused") if approve else frozenset()
         opts = _options(s.get("gate"), s["gate_budget"], s["max_fail"], s["parallel"], s["bake"],
-                        "continue" if approve else s["on_inconclusive"], s["on_halt"], s["health_watch"], False,
+                        _policy_of(s["on_inconclusive"]), s["on_halt"], s["health_watch"], False,
                         s.get("max_disagreement"), s.get("no_latency_gate", False), s.get("engine", "builtin"),
                         s.get("step_timeout", 600.0), s.get("retries", 2))
-        plan, devmap, bmap = _load(s["bundles"], s["devices"], s["select"], s["waves"], s.get("limit"))
+        opts.approved = approved
+        plan = Plan.from_dict(s["plan"])
+        inv = {d.name: d for d in load_inventory(s["devices"]).select(None)}
+        gone = [w["device"] for wave in plan.waves for w in wave if w["device"] not in inv]
+        if gone:
+            raise UsageError(f"rollout {rollout_id}: {len(gone)} planned device(s) are not in {s['devices']} any "
+                             f"more: {', '.join(gone[:5])}", hint="put them back in the inventory or start a new "
+                             "rollout")
+        bmap = planned_bundles(plan, s, rollout_id)
         if s.get("eval"):
             from edgeopt.fleet.evalset import load_eval
 
             opts.eval_set = load_eval(s["eval"], list({b.bundle_id: b for b in bmap.values()}.values()),
                                       s.get("eval_max_drop", 0.01))
-        done = {d: ev["status"] for d, ev in j.device_states(rollout_id).items()}
-        j.set_status(rollout_id, "running", {"resumed": True})
-        summary = run_rollout(plan, devmap, bmap, opts, j, rollout_id=rollout_id, done=done,
+        done = {d: ev["status"] for d, ev in states.items()}
+        for d in sorted(approved):
+            j.event(rollout_id, None, d, "approve", "ok", {"reason": "resume --approve: this device's inconclusive "
+                                                           "latency verdict is approved"})
+        j.set_status(rollout_id, "running", {"resumed": True, "approved": sorted(approved)})
+        summary = run_rollout(plan, inv, bmap, opts, j, rollout_id=rollout_id, done=done,
                               progress=_progress(quiet))
     if as_json:
-        emit_json(summary)
+        _summary_line(summary)
     else:
         _print_summary(summary)
     return _exit(summary)
+
+
+def _policy_of(stored: str) -> str:
+    """The journal's on_inconclusive (older journals: continue) in today's vocabulary."""
+    return {"continue": "pass", "exit6": "pause"}.get(stored, stored)

@@ -1,4 +1,4 @@
-"""``--engine ansible``: each wave of a rollout is an Ansible play, run by ansible-runner.
+"""``--fleet-engine ansible``: each wave of a rollout is an Ansible play, run by ansible-runner.
 
 What Ansible does and what it does not:
 
@@ -40,10 +40,10 @@ def require_ansible() -> None:
     import importlib.util
 
     if importlib.util.find_spec("ansible_runner") is None or importlib.util.find_spec("ansible") is None:
-        raise MissingDependency("--engine ansible needs ansible-core and ansible-runner, which are not installed",
-                                hint="pip install 'edgeopt[fleet]' (or use --engine builtin)")
+        raise MissingDependency("--fleet-engine ansible needs ansible-core and ansible-runner, which are not installed",
+                                hint="pip install 'edgeopt[fleet]' (or use --fleet-engine builtin)")
     if shutil.which("ansible-playbook", path=_path()) is None:
-        raise MissingDependency("--engine ansible: ansible-playbook is not on PATH",
+        raise MissingDependency("--fleet-engine ansible: ansible-playbook is not on PATH",
                                 hint="pip install 'edgeopt[fleet]' into the environment edgeopt runs from")
 
 

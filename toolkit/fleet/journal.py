@@ -4,11 +4,21 @@
 per step (rollout, wave, device, step, status, figures, bundle ids before/after).  Each event is also
 handed to a listener (JSON lines on ``--events FILE`` or stdout), so other tools can follow a rollout.
 Secrets never reach it: devices are written with ``Device.public()``.
+
+``rollout_hosts`` holds the process running a rollout (host name, pid, a heartbeat every few seconds):
+``rollout status`` tells a rollout whose host died (``stale``) from one still running.  The bundles a
+rollout plans are kept beside the journal (``<db>.rollouts/<id>/<bundle id>/``: hard links where the
+filesystem allows, copies otherwise) so a resume installs exactly the planned bundles, whatever the
+bundle paths hold by then; they are removed when the rollout is done or halted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import socket
 import sqlite3
 import threading
 import time
@@ -17,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import UsageError
+from edgeopt.jsonsafe import dumps
+
+HEARTBEAT_S = 5.0  # how often a running rollout's host writes its heartbeat
+STALE_AFTER_S = 120.0  # a heartbeat older than this: the host process is gone, stopped or cut off
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rollouts (
@@ -27,6 +41,10 @@ CREATE TABLE IF NOT EXISTS rollout_events (
     device TEXT, step TEXT NOT NULL, status TEXT NOT NULL, json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rollout_events_key ON rollout_events (rollout_id, device, seq);
+CREATE TABLE IF NOT EXISTS rollout_hosts (
+    rollout_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL,
+    heartbeat REAL NOT NULL
+);
 """
 
 
@@ -41,8 +59,10 @@ class Journal:
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
         self.listener = listener
+        self._beat: tuple[threading.Thread, threading.Event] | None = None
 
     def close(self) -> None:
+        self.stop_heartbeat()
         self._conn.close()
 
     def __enter__(self) -> Journal:
@@ -54,19 +74,21 @@ class Journal:
     def create(self, rollout_id: str, model: str, spec: dict[str, Any]) -> None:
         with self._lock:
             self._conn.execute("INSERT INTO rollouts (id, time, model, status, json) VALUES (?,?,?,?,?)",
-                               (rollout_id, now_iso(), model, "running", json.dumps(spec, default=str)))
+                               (rollout_id, now_iso(), model, "running", dumps(spec, default=str)))
             self._conn.commit()
 
-    def set_status(self, rollout_id: str, status: str, extra: dict[str, Any] | None = None) -> None:
+    def set_status(self, rollout_id: str, status: str, extra: dict[str, Any] | None = None,
+                   event: bool = True) -> None:
         with self._lock:
             row = self._conn.execute("SELECT json FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
             spec = json.loads(row[0]) if row else {}
             if extra:
                 spec.update(extra)
             self._conn.execute("UPDATE rollouts SET status=?, json=? WHERE id=?",
-                               (status, json.dumps(spec, default=str), rollout_id))
+                               (status, dumps(spec, default=str), rollout_id))
             self._conn.commit()
-        self.event(rollout_id, None, None, "rollout", status, extra or {})
+        if event:
+            self.event(rollout_id, None, None, "rollout", status, extra or {})
 
     def event(self, rollout_id: str, wave: int | None, device: str | None, step: str, status: str,
               data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -75,7 +97,7 @@ class Journal:
         with self._lock:
             self._conn.execute("INSERT INTO rollout_events (rollout_id, time, wave, device, step, status, json) "
                                "VALUES (?,?,?,?,?,?,?)", (rollout_id, ev["time"], wave, device, step, status,
-                                                          json.dumps(ev, default=str)))
+                                                          dumps(ev, default=str)))
             self._conn.commit()
         if self.listener:
             self.listener(ev)
@@ -115,3 +137,120 @@ class Journal:
             if ev.get("device") and ev["step"] == "device":
                 out[ev["device"]] = ev
         return out
+
+    def open_trials(self, rollout_id: str) -> dict[str, dict[str, Any]]:
+        """Devices whose last step is a trial activation with no outcome after it: they serve the candidate
+        unconfirmed, until the rollout commits it or their agent reverts it (``revert_at``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for ev in self.events(rollout_id):
+            dev = ev.get("device")
+            if not dev:
+                continue
+            if ev["step"] == "activate" and ev["status"] == "trial":
+                out[dev] = ev
+            elif ev["step"] == "device":
+                out.pop(dev, None)
+        return out
+
+    # --- the host running a rollout: pid and heartbeat ------------------------------------------------
+    def start_heartbeat(self, rollout_id: str, every_s: float = HEARTBEAT_S) -> None:
+        """Record this process as the rollout's host and refresh its heartbeat every ``every_s`` seconds
+        (a daemon thread) until ``stop_heartbeat``/``close``."""
+        self.stop_heartbeat()
+        now = time.time()
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO rollout_hosts (rollout_id, host, pid, started, heartbeat) "
+                               "VALUES (?,?,?,?,?)", (rollout_id, socket.gethostname(), os.getpid(), now, now))
+            self._conn.commit()
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every_s):
+                with contextlib.suppress(sqlite3.Error), self._lock:
+                    self._conn.execute("UPDATE rollout_hosts SET heartbeat=? WHERE rollout_id=? AND pid=?",
+                                       (time.time(), rollout_id, os.getpid()))
+                    self._conn.commit()
+
+        t = threading.Thread(target=beat, name=f"rollout-heartbeat-{rollout_id}", daemon=True)
+        t.start()
+        self._beat = (t, stop)
+
+    def stop_heartbeat(self) -> None:
+        if self._beat is not None:
+            t, stop = self._beat
+            stop.set()
+            t.join(timeout=5)
+            self._beat = None
+
+    def host(self, rollout_id: str) -> dict[str, Any] | None:
+        """The process that runs (or last ran) the rollout: host, pid, heartbeat age, and whether it is
+        ``alive`` (True/False; None when it runs on another host and only its heartbeat can tell)."""
+        row = self._conn.execute("SELECT host, pid, started, heartbeat FROM rollout_hosts WHERE rollout_id=?",
+                                 (rollout_id,)).fetchone()
+        if row is None:
+            return None
+        host, pid, started, heartbeat = row
+        age = max(0.0, time.time() - float(heartbeat))
+        alive: bool | None = None
+        if host == socket.gethostname():
+            alive = _pid_alive(int(pid))
+        return {"host": host, "pid": int(pid), "started": started, "heartbeat_age_s": round(age, 1),
+                "alive": alive, "stale": alive is False or age > STALE_AFTER_S}
+
+    # --- the planned bundles, kept with the journal -------------------------------------------------
+    def kept_dir(self, rollout_id: str) -> Path:
+        return Path(self.path).parent / f"{Path(self.path).name}.rollouts" / rollout_id
+
+    def keep_bundles(self, rollout_id: str, bundles: list) -> dict[str, str]:
+        """A copy of each bundle (``deploy.LocalBundle``) under ``kept_dir``, checked by id: hard links for
+        the payload where the filesystem allows (a rebuild that writes new files and renames them leaves
+        the link on the old content), the manifest always copied. ``{bundle_id: kept path}``."""
+        from edgeopt.deploy import load_bundle
+
+        base = self.kept_dir(rollout_id)
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        out: dict[str, str] = {}
+        for b in {b.bundle_id: b for b in bundles}.values():
+            dest = base / b.bundle_id
+            if not dest.is_dir():
+                tmp = base / f".tmp-{b.bundle_id}-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                for rel, _size in b.files:
+                    src, dst = Path(b.path) / rel, tmp / rel
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        os.link(src, dst)
+                    except OSError:  # another filesystem, or links not allowed: a copy
+                        shutil.copy2(src, dst)
+                shutil.copy2(Path(b.path) / "manifest.json", tmp / "manifest.json")
+                os.replace(tmp, dest)
+            kept = load_bundle(dest)
+            if kept.bundle_id != b.bundle_id:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise UsageError(f"{b.path} changed while the rollout kept a copy of it (bundle {b.bundle_id[:12]} "
+                                 f"became {kept.bundle_id[:12]})", hint="start the rollout again once the build is done")
+            out[b.bundle_id] = str(dest)
+        return out
+
+    def drop_kept(self, rollout_id: str) -> None:
+        """The rollout is over (done or halted): its kept bundles go."""
+        d = self.kept_dir(rollout_id)
+        shutil.rmtree(d, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            d.parent.rmdir()  # only when no other rollout keeps anything
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (dead, not yet reaped by its parent) is gone for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True

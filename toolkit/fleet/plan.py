@@ -2,7 +2,9 @@
 
 Waves are cumulative (``1,10%,50%,100%``: the canary is one device, then up to 10% of the fleet, …);
 devices are ordered by a stable hash of (model, device name), so a resume — or a re-run of the same
-rollout — picks the same devices for the same waves.  ``--max-fail`` follows Ansible's rule: a wave
+rollout — picks the same devices for the same waves.  Every wave adds at least one device and never more
+than its cap (or that one device, when the cap is not above what earlier waves cover): ``1,10%`` on 6
+devices is 2 devices in all, the other 4 stay out (``Plan.left_out``).  ``--max-fail`` follows Ansible's rule: a wave
 fails when its failures *exceed* the limit (a count, or a percentage of the wave).
 """
 
@@ -108,9 +110,17 @@ class Plan:
     waves: list[list[dict[str, Any]]] = field(default_factory=list)  # per wave: {device, bundle_id, target, …}
     skipped: list[dict[str, str]] = field(default_factory=list)
     wave_specs: list[str] = field(default_factory=list)
+    left_out: int = 0  # devices that take a bundle but lie beyond the last wave (the waves stop below 100%)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "waves": self.waves, "skipped": self.skipped, "wave_specs": self.wave_specs}
+        return {"model": self.model, "waves": self.waves, "skipped": self.skipped, "wave_specs": self.wave_specs,
+                "left_out": self.left_out}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        """The plan as the journal keeps it (``as_dict``): what a resume rolls out, device by device."""
+        return cls(str(d["model"]), [list(w) for w in d.get("waves", [])], list(d.get("skipped", [])),
+                   list(d.get("wave_specs", [])), int(d.get("left_out", 0)))
 
 
 def make_plan(devices: list, bundles: list, waves: list[WaveSpec], select: dict[str, set[str]] | None = None
@@ -146,16 +156,16 @@ def make_plan(devices: list, bundles: list, waves: list[WaveSpec], select: dict[
     bundle_of = {d.name: b for d, b in eligible}
     done = 0
     for w in waves:
-        upto = w.upto(len(order))
-        if upto <= done:
-            if w is waves[-1] and done < len(order):
-                upto = len(order)
-            else:
-                continue
+        if done >= len(order):
+            break
+        # every wave adds at least one device and no more than its cap (or that one device): a wave whose
+        # cap is not above what is done (`1,10%` on 6 devices: 10% is 1) adds one, it never takes the rest
+        upto = max(w.upto(len(order)), done + 1)
         plan.waves.append([{"device": d.name, "target": bundle_of[d.name].target,
                             "bundle_id": bundle_of[d.name].bundle_id, "bytes": bundle_of[d.name].size}
                            for d in order[done:upto]])
         done = upto
     if done < len(order):  # the last wave given was below 100%: the rest are not part of this rollout
         plan.skipped.extend({"device": d.name, "reason": "beyond the last wave"} for d in order[done:])
+        plan.left_out = len(order) - done
     return plan

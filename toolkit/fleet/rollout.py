@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import DeviceError
@@ -32,7 +33,7 @@ class Options:
     max_fail: tuple[float, bool] = (0.0, False)
     parallel: int = 8
     bake_s: float = 0.0
-    on_inconclusive: str = "pause"  # pause | continue | fail
+    on_inconclusive: str = "pause"  # pause | pass | fail (the old ``continue`` is read as pass)
     on_halt: str = "keep"  # keep | rollback-all
     health_watch_s: float = 0.0
     trust_new_host_keys: bool = False
@@ -42,6 +43,22 @@ class Options:
     retry_delay_s: float = 2.0
     eval_set: Any = None  # evalset.EvalSet: labelled data scored on the device (--eval)
     engine: str = "builtin"  # builtin (thread pool) | ansible (a play per wave, ansible-runner)
+    # devices whose inconclusive latency verdict paused the rollout and was approved (`resume --approve`):
+    # for these an inconclusive verdict goes on once; every other device keeps ``on_inconclusive``
+    approved: frozenset = frozenset()
+
+    def __post_init__(self) -> None:
+        self.on_inconclusive = policy_name(self.on_inconclusive)
+
+    def revert_window_s(self, dev) -> float:
+        """Seconds an unconfirmed trial serves the candidate before the device's watchdog reverts it
+        (the host gone): health watch + health timeout + 60 s + one step's timeout."""
+        return self.health_watch_s + (dev.health_timeout if dev.health_cmd else 0) + 60 + self.step_timeout_s
+
+
+def policy_name(policy: str) -> str:
+    """``--on-inconclusive``'s one vocabulary (fail | pass | pause); ``continue`` is the old name of pass."""
+    return {"continue": "pass"}.get(policy, policy)
 
 
 @dataclass
@@ -59,6 +76,10 @@ class Outcome:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def slot_of(model: str, target: str) -> str:
@@ -152,17 +173,24 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
                  verdicts=verdicts)
             if bad:
                 raise _Step("gate", "; ".join(f"{v['metric']}: {v['reason']}" for v in bad), verdicts=verdicts)
-            if unsure and opts.on_inconclusive != "continue":
-                status = "paused" if opts.on_inconclusive == "pause" else "failed"
+            policy = "pass" if dev.name in opts.approved else opts.on_inconclusive
+            if unsure and dev.name in opts.approved:
+                emit(dev.name, "gate-incumbent", "approved",
+                     reason="inconclusive, approved by `rollout resume --approve` (this device only)")
+            if unsure and policy != "pass":
+                status = "paused" if policy == "pause" else "failed"
                 raise _Step("gate", "inconclusive: " + "; ".join(f"{v['metric']}: {v['reason']}" for v in unsure),
                             status=status, verdicts=verdicts)
         # activate as a trial the agent reverts by itself unless we commit after the health window
-        window = opts.health_watch_s + (dev.health_timeout if dev.health_cmd else 0) + 60
+        window = opts.revert_window_s(dev)
         stage = "activate"
-        sess.activate(bundle.bundle_id, slot, confirm_within_s=window + opts.step_timeout_s)
+        res = sess.activate(bundle.bundle_id, slot, confirm_within_s=window)
         activated = out.activated = True
         stage = "health"
-        emit(dev.name, "activate", "trial", confirm_within_s=window + opts.step_timeout_s)
+        # the device's own deadline (its clock) when it says so, else this host's estimate of it
+        revert_at = (res.get("trial") or {}).get("deadline_at") or _iso(time.time() + window)
+        emit(dev.name, "activate", "trial", confirm_within_s=window, revert_at=revert_at,
+             bundle_id=bundle.bundle_id, slot=slot, watchdog_pid=(res.get("watchdog") or {}).get("pid"))
         if dev.activate_cmd:
             _run_hook(sess, dev.activate_cmd, dev.health_timeout, "activate_cmd")
             emit(dev.name, "activate_cmd", "ok")
@@ -238,14 +266,94 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
                 rollout_id: str | None = None, spec: dict[str, Any] | None = None,
                 done: dict[str, str] | None = None, progress: Callable[[str], None] = lambda s: None
                 ) -> dict[str, Any]:
-    """Run (or resume) a planned rollout; returns its summary.  ``done``: devices already finished."""
+    """Run (or resume) a planned rollout; returns its summary.  ``done``: devices already finished.
+
+    A new rollout keeps a copy of each planned bundle with the journal (``Journal.keep_bundles``) and
+    rolls out from it: a rebuild of the bundle paths meanwhile (between waves, or before a resume)
+    changes nothing.  While it runs, this process's pid and a heartbeat are in the journal."""
     new = rollout_id is None
     rollout_id = rollout_id or uuid.uuid4().hex[:12]
     if new:
-        journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict()})
-    done = dict(done or {})
+        journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict(),
+                                                "bundle_paths": {b.bundle_id: str(Path(b.path).resolve())
+                                                                 for b in bundles.values()}})
+        try:
+            kept = journal.keep_bundles(rollout_id, list(bundles.values()))
+        except Exception:
+            journal.set_status(rollout_id, "halted", {"reason": "the planned bundles could not be kept"})
+            journal.drop_kept(rollout_id)
+            raise
+        journal.set_status(rollout_id, "running", {"kept": kept}, event=False)
+        bundles = kept_bundles(bundles, kept)
+    journal.start_heartbeat(rollout_id)
+    try:
+        summary = _run(plan, devices, bundles, opts, journal, rollout_id, dict(done or {}), progress)
+    finally:
+        journal.stop_heartbeat()
+    if summary["status"] in ("done", "halted"):
+        journal.drop_kept(rollout_id)
+    return summary
+
+
+def kept_bundles(bundles: dict[str, Any], kept: dict[str, str]) -> dict[str, Any]:
+    """The per-device bundle map pointed at the journal's kept copies (same ids)."""
+    from edgeopt.deploy import load_bundle
+
+    loaded = {bid: load_bundle(path) for bid, path in kept.items()}
+    return {name: loaded.get(b.bundle_id, b) for name, b in bundles.items()}
+
+
+def planned_bundles(plan: Plan, spec: dict[str, Any], rollout_id: str) -> dict[str, Any]:
+    """For a resume: each planned device's bundle, exactly the one the plan names (checked by id): the
+    copy kept with the journal, else the bundle path if it still holds that id. A path that now holds
+    another bundle is refused (exit 2) rather than rolled out."""
+    from edgeopt.deploy import find_bundles, load_bundle
+    from edgeopt.errors import EdgeoptError, UsageError
+
+    wanted = {w["bundle_id"]: w for wave in plan.waves for w in wave}
+    found: dict[str, Any] = {}
+    for bid in wanted:
+        path = (spec.get("kept") or {}).get(bid)
+        if path:
+            try:
+                b = load_bundle(path)
+            except EdgeoptError:
+                b = None
+            if b is not None and b.bundle_id == bid:
+                found[bid] = b
+    missing = [bid for bid in wanted if bid not in found]
+    if missing:  # no kept copy (a journal from before kept copies, or it was removed): the paths, by id
+        paths = [(spec.get("bundle_paths") or {}).get(bid) for bid in missing]
+        candidates = [p for p in paths if p] or list(spec.get("bundles") or [])
+        on_disk: dict[str, Any] = {}
+        for p in candidates:
+            try:
+                for b in ([load_bundle(p)] if (Path(p) / "manifest.json").is_file() else find_bundles(p)):
+                    on_disk.setdefault(b.bundle_id, b)
+            except EdgeoptError:
+                continue
+        for bid in missing:
+            if bid in on_disk:
+                found[bid] = on_disk[bid]
+                continue
+            w = wanted[bid]
+            path = (spec.get("bundle_paths") or {}).get(bid) or ", ".join(spec.get("bundles") or [])
+            from edgeopt.inventory import canonical_target
+
+            now = [b.bundle_id for b in on_disk.values()
+                   if canonical_target(b.target) == canonical_target(w["target"])]
+            raise UsageError(
+                f"rollout {rollout_id}: the plan's bundle {bid[:12]} ({w['target']}) is not at {path} any more: "
+                f"it now holds {now[0][:12] if now else 'no bundle for that target'}; resume installs only the "
+                "planned bundles", hint="rebuild into another folder and put the planned bundle back, or start a "
+                "new rollout of the new bundle")
+    return {w["device"]: found[w["bundle_id"]] for wave in plan.waves for w in wave}
+
+
+def _run(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], opts: Options, journal: Journal,
+         rollout_id: str, done: dict[str, str], progress: Callable[[str], None]) -> dict[str, Any]:
     summary: dict[str, Any] = {"schema": "edgeopt/v1", "kind": "rollout", "rollout_id": rollout_id, "model": plan.model,
-                               "waves": [], "skipped": plan.skipped}
+                               "waves": [], "skipped": plan.skipped, "left_out": plan.left_out}
     finished: list[str] = []  # devices moved to the candidate by this rollout, in order
 
     for wi, wave in enumerate(plan.waves):
@@ -254,11 +362,16 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
         if not todo:
             summary["waves"].append({"wave": wi, "devices": len(wave), "resumed_done": len(wave)})
             continue
-        progress(f"wave {wi + 1}/{len(plan.waves)}: {len(todo)} device(s)")
+        window = max(opts.revert_window_s(devices[w["device"]]) for w in todo)
+        progress(f"wave {wi + 1}/{len(plan.waves)}: {len(todo)} device(s); an unconfirmed trial reverts on the "
+                 f"device by itself {window:.0f} s after its activation if this host stops")
         journal.event(rollout_id, wi, None, "wave", "start", {"devices": [w["device"] for w in todo]})
 
         def emit(device, step, status, _wi=wi, **data):
             journal.event(rollout_id, _wi, device, step, status, data)
+            if step == "activate" and status == "trial":
+                progress(f"  {device}: trial active; reverts to its previous bundle at {data.get('revert_at')} "
+                         f"({data.get('confirm_within_s', 0):.0f} s) unless committed")
 
         if opts.engine == "ansible":
             from edgeopt.fleet.ansible_engine import run_wave
@@ -291,8 +404,11 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
             return summary
         if counts.get("paused"):
             summary["status"] = "paused"
-            summary["reason"] = (f"wave {wi + 1}: {counts['paused']} device(s) with an inconclusive latency verdict; "
-                                 f"`edgeopt rollout resume {rollout_id} --approve` goes on")
+            paused = [o.device for o in outs if o.status == "paused"]
+            summary["reason"] = (f"wave {wi + 1}: {counts['paused']} device(s) with an inconclusive latency verdict "
+                                 f"({', '.join(paused[:5])}{', …' if len(paused) > 5 else ''}); "
+                                 f"`edgeopt rollout resume {rollout_id} --approve` approves these verdicts and goes "
+                                 "on (later devices pause again on theirs)")
             journal.set_status(rollout_id, "paused", {"reason": summary["reason"]})
             return summary
         journal.event(rollout_id, wi, None, "wave", "done", {"counts": counts})
