@@ -181,12 +181,13 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
                 source["skipped_unreadable"] = skipped
         elif arrays:
             samples = [s for f in arrays for s in _from_arrays(f, inputs)]
-            source = {"kind": "npz", "path": str(p), "files": len(arrays)}
+            kinds = {f.suffix.lower()[1:] for f in arrays}
+            source = {"kind": kinds.pop() if len(kinds) == 1 else "npy+npz", "path": str(p), "files": len(arrays)}
         else:
             raise CalibrationError(f"{p} holds no images ({', '.join(sorted(IMAGE_EXT))}) and no .npy/.npz files")
     elif p.suffix.lower() in (".npy", ".npz"):
         samples = _from_arrays(p, inputs)
-        source = {"kind": "npz", "path": str(p)}
+        source = {"kind": p.suffix.lower()[1:], "path": str(p)}  # "npy" or "npz": what was given
     elif p.suffix.lower() in IMAGE_EXT:
         samples = _from_images([p], inputs, preprocess)
         source = {"kind": "images", "path": str(p), "count": 1,
@@ -213,7 +214,7 @@ def describe(source: dict[str, Any]) -> str:
     kind = source.get("kind")
     if kind == "random":
         return f"data: RANDOM (seed {source.get('seed')}), no --calib given"
-    what = (f"{source.get('count')} images" if kind == "images" else "arrays") + f" from {source.get('path')}"
+    what = (f"{source.get('count')} images" if kind == "images" else f"{kind} arrays") + f" from {source.get('path')}"
     pre = source.get("preprocess") or {}
     line = (f"data: {what}" + (f" (preset={pre.get('preset')})" if pre.get("preset") else "")
             + f" -> {source.get('calibration_samples')} calib + {source.get('validation_samples')} val")
@@ -234,7 +235,7 @@ def _check_range(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, An
             warnings.append(f"input {t['name']!r}: data is {a.dtype}, the model takes {t['dtype']} (cast)")
         shape = t["shape"]
         image = len(shape) == 4 and (shape[1] in (1, 3) or shape[-1] in (1, 3))  # audio features, embeddings: not
-        if image and a.dtype.kind == "f" and a.size and source.get("kind") == "npz":
+        if image and a.dtype.kind == "f" and a.size and source.get("kind") in ("npy", "npz"):
             lo, hi = float(a.min()), float(a.max())
             if hi > 20 or lo < -20:
                 warnings.append(f"input {t['name']!r}: values span {lo:.3g}..{hi:.3g}; an image model usually "
@@ -258,7 +259,10 @@ def _random_feed(inputs: list[dict[str, Any]], rng: np.random.Generator) -> dict
 
 
 def _from_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
-    """A .npy (single-input models) or .npz keyed by input name; a leading sample axis is optional."""
+    """A .npy (single-input models) or .npz keyed by input name; a leading sample axis is optional.
+
+    An input whose shape starts with a batch of 1 (``[1, 224, 224, 3]``) also takes samples stacked
+    without that 1 (``[N, 224, 224, 3]``): the sample axis replaces the batch axis."""
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as exc:
@@ -280,9 +284,14 @@ def _from_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.
         shape = list(t["shape"])
         if list(a.shape) == shape:
             a = a[None]
-        elif list(a.shape[1:]) != shape:
+        elif list(a.shape[1:]) == shape:
+            pass
+        elif shape and shape[0] == 1 and a.ndim == len(shape) and list(a.shape[1:]) == shape[1:]:
+            a = a[:, None]  # [N, 224, 224, 3] for [1, 224, 224, 3]: one sample per row, each a batch of 1
+        else:
+            alt = f" or [N, {', '.join(map(str, shape[1:]))}]" if shape and shape[0] == 1 else ""
             raise CalibrationError(f"{path}: array for input {t['name']!r} has shape {list(a.shape)}; "
-                                   f"expected {shape} or [N, {', '.join(map(str, shape))}]")
+                                   f"expected {shape} or [N, {', '.join(map(str, shape))}]{alt}")
         arrays[t["name"]] = a.astype(t["dtype"])
         if count is not None and a.shape[0] != count:
             raise CalibrationError(f"{path}: inputs have different sample counts")
