@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt import jsonsafe
 from edgeopt.errors import UsageError
 
 PREFIX = "results:"
@@ -95,7 +96,7 @@ class Baselines:
                 self.conn.execute("INSERT OR REPLACE INTO baselines (name, model, target, device, precision, bundle_id, "
                                   "created, source_run, json) VALUES (?,?,?,?,?,?,?,?,?)",
                                   (*key, e.get("precision"), e.get("bundle_id"), e["created"], e.get("source_run"),
-                                   json.dumps(e)))
+                                   jsonsafe.dumps(e)))
         return replaced
 
     def delete(self, name: str) -> int:
@@ -216,7 +217,7 @@ def export(name: str, db: str | Path = "edgeopt-results.db") -> dict[str, Any]:
 def write_export(doc: dict[str, Any], out: str | Path) -> None:
     path = Path(out)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text(jsonsafe.dumps(doc, indent=1) + "\n")
     os.replace(tmp, path)
 
 

@@ -29,6 +29,18 @@ from edgeopt.hil.stats import overall
 
 EXIT_INCONCLUSIVE = 6
 EXIT = {"pass": 0, "improved": 0, "regressed": 5, "error": 4, "inconclusive": EXIT_INCONCLUSIVE}
+# --on-inconclusive: pause (exit 6, the default) | fail (exit 5) | pass (exit 0); old spellings kept as aliases
+ON_INCONCLUSIVE = ("pause", "fail", "pass")
+ON_INCONCLUSIVE_ALIASES = {"exit6": "pause", "continue": "pass"}
+
+
+def on_inconclusive_policy(value: str) -> str:
+    """``pause``/``fail``/``pass`` (``exit6`` → pause, ``continue`` → pass); anything else: UsageError."""
+    v = ON_INCONCLUSIVE_ALIASES.get(str(value).strip().lower(), str(value).strip().lower())
+    if v not in ON_INCONCLUSIVE:
+        raise UsageError(f"on_inconclusive must be pause, fail or pass, not {value!r}",
+                         hint="pause = exit 6 (the default), fail = exit 5, pass = exit 0")
+    return v
 
 
 def _bundle(path: str | Path, what: str):
@@ -88,30 +100,40 @@ def check_pair(baseline, candidate) -> None:
 
 def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
-         budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
+         budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
          trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None,
          calib: str | None = None, preprocess: str | None = None, dist: str | Path = "dist-gate") -> dict[str, Any]:
     """``edgeopt gate`` as a function (what ``edgeopt.api.gate`` should call): the rig file's ``rig:`` policy
     read from the inventory, ``--baseline`` a bundle folder or ``results:NAME``; every input checked first.
     CANDIDATE may be a model file (``.onnx``): it is built first, into ``dist``, for the baseline bundle's
     target, precision and input shapes (``calib``/``preprocess`` as for build), so a CI job gates a
-    changed model in one command."""
+    changed model in one command.
+
+    ``budget`` bounds the gate's wall time from here to the verdict (connecting, probing, the health
+    wait, pushing, every agent call's start, loading and accuracy pass, the rounds, fresh processes,
+    writing results); building a model CANDIDATE comes before it and is timed apart (``build_s``).
+    ``on_inconclusive``: ``pause`` (exit 6), ``fail`` (exit 5) or ``pass`` (exit 0)."""
     from edgeopt.api import parse_duration, select_devices
     from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.rig import load_rig
 
-    if on_inconclusive not in ("exit6", "fail", "pass"):
-        raise UsageError(f"on_inconclusive must be exit6, fail or pass, not {on_inconclusive!r}")
+    policy = on_inconclusive_policy(on_inconclusive)
     rig = load_rig(devices)
     spec = load_gate(gate)
     budget_s = parse_duration(budget)
     chosen = select_devices(devices, limit, labels)
+    build_s = None
     if Path(candidate).is_file() and str(candidate).lower().endswith(".onnx"):
+        t_build = time.monotonic()
         candidate = build_candidate(candidate, baseline, calib, preprocess, dist, progress)
+        build_s = round(time.monotonic() - t_build, 3)
     result = run_gate(candidate, baseline, chosen, spec, budget_s, trust_new_host_keys, db_path=db,
                       progress=progress, rig=rig)
-    if result["verdict"] == "inconclusive" and on_inconclusive != "exit6":
-        result["exit_code"] = EXIT["regressed"] if on_inconclusive == "fail" else 0
+    if build_s is not None:
+        result["build_s"] = build_s
+    result["on_inconclusive"] = policy
+    if result["verdict"] == "inconclusive" and policy != "pause":
+        result["exit_code"] = EXIT["regressed"] if policy == "fail" else 0
     return result
 
 
@@ -122,11 +144,13 @@ def run_gate(candidate: str | Path, baseline: str | Path, devices: list, spec: G
     """Gate ``candidate`` against ``baseline`` (a bundle folder, or ``results:NAME``: a stored baseline,
     compared unpaired) on every device that takes their target.  ``rig``: an ``edgeopt.hil.rig.Rig``
     (health policy, hooks, quarantine); None = no policy.  Every input is checked before anything is
-    measured or recorded; the DB is written only once a verdict exists."""
+    measured or recorded; the DB is written only once a verdict exists.  ``budget_s`` bounds the wall time
+    from this call to the verdict (a device power-cycled and retried gets a fresh budget for the retry)."""
     from edgeopt.fleetbench import matches
     from edgeopt.hil.baseline import PREFIX, resolve
     from edgeopt.hil.rig import Rig, quarantined
 
+    started = time.monotonic()
     rig = rig or Rig()
     if budget_s <= 0:
         raise UsageError(f"--budget must be above 0 s, got {budget_s:g}")
@@ -169,7 +193,8 @@ def run_gate(candidate: str | Path, baseline: str | Path, devices: list, spec: G
                     "skipped": f"quarantined since {q['quarantined_at']}: {q['reason']}; "
                                f"`edgeopt rig release {dev.name}` puts it back"}
         return _gate_device(dev, base, cand, spec, budget_s, trust_new_host_keys, progress,
-                            rig.for_device(dev.name), stored.get(dev.name) if stored is not None else None)
+                            rig.for_device(dev.name), stored.get(dev.name) if stored is not None else None,
+                            started=started)
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(targets)))) as pool:
         result["devices"] = list(pool.map(one, targets))
@@ -234,7 +259,7 @@ class _PushFailed(DeviceError):
 
 def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
                  progress: Callable[[str], None], policy: Any = None,
-                 stored: dict[str, Any] | None = None) -> dict[str, Any]:
+                 stored: dict[str, Any] | None = None, started: float | None = None) -> dict[str, Any]:
     """One device: measure (with the rig's policy); an unreachable or hung device is power-cycled (when the
     rig says how) and tried once more.  Infrastructure failures are ``status`` failed/refused/unfit."""
     from edgeopt.hil.rig import Policy, RigUnfit, power_cycle
@@ -243,10 +268,12 @@ def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
     policy = policy or Policy()
     out: dict[str, Any] = {"device": dev.name, "status": "ok", "attempts": 0, "events": []}
     t0 = time.perf_counter()
+    started = time.monotonic() if started is None else started
     while True:
         out["attempts"] += 1
         try:
-            out.update(_measure_device(dev, base, cand, spec, budget_s, trust, progress, policy, stored))
+            out.update(_measure_device(dev, base, cand, spec, started + budget_s, trust, progress, policy, stored,
+                                       started))
             out["status"] = "ok"
             out.pop("error", None)
             break
@@ -265,15 +292,21 @@ def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
                     break
                 out["power_cycle"] = pc
                 out["events"].append({"kind": "power_cycle", "detail": " ".join(pc["command"])})
-                progress(f"{dev.name}: back after the power cycle ({pc['elapsed_s']:.1f}s); retrying once")
+                progress(f"{dev.name}: back after the power cycle ({pc['elapsed_s']:.1f}s); retrying once "
+                         f"(with a fresh budget of {budget_s:g}s)")
+                started = time.monotonic()
                 continue
             break
     out["elapsed_s"] = round(time.perf_counter() - t0, 3)
     return out
 
 
-def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
-                    progress: Callable[[str], None], policy: Any, stored: dict[str, Any] | None) -> dict[str, Any]:
+def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: bool,
+                    progress: Callable[[str], None], policy: Any, stored: dict[str, Any] | None,
+                    started: float) -> dict[str, Any]:
+    """Measure one device before ``deadline`` (monotonic): what is left of the gate's budget after connecting,
+    the health wait and the push goes to the rounds, less the time the work after them takes (the
+    calibration after measuring, as long as the one before; fresh processes: reserved per call)."""
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.baseline import fingerprint_diff, load_warning
     from edgeopt.hil.fresh import judge_fresh, measure_fresh
@@ -295,22 +328,27 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                 probe = sess.probe()
             probe, warnings = wait_until_fit(sess, policy, probe, progress)
             watch = ThrottleWatch(sess, policy, progress) if policy.throttle else None
+            t_cal = time.monotonic()
             cal_before = watch.reference_ms if watch else calibrate(sess)
+            after_s = time.monotonic() - t_cal  # the calibration after measuring takes about as long
             push = sess.push([cand] if base is None else [base, cand])
             failed = [b for b in push.bundles if b.status == "failed"]
             if failed:
                 raise _PushFailed(f"{dev.name}: push failed: {failed[0].error}")
+            budget_s = deadline - time.monotonic() - after_s
             if stored is None:
-                progress(f"{dev.name}: measuring baseline and candidate interleaved (budget {budget_s:g}s)")
+                progress(f"{dev.name}: measuring baseline and candidate interleaved ({max(0.0, budget_s):.1f}s of "
+                         "the budget left)")
                 run = measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s, progress, probe=probe,
-                                   check=watch)
+                                   check=watch, reserve_calls=spec.fresh_runs if (spec.cold_start or spec.memory)
+                                   else 0.0, started_at=started)
                 if spec.cold_start or spec.memory:
                     fresh = measure_fresh(sess, base.bundle_id, cand.bundle_id, spec.fresh_runs, progress)
             else:
                 progress(f"{dev.name}: measuring the candidate against the stored baseline's "
-                         f"{len(stored['blocks'])} rounds (unpaired, budget {budget_s:g}s)")
+                         f"{len(stored['blocks'])} rounds (unpaired, {max(0.0, budget_s):.1f}s of the budget left)")
                 run = measure_unpaired(sess, cand.bundle_id, stored["blocks"], spec, budget_s, progress, probe=probe,
-                                       check=watch)
+                                       check=watch, started_at=started)
                 if spec.cold_start or spec.memory:
                     warnings.append("cold_start/memory are judged against a baseline bundle only (fresh processes "
                                     "of both, interleaved), not against stored rounds: not gated here")
@@ -327,7 +365,8 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
                   "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
     else:
         speed = calibration_ms / stored["calibration_ms"] if stored.get("calibration_ms") else None
-        verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1], speed)
+        verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1], speed,
+                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note)
         if speed is None:
             warnings.append("the stored baseline has no calibration time (saved from a bench run or by an older edgeopt): "
                             "a device slower or faster than then cannot be told from a model that is")
@@ -347,6 +386,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: boo
             "fingerprint": run.fingerprint, "health": health_summary(probe), "warnings": warnings,
             "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds,
             "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms,
+            **({"budget_note": run.budget_note} if run.budget_note else {}),
             **({"fresh": fresh} if fresh else {})}
 
 

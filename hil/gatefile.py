@@ -1,5 +1,9 @@
 """The gate file: which metrics are gated and by how much (``GATE.yaml``), with defaults.
 
+Every key keeps its default unless the file gives it (naming only ``p90`` still gates p50 at 5%); a
+metric is ungated only when set to ``off`` (``p50: off``). Percentages are written with ``%``; a bare
+number is a fraction (``0.05``), and a bare number above 1 is refused ("did you mean 10%?").
+
 ```yaml
 p50: {max_slowdown: 5%}
 p90: {max_slowdown: 10%}
@@ -30,6 +34,9 @@ from typing import Any
 from edgeopt.errors import UsageError, yaml_error
 
 LATENCY = ("p50", "p90", "p99")
+DEFAULT_SLOWDOWN = {"p50": 0.05, "p90": 0.10, "p99": 0.10}  # a latency metric given without max_slowdown
+DEFAULT_LATENCY = ("p50", "p90")  # gated unless set to off
+OFF_KEYS = ("p50", "p90", "p99", "throughput", "decisions", "cold_start", "memory")
 # Samples needed before a tail percentile is judged at all (MLPerf LoadGen's early-stopping minimums).
 MIN_SAMPLES = {"p50": 1, "p90": 64, "p99": 662}
 KEYS = {
@@ -58,6 +65,7 @@ class GateSpec:
     cosine_min: float | None = None
     seq_match_min: float | None = None  # CTC recognisers: share of decodings equal to the FP32 reference's
     max_disagreement: float | None = None
+    decisions_gated: bool = True  # False: `decisions: off`
     cold_start: Threshold | None = None  # opt-in: fresh processes per arm, load + first inference (ms)
     memory: Threshold | None = None  # opt-in: peak RSS of those processes (max_ms holds max MB)
     fresh_runs: int = 6
@@ -74,6 +82,7 @@ class GateSpec:
                 "throughput_max_drop": self.throughput_max_drop, "top1_min": self.top1_min,
                 "cosine_min": self.cosine_min,
                 "seq_match_min": self.seq_match_min, "max_disagreement": self.max_disagreement,
+                "decisions_gated": self.decisions_gated,
                 "cold_start": ({"max_slowdown": self.cold_start.max_change, "max_ms": self.cold_start.max_ms}
                                if self.cold_start else None),
                 "memory": ({"max_increase": self.memory.max_change, "max_mb": self.memory.max_ms}
@@ -89,11 +98,16 @@ def _did_you_mean(word: str, choices: Any) -> str:
 
 
 def parse_fraction(value: Any, where: str, upper: float = 1.0) -> float:
-    """``5%`` or ``0.05`` → 0.05; refuses ``5 %``, negatives, and anything above ``upper``."""
+    """``5%`` or ``0.05`` → 0.05; refuses ``5 %``, negatives, anything above ``upper``, and a bare number
+    above 1 (``max_slowdown: 10`` would be 1000%: "did you mean 10%?")."""
     if isinstance(value, bool):
         raise UsageError(f"{where}: expected a percentage like 5% or a fraction like 0.05, got {value!r}")
     if isinstance(value, (int, float)):
         f = float(value)
+        if f > 1:
+            raise UsageError(f"{where}: a bare number is a fraction, and {value!r} would be {f * 100:g}%: "
+                             f"did you mean {value!r}%?",
+                             hint=f"write percentages with %: {value!r}% (or the fraction {f / 100:g})")
     elif isinstance(value, str) and _PCT.match(value.strip()) and value == value.strip():
         f = float(_PCT.match(value).group(1)) / 100
     else:
@@ -132,11 +146,22 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
         spec.source = name
     if not isinstance(data, dict):
         raise UsageError(f"{name}: expected a mapping of metric: thresholds")
-    given_latency = {}
+    off: set[str] = set()
     for key, value in data.items():
         if key not in KEYS:
             raise UsageError(f"{name}: unknown key {key!r}{_did_you_mean(str(key), KEYS)}; "
                              f"known: {', '.join(KEYS)}")
+        if value is False or (isinstance(value, str) and value.strip().lower() == "off"):
+            if key not in OFF_KEYS:
+                raise UsageError(f"{name}: {key} cannot be off" + (
+                    " (each bundle's own accuracy bound always applies; leave out top1_min/cosine_min "
+                    "to gate by that alone)" if key == "accuracy" else ""),
+                    hint=f"metrics that can be off: {', '.join(OFF_KEYS)}")
+            off.add(key)
+            continue
+        if value is None:
+            raise UsageError(f"{name}: {key} has no value", hint=f"give thresholds, or `{key}: off` to ungate it"
+                             if key in OFF_KEYS else None)
         allowed = KEYS[key]
         if allowed is not None:
             if not isinstance(value, dict):
@@ -147,12 +172,12 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
                                      f"known: {', '.join(sorted(allowed))}")
         where = f"{name}: {key}"
         if key in LATENCY:
-            t = Threshold(key)
+            t = Threshold(key, DEFAULT_SLOWDOWN[key])
             if "max_slowdown" in value:
                 t.max_change = parse_fraction(value["max_slowdown"], f"{where}.max_slowdown", upper=10.0)
             if "max_ms" in value:
                 t.max_ms = _number(value["max_ms"], f"{where}.max_ms", 1e-6, 1e9)
-            given_latency[key] = t
+            spec.latency[key] = t
         elif key == "throughput":
             spec.throughput_max_drop = parse_fraction(value.get("max_drop", 0.05), f"{where}.max_drop")
         elif key == "accuracy":
@@ -188,8 +213,16 @@ def load_gate(source: str | Path | dict[str, Any] | None) -> GateSpec:
                                                  f"{where}.session_margin")
             spec.max_speed_change = parse_fraction(value.get("max_speed_change", spec.max_speed_change),
                                                    f"{where}.max_speed_change", upper=10.0)
-    if given_latency:
-        spec.latency = given_latency
+    for key in off:
+        if key in LATENCY:
+            spec.latency.pop(key, None)
+        elif key == "throughput":
+            spec.throughput_max_drop = None
+        elif key == "decisions":
+            spec.decisions_gated = False
+        else:
+            setattr(spec, key, None)
+    spec.latency = {k: spec.latency[k] for k in LATENCY if k in spec.latency}  # p50, p90, p99 order
     return spec
 
 

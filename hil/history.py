@@ -274,7 +274,7 @@ def _mark(s: Series, i: int) -> str:
 
 
 def render(series: list[Series], fmt: str = "table") -> str:
-    import json
+    from edgeopt import jsonsafe
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
@@ -283,7 +283,7 @@ def render(series: list[Series], fmt: str = "table") -> str:
 
         body = {"metric": series[0].metric if series else None, "method": METHOD,
                 "series": [s.as_dict() for s in series]}
-        return json.dumps(envelope("history", body), indent=2, default=str) + "\n"
+        return jsonsafe.dumps(envelope("history", body), indent=2, default=str) + "\n"
     if fmt == "csv":
         import csv
         import io

@@ -8,11 +8,12 @@ half-written report that a later step could mistake for a finished one.
 
 from __future__ import annotations
 
-import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+from edgeopt.jsonsafe import clean, dumps
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -23,6 +24,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def junit_xml(result: dict[str, Any]) -> str:
+    result = clean(result)  # no "nan" property values: a non-finite figure is left out (its reason is in raw)
     suites = ET.Element("testsuites", name="edgeopt gate")
     for dev in result["devices"]:
         suite = ET.SubElement(suites, "testsuite", name=f"{result['model']}.{result['target']}.{dev['device']}")
@@ -46,10 +48,10 @@ def junit_xml(result: dict[str, Any]) -> str:
                         "threshold", "method"):
                 if v.get(key) is not None:
                     ET.SubElement(props, "property", name=key, value=str(v[key]))
-            ET.SubElement(props, "property", name="fingerprint", value=json.dumps(dev.get("fingerprint") or {}))
+            ET.SubElement(props, "property", name="fingerprint", value=dumps(dev.get("fingerprint") or {}))
             ET.SubElement(props, "property", name="mode", value=dev.get("mode") or result.get("mode") or "paired")
             if dev.get("health"):
-                ET.SubElement(props, "property", name="health", value=json.dumps(dev["health"]))
+                ET.SubElement(props, "property", name="health", value=dumps(dev["health"]))
             if dev.get("attempts", 1) > 1:
                 ET.SubElement(props, "property", name="attempts", value=str(dev["attempts"]))
             if dev.get("warnings"):
@@ -73,7 +75,8 @@ ICON = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regre
 
 def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
     """One verdict as display text: baseline, candidate, change (95% CI), p, n (the Markdown summary's and
-    the HTML report's cells)."""
+    the HTML report's cells); a non-finite figure shows as blank."""
+    v = clean(v)
     ch = ""
     if v.get("ratio") is not None and v["metric"] not in ("accuracy", "decisions"):
         r, lo, hi = v["ratio"], v.get("ci_low"), v.get("ci_high")
@@ -82,8 +85,10 @@ def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
         ch = f"{(r - 1) * 100:+.1f}%"
         if lo is not None and hi is not None:
             ch += f" ({(lo - 1) * 100:+.1f}..{(hi - 1) * 100:+.1f}%)"
-    elif v.get("ratio") is not None:
+    elif v.get("ratio") is not None and v["metric"] == "decisions":  # a share, as a percentage
         ch = f"{v['ratio'] * 100:.1f}% differ"
+    elif v.get("ratio") is not None:
+        ch = f"{v['ratio'] * 100:.1f}%"
 
     def fmt(x: Any) -> str:
         return "" if x is None else f"{x:.4g}"
@@ -93,6 +98,7 @@ def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    result = clean(result)
     lines = [f"### edgeopt gate: {result['model']} on {result['target']} — **{result['verdict']}**", "",
              f"baseline `{result['baseline_id'][:40 if result.get('mode') == 'unpaired' else 12]}` vs candidate "
              f"`{result['candidate_id'][:12]}`" + (" — **unpaired** (stored rounds, widened 99% intervals)"
@@ -109,6 +115,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {dev['device']} | {v['metric']} | {ICON.get(v['verdict'], v['verdict'])} | "
                          f"{c['baseline']} | {c['candidate']} | {c['change']} | {c['p']} | {c['n']} |")
     warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
+    warn += [f"- ⏱️ {d['device']}: {d['budget_note']}" for d in result["devices"] if d.get("budget_note")]
     if warn:
         lines += ["", *warn]
     lines += ["", "Latency and cold start in ms, memory in MB (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "
@@ -123,4 +130,4 @@ def write_outputs(result: dict[str, Any], junit: str | None, md: str | None, raw
     if md:
         _atomic_write(Path(md), markdown(result))
     if raw:
-        _atomic_write(Path(raw), json.dumps(result, indent=1, default=str))
+        _atomic_write(Path(raw), dumps(result, indent=1, default=str))

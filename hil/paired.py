@@ -7,13 +7,14 @@ judges after each call, and asks for more only while a gated metric is still inc
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 from edgeopt.errors import DeviceError
 from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import PairedRun, decided, judge, judge_unpaired
+from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, judge, judge_unpaired
 
 # A verdict is never drawn from one process: two ONNX Runtime sessions of the *same* bundle can differ
 # by a few percent for the life of the process (seen: one variant's 100-round reference in one child
@@ -38,28 +39,108 @@ def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, 
                if (jet := p.get("jetson")) else {})}
 
 
+class _Budget:
+    """The time a sequential measurement may still spend, learnt from its first call.
+
+    Each agent call costs a fixed part (a fresh child: start, load both bundles, the accuracy pass,
+    warm-up) plus the timed rounds. The first call's timed part is held to ``left / MIN_CALLS`` so a
+    second call can fit; after it, the measured costs say whether another call can add rounds before
+    ``deadline - reserve`` (``reserve_calls`` fixed parts are kept back for fresh processes after the
+    rounds), and, when MIN_CALLS calls cannot fit, what budget would (``note``, said once)."""
+
+    def __init__(self, budget_s: float, reserve_calls: float = 0.0, started_at: float | None = None) -> None:
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + budget_s
+        self.budget_s = budget_s
+        self.started_at = self.t0 if started_at is None else started_at
+        self.reserve_calls = reserve_calls
+        self.overhead_s: float | None = None  # fixed part of one call
+        self.round_s: float | None = None  # one paired round (both blocks, settle runs included)
+        self.first_call_s = 0.0
+        self.note = ""
+
+    def left(self) -> float:
+        reserve = self.reserve_calls * (self.overhead_s or 0.0)
+        return self.deadline - time.monotonic() - reserve
+
+    def learn(self, call_s: float, pb: dict[str, Any], rounds_per_block_pair: float = 1.0) -> None:
+        blocks = pb.get("blocks") or []
+        timed = max((float(b.get("t") or 0) for b in blocks), default=0.0)
+        rounds = len(blocks) / 2 * rounds_per_block_pair
+        if self.overhead_s is None:
+            self.first_call_s = call_s
+            if not rounds:  # not one whole round within the call's budget: a round takes at least that long
+                timed = float((pb.get("options") or {}).get("budget_s") or 0.0)
+                self.round_s = max(timed, 1e-3)
+            else:
+                self.round_s = timed / rounds
+            self.overhead_s = max(0.0, call_s - timed)
+
+    def agent_budget(self, calls: int) -> float | None:
+        """Seconds of timed rounds the next call may spend, or None: no call can add a round in time."""
+        left = self.left()
+        if calls == 0:
+            return max(0.5, left / MIN_CALLS)
+        timed = left - (self.overhead_s or 0.0)
+        if timed < (self.round_s or 0.0) or timed <= 0:
+            return None
+        return timed
+
+    def cannot_reach(self, calls: int, pairs: int, device: str) -> str:
+        """After the first call: '' when MIN_CALLS calls and MIN_PAIRS pairs fit in what is left, else the
+        one line saying they cannot and which --budget would."""
+        if self.note or self.overhead_s is None or self.round_s is None:
+            return ""
+        o, r = self.overhead_s, self.round_s
+        need_now = max(0, MIN_CALLS - calls) * (o + r) + max(0, MIN_PAIRS - pairs - max(0, MIN_CALLS - calls)) * r
+        if need_now <= self.left():
+            return ""
+        before = self.t0 - self.started_at  # connecting, probing, pushing: before the first call
+        reserve = self.reserve_calls * o
+        least = before + MIN_CALLS * o + MIN_PAIRS * r + reserve
+        typical = before + MIN_CALLS * o + 2 * max(MIN_PAIRS, 10) * r + reserve
+        self.note = (f"this budget cannot reach a latency verdict for this model on {device}: one call of the "
+                     f"agent took {self.first_call_s:.1f}s ({o:.1f}s to start, load and check accuracy, {r:.2f}s per "
+                     f"paired round); a verdict needs {MIN_CALLS} calls and {MIN_PAIRS} paired rounds: "
+                     f"--budget {_nice(least)} at the least, {_nice(typical)} to double to "
+                     f"{2 * max(MIN_PAIRS, 10)} rounds")
+        return self.note
+
+
+def _nice(seconds: float) -> str:
+    s = max(1, math.ceil(seconds / 5) * 5 if seconds > 10 else math.ceil(seconds))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 600 else f"{s}s"
+
+
 def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSpec, budget_s: float = 60.0,
                  progress: Callable[[str], None] = lambda s: None, timeout_s: float | None = None,
-                 probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None) -> PairedRun:
+                 probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None,
+                 reserve_calls: float = 0.0, started_at: float | None = None) -> PairedRun:
     """Interleaved rounds of baseline (A) and candidate (B) on ``session``'s device until decided.
-    ``check`` runs after every agent call (the rig's throttling check; it raises to stop)."""
-    run = PairedRun(device=session.device.name)
-    t0 = time.monotonic()
+    ``check`` runs after every agent call (the rig's throttling check; it raises to stop).
+    ``budget_s`` bounds the whole measurement, every call's start, loading and accuracy pass included
+    (the first call always runs: accuracy is exact from one call). ``reserve_calls``: that many calls'
+    fixed cost is kept back for work after the rounds (fresh processes); ``started_at`` (monotonic): when
+    the caller's own clock started, for the budget a verdict would need."""
+    run = PairedRun(device=session.device.name, min_calls=MIN_CALLS)
+    clock = _Budget(budget_s, reserve_calls, started_at)
     want = spec.rounds_start
     while True:
-        left = budget_s - (time.monotonic() - t0)
-        if run.blocks and left <= 0:
+        agent_s = clock.agent_budget(run.calls)
+        if agent_s is None:
             break
         rounds = want - len(run.blocks) // 2
         if rounds <= 0:
             break
         req = {"root": session.root, "bundle_ids": [baseline_id, candidate_id],
-               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
-                           "warmup": 10, "timeout_s": timeout_s or max(60.0, left * 2 + 60),
+               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": agent_s,
+                           "warmup": 10, "timeout_s": timeout_s or max(60.0, agent_s * 2 + 60),
                            **_calibrating(check)}}
+        t_call = time.monotonic()
         reply = session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30)
         run.calls += 1
         pb = _reply(session, reply)
+        clock.learn(time.monotonic() - t_call, pb)
         run.blocks.extend(pb["blocks"][:_kept(check, pb)])
         if not run.arms:
             run.arms = pb["arms"]
@@ -67,13 +148,16 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         run.environment.append(pb.get("environment") or {})
         if check is not None:
             check()
-        verdicts = judge(run, spec)
         done = len(run.blocks) // 2
+        if clock.cannot_reach(run.calls, done, run.device):
+            run.budget_note = clock.note
+            progress(f"{run.device}: {clock.note}")
+        verdicts = judge(run, spec)
         progress(f"{run.device}: {done} rounds: " + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
-        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or pb.get("budget_hit"):
+        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note:
             break
-        want = min(spec.rounds_max, done * 2)
-    run.elapsed_s = round(time.monotonic() - t0, 3)
+        want = min(spec.rounds_max, max(done * 2, done + 1))
+    run.elapsed_s = round(time.monotonic() - clock.t0, 3)
     return run
 
 
@@ -97,25 +181,29 @@ def _reply(session: Any, reply: dict[str, Any]) -> dict[str, Any]:
 
 def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list[float]], spec: GateSpec,
                      budget_s: float = 60.0, progress: Callable[[str], None] = lambda s: None,
-                     probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None) -> PairedRun:
+                     probe: dict[str, Any] | None = None, check: Callable[[], None] | None = None,
+                     started_at: float | None = None) -> PairedRun:
     """The candidate alone against a stored baseline's rounds: ``pairbench`` with the candidate in both arms
     (the same method, settle runs and switches as the rounds the baseline was saved from), every block a
-    candidate block (relabelled ``B``); sequential like ``measure_pair``, judged by ``judge_unpaired``."""
-    run = PairedRun(device=session.device.name)
-    t0 = time.monotonic()
+    candidate block (relabelled ``B``); sequential like ``measure_pair`` (the same budget rules), judged by
+    ``judge_unpaired``."""
+    run = PairedRun(device=session.device.name, min_calls=MIN_CALLS)
+    clock = _Budget(budget_s, 0.0, started_at)
     want = spec.rounds_start
     while True:
-        left = budget_s - (time.monotonic() - t0)
-        if run.blocks and left <= 0:
+        agent_s = clock.agent_budget(run.calls)
+        if agent_s is None:
             break
         rounds = -(-(want - len(run.blocks)) // 2)  # two candidate blocks per pairbench round
         if rounds <= 0:
             break
         req = {"root": session.root, "bundle_ids": [candidate_id, candidate_id],
-               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": max(1.0, left),
-                           "warmup": 10, "timeout_s": max(60.0, left * 2 + 60), **_calibrating(check)}}
+               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": agent_s,
+                           "warmup": 10, "timeout_s": max(60.0, agent_s * 2 + 60), **_calibrating(check)}}
+        t_call = time.monotonic()
         pb = _reply(session, session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30))
         run.calls += 1
+        clock.learn(time.monotonic() - t_call, pb, rounds_per_block_pair=2.0)  # each block is a candidate block
         run.blocks.extend({**b, "arm": "B"} for b in pb["blocks"][:_kept(check, pb)])
         if not run.arms:
             run.arms = [{}, pb["arms"][1]]
@@ -123,12 +211,16 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
         run.environment.append(pb.get("environment") or {})
         if check is not None:
             check()
-        verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1])
         done = len(run.blocks)
+        if clock.cannot_reach(run.calls, done, run.device):
+            run.budget_note = clock.note
+            progress(f"{run.device}: {clock.note}")
+        verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1],
+                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note)
         progress(f"{run.device}: {done} candidate rounds (unpaired): "
                  + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
-        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or pb.get("budget_hit"):
+        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note:
             break
-        want = min(spec.rounds_max, done * 2)
-    run.elapsed_s = round(time.monotonic() - t0, 3)
+        want = min(spec.rounds_max, max(done * 2, done + 1))
+    run.elapsed_s = round(time.monotonic() - clock.t0, 3)
     return run

@@ -27,6 +27,17 @@ _STATE = "_edgeopt_hil_state"
 FIXTURES = ("edgeopt_rig", "edgeopt_device", "edgeopt_hil")
 
 
+def _skip(reason: str) -> None:
+    """Skip the current test, reported at the test's own location (``-rs`` names the test file and line,
+    not this plugin, where the skip happens to be raised)."""
+    __tracebackhide__ = True
+    try:
+        exc = pytest.skip.Exception(reason, _use_item_location=True)
+    except TypeError:  # a pytest without the keyword: the plain skip
+        exc = pytest.skip.Exception(reason)
+    raise exc
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("edgeopt", "edgeopt hardware-in-the-loop")
     group.addoption("--edgeopt-rig", metavar="FILE", default=None,
@@ -141,7 +152,7 @@ def edgeopt_rig(request: pytest.FixtureRequest):
     """The rig given with --edgeopt-rig (an ``edgeopt.inventory.Inventory``); skips without it."""
     rig = _state(request.config)["rig"]
     if rig is None:
-        pytest.skip(ENABLE)
+        _skip(ENABLE)
     return rig
 
 
@@ -150,7 +161,7 @@ def edgeopt_device(request: pytest.FixtureRequest):
     """One device of the rig (the test is parametrised over the devices its ``hil`` mark selects)."""
     dev = getattr(request, "param", None)
     if dev is None:
-        pytest.skip(ENABLE)
+        _skip(ENABLE)
     return dev
 
 
@@ -234,12 +245,15 @@ class Hil:
                                                           f"ci=[{v.get('ci_low')}, {v.get('ci_high')}] n={v.get('n')}")
         if check:
             verdict = res.get("verdict")
-            lines = "; ".join(f"{v['metric']} {v['verdict']} (x{v['ratio']:.3f})" for d in res.get("devices") or []
-                              for v in d.get("verdicts") or [] if v.get("ratio") is not None)
+            from edgeopt.hil.junit import verdict_cells
+
+            lines = "; ".join(f"{v['metric']} {v['verdict']} ({verdict_cells(v)['change']})"
+                              for d in res.get("devices") or [] for v in d.get("verdicts") or []
+                              if v.get("ratio") is not None)
             if verdict == "regressed":
                 pytest.fail(f"edgeopt gate on {dev.name}: REGRESSED: {lines}", pytrace=False)
             if verdict == "inconclusive":
-                pytest.skip(f"edgeopt gate on {dev.name}: inconclusive within {budget}: {lines}")
+                _skip(f"edgeopt gate on {dev.name}: inconclusive within {budget}: {lines}")
             if verdict not in ("pass", "improved"):
                 errs = "; ".join(str(d.get("error") or d.get("skipped") or d.get("status"))
                                  for d in res.get("devices") or [])
@@ -253,6 +267,6 @@ def edgeopt_hil(request: pytest.FixtureRequest) -> Hil:
     test also uses ``edgeopt_device``) its device."""
     st = _state(request.config)
     if st["rig"] is None:
-        pytest.skip(ENABLE)
+        _skip(ENABLE)
     dev = request.getfixturevalue("edgeopt_device") if "edgeopt_device" in request.fixturenames else None
     return Hil(st["rig"], st["path"], st["db"], request.node, dev)

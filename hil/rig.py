@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edgeopt import jsonsafe
 from edgeopt.errors import DeviceError, UsageError, yaml_error
 
 POLICY_KEYS = ("max_load", "min_free_mb", "max_temp_c", "governor", "power_mode", "clocks_locked", "settle_s",
@@ -503,7 +504,7 @@ class RigState:
         with self.conn:
             self._ensure(device)
             self.conn.execute("UPDATE rig_state SET consecutive_failures = 0, last_seen = ?, last_status = 'ok', "
-                              "last_health = ? WHERE device = ?", (_now(), json.dumps(health or {}), device))
+                              "last_health = ? WHERE device = ?", (_now(), jsonsafe.dumps(health or {}), device))
 
     def record_failure(self, device: str, reason: str, quarantine_after: int, kind: str = "failure",
                        seen: bool = False, health: dict[str, Any] | None = None) -> bool:
@@ -514,7 +515,7 @@ class RigState:
             self.conn.execute("UPDATE rig_state SET consecutive_failures = consecutive_failures + 1, last_status = ?"
                               + (", last_seen = ?" if seen else "") + (", last_health = ?" if health else "")
                               + " WHERE device = ?",
-                              (kind, *([now] if seen else []), *([json.dumps(health)] if health else []), device))
+                              (kind, *([now] if seen else []), *([jsonsafe.dumps(health)] if health else []), device))
             self.conn.execute("INSERT INTO rig_events (time, device, kind, detail) VALUES (?,?,?,?)",
                               (now, device, kind, reason[:500]))
             n, q = self.conn.execute("SELECT consecutive_failures, quarantined FROM rig_state WHERE device = ?",

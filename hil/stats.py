@@ -38,6 +38,12 @@ FLIPS = 4000
 SEED = 20261122
 
 VERDICT_ORDER = {"regressed": 0, "inconclusive": 1, "pass": 2, "improved": 3}
+LATENCY_METRICS = ("p50", "p90", "p99", "throughput")
+# The fewest pairs (paired) or blocks per arm (unpaired) a centre metric is judged from: below 6 the
+# signed-rank test cannot reach 0.05 at all, and a bootstrap interval over 3-5 pairs is far too
+# narrow (seen: a 20%-slower candidate *passed* on 4 pairs, p50 x0.816). A pass needs as much
+# evidence as a regression could have.
+MIN_PAIRS = 6
 
 
 @dataclass
@@ -70,6 +76,10 @@ class PairedRun:
     elapsed_s: float = 0.0
     environment: list[dict[str, Any]] = field(default_factory=list)
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    # Fresh agent processes (calls) a latency verdict needs (``measure_pair`` sets MIN_CALLS); 0 = no rule
+    # (a run assembled by hand). Below it every latency metric is *inconclusive*, whatever the budget did.
+    min_calls: int = 0
+    budget_note: str = ""  # set when the first call showed the budget cannot reach a verdict for this model
 
     def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
@@ -170,8 +180,27 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
     all_a = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
     all_b = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
     out = _latency_verdicts(raw, spec, all_a, all_b)
+    few_calls(out, run.calls, run.min_calls, run.budget_note)
     out.extend(_accuracy_verdicts(run, spec))
     return out
+
+
+def few_calls(verdicts: list[Verdict], calls: int, min_calls: int, note: str = "") -> list[Verdict]:
+    """No latency verdict from fewer than ``min_calls`` fresh processes: every latency metric becomes
+    *inconclusive* with the reason (what it would have said is kept in the reason), never pass/regressed."""
+    if calls >= min_calls:
+        return verdicts
+    for v in verdicts:
+        if v.metric in LATENCY_METRICS and v.verdict != "inconclusive":
+            v.reason = (f"only {calls} agent call(s) within the budget; latency is judged from {min_calls} fresh "
+                        f"processes (one process can be a few % off for its whole life) — it would have said "
+                        f"{v.verdict}: {v.reason}")
+            v.verdict = "inconclusive"
+        elif v.metric in LATENCY_METRICS and f"{min_calls} fresh processes" not in v.reason:
+            v.reason = f"only {calls} agent call(s) within the budget (needs {min_calls}); {v.reason}"
+        if note and v.metric in LATENCY_METRICS:
+            v.reason += f"; {note}"
+    return verdicts
 
 
 def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.ndarray,
@@ -194,9 +223,9 @@ def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.nd
             v.baseline, v.candidate = float(np.median(all_a)), float(np.median(all_b))
         elif name == "throughput" and n:
             v.baseline, v.candidate = 1000 / float(np.mean(all_a)), 1000 / float(np.mean(all_b))
-        if (n < need) if name in ("p90", "p99") else (n < 3):
+        if (n < need) if name in ("p90", "p99") else (n < MIN_PAIRS):
             v.reason = (f"{n} samples per arm; {name} is judged from {need}" if name in ("p90", "p99")
-                        else f"only {n} {unit}")
+                        else f"only {n} {unit}; judged from {MIN_PAIRS}")
         elif math.isnan(r):
             v.reason = "no data"
         elif max_ms is not None and v.candidate is not None and v.candidate > max_ms:
@@ -271,7 +300,8 @@ def _unpaired_tail(a_blocks, b_blocks, q: float, rng) -> tuple[float, float, flo
 
 
 def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[list[float]], spec: GateSpec,
-                   candidate_arm: dict[str, Any] | None = None, speed: float | None = None) -> list[Verdict]:
+                   candidate_arm: dict[str, Any] | None = None, speed: float | None = None, calls: int = 0,
+                   min_calls: int = 0, budget_note: str = "") -> list[Verdict]:
     """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
     independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
     interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
@@ -312,6 +342,7 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
             if (slower and v.verdict == "regressed") or (faster and v.verdict in ("pass", "improved")):
                 v.reason = f"would be {v.verdict} ({v.reason}), but {why}"
                 v.verdict = "inconclusive"
+    few_calls(out, calls, min_calls, budget_note)
     if candidate_arm is not None:
         out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
         out = [v for v in out if v.metric != "decisions"]
@@ -343,7 +374,7 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         v.reason = f"within its bound over {v.n} validation samples"
     out.append(v)
     da, db = a.get("decisions"), b.get("decisions")
-    if da is not None and db is not None:
+    if da is not None and db is not None and getattr(spec, "decisions_gated", True):
         n = min(len(da), len(db))
         diff = sum(1 for x, y in zip(da, db) if x != y)
         rate = diff / n if n else 0.0

@@ -3,20 +3,25 @@
 Columns hold what queries filter and sort on (model, target, precision, device, status, time and a
 few headline numbers); ``json`` holds the whole record (bench reply, probe, push, error), so nothing
 measured is ever lost to a schema.  Failed runs are rows too.  Times are ISO 8601 UTC strings, which
-sort as text.
+sort as text.  Only standard JSON is stored (``edgeopt.jsonsafe``: NaN/Infinity become null with a
+``<key>_null_reason``); a row that cannot be read back (written by an older edgeopt, or damaged) is
+skipped with one line on stderr, never the whole query.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import UsageError
+from edgeopt.jsonsafe import clean, dumps
 
 DEFAULT_DB = "edgeopt-results.db"
 SCHEMA_VERSION = 1
@@ -77,9 +82,9 @@ class ResultsDB:
         err = record.get("error") or None
         row = (record["run_id"], record["time"], b.get("model"), b.get("target"), b.get("precision"),
                b.get("backend"), (record.get("device") or {}).get("name"), b.get("bundle_id"), record["status"],
-               json.dumps(err) if err else None, (bench.get("latency_ms") or {}).get("p50"),
-               bench.get("throughput_ips"), None if acc is None else int(bool(acc)),
-               json.dumps(record, default=str))
+               dumps(err, default=str) if err else None, _finite((bench.get("latency_ms") or {}).get("p50")),
+               _finite(bench.get("throughput_ips")), None if acc is None else int(bool(acc)),
+               dumps(record, default=str))
         with self._lock:
             cur = self._conn.execute(
                 "INSERT INTO runs (run_id, time, model, target, precision, backend, device, bundle_id, status, "
@@ -106,20 +111,39 @@ class ResultsDB:
         cond = ("WHERE " + " AND ".join(where)) if where else ""
         if latest:
             # the newest bench run and the newest gate verdict of each: a gate does not hide a bench
-            sql = ("SELECT json FROM (SELECT json, time, id, ROW_NUMBER() OVER (PARTITION BY model, target, "
-                   "precision, device, COALESCE(json_extract(json, '$.bench.inputs.batch'), 1), "
+            # json_valid first: SQLite's json_extract raises "malformed JSON" on one row an older edgeopt wrote
+            # with a bare NaN, which would fail the whole query
+            sql = ("SELECT id, json FROM (SELECT json, time, id, ROW_NUMBER() OVER (PARTITION BY model, target, "
+                   "precision, device, CASE WHEN json_valid(json) THEN COALESCE(json_extract(json, "
+                   "'$.bench.inputs.batch'), 1) ELSE 1 END, "
                    "(status LIKE 'gate-%') ORDER BY time DESC, id DESC) AS rn FROM runs "
                    f"{cond}) WHERE rn = 1 "
                    "ORDER BY time, id")
         else:
-            sql = f"SELECT json FROM runs {cond} ORDER BY time, id"
+            sql = f"SELECT id, json FROM runs {cond} ORDER BY time, id"
         with self._lock:
             rows = self._conn.execute(sql, args).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        out = []
+        for row_id, text in rows:
+            try:
+                rec = json.loads(text)
+                if not isinstance(rec, dict):
+                    raise ValueError(f"a JSON {type(rec).__name__}, not an object")
+            except (ValueError, TypeError) as exc:
+                print(f"edgeopt: {self.path}: skipped row {row_id}, which cannot be read ({str(exc)[:120]})",
+                      file=sys.stderr)
+                continue
+            out.append(clean(rec))  # a NaN an older edgeopt stored comes back as null with its reason
+        return out
 
     def count(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+
+def _finite(x: Any) -> Any:
+    """A headline column value: a non-finite float is stored as NULL."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def parse_since(text: str) -> str:

@@ -10,7 +10,7 @@ EXAMPLES = """\b
 examples:
   edgeopt gate dist/new/cls/cpu-fp32 --baseline dist/old/cls/cpu-fp32 --devices rig.yaml
   edgeopt gate CAND --baseline BASE --devices rig.yaml --gate gate.yaml --junit gate.xml --md gate.md
-  edgeopt gate CAND --baseline BASE --budget 30s --on-inconclusive pass --json
+  edgeopt gate CAND --baseline BASE --budget 2m --on-inconclusive pass --json
   edgeopt gate CAND --baseline results:main --devices rig.yaml   # against stored rounds (unpaired)
 
 \b
@@ -20,8 +20,8 @@ rig.yaml: the inventory plus a `rig:` policy (see docs/HIL.md):
         power_cycle: [relayctl, cycle, "{device}"], quarantine_after: 3}
 
 \b
-gate.yaml (defaults shown):
-  p50: {max_slowdown: 5%}
+gate.yaml (defaults shown; each key keeps its default unless given; `p90: off` ungates one):
+  p50: {max_slowdown: 5%}         # percentages with %; a bare number is a fraction (0.05), above 1 refused
   p90: {max_slowdown: 10%}        # p99 needs >= 662 samples per arm to be judged
   throughput: {max_drop: 5%}      # opt-in (not gated unless given)
   accuracy: {top1_min: 0.99}      # plus each bundle's own FP32-reference bound
@@ -31,6 +31,11 @@ gate.yaml (defaults shown):
   cold_start: {max_slowdown: 20%} # opt-in: load + first inference, fresh processes A B B A ...
   memory: {max_increase: 10%}     # opt-in: peak RSS of those processes
   fresh_runs: 6
+
+\b
+--budget bounds the gate's wall time (connect, push, loading, accuracy pass, rounds, fresh processes;
+not the build of a model CANDIDATE). Latency needs 2 agent calls and 6 paired rounds: a budget too
+short for that model is inconclusive, and the gate says which budget would do.
 
 \b
 exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a regression),
@@ -49,10 +54,12 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.option("--limit", "limit", multiple=True, help="Only these devices (comma-separated names).")
 @click.option("--label", "labels", multiple=True, help="Only devices with this label (comma-separated).")
 @click.option("--gate", "gate_file", type=click.Path(), help="Thresholds per metric (see below).")
-@click.option("--budget", default="60s", show_default=True, help="Measuring time per device (sequential "
-              "rounds stop earlier once every metric is decided).")
-@click.option("--on-inconclusive", type=click.Choice(["fail", "pass", "exit6"]), default="exit6", show_default=True,
-              help="What an inconclusive verdict exits with: 6 (default), 5 (fail) or 0 (pass).")
+@click.option("--budget", default="60s", show_default=True, help="Wall time of the whole gate: 500ms, 60s, 2m, "
+              "1h (sequential rounds stop earlier once every metric is decided).")
+@click.option("--on-inconclusive", type=click.Choice(["pause", "fail", "pass", "exit6"], case_sensitive=False),
+              default="pause", show_default=True,
+              help="What an inconclusive verdict exits with: pause = 6 (default), fail = 5, pass = 0 "
+                   "(exit6: old name of pause).")
 @click.option("--junit", type=click.Path(), help="Write JUnit XML here (one test case per device × metric).")
 @click.option("--md", type=click.Path(), help="Write a Markdown summary here (for a PR comment).")
 @click.option("--raw", type=click.Path(), help="Write every round's samples and the verdicts as JSON here.")
@@ -81,6 +88,7 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     from edgeopt.commands import emit_json
     from edgeopt.hil.gate import gate
     from edgeopt.hil.junit import markdown, write_outputs
+    from edgeopt.jsonsafe import clean
 
     if verbose:
         logging.getLogger().setLevel(logging.DEBUG)
@@ -92,12 +100,14 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     for dev in result["devices"]:
         line = dev.get("error") or dev.get("skipped") or ", ".join(
             f"{v['metric']} {v['verdict']}" for v in dev.get("verdicts") or [])
+        if dev.get("budget_note"):
+            line += f" ({dev['budget_note']})"
         if dev.get("warnings"):
             line += f" ({len(dev['warnings'])} warning(s): {dev['warnings'][0][:120]})"
         print(f"edgeopt gate: {dev['device']}: {dev.get('verdict')}: {line}", file=sys.stderr)
     if as_json:
-        emit_json(result | {"devices": [{k: v for k, v in d.items() if k not in ("raw", "samples")}
-                                        for d in result["devices"]]})
+        emit_json(clean(result | {"devices": [{k: v for k, v in d.items() if k not in ("raw", "samples")}
+                                              for d in result["devices"]]}))
     else:
         click.echo(markdown(result))
         if raw:
