@@ -12,24 +12,25 @@ from __future__ import annotations
 import csv
 import html
 import io
-import json
 import math
 from typing import Any
+
+from edgeopt import decide
 
 FORMATS = ("table", "md", "html", "json", "csv")
 
 # (key, header) of the comparison, in order.
 COLUMNS = [
     ("model", "model"), ("target", "target"), ("precision", "precision"), ("device", "device"),
-    ("status", "status"), ("ship", "ship"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
+    ("device_truth", "measured on"), ("status", "status"), ("ship", "ship"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
     ("p99_9_ms", "p99.9 ms"), ("throughput_ips", "inf/s"), ("vs_fp32", "× fp32"), ("load_s", "load s"),
     ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("artifact_mb", "size MB"),
-    ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"), ("top1", "top-1 agree"),
+    ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"),
+    ("agreement_ci", "agreement (k/n, 95% CI)"), ("gate_accepts", "gate defaults vs FP32"),
     ("runtime", "runtime"), ("time", "measured (UTC)"),
 ]
-# Targets whose artifacts run natively on an x86 build host: any other target measured on `local`
-# ran on the build host, not on the device it is built for.
-HOST_NATIVE = {"cpu", "intel-cpu"}
+# Where a row was measured (edgeopt.decide.device_truth): only "device" rows can be the basis of a SHIP.
+TRUTH_TEXT = {"device": "device", "build-host": "BUILD HOST", "other-vendor": "OTHER VENDOR", "emulated": "EMULATED"}
 
 
 def _num(v: Any) -> float | None:
@@ -63,6 +64,8 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
     if p50 and p90 and p90 / p50 > 1.5:
         noise.append(f"p90/p50 {p90 / p50:.1f}")
     target = b.get("target")
+    truth, truth_why = decide.device_truth(rec)
+    gate_ok, gate_why = decide.gate_defaults_accept(acc) if rec.get("status") == "ok" else (None, "")
     return {
         "model": b.get("model"), "target": target, "precision": b.get("precision"),
         "backend": b.get("backend"), "device": dev.get("name"), "status": rec.get("status"),
@@ -85,48 +88,43 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
         "time": rec.get("time"), "run_id": rec.get("run_id"), "bundle_id": b.get("bundle_id"),
         "error": (f"{err.get('type')}: {err.get('message')}" if err else None),
         "hint": err.get("hint") if err else None,
-        "on_build_host": dev.get("transport") == "local" and target not in HOST_NATIVE and target is not None,
+        "device_truth": truth, "device_truth_why": truth_why, "on_build_host": truth == "build-host",
+        "agreement_ci": decide.agreement(acc), "gate_accepts": gate_ok, "gate_reason": gate_why,
         "noise": "; ".join(noise) or None, "loadavg": _num(load), "cores": cores,
         "threads": env.get("threads"), "cpu_model": env.get("cpu_model"),
         "build_warnings": art.get("build_warnings") or [],
         "ship": None, "vs_fp32": None,
+        # private (never written out): what the verdict resamples and the bundle's folder for its hint
+        "_samples": [float(x) for x in (bench.get("samples_ms") or []) if _num(x) is not None],
+        "_bundle_path": b.get("path"),
     }
 
 
 def choose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mark, per (model, device), the artifact to ship: the fastest p50 among the runs within their
-    tolerance (on real data when there is any); with the runner-up and the ratio. Also the speed-up of
-    each row over the FP32 bundle of the same runtime on the same device (runtime vs precision effect)."""
-    picks = []
+    """Mark, per (model, device, batch), the artifact to ship (``edgeopt.decide``: the one comparison
+    engine: intervals, noise, device truth, the gate's default accuracy rules) and return the verdicts as
+    dicts.  Also the speed-up of each row over the FP32 bundle of the same runtime on the same device at
+    the same batch (runtime vs precision effect)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["model"], r["device"]), []).append(r)
-    for (model, device), rs in groups.items():
+        groups.setdefault((r["model"], r["device"], r.get("batch") or 1), []).append(r)
+    for rs in groups.values():
         for r in rs:
             base = next((x for x in rs if x["backend"] == r["backend"] and x["precision"] == "fp32"
                          and x["p50_ms"]), None)
             if base and r["p50_ms"] and r is not base:
                 r["vs_fp32"] = base["p50_ms"] / r["p50_ms"]
-        good = [r for r in rs if r["status"] == "ok" and r["accuracy"] == "passed" and r["p50_ms"]]
-        if any(not r["on_build_host"] for r in good):  # a row measured off its device is no evidence
-            good = [r for r in good if not r["on_build_host"]]
-        if not good:
-            continue
-        good.sort(key=lambda r: r["p50_ms"])
-        best = good[0]
-        best["ship"] = "SHIP"
-        pick = {"model": model, "device": device, "ship": f"{best['target']}-{best['precision']}",
-                "p50_ms": best["p50_ms"], "on_build_host": best["on_build_host"],
-                "random_data": best["data_source"] == "random"}
-        if len(good) > 1:
-            pick["runner_up"] = f"{good[1]['target']}-{good[1]['precision']}"
-            pick["ratio"] = good[1]["p50_ms"] / best["p50_ms"]
-        picks.append(pick)
-    return picks
+    verdicts = decide.decide(rows)
+    for v in verdicts:
+        for r in rows:
+            if (r["model"], r["device"], r.get("batch") or 1, f"{r['target']}-{r['precision']}") == (
+                    v.model, v.device, v.batch, v.ship) and r["status"] == "ok":
+                r["ship"] = "SHIP"
+    return [v.as_dict() for v in verdicts]
 
 
 def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted model, target, precision, device; the ship marks and × fp32 filled in."""
+    """Rows sorted model, target, precision, batch, device; the ship marks and × fp32 filled in."""
     rows = [row_of(r) for r in records]
     rows = sorted(rows, key=lambda r: (*(str(r.get(k) or "") for k in ("model", "target", "precision")),
                                        r.get("batch") or 1, str(r.get("device") or "")))
@@ -134,29 +132,30 @@ def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def public(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as written out (JSON, CSV): without the private keys (samples, local paths)."""
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+
+
 def notes_of(rows: list[dict[str, Any]]) -> list[str]:
-    """What a reader must know before trusting the table: the choice, host-measured rows, random data,
-    noise and build warnings."""
-    out = []
-    for p in choose([dict(r) for r in rows]):
-        line = f"{p['device']}: ship {p['ship']} ({p['p50_ms']:.3g} ms p50, within its tolerance)"
-        if p.get("runner_up"):
-            line += f"; runner-up {p['runner_up']}, {p['ratio']:.2f}x slower"
-        if p["on_build_host"]:
-            line += " -- but measured on the build host, not on its device"
-        if p["random_data"]:
-            line += " -- agreement measured on RANDOM data"
-        out.append(line)
-    host = sorted({f"{r['target']}-{r['precision']}" for r in rows if r["on_build_host"]})
-    if host:
-        out.append(f"measured on the build host, not on the target device: {', '.join(host)} "
-                   "(its speed here says little about the device)")
+    """What a reader must know before trusting the table: the verdict per (device, batch), rows that are
+    not device truth, random data, noise and build warnings."""
+    out = [v["line"] for v in choose([dict(r) for r in rows])]
+    for truth in ("build-host", "other-vendor", "emulated"):
+        these = sorted({f"{r['target']}-{r['precision']} @ {r['device']}" for r in rows
+                        if r.get("device_truth") == truth})
+        if these:
+            what = {"build-host": "measured on the build host, not on the target device",
+                    "other-vendor": "measured on another vendor's hardware than the target's",
+                    "emulated": "measured under emulation"}[truth]
+            out.append(f"{what}: {', '.join(these)} (its speed here says little about the device; never a SHIP)")
     rnd = sorted({f"{r['target']}-{r['precision']}" for r in rows if r["data_source"] == "random"})
     if rnd:
         out.append(f"validated on RANDOM data (no --calib): {', '.join(rnd)}")
     for r in rows:
         if r["noise"]:
-            out.append(f"noisy: {r['device']} {r['target']}-{r['precision']}: {r['noise']}")
+            out.append(f"noisy: {r['device']} {r['target']}-{r['precision']}"
+                       + (f" batch {r['batch']}" if (r.get("batch") or 1) > 1 else "") + f": {r['noise']}")
     for w in sorted({w for r in rows for w in r["build_warnings"]}):
         out.append(f"build warning: {w}")
     return out
@@ -170,6 +169,12 @@ def _fmt(key: str, v: Any) -> str:
         return f"{v:.6f}"
     if key == "top1":
         return f"{v:.1%}"
+    if key == "agreement_ci":
+        return decide.agreement_text(v)
+    if key == "gate_accepts":
+        return "accept" if v else "REFUSE"
+    if key == "device_truth":
+        return TRUTH_TEXT.get(v, str(v))
     if key == "vs_fp32":
         return f"{v:.2f}x"
     if key == "time":
@@ -234,16 +239,22 @@ def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edge
     records = [r for r in records if not gate_report.is_gate(r)]
     rows = rows_of(records)
     if fmt == "json":
-        return json.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {},
-                           "count": len(rows), "rows": rows, "ship": choose([dict(r) for r in rows]),
-                           "notes": notes_of(rows), "gates": gate_report.as_json(gates)},
-                          indent=2, default=str) + "\n"
+        from edgeopt import jsonsafe
+
+        return jsonsafe.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {},
+                               "count": len(rows), "rows": public(rows), "ship": choose([dict(r) for r in rows]),
+                               "notes": notes_of(rows), "gates": gate_report.as_json(gates)},
+                              indent=2, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
-        keys = list(rows[0]) if rows else [k for k, _ in COLUMNS]
+        out_rows = public(rows)
+        for r in out_rows:
+            a = r.get("agreement_ci")
+            r["agreement_ci"] = decide.agreement_text(a) if a else None
+        keys = list(out_rows[0]) if out_rows else [k for k, _ in COLUMNS]
         w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(out_rows)
         return buf.getvalue()
     if fmt == "table":
         from edgeopt.ui import table
@@ -308,6 +319,7 @@ tr.ok td.status{color:#1a7f37;font-weight:600} tr.bad td{background:#fff5f5} tr.
 .plots{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0} figcaption{color:#57606a;font-size:12px}
 img{max-width:100%;border:1px solid #d0d7de} ul.err{color:#cf222e} .scroll{overflow-x:auto}
 tr.ship td{background:#dafbe1} tr.ship td.ship{color:#1a7f37;font-weight:700} tr.host td.device{color:#9a6700}
+tr.untrue td{color:#6e7781;font-style:italic} tr.untrue td.device_truth{color:#9a6700;font-weight:700;font-style:normal}
 th{white-space:normal;max-width:90px;vertical-align:bottom} ul.notes{margin:6px 0 10px;padding-left:18px}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px;margin:0 0 10px}
 dl.meta dt{color:#57606a} dl.meta dd{margin:0}
@@ -349,7 +361,7 @@ def _meta_html(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> str
     shapes = sorted({r["input_shape"] for r in rows if r.get("input_shape")})
     if shapes:
         items.append(("inputs", "; ".join(shapes)))
-    items.append(("report made by", " ".join(["edgeopt", *sys.argv[1:]])[:300]))
+    items.append(("report made by", " ".join(["edgeopt", *(portable(a) for a in sys.argv[1:])])[:300]))
     return '<dl class="meta">' + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items) + "</dl>"
 
 
@@ -365,7 +377,8 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
     body = []
     for r, c in zip(rows, _cells(rows)):
         cls = ("ok" if r["status"] == "ok" else "bad") + (" ship" if r.get("ship") else "") + (
-            " host" if r.get("on_build_host") else "")
+            " host" if r.get("on_build_host") else "") + (
+            " untrue" if r.get("device_truth") not in (None, "device") else "")
         tds = "".join(f'<td class="{"num" if k in num else k}">{html.escape(c[k])}</td>' for k, _ in cols)
         body.append(f'<tr class="{cls}">{tds}</tr>')
     errs = _errors(rows)
@@ -479,8 +492,29 @@ def _log_ms(ax) -> None:
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
+def portable(arg: str) -> str:
+    """A command-line word without the directories of an absolute path (``/home/me/x/m.onnx`` -> ``m.onnx``):
+    a report names no path of the machine it was made on."""
+    import re
+
+    return re.sub(r"(?<![\w.~-])(?:[A-Za-z]:)?[/\\](?:[^/\\\s,=:]+[/\\])+(?=[^/\\\s,=:])", "", arg)
+
+
 def _label(r: dict[str, Any], with_model: bool = True) -> str:
-    return f"{r['target']}-{r['precision']} @ {r['device']}" + (f"\n{r['model']}" if with_model else "")
+    """An artifact's label in a plot: target-precision, its batch when above 1, device, and a mark when
+    it was not measured on its device (the label then says where)."""
+    batch = r.get("batch") or 1
+    truth = r.get("device_truth") or "device"
+    return (f"{r['target']}-{r['precision']}" + (f" batch {batch}" if batch > 1 else "") + f" @ {r['device']}"
+            + ("" if truth == "device" else f" ({TRUTH_TEXT.get(truth, truth).lower()})")
+            + (f"\n{r['model']}" if with_model else ""))
+
+
+GREY = "#8c959f"
+
+
+def _true(r: dict[str, Any]) -> bool:
+    return (r.get("device_truth") or "device") == "device"
 
 
 def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -516,7 +550,7 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 stats.append(("samples", lab, samples))
             else:  # no samples kept: draw the box from the percentiles
                 stats.append(("pct", lab, r))
-            colours.append("#2f81f7" if r["status"] == "ok" else "#cf222e")
+            colours.append(None if not _true(r) else "#2f81f7" if r["status"] == "ok" else "#cf222e")
         fig, ax = plt.subplots(figsize=(8, 0.6 * len(stats) + 1.6))
         bxp = []
         for kind, lab, v in stats:
@@ -535,18 +569,26 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         parts = ax.bxp(bxp, orientation="horizontal", patch_artist=True, showfliers=True,
                        flierprops={"markersize": 2, "alpha": 0.4})
         for patch, col in zip(parts["boxes"], colours):
-            patch.set_facecolor(col)
-            patch.set_alpha(0.55)
+            if col is None:  # not measured on its device: hollow and grey
+                patch.set_facecolor("none")
+                patch.set_edgecolor(GREY)
+                patch.set_hatch("//")
+                patch.set_linestyle("--")
+            else:
+                patch.set_facecolor(col)
+                patch.set_alpha(0.55)
         for i, (kind, _, v) in enumerate(stats, start=1):
             if kind == "samples":  # the samples themselves, jittered, over the box
                 import numpy as np
 
                 a = np.asarray(v, dtype=float)[:2000]
                 jitter = np.random.default_rng(i).uniform(-0.18, 0.18, a.size)
-                ax.scatter(a, i + jitter, s=3, alpha=0.25, color="#1b1f24", linewidths=0)
+                ax.scatter(a, i + jitter, s=3, alpha=0.25, color="#1b1f24" if colours[i - 1] else GREY,
+                           linewidths=0)
         _log_ms(ax)
         ax.set_xlabel("latency per inference (ms, log scale), box = quartiles, whiskers = p1..p99")
-        ax.set_title("Latency distribution per artifact")
+        ax.set_title("Latency distribution per artifact" + ("" if all(map(_true, ok)) else
+                                                              " (hollow grey: not measured on its device)"))
         ax.grid(axis="x", alpha=0.3)
         ax.invert_yaxis()
         out.append(("Latency distribution per artifact and device", png(fig)))
@@ -561,19 +603,24 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 continue
             ys.append(y)
             col = "#2f81f7" if r["accuracy"] == "passed" else "#cf222e"
-            ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3, clip_on=False)
+            if _true(r):
+                ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3, clip_on=False)
+            else:  # hollow grey: not evidence of the device's speed
+                ax.scatter([r["p50_ms"]], [y], s=60, facecolors="none", edgecolors=GREY, linewidths=1.5,
+                           linestyle="--", zorder=3, clip_on=False)
             right = math.log(r["p50_ms"]) > (math.log(lo) + math.log(hi)) / 2  # labels point inwards
             # labels of points close together are stacked, not drawn over each other
             near = sum(1 for px, py in placed if abs(math.log(px / r["p50_ms"])) < 0.25 and abs(py - y) < 0.02)
             placed.append((r["p50_ms"], y))
-            ax.annotate(f"{r['target']}-{r['precision']} @ {r['device']}", (r["p50_ms"], y), fontsize=8,
+            ax.annotate(_label(r, False), (r["p50_ms"], y), fontsize=8, color="#1b1f24" if _true(r) else GREY,
                         xytext=(-6 if right else 6, -12 - 11 * near), textcoords="offset points",
                         ha="right" if right else "left")
         _log_ms(ax)
         ax.set_xlabel("median latency (ms, log scale)")
         use_top1 = any(r["top1"] is not None for r in ok)
         ax.set_ylabel("top-1 agreement with FP32 reference" if use_top1 else "cosine similarity to FP32 reference")
-        ax.set_title("Latency vs accuracy (blue: within tolerance, red: not)")
+        ax.set_title("Latency vs accuracy (blue: within tolerance, red: not"
+                     + ("" if all(map(_true, ok)) else "; hollow grey: not measured on its device") + ")")
         ax.grid(alpha=0.3)
         ax.margins(x=0.25, y=0.15)
         if ys:  # agreement cannot pass 1.0: the axis does not either
@@ -584,10 +631,16 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         fig, ax = plt.subplots(figsize=(8, 0.45 * len(ok) + 1.4))
         labels = [_label(r, many).replace("\n", " · ") for r in ok]
         vals = [r["throughput_ips"] or 0 for r in ok]
-        ax.barh(labels, vals, color=["#1a7f37" if r["status"] == "ok" else "#cf222e" for r in ok])
+        bars = ax.barh(labels, vals, color=["#1a7f37" if r["status"] == "ok" else "#cf222e" for r in ok])
+        for bar, r in zip(bars, ok):
+            if not _true(r):  # hollow grey: not the device's throughput
+                bar.set_facecolor("none")
+                bar.set_edgecolor(GREY)
+                bar.set_hatch("//")
+                bar.set_linestyle("--")
         ax.invert_yaxis()
         ax.set_xlabel("inferences per second")
-        ax.set_title("Throughput")
+        ax.set_title("Throughput" + ("" if all(map(_true, ok)) else " (hollow grey: not measured on its device)"))
         ax.grid(axis="x", alpha=0.3)
         out.append(("Throughput per artifact and device", png(fig)))
     return out

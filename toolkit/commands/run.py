@@ -93,8 +93,9 @@ def run(args) -> int:
         write_report(records, guess_format(args.report_format, args.report), args.report,
                      f"edgeopt run: {Path(report.model).stem}", {"run_id": fleet.run_id if fleet else None})
     if args.json:
+        rep = __import__("json").loads(render(records, "json"))
         emit_json({"build": report.as_dict(), "bench": fleet.as_dict() if fleet else None,
-                   "report": __import__("json").loads(render(records, "json"))["rows"]}, "run")
+                   "report": rep["rows"], "ship": rep["ship"]}, "run")
     elif fleet:
         print_fleet(fleet)
     else:

@@ -1,0 +1,430 @@
+"""The one comparison engine: which artifact to ship, with an interval, or why the evidence cannot say.
+
+Used by ``report``/``run``'s SHIP line and ``bench``'s summary (both through ``edgeopt.reporting``); ``pick``
+is the entry point for any other caller that holds measured rows or records (``tune``).
+
+Method (docs/TOLERANCES.md "One accuracy policy" and docs/HIL.md for the statistics):
+
+* **Groups**: one verdict per (model, device, batch).  Batch sizes are never compared with each other.
+* **Device truth** (``device_truth``): ``device`` when the run measured the hardware its target is for;
+  ``build-host`` (a non-host-native target benched on the build host), ``other-vendor`` (an Intel target
+  on an AMD CPU, Core ML off Apple silicon), ``emulated`` (the probe says so: ``environment.emulated``,
+  ``device.emulated`` or ``probe.emulated``).  Only ``device`` rows can be the basis of a SHIP.
+* **Accuracy**: a candidate is within its own bound (the bench's check against the FP32 reference) *and*
+  accepted by the gate's default accuracy and decision rules (``edgeopt.hil.stats.judge`` with
+  ``edgeopt.hil.gatefile.load_gate(None)``, the spec ``gate`` and ``rollout`` use without a gate file),
+  judged on the decisions the bench counted against the FP32 reference.  When no candidate is accepted
+  the verdict names the best one and says plainly that the gate defaults would refuse it.
+* **Speed**: the per-iteration latency samples each bench stores (``bench.samples_ms``, in run order) are
+  cut into contiguous blocks; the fastest candidate (lowest p50) against each other one: the two-sample
+  Hodges–Lehmann ratio of block medians with the gate's unpaired bootstrap interval (99%, widened by the
+  gate's ``session_margin``: two runs measured one after the other are not paired) and a Mann–Whitney
+  test, Holm-corrected over the comparisons (``edgeopt.hil.stats``).  A clear winner needs every other
+  candidate's corrected p-value at or below the gate's ``level`` and its widened interval above 1, no
+  noise flag on any candidate, and enough samples.  Otherwise: **no clear winner**, and among the
+  candidates speed did not separate from the fastest the most faithful one ships (higher precision, then
+  better agreement), saying so and naming the paired measurement that can separate them
+  (``edgeopt gate A --baseline B``: interleaved rounds on the device).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Too few latency samples to judge a candidate (per run): below this the bench kept too little.
+MIN_SAMPLES = 50
+BLOCKS = 20  # contiguous blocks per run: their medians are the unit the interval resamples
+TRUTHS = ("device", "build-host", "other-vendor", "emulated")
+# Targets whose artifacts run natively on an x86/arm64 build host (any other target measured on the
+# `local` device ran on the build host, not on the device it is built for).
+HOST_NATIVE = {"cpu", "intel-cpu"}
+# The CPU vendor a target's artifacts are for (a measurement on another vendor's CPU is not device truth).
+TARGET_VENDOR = {"intel-cpu": "intel", "intel-gpu": "intel", "intel-npu": "intel", "apple": "apple"}
+PRECISION_RANK = {"fp32": 4, "tf32": 3.5, "bf16": 3, "fp16": 3, "int8": 2, "fp8": 1.5, "int4": 1}
+Z95 = 1.959963984540054
+
+
+# --- device truth --------------------------------------------------------------------------------
+
+def cpu_vendor(cpu_model: str | None) -> str | None:
+    """``intel`` / ``amd`` / ``apple`` / ``arm`` from a CPU model string (None: cannot tell)."""
+    m = (cpu_model or "").lower()
+    if not m:
+        return None
+    if "intel" in m or "xeon" in m or "core(tm)" in m:
+        return "intel"
+    if "amd" in m or "epyc" in m or "ryzen" in m:
+        return "amd"
+    if "apple" in m:
+        return "apple"
+    if any(k in m for k in ("arm", "cortex", "neoverse", "aarch64", "qualcomm", "snapdragon", "tegra")):
+        return "arm"
+    return None
+
+
+def _truthy(*vals: Any) -> bool:
+    return any(v is True or (isinstance(v, str) and v.lower() in ("true", "yes", "1", "qemu-user", "qemu"))
+               or (isinstance(v, dict) and bool(v)) for v in vals)
+
+
+def device_truth(rec: dict[str, Any]) -> tuple[str, str | None]:
+    """(one of ``TRUTHS``, why) for one results record: was this the hardware its target is for?"""
+    b = rec.get("bundle") or {}
+    dev = rec.get("device") or {}
+    env = (rec.get("bench") or {}).get("environment") or {}
+    probe = rec.get("probe") or {}
+    target = b.get("target")
+    if _truthy(env.get("emulated"), dev.get("emulated"), probe.get("emulated")):
+        how = next((v for v in (env.get("emulated"), dev.get("emulated"), probe.get("emulated"))
+                    if isinstance(v, str)), None)
+        return "emulated", f"measured under emulation{f' ({how})' if how else ''}: its speed says nothing of the hardware"
+    if dev.get("transport") == "local" and target is not None and target not in HOST_NATIVE:
+        return "build-host", f"{target} artifact measured on the build host, not on a {target} device"
+    want = TARGET_VENDOR.get(str(target))
+    got = cpu_vendor(env.get("cpu_model"))
+    if want and got and got != want:
+        return "other-vendor", f"{target} artifact measured on a {got.upper() if got == 'amd' else got} CPU " \
+                               f"({env.get('cpu_model')}), not {want}"
+    return "device", None
+
+
+# --- agreement with an interval ------------------------------------------------------------------
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of k successes in n (95% by default)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def agreement(acc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The task agreement with the FP32 reference as a count with its 95% Wilson interval: the worst
+    output's top-1 agreement, decodings equal, boxes matched or decisions kept (None: not measured)."""
+    worst = None
+    for name, o in ((acc or {}).get("outputs") or {}).items():
+        m = (o or {}).get("metrics") or {}
+        for key, nkey, what in (("top1", "top1_n", "top-1"), ("seq_match", "sequences", "decoded equal"),
+                                ("box_match", "boxes", "boxes matched")):
+            if isinstance(m.get(key), (int, float)) and m.get(nkey):
+                n = int(m[nkey])
+                item = (float(m[key]), int(round(m[key] * n)), n, what, name)
+                worst = item if worst is None or item[0] < worst[0] else worst
+        if isinstance(m.get("flip_rate"), (int, float)) and m.get("flips") is not None and m["flip_rate"] > 0:
+            n = int(round(m["flips"] / m["flip_rate"]))
+            item = (1 - float(m["flip_rate"]), n - int(m["flips"]), n, "decisions kept", name)
+            worst = item if worst is None or item[0] < worst[0] else worst
+    if worst is None:
+        return None
+    share, k, n, what, name = worst
+    lo, hi = wilson(k, n)
+    return {"metric": what, "output": name, "share": share, "k": k, "n": n, "ci_low": lo, "ci_high": hi,
+            "ci": "95% Wilson"}
+
+
+def agreement_text(a: dict[str, Any] | None) -> str:
+    if not a:
+        return ""
+    return f"{a['share']:.1%} ({a['k']}/{a['n']}, 95% CI {a['ci_low']:.0%}–{a['ci_high']:.0%})"
+
+
+# --- the gate's default accuracy rules -----------------------------------------------------------
+
+def _decisions_of(acc: dict[str, Any]) -> tuple[int, int, str] | None:
+    """(differing, n, kind) of the first output's decisions against the FP32 reference, as the bench
+    counted them (what the gate counts against the baseline's decisions)."""
+    outs = list(((acc or {}).get("outputs") or {}).values())
+    if not outs:
+        return None
+    m = (outs[0] or {}).get("metrics") or {}
+    if isinstance(m.get("seq_match"), (int, float)) and m.get("sequences"):
+        n = int(m["sequences"])
+        return n - int(round(m["seq_match"] * n)), n, "decision"
+    if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
+        n = int(m["top1_n"])
+        return n - int(round(m["top1"] * n)), n, "argmax"
+    if isinstance(m.get("flip_rate"), (int, float)) and m.get("flips") is not None:
+        n = int(round(m["flips"] / m["flip_rate"])) if m["flip_rate"] > 0 else int(acc.get("samples") or 0)
+        return int(m["flips"]), n, "decision"
+    return None
+
+
+def gate_defaults_accept(acc: dict[str, Any] | None, baseline_acc: dict[str, Any] | None = None
+                         ) -> tuple[bool | None, str]:
+    """Would ``edgeopt gate CAND --baseline FP32`` (and a rollout over FP32) accept this artifact on
+    accuracy with their default rules?  Judged by the gate's own code (``stats.judge`` with the default
+    spec) on the decisions the bench counted against the FP32 reference.  (None, why): cannot tell."""
+    if not acc or "passed" not in acc:
+        return None, "no accuracy measured"
+    from edgeopt.hil.gatefile import load_gate
+    from edgeopt.hil.stats import PairedRun, judge
+
+    spec = load_gate(None)
+    cand: dict[str, Any] = {"accuracy": acc}
+    base: dict[str, Any] = {"accuracy": baseline_acc or {}}
+    d = _decisions_of(acc)
+    if d is not None and d[1] > 0:
+        diff, n, kind = d
+        base["decisions"] = [[0]] * n
+        cand["decisions"] = [[0]] * (n - diff) + [[1]] * diff
+        base["decisions_kind"] = cand["decisions_kind"] = kind
+    verdicts = [v for v in judge(PairedRun("report", arms=[base, cand]), spec)
+                if v.metric in ("accuracy", "decisions")]
+    bad = [v for v in verdicts if v.verdict == "regressed"]
+    if bad:
+        return False, "; ".join(v.reason for v in bad)
+    dv = next((v for v in verdicts if v.metric == "decisions"), None)
+    return True, dv.reason if dv else "within its bound"
+
+
+# --- the speed comparison ------------------------------------------------------------------------
+
+def blocks_of(samples: list[float] | None) -> list[list[float]]:
+    """Contiguous blocks of a run's latency samples (run order kept): the resampling unit."""
+    s = [float(x) for x in (samples or []) if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
+    if len(s) < MIN_SAMPLES:
+        return []
+    k = min(BLOCKS, len(s) // 2)
+    size = len(s) / k
+    return [s[int(round(i * size)):int(round((i + 1) * size))] for i in range(k)]
+
+
+def compare_speed(fast: list[float], other: list[float]) -> dict[str, Any]:
+    """``other`` against ``fast``: median-latency ratio (> 1: other is slower), its interval and p-value
+    (the gate's unpaired statistics: two-sample Hodges–Lehmann of log block medians, 99% bootstrap,
+    Mann–Whitney), the interval widened by the gate's ``session_margin``."""
+    import numpy as np
+
+    from edgeopt.hil import stats
+    from edgeopt.hil.gatefile import load_gate
+
+    a, b = blocks_of(fast), blocks_of(other)
+    if not a or not b:
+        return {"ratio": None, "ci_low": None, "ci_high": None, "p": 1.0, "n": 0}
+    margin = load_gate(None).session_margin
+    r, lo, hi, p, n = stats._unpaired_center([np.asarray(x) for x in a], [np.asarray(x) for x in b], "median",
+                                              np.random.default_rng(stats.SEED))
+    return {"ratio": r, "ci_low": lo / (1 + margin), "ci_high": hi * (1 + margin), "p": p, "n": n,
+            "ci": f"99% bootstrap, widened {margin:.0%}"}
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+@dataclass
+class ShipVerdict:
+    """One decision for (model, device, batch)."""
+
+    model: str | None
+    device: str | None
+    batch: int
+    criterion: str
+    ship: str | None = None  # "<target>-<precision>" or None: nothing can be shipped on this evidence
+    clear: bool = False  # True: speed separated the pick from every other candidate
+    basis: str = ""  # "speed" | "fidelity" | "only candidate" | "none"
+    runner_up: str | None = None
+    ratio: float | None = None  # runner-up p50 / pick p50 (the pick's speed-up), median ratio
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None  # Holm-corrected
+    p50_ms: float | None = None
+    gate_accepts: bool | None = None
+    gate_reason: str = ""
+    why: list[str] = field(default_factory=list)
+    compared: list[dict[str, Any]] = field(default_factory=list)
+    paired: str | None = None  # the command that separates the candidates (interleaved)
+    random_data: bool = False
+    line: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        from edgeopt import jsonsafe
+
+        return jsonsafe.clean(asdict(self))
+
+
+def _name(r: dict[str, Any]) -> str:
+    return f"{r.get('target')}-{r.get('precision')}"
+
+
+def faithfulness(r: dict[str, Any]) -> tuple:
+    """Bigger is more faithful: precision first, then agreement with FP32, then cosine."""
+    a = r.get("agreement_ci") or {}
+    return (PRECISION_RANK.get(str(r.get("precision")), 0), a.get("share", 1.0) if a else 1.0,
+            r.get("cosine_min") if r.get("cosine_min") is not None else 0.0)
+
+
+def _bundle_ref(r: dict[str, Any]) -> str:
+    """A bundle's folder for a command line, never an absolute path of this machine."""
+    p = r.get("bundle_path")
+    if not p:
+        return f"DIST/{r.get('model')}/{_name(r)}"
+    path = Path(p)
+    if path.is_absolute():
+        try:
+            return os.path.relpath(path, Path.cwd()) if Path.cwd() in path.parents else f"DIST/{path.parent.name}/{path.name}"
+        except ValueError:
+            return f"DIST/{path.parent.name}/{path.name}"
+    return str(path)
+
+
+def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
+    """The verdict for rows of one (model, device, batch); rows are ``reporting.row_of`` rows (with
+    ``_samples`` holding the latency samples)."""
+    first = rows[0]
+    batch = int(first.get("batch") or 1)
+    device = first.get("device")
+    crit = f"lowest p50 at batch {batch} on {device}"
+    v = ShipVerdict(first.get("model"), device, batch, crit)
+    within = [r for r in rows if r.get("status") == "ok" and r.get("accuracy") == "passed" and r.get("p50_ms")]
+    truth = [r for r in within if r.get("device_truth", "device") == "device"]
+    off = [r for r in within if r.get("device_truth", "device") != "device"]
+    if off:
+        v.why.append("not device truth, never a SHIP: " + ", ".join(f"{_name(r)} ({r['device_truth']})" for r in off))
+    if not truth:
+        v.basis = "none"
+        v.line = (f"batch {batch} on {device}: no SHIP -- no artifact within its bound was measured on its own "
+                  "device" + (f" ({'; '.join(v.why)})" if v.why else ""))
+        return v
+    accepted = [r for r in truth if r.get("gate_accepts") is not False]
+    refused = [r for r in truth if r.get("gate_accepts") is False]
+    cands = accepted or truth
+    if refused and accepted:
+        v.why.append("gate defaults would refuse, not shipped: "
+                     + "; ".join(f"{_name(r)} ({r.get('gate_reason')})" for r in refused))
+    cands = sorted(cands, key=lambda r: r["p50_ms"])
+    fast = cands[0]
+    noisy = [r for r in cands if r.get("noise")]
+    few = [r for r in cands if len(r.get("_samples") or []) < MIN_SAMPLES] if len(cands) > 1 else []
+    comps = []
+    for r in cands[1:]:
+        c = compare_speed(fast.get("_samples") or [], r.get("_samples") or [])
+        c["name"] = _name(r)
+        comps.append(c)
+    if comps:
+        from edgeopt.hil.gatefile import load_gate
+        from edgeopt.hil.stats import holm
+
+        level = load_gate(None).level
+        for c, p in zip(comps, holm([c["p"] for c in comps])):
+            c["p_holm"] = p
+            c["separated"] = (c["ratio"] is not None and p <= level and c["ci_low"] is not None and c["ci_low"] > 1)
+    v.compared = comps
+    tie = [fast] + [r for r, c in zip(cands[1:], comps) if not c["separated"]]
+    reasons = []
+    if noisy:
+        reasons.append("device noisy: " + "; ".join(f"{_name(r)} {r['noise']}" for r in noisy))
+    if few:
+        reasons.append("too few latency samples: " + ", ".join(f"{_name(r)} {len(r.get('_samples') or [])}"
+                                                               for r in few) + f" (< {MIN_SAMPLES})")
+    if len(tie) > 1:
+        reasons.append("intervals include no difference: " + ", ".join(
+            f"{c['name']} {_ratio_text(c)}" for c in comps if not c["separated"]))
+    if noisy or few:
+        tie = list(cands)
+    if len(cands) == 1:
+        pick, v.basis, v.clear = fast, "only candidate", False
+    elif not reasons:
+        pick, v.basis, v.clear = fast, "speed", True
+    else:
+        pick, v.basis = max(tie, key=faithfulness), "fidelity"
+    v.ship, v.p50_ms = _name(pick), pick["p50_ms"]
+    v.gate_accepts, v.gate_reason = pick.get("gate_accepts"), pick.get("gate_reason") or ""
+    v.random_data = pick.get("data_source") == "random"
+    others = [c for c in comps if c["name"] != v.ship]
+    if v.basis == "speed":
+        c = min(comps, key=lambda c: c["ratio"])
+        v.runner_up, v.ratio, v.ci_low, v.ci_high, v.p_value = c["name"], c["ratio"], c["ci_low"], c["ci_high"], c["p_holm"]
+    elif v.basis == "fidelity" and pick is not fast:
+        c = next(c for c in comps if c["name"] == v.ship)
+        v.runner_up, v.ratio, v.ci_low, v.ci_high, v.p_value = _name(fast), c["ratio"], c["ci_low"], c["ci_high"], c["p_holm"]
+    elif v.basis == "fidelity" and others:
+        c = min(others, key=lambda c: c["ratio"] or math.inf)
+        v.runner_up, v.ratio, v.ci_low, v.ci_high, v.p_value = c["name"], c["ratio"], c["ci_low"], c["ci_high"], c["p_holm"]
+    rivals = [r for r in tie if r is not pick] or [r for r in cands if r is not pick]
+    if v.basis == "fidelity" and rivals:
+        rival = min(rivals, key=lambda r: r["p50_ms"])
+        v.paired = f"edgeopt gate {_bundle_ref(rival)} --baseline {_bundle_ref(pick)} --devices DEVICES"
+    v.line = _line(v, reasons, pick, fast)
+    return v
+
+
+def _ratio_text(c: dict[str, Any]) -> str:
+    if c.get("ratio") is None:
+        return "(no samples)"
+    return f"{c['ratio']:.2f}x (99% CI {c['ci_low']:.2f}–{c['ci_high']:.2f}x, Holm p={c.get('p_holm', c['p']):.2g})"
+
+
+def _line(v: ShipVerdict, reasons: list[str], pick: dict[str, Any], fast: dict[str, Any]) -> str:
+    head = f"batch {v.batch} on {v.device}: "
+    if v.basis == "speed":
+        s = (f"{head}ship {v.ship} -- {v.criterion}: {v.p50_ms:.3g} ms; runner-up {v.runner_up} "
+             f"{v.ratio:.2f}x slower (99% CI {v.ci_low:.2f}–{v.ci_high:.2f}x, Holm p={v.p_value:.2g})")
+    elif v.basis == "only candidate":
+        s = (f"{head}ship {v.ship} -- the only candidate (within its bound, measured on its device"
+             + (", accepted by the gate defaults" if v.gate_accepts else "") + f"): {v.p50_ms:.3g} ms p50")
+    else:
+        s = (f"{head}no clear winner on {v.criterion} ({'; '.join(reasons)}): ship {v.ship}, the more faithful "
+             f"({pick.get('precision')}"
+             + (f", agreement {agreement_text(pick.get('agreement_ci'))}" if pick.get("agreement_ci") else "") + ")")
+        if pick is not fast:
+            s += f"; {_name(fast)} measured {fast['p50_ms']:.3g} ms p50 against {v.p50_ms:.3g} ms"
+        if v.paired:
+            s += f"; to separate them, measure them interleaved on the device: {v.paired}"
+    a = pick.get("agreement_ci")
+    if v.basis == "speed" and a:
+        s += f"; agreement {agreement_text(a)}"
+    if v.gate_accepts is False:
+        s += f" -- gate defaults would refuse it: {v.gate_reason}"
+    elif v.gate_accepts is True:
+        s += " -- gate defaults accept it against FP32"
+    if v.random_data:
+        s += " -- agreement measured on RANDOM data"
+    if v.why:
+        s += " [" + "; ".join(v.why) + "]"
+    return s
+
+
+_CACHE: dict[tuple, ShipVerdict] = {}
+
+
+def _key(rs: list[dict[str, Any]]) -> tuple:
+    return tuple((r.get("model"), r.get("device"), r.get("batch"), _name(r), r.get("time"), r.get("status"),
+                  r.get("accuracy"), r.get("p50_ms"), r.get("device_truth"), r.get("gate_accepts"), r.get("noise"),
+                  r.get("_bundle_path"), len(r.get("_samples") or []), sum(r.get("_samples") or [])) for r in rs)
+
+
+def decide(rows: list[dict[str, Any]]) -> list[ShipVerdict]:
+    """One verdict per (model, device, batch) of these comparison rows (the same rows decide the same
+    way: the bootstrap is seeded; a report asks several times, so verdicts are kept per set of rows)."""
+    import copy
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r.get("model"), r.get("device"), int(r.get("batch") or 1)), []).append(r)
+    out = []
+    for _, rs in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        k = _key(rs)
+        if k not in _CACHE:
+            if len(_CACHE) > 256:
+                _CACHE.clear()
+            _CACHE[k] = decide_group(rs)
+        out.append(copy.deepcopy(_CACHE[k]))
+    return out
+
+
+def pick(rows_or_records: list[dict[str, Any]]) -> list[ShipVerdict]:
+    """The verdicts for measured rows (``reporting.row_of`` rows) or raw results records (``RunRecord.as_dict()``):
+    the entry point for ``tune``'s pick and ``bench``'s summary."""
+    from edgeopt.reporting import rows_of
+
+    if rows_or_records and isinstance(rows_or_records[0].get("bundle"), dict):
+        rows = rows_of(rows_or_records)
+    else:
+        rows = list(rows_or_records)
+    return decide(rows)
