@@ -251,6 +251,10 @@ class Target:
                 raise CheckFailed(f"the model is already quantized ({_quant_summary(quant)}): a second INT8 pass is "
                                   "refused", hint="build it at fp32 (--precision fp32): its artifacts are judged at "
                                   "the INT8 bound its own quantization implies")
+            if job.precision == "int8" and not has_weighted_ops(job.prepared_path or job.model_path):
+                raise CheckFailed("nothing to quantize: the model has no weighted op (" + ", ".join(sorted(WEIGHTED_OPS))
+                                  + "), so an 'int8' artifact would be the FP32 model under another name",
+                                  hint="build it at fp32 (--precision fp32; auto falls back to it by itself)")
             out, selected, uncalibrated = self._build_ifs(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
             (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc), "cacheable": exc.cacheable}) + "\n")
@@ -310,7 +314,8 @@ class Target:
                            "source": job.data_source,
                            "reference_runtime": package_versions(["onnxruntime"])},
             "notes": job.data_source.get("prepare_notes", []) + out.notes,
-            "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else []),
+            "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else [])
+            + job.data_source.get("prepare_warnings", []),
             "build": {"time_s": round(build_s, 3), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "host": {"machine": platform.machine(), "system": platform.system(),
                                "python": platform.python_version()},
@@ -346,6 +351,26 @@ def fp16_overflow_warnings(job: BuildJob) -> list[str]:
     return ["FP16 overflow ahead: " + ", ".join(f"{t} reaches {v:.3g}" for t, v in over[:5])
             + (f" (+{len(over) - 5} more)" if len(over) > 5 else "")
             + "; FP16 tops out at 65504 -- expect Inf/NaN in those layers unless they run in FP32 (build fp32)"]
+
+
+# The ops INT8 quantization gains on (weights, or the matrix products of attention); a model with none of
+# them in any graph (a tree ensemble, a scaler) has nothing to quantize.
+WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "Gather",
+                          "Attention", "MultiHeadAttention"})
+
+
+def has_weighted_ops(path: str) -> bool:
+    """Whether any node of the model (subgraphs included) is one of ``WEIGHTED_OPS``; True when unreadable
+    (the converter then says what is wrong)."""
+    try:
+        import onnx
+
+        from edgeopt.model import walk_nodes
+
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001
+        return True
+    return any(n.op_type in WEIGHTED_OPS and n.domain in ("", "ai.onnx", "com.microsoft") for n in walk_nodes(graph))
 
 
 _QUANT_CACHE: dict[tuple[str, float], dict[str, int]] = {}

@@ -197,9 +197,11 @@ def build(
     progress(f"model {info.name}: opset {info.opset}, {len(info.nodes)} nodes, inputs "
              + ", ".join(f"{n}{static[n]}" for n in static))
 
+    non_tensor = non_tensor_outputs(model)  # skl2onnx's ZipMap: a sequence of maps, which only ORT runs
     io = {"inputs": [{"name": t.name, "shape": static[t.name], "dtype": t.dtype, "layout": _layout(static[t.name])}
                      for t in info.inputs],
-          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs]}
+          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
+                      if t.name not in non_tensor]}
     unknown_ints = _integer_ranges(model, io, calib)
     data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
     results: list[TargetResult] = []
@@ -218,7 +220,9 @@ def build(
             why = backend.unsupported_why(spec.as_dict(), bad)
             res.error = (f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
                          + ", ".join(f"{op} ({name})" for op, name in bad)
-                         + f"\n  hint: {_unsupported_hint(info, spec.name, config)}")
+                         + "\n  hint: " + "".join(f"{_non_tensor_hint(w)} (output {n!r} is {w}); "
+                                                   for n, w in list(non_tensor.items())[:1])
+                         + _unsupported_hint(info, spec.name, config))
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
@@ -244,6 +248,8 @@ def build(
             progress(f"{spec.name} {prec}: {res.error.splitlines()[0]}")
             continue
         todo.append((res, spec, key, final))
+    if non_tensor:
+        todo = _refuse_non_tensor(non_tensor, todo, bool(io["outputs"]))
 
     warnings: list[str] = []
     if todo and unknown_ints:  # only when something is to be built (a cached or unsupported target needs no data)
@@ -254,9 +260,12 @@ def build(
         (work / "owner.pid").write_text(str(os.getpid()))
         try:
             data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress)
-            if data_source.get("warning"):
-                warnings.append(data_source["warning"])
-                progress("WARNING: " + data_source["warning"])
+            if non_tensor:
+                data_source["prepare_warnings"] = [_non_tensor_warning(name, what) for name, what in non_tensor.items()]
+            for w in ([data_source["warning"]] if data_source.get("warning") else []) + data_source.get(
+                    "prepare_warnings", []):
+                warnings.append(w)
+                progress("WARNING: " + w)
             jobs_list = []
             for res, spec, key, final in todo:
                 job = {
@@ -288,6 +297,68 @@ def build(
         allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout, n_calib=n_calib,
         n_val=n_val, progress=progress), warnings)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
+
+
+def non_tensor_outputs(model: str | os.PathLike) -> dict[str, str]:
+    """Graph outputs that are not tensors, name -> what they are ("a sequence of maps (int64 -> float)"):
+    skl2onnx's default export ends in a ZipMap whose ``output_probability`` is a list of dicts, which
+    ONNX Runtime runs and no other backend takes, and which no tensor metric can judge."""
+    import onnx
+
+    def noun(t) -> str:  # without an article: "map (int64 -> float32)", "sequence of maps (...)"
+        kind = t.WhichOneof("value")
+        if kind == "tensor_type":
+            return f"tensor ({onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type).name})"
+        if kind == "sequence_type":
+            first, _, rest = noun(t.sequence_type.elem_type).partition(" ")
+            return f"sequence of {first}s" + (f" {rest}" if rest else "")
+        if kind == "map_type":
+            val = t.map_type.value_type
+            inner = (onnx.helper.tensor_dtype_to_np_dtype(val.tensor_type.elem_type).name
+                     if val.WhichOneof("value") == "tensor_type" else noun(val))
+            return f"map ({onnx.helper.tensor_dtype_to_np_dtype(t.map_type.key_type).name} -> {inner})"
+        if kind == "optional_type":
+            return "optional " + noun(t.optional_type.elem_type)
+        return (kind or "value of no type").replace("_type", "")
+
+    def what(t) -> str:
+        n = noun(t)
+        return ("an " if n[0] in "aeiou" else "a ") + n
+
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - model.inspect has read it already; a reader error is reported there
+        return {}
+    return {o.name: what(o.type) for o in graph.output
+            if o.type.WhichOneof("value") not in ("tensor_type", "sparse_tensor_type")}
+
+
+def _non_tensor_hint(what: str) -> str:
+    if "map" in what:  # skl2onnx's ZipMap
+        return "re-export with zipmap=False (skl2onnx: to_onnx(..., options={'zipmap': False})) for a probability tensor"
+    return "re-export the model with tensor outputs"
+
+
+def _non_tensor_warning(name: str, what: str) -> str:
+    return (f"output {name!r} is {what}, not a tensor: the cpu bundle returns it as ONNX Runtime does, but "
+            f"the check judges only the tensor outputs and other targets refuse the model; {_non_tensor_hint(what)}")
+
+
+def _refuse_non_tensor(non_tensor: dict[str, str], todo: list, any_tensor: bool) -> list:
+    """Only ONNX Runtime runs a model with a non-tensor output (and only when a tensor output is left to
+    check): every other (target, precision) still to build is refused in one line (and a hint) instead."""
+    keep = []
+    for res, spec, key, final in todo:
+        if spec.backend == "onnxruntime" and any_tensor:
+            keep.append((res, spec, key, final))
+            continue
+        res.status = "unsupported"
+        res.error = ("; ".join(f"output {n!r} is {w}, not a tensor" + (" (skl2onnx's ZipMap)" if "map" in w else "")
+                               for n, w in non_tensor.items())
+                     + ("; only ONNX Runtime (cpu) runs such an output" if any_tensor else
+                        "; no tensor output is left to check")
+                     + f"\n  hint: {_non_tensor_hint(next(iter(non_tensor.values())))}")
+    return keep
 
 
 def fallback_precision(spec: Any, precision: str) -> str | None:

@@ -172,7 +172,9 @@ def device_on_host(ov, device: str) -> bool:
 
 
 # --- what the ONNX frontend cannot take ---------------------------------------------------
-REPORT_VERSION = 2  # part of the support report's cache key: 2 = If conditions judged after scalar_if_conditions
+# part of the support report's cache key: 2 = If conditions judged after scalar_if_conditions, 3 = a model with
+# non-tensor outputs (skl2onnx's ZipMap) judged without them, their producers listed
+REPORT_VERSION = 3
 
 
 def frontend_unsupported(model_path: str) -> list[tuple[str, str]]:
@@ -185,7 +187,8 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
-def frontend_report(model_path: str, _scalar_ifs: bool = False) -> list[tuple[str, str, bool]]:
+def frontend_report(model_path: str, _scalar_ifs: bool = False,
+                    _tensor_outputs: bool = False) -> list[tuple[str, str, bool]]:
     """(op, node name, conversion failed) of every node OpenVINO's ONNX frontend cannot convert.
 
     The flag is False for an op with no conversion rule at all, True for a node whose conversion
@@ -207,6 +210,9 @@ def frontend_report(model_path: str, _scalar_ifs: bool = False) -> list[tuple[st
         fe.convert(fe.load(model_path))
         return []
     except Exception as exc:
+        if "Unsupported value_info type" in str(exc) and not _tensor_outputs:
+            # The frontend cannot even load a model with a non-tensor output (a ZipMap's sequence of maps)
+            return _without_non_tensor_outputs(model_path)
         if "OpConversionFailure" not in type(exc).__name__ and "wasn't fully converted" not in str(exc):
             # Not an op-support problem: let the build report the frontend's own error.
             log.debug("OpenVINO frontend failed on %s: %s", model_path, exc)
@@ -217,7 +223,8 @@ def frontend_report(model_path: str, _scalar_ifs: bool = False) -> list[tuple[st
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="edgeopt-ov-if-") as tmp:
-            return frontend_report(str(scalar_if_conditions(Path(model_path), Path(tmp))), _scalar_ifs=True)
+            return frontend_report(str(scalar_if_conditions(Path(model_path), Path(tmp))), _scalar_ifs=True,
+                                   _tensor_outputs=_tensor_outputs)
     no_rule, reasons = _parse_report(message)
     top_outputs: set[str] = set()
     for op in fe.convert_partially(fe.load(model_path)).get_ordered_ops():
@@ -249,6 +256,45 @@ def frontend_report(model_path: str, _scalar_ifs: bool = False) -> list[tuple[st
         first = next((ln for ln in message.splitlines() if ln.startswith("--")), message.splitlines()[-1])
         found.append(("(model)", f"OpenVINO's ONNX frontend: {first.strip('- ')}", True))
     return found
+
+
+def _without_non_tensor_outputs(model_path: str) -> list[tuple[str, str, bool]]:
+    """The report of a model whose graph outputs include non-tensors (skl2onnx's ZipMap output is a
+    sequence of maps, which OpenVINO's frontend refuses to load at all): the nodes that make only such
+    outputs are listed as untaken, and the rest of the model is judged by the frontend without them
+    (its ``ai.onnx.ml`` ops have no conversion rule)."""
+    import tempfile
+
+    import onnx
+
+    model = onnx.load(model_path)
+    graph = model.graph
+    dropped = [o.name for o in graph.output if o.type.WhichOneof("value") != "tensor_type"]
+    keep = [o for o in graph.output if o.name not in dropped]
+    del graph.output[:]
+    graph.output.extend(keep)
+    tensor_info = [v for v in graph.value_info if v.type.WhichOneof("value") == "tensor_type"]
+    del graph.value_info[:]
+    graph.value_info.extend(tensor_info)
+    found: list[tuple[str, str, bool]] = []
+    while True:  # drop the nodes nothing reads any more (the ZipMap), last first
+        used = {t for n in graph.node for t in n.input} | {o.name for o in graph.output}
+        dead = [i for i, n in enumerate(graph.node) if not any(t in used for t in n.output if t)]
+        if not dead:
+            break
+        for i in reversed(dead):
+            node = graph.node[i]
+            makes = [t for t in node.output if t in dropped]
+            why = (f" [output {makes[0]!r} is not a tensor]" if makes else " [feeds only a non-tensor output]")
+            found.append((_label(node.domain, node.op_type) + why,
+                          node.name or f"<unnamed {node.op_type}, output {node.output[0]}>", False))
+            del graph.node[i]
+    if not graph.output:
+        return found
+    with tempfile.TemporaryDirectory(prefix="edgeopt-ov-out-") as tmp:
+        path = str(Path(tmp) / "tensor_outputs.onnx")
+        onnx.save(model, path, save_as_external_data=model.ByteSize() > 1_900_000_000)
+        return frontend_report(path, _tensor_outputs=True) + found
 
 
 def _causes(graph, bad: dict[int, str | None]) -> list[int]:
