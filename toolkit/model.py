@@ -169,8 +169,26 @@ def walk_nodes(graph):
                 yield from walk_nodes(g)
 
 
+FLOP_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
+RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _prod(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
 def _flops(model) -> int | None:
-    """Rough multiply-accumulate x2 for Conv/ConvTranspose/MatMul/Gemm, from inferred shapes."""
+    """Rough multiply-accumulate x2 for Conv/ConvTranspose/MatMul/Gemm and LSTM/GRU/RNN, from shapes.
+
+    Shapes come from ONNX shape inference, with data propagation (a Reshape to a computed shape, as
+    TensorFlow exports of NHWC models have before their Convs) when plain inference leaves a counted
+    node's shapes unknown, and else -- inputs static -- from one ONNX Runtime run on zeros that exposes
+    those tensors.  A Conv counts from its weight and output shapes, whatever layout the graph keeps
+    around it; a recurrent layer counts 2 x directions x steps x batch x gates x hidden x (input + hidden).
+    """
     import onnx
 
     try:
@@ -185,49 +203,118 @@ def _flops(model) -> int | None:
         inferred = onnx.shape_inference.infer_shapes(batch_fixed)
     except Exception:
         return None
+    shapes = _known_shapes(inferred)
+    nodes = [n for n in inferred.graph.node if n.op_type in FLOP_OPS]
+    if any(not _node_shapes_known(n, shapes) for n in nodes):
+        try:
+            shapes.update(_known_shapes(onnx.shape_inference.infer_shapes(batch_fixed, data_prop=True)))
+        except Exception:  # noqa: BLE001 - data propagation is a bonus
+            pass
+        missing = sorted({t for n in nodes if not _node_shapes_known(n, shapes) for t in _shape_tensors(n)
+                          if not _full(shapes.get(t))})
+        if missing:
+            types = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info
+                     if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+            shapes.update(_run_shapes(batch_fixed, missing, types))
+    total = 0
+    known = False
+    for node in nodes:
+        flops = _node_flops(node, shapes)
+        if flops is not None:
+            total += flops
+            known = True
+    return total if known and total >= 0 else None
+
+
+def _full(dims: list[int] | None) -> bool:
+    return bool(dims) and 0 not in dims
+
+
+def _known_shapes(inferred) -> dict[str, list[int]]:
     shapes: dict[str, list[int]] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        if not vi.type.tensor_type.HasField("shape"):
+            continue
         dims = [max(d.dim_value, 0) if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
         if len(dims) >= 2 and dims[0] == 0 and 0 not in dims[1:]:
             dims[0] = 1  # a batch dimension lost behind a computed Reshape/Expand: per sample
-        shapes[vi.name] = dims
+        if _full(dims) or vi.name not in shapes:
+            shapes[vi.name] = dims
     for init in inferred.graph.initializer:
         shapes[init.name] = [max(int(d), 0) for d in init.dims]
-    total = 0
-    known = False
-    for node in inferred.graph.node:
-        out = shapes.get(node.output[0]) if node.output else None
-        if not out or 0 in out:
-            continue
-        out_elems = 1
-        for d in out:
-            out_elems *= d
-        if node.op_type in ("Conv", "ConvTranspose"):
-            w = shapes.get(node.input[1])
-            if not w or 0 in w:
-                continue
-            kernel = 1
-            for d in w[2:]:
-                kernel *= d
-            group = next((a.i for a in node.attribute if a.name == "group"), 1)
-            cin = w[1] if node.op_type == "Conv" else w[0] // max(group, 1)
-            if node.op_type == "ConvTranspose":
-                in_shape = shapes.get(node.input[0]) or []
-                n_in = 1
-                for d in in_shape:
-                    n_in *= d
-                total += 2 * n_in * (w[1] * kernel)
-            else:
-                total += 2 * out_elems * cin * kernel
-            known = True
-        elif node.op_type in ("MatMul", "Gemm"):
-            a = shapes.get(node.input[0])
-            if not a or 0 in a:
-                continue
-            k = a[-1] if not (node.op_type == "Gemm" and any(x.name == "transA" and x.i for x in node.attribute)) else a[0]
-            total += 2 * out_elems * k
-            known = True
-    return total if known and total >= 0 else None
+    return shapes
+
+
+def _shape_tensors(node) -> list[str]:
+    """The tensors whose shapes a node's count needs."""
+    if node.op_type in RNN_GATES:
+        return [node.input[0], node.input[1]]
+    if node.op_type == "ConvTranspose":
+        return [node.input[0], node.input[1]]
+    if node.op_type == "Conv":
+        return [node.input[1], node.output[0]]
+    return [node.input[0], node.output[0]]
+
+
+def _node_shapes_known(node, shapes: dict[str, list[int]]) -> bool:
+    return all(_full(shapes.get(t)) for t in _shape_tensors(node))
+
+
+def _run_shapes(model, tensors: list[str], types: dict[str, int]) -> dict[str, list[int]]:
+    """Shapes of ``tensors`` from one ONNX Runtime run on zeros (static inputs only; {} when it cannot)."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        feeds = {}
+        for vi in model.graph.input:
+            tt = vi.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
+            if 0 in dims:
+                return {}
+            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            feeds[vi.name] = np.zeros(dims, dtype)
+        m = type(model)()
+        m.CopyFrom(model)
+        have = {o.name for o in m.graph.output}
+        inits = {i.name for i in m.graph.initializer}
+        wanted = [t for t in tensors if t not in inits]
+        del m.graph.value_info[:]
+        for t in wanted:
+            if t not in have:
+                m.graph.output.append(helper.make_tensor_value_info(t, types.get(t, TensorProto.FLOAT), None))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 4
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return {t: list(v.shape) for t, v in zip(wanted, sess.run(wanted, feeds))}
+    except Exception:  # noqa: BLE001 - a model ORT cannot run on zeros: the counted nodes stay unknown
+        return {}
+
+
+def _node_flops(node, shapes: dict[str, list[int]]) -> int | None:
+    """One node's FLOPs, None when its shapes are unknown."""
+    if not _node_shapes_known(node, shapes):
+        return None
+    if node.op_type in RNN_GATES:
+        x, w = shapes[node.input[0]], shapes[node.input[1]]  # X [T, B, I] (layout 0) or [B, T, I]; W [D, G*H, I]
+        if len(x) != 3 or len(w) != 3:
+            return None
+        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+        steps, batch = (x[1], x[0]) if layout else (x[0], x[1])
+        gates = RNN_GATES[node.op_type]
+        hidden = w[1] // gates
+        return 2 * w[0] * steps * batch * gates * hidden * (w[2] + hidden)
+    if node.op_type in ("Conv", "ConvTranspose"):
+        w = shapes[node.input[1]]
+        kernel = _prod(w[2:])
+        if node.op_type == "ConvTranspose":
+            return 2 * _prod(shapes[node.input[0]]) * (w[1] * kernel)
+        return 2 * _prod(shapes[node.output[0]]) * w[1] * kernel  # w: [Cout, Cin/group, k...]
+    a = shapes[node.input[0]]
+    k = a[0] if node.op_type == "Gemm" and any(x.name == "transA" and x.i for x in node.attribute) else a[-1]
+    return 2 * _prod(shapes[node.output[0]]) * k
 
 
 # Op domains ONNX Runtime (the FP32 reference every target is held to) implements.
