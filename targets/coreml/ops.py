@@ -121,14 +121,18 @@ ONNX_MIL = {1: "fp32", 10: "fp16", 11: "fp32", 6: "int32", 7: "int32", 9: "bool"
 
 
 def mil_array(a: np.ndarray) -> np.ndarray:
-    """A constant as MIL takes it: float64 -> float32, 64-bit/small ints -> int32 (clipped), bool kept."""
+    """A constant as MIL takes it: float64 -> float32, 64-bit/small ints -> int32 (clipped), bool kept.
+
+    Always a writable copy of its own: coremltools' passes change const values in place (its conv-bias
+    fusion negates a Sub's constant: ``ValueError: output array is read-only`` on an initializer viewed
+    from the ONNX protobuf's bytes), and a constant read by two ops must not change under the other."""
     a = np.asarray(a)
     if a.dtype == np.float64:
         return a.astype(np.float32)
     if a.dtype.kind in "iu" and a.dtype != np.int32:
         # INT64_MAX/MIN appear as "to the end" sentinels; clipping keeps their meaning.
         return np.clip(a, INT32_MIN, INT32_MAX).astype(np.int32)
-    return a
+    return np.array(a, copy=True)
 
 
 # --- the translation context ------------------------------------------------------------------
@@ -326,7 +330,7 @@ def convert(model: Any, ct: Any, target: Any, target_name: str = "apple",
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     ctx = Context(mb, types, opset, target, _value_info(model))
     for init in g.initializer:
-        ctx.consts[init.name] = numpy_helper.to_array(init)
+        ctx.consts[init.name] = np.array(numpy_helper.to_array(init), copy=True)  # writable (see mil_array)
     # Graph outputs keep their (sanitized) ONNX names; reserve them before any op takes one.
     out_names = [sanitize(o.name, ctx.taken) for o in g.output]
     in_specs = _input_specs(ctx, g, target_name, scalars_ok=evaluate is not None)

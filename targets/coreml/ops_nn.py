@@ -14,7 +14,8 @@ from .ops import Context, Unsupported, norm_axis, op, spatial_pads
 
 
 def _f32(v: Any) -> np.ndarray:
-    return np.asarray(v, dtype=np.float32)
+    """A float32 copy of its own (coremltools' passes change const values in place: see ops.mil_array)."""
+    return np.array(v, dtype=np.float32, copy=True)
 
 
 # --- convolution ------------------------------------------------------------------------------
