@@ -156,6 +156,15 @@ def resolve_options(options: dict[str, Any], spec: dict[str, Any], precision: st
     return o
 
 
+def _check_hint(prec: str) -> str:
+    """What to try when the prepared ONNX fails its host check: the knobs of that precision only."""
+    if prec in ("int8", "fp8"):
+        return "use --allow-mismatch to keep it, another --option trt_calibration, or fp16"
+    if prec == "fp16":
+        return "build fp32 for this target, or use --allow-mismatch to keep it"
+    return "use --allow-mismatch to keep it"
+
+
 def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shapes: dict[str, list[int]],
                profiles: dict[str, Any]) -> dict[str, Any]:
     """What the device's ``compile`` needs, as plain data (``trt_build.json``)."""
@@ -309,7 +318,7 @@ class TensorRtTarget(Target):
             # a check that ran and failed is this model's outcome (cached); a crashed or hung one is not
             failure = BuildFailed if "error" in check else CheckFailed
             raise failure(f"the prepared {prec} ONNX fails its check in ONNX Runtime on the host: {summary}",
-                              hint="use --allow-mismatch to keep it, another --option trt_calibration, or fp16")
+                          hint=_check_hint(prec))
         if not check.get("passed"):
             warnings.append(f"the prepared ONNX fails its host check ({summary}); kept by --allow-mismatch")
 

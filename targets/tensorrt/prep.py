@@ -961,12 +961,43 @@ def to_fp16(model, keep_fp32_tensors: list[str]) -> tuple[Any, dict[str, Any]]:
     _split_shared_initializers(model, set(block))
     out = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block or None)
     retyped = _fix_float_casts(out, set(block))
+    rewired = _fix_output_readers(out, set(block))
     casts = sum(1 for n in out.graph.node if n.op_type == "Cast") - sum(1 for n in model.graph.node
                                                                           if n.op_type == "Cast")
     report = {"converter": "onnxconverter-common float16.convert_float_to_float16 (keep_io_types)",
               "kept_fp32_nodes": block, "casts_added": casts, "casts_retyped": retyped,
+              "output_readers_rewired": rewired,
               "summary": f"{len(block)} node(s) kept FP32 (FP16 overflow), {casts} cast(s) added"}
     return out, report
+
+
+def _fix_output_readers(model, blocked: set[str]) -> list[str]:
+    """A graph output that another node also reads (``logits`` an output and fed to the ``Softmax`` whose
+    ``probs`` is an output too): onnxconverter-common casts it back to FLOAT for the output (keep_io_types)
+    but leaves the FP16 reader reading the FLOAT copy, with its own output typed FLOAT16, which ONNX
+    Runtime refuses ("Type (tensor(float16)) of output arg (..._cast_to_probs) ... does not match expected
+    type (tensor(float))"). Such a reader (converted, not kept FP32) reads the FP16 tensor before the
+    boundary Cast instead; the graph output keeps its declared FLOAT. Returns the nodes rewired."""
+    import onnx
+
+    f16 = {vi.name for vi in list(model.graph.value_info) + list(model.graph.output)
+           if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    outputs = {o.name for o in model.graph.output}
+    source = {}  # graph output (FLOAT) -> the FP16 tensor its boundary Cast reads
+    boundary = set()
+    for i, node in enumerate(model.graph.node):
+        if (node.op_type == "Cast" and node.output and node.output[0] in outputs and node.input[0] in f16
+                and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute)):
+            source[node.output[0]] = node.input[0]
+            boundary.add(i)
+    rewired = []
+    for i, node in enumerate(model.graph.node):
+        if i in boundary or node.name in blocked or not any(t in f16 for t in node.output):
+            continue  # a node kept FP32 (by us or by the converter's op block list) reads FLOAT as it should
+        if any(t in source for t in node.input):
+            node.input[:] = [source.get(t, t) for t in node.input]
+            rewired.append(node.name or node.op_type)
+    return rewired
 
 
 def _split_shared_initializers(model, blocked: set[str]) -> int:
