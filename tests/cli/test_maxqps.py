@@ -35,6 +35,28 @@ def test_find_max_qps_is_the_highest_valid_probe(dist):
     assert all("why" in pr for pr in row["probes"] if not pr["valid"])
 
 
+def test_find_max_qps_with_a_bound_no_rate_meets_exits_5(dist):
+    """A bound no rate can keep (p90 within 1 microsecond): the search runs, says so, exits 5 (goal not met)."""
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--find-max-qps", "--latency-bound", "p90=0.001ms",
+                        "--engine", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 5, (p.returncode, p.stderr[-1500:])
+    doc = json.loads(p.stdout)
+    row = doc["items"][0]
+    assert doc["exit_code"] == 5 and row["status"] == "ok" and row["max_qps"] is None and row["verdict"] == "not met"
+    assert row["probes"] and not any(pr["valid"] for pr in row["probes"])
+
+
+def test_bench_targets_with_no_such_bundle_exits_2_and_writes_nothing(dist, tmp_path):
+    for extra in ([], ["--find-max-qps", "--latency-bound", "p90=30ms"]):
+        p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--dist", str(dist / "dist"), "--targets", "jetson",
+                            "--db", str(tmp_path / "r.db"), "--json", *extra], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and "no bundle of --targets jetson" in p.stderr and "intel-cpu" in p.stderr, p.stderr
+        err = json.loads(p.stdout)  # --json: the error object on stdout
+        assert err["kind"] == "error" and err["exit_code"] == 2 and "jetson" in err["message"] and err["hint"]
+        assert not (tmp_path / "r.db").exists() and not (tmp_path / "edgeopt-results.db").exists()
+
+
 def test_find_max_qps_refusals(dist):
     for args, msg in ((["--find-max-qps"], "needs --latency-bound"),
                       (["--find-max-qps", "--latency-bound", "p99=5ms", "--target-qps", "10"], "drop --target-qps")):

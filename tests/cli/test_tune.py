@@ -46,8 +46,16 @@ def test_tune_refuses_bad_goals_and_says_when_nothing_meets_them(tmp_path):
         p = _tune(*args, cwd=tmp_path)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     assert not (tmp_path / "dist").exists()  # refused before building
+    # measured fine, the goal not met: exit 5 (not 2, bad input), the closest said; under --json one object
     p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", cwd=tmp_path)
-    assert p.returncode == 2 and "no configuration meets" in p.stderr and "closest" in p.stderr, p.stderr
+    assert p.returncode == 5 and "no configuration meets" in p.stderr and "closest" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", "--json", cwd=tmp_path)
+    assert p.returncode == 5, p.stderr[-1500:]
+    doc = json.loads(p.stdout)  # the whole of stdout is one object: the sweep, with what it failed at
+    assert doc["kind"] == "tune" and doc["exit_code"] == 5 and doc["winners"] == {}
+    assert doc["error"]["kind"] == "GoalNotMet" and "closest" in doc["error"]["message"]
+    assert doc["closest"]["local"]["feasible"] is False and doc["points"]
 
 
 def test_tune_offline_picks_on_loadgens_offline_images_per_second(tmp_path):
