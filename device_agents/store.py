@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,6 +239,63 @@ def _inspect_upload(staging: Path, bundle_id: str) -> list[dict[str, str]]:
     return problems
 
 
+def _unsafe_entries(top: Path) -> list[dict[str, str]]:
+    """What under ``top`` is not a folder or a plain file with a single name: symlinks, hard links,
+    fifos, devices, sockets. Read with ``lstat`` only; ``os.walk`` never descends into a symlinked folder."""
+    problems = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = Path(p).relative_to(top).as_posix()
+            try:
+                st = os.lstat(p)
+            except OSError as exc:
+                problems.append({"file": rel, "problem": f"unreadable ({exc.strerror})"})
+                continue
+            problem = _not_plain(st)
+            if problem and not stat.S_ISDIR(st.st_mode):
+                problems.append({"file": rel, "problem": problem})
+    return problems
+
+
+def _not_plain(st: os.stat_result) -> str | None:
+    """Why a file's stat is not a bundle's plain file (None when it is one)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink (a bundle holds plain files only)"
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a plain file (a fifo, socket or device node)"
+    if st.st_nlink > 1:
+        return f"hard link ({st.st_nlink} names share this file; a bundle holds its own copies only)"
+    return None
+
+
+def _freeze(top: Path) -> list[dict[str, str]]:
+    """Make every file read-only through a descriptor opened without following links, after checking
+    (on that descriptor) that it is still a plain file with one name: never a chmod through a link."""
+    problems = []
+    for dirpath, _, filenames in os.walk(top):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            rel = Path(p).relative_to(top).as_posix()
+            try:
+                fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            except OSError as exc:
+                problems.append({"file": rel, "problem": "symlink (a bundle holds plain files only)"
+                                 if os.path.islink(p) else f"unreadable ({exc.strerror})"})
+                continue
+            try:
+                problem = _not_plain(os.fstat(fd))
+                if problem:
+                    problems.append({"file": rel, "problem": problem})
+                else:
+                    os.fchmod(fd, 0o444)  # installed content never changes: read-only files
+            finally:
+                os.close(fd)
+    return problems
+
+
 def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False) -> dict[str, Any]:
     """Verify an upload and rename it into ``store/<bundle_id>``; delete it when it fails.
 
@@ -256,15 +314,20 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
             return {"bundle_id": bid, "path": str(dest), "present": True}
         if not src.is_dir():
             raise StoreError(f"staging directory {str(src)!r} does not exist")
+        # Inspect before touching anything: a symlink, a hard link or a device node in the upload would
+        # make the chmod below change a file outside the root. Nothing is followed (lstat only).
+        problems = _unsafe_entries(src)
+        if problems:
+            shutil.rmtree(src, ignore_errors=True)  # removes the links themselves, never what they point at
+            raise InstallRejected(f"bundle {bid[:12]}… refused ({len(problems)} problem(s): "
+                                  + "; ".join(f"{p['file']}: {p['problem']}" for p in problems[:5])
+                                  + "); the upload was deleted", problems)
         # Freeze first, then hash: the bytes checked are the bytes kept (a writer still holding the
         # staging files open can no longer change them once they are read-only and owned by the store).
         incoming = root / "store" / f".incoming-{bid}-{os.getpid()}"
         incoming.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.rename(src, incoming)
-        for dirpath, _, filenames in os.walk(incoming):
-            for name in filenames:  # installed content never changes: read-only files
-                os.chmod(Path(dirpath) / name, 0o444)
-        problems = _inspect_upload(incoming, bid)
+        problems = _freeze(incoming) or _inspect_upload(incoming, bid)
         if problems:
             shutil.rmtree(incoming, ignore_errors=True)
             raise InstallRejected(f"bundle {bid[:12]}… failed verification ({len(problems)} problem(s): "
@@ -553,11 +616,13 @@ def _size_mb(path: Path) -> float:
 
 
 def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) -> dict[str, Any]:
-    """Keep each slot's current + ``keep - 1`` previous versions; remove store entries nothing refers
-    to (older than ``grace_s``: a bundle just installed for a bench is not yet in any slot) and
-    stale uploads in ``staging/``."""
-    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-        raise StoreError(f"keep must be an integer >= 1 (versions kept per slot, current included), got {keep!r}")
+    """Keep each slot's current version, its armed trial and ``keep`` previous versions besides them
+    (the rollback targets: ``keep=1`` keeps exactly the one ``rollback`` goes back to, ``keep=0`` none);
+    remove store entries nothing refers to (older than ``grace_s``: a bundle just installed for a bench
+    is not yet in any slot) and stale uploads in ``staging/``."""
+    if not isinstance(keep, int) or isinstance(keep, bool) or keep < 0:
+        raise StoreError(f"keep must be an integer >= 0 (previous versions kept per slot besides the current "
+                         f"one), got {keep!r}")
     if not isinstance(grace_s, (int, float)) or isinstance(grace_s, bool) or grace_s < 0:
         raise StoreError(f"grace_s must be a number >= 0, got {grace_s!r}")
     now = time.time()
@@ -567,7 +632,7 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
         referenced = set()
         for name, state in slots(root).items():
             trial = state.get("trial") or {}
-            history = state["history"][: keep - 1]
+            history = state["history"][:keep]
             if trial.get("previous") and trial["previous"] not in history:
                 history = [trial["previous"], *history]  # an armed trial's way back is never trimmed
             if history != state["history"] and not dry_run:

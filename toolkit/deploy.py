@@ -27,6 +27,7 @@ from edgeopt.inventory import DEFAULT_ROOT, Device
 from edgeopt.transport import ConnectionLost, Transport, connect
 
 Progress = Callable[[str], None]
+MIN_PYTHON = (3, 8)  # the oldest device Python the agent runs on
 
 
 class BundleNotValid(UsageError):
@@ -142,6 +143,125 @@ def agent_package() -> AgentPackage:
     return AgentPackage(edgeopt_agent.AGENT_VERSION, h.hexdigest(), tuple(files))
 
 
+# --- before any agent code runs on the device ---------------------------------------------------
+# Sent inline as `python3 -I -c PREFLIGHT` (isolated: neither the working directory nor PYTHON* variables
+# reach sys.path, so nothing planted on the device is imported) with a JSON request on stdin. It reports the
+# device's Python, whether the agent root and every parent up to the home (or filesystem root) boundary is
+# safe (ours or root's, not writable by group/others unless a sticky folder protects our child), and whether
+# the agent copy is exactly the host's: every file's sha256 and size, nothing else in it, nothing foreign.
+# Kept to syntax every Python 3 parses, so an old interpreter still says which version it is.
+PREFLIGHT = r'''
+import hashlib, json, os, stat, sys
+out = {"python": list(sys.version_info[:2])}
+req = json.loads(sys.stdin.read())
+if tuple(sys.version_info[:2]) < (3, 8):
+    print(json.dumps(out))
+    sys.exit(0)
+uid = os.getuid()
+out["uid"] = uid
+
+def who(u):
+    try:
+        import pwd
+        return "%s (uid %d)" % (pwd.getpwuid(u).pw_name, u)
+    except Exception:
+        return "uid %d" % u
+
+def lst(p):
+    try:
+        return os.lstat(p)
+    except OSError:
+        return None
+
+def chain_problem(root):
+    home = os.path.realpath(os.path.expanduser("~"))
+    own = [os.path.join(root, "agent"), root]
+    p, child = root, None
+    chain = list(own)
+    while True:
+        parent = os.path.dirname(p)
+        if p == home or parent == p:
+            break
+        chain.append(parent)
+        p = parent
+    child_st = None
+    for p in chain:
+        st = lst(p)
+        if st is None:
+            child_st = None
+            continue
+        what = "the agent root %s" % p if p == root else ("%s (a parent of the agent root)" % p if p not in own
+                                                          else "%s (in the agent root)" % p)
+        if p in own:
+            if stat.S_ISLNK(st.st_mode) and p != root:
+                return "%s is a symlink" % what
+            if st.st_uid != uid:
+                return "%s is owned by %s, not by %s who runs the agent" % (what, who(st.st_uid), who(uid))
+            if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode):
+                return "%s is writable by %s (mode %04o)" % (
+                    what, "group and others" if st.st_mode & 0o022 == 0o022 else
+                    ("others" if st.st_mode & 0o002 else "its group"), stat.S_IMODE(st.st_mode))
+        else:
+            if st.st_uid not in (uid, 0):
+                return "%s is owned by %s, neither by %s nor by root" % (what, who(st.st_uid), who(uid))
+            if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode):
+                sticky = st.st_mode & stat.S_ISVTX
+                if not sticky or (child_st is not None and child_st.st_uid not in (uid, 0)):
+                    return "%s is writable by %s (mode %04o)%s" % (
+                        what, "others" if st.st_mode & 0o002 else "its group", stat.S_IMODE(st.st_mode),
+                        "" if not sticky else " and the folder in it is not ours")
+        child_st = st
+    return None
+
+def agent_state(agent_dir, files):
+    top = lst(agent_dir)
+    if top is None:
+        return "missing"
+    if not stat.S_ISDIR(top.st_mode) or top.st_uid != uid:
+        return "%s is not a folder of %s" % (agent_dir, who(uid))
+    seen = set()
+    for dirpath, dirnames, filenames in os.walk(agent_dir):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, agent_dir).replace(os.sep, "/")
+            st = lst(p)
+            if st is None:
+                return "%s vanished while it was read" % rel
+            if st.st_uid != uid:
+                return "%s is owned by %s" % (rel, who(st.st_uid))
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                return "%s is not a plain file" % rel
+            parts = rel.split("/")
+            if "__pycache__" in parts[:-1] and name.endswith(".pyc") and parts[0] == "edgeopt_agent":
+                continue  # what Python caches of the verified sources
+            want = files.get(rel[len("edgeopt_agent/"):]) if rel.startswith("edgeopt_agent/") else None
+            if want is None:
+                return "%s is not part of the agent" % rel
+            if st.st_size != want[1]:
+                return "%s is %d bytes, the agent's is %d" % (rel, st.st_size, want[1])
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            if h.hexdigest() != want[0]:
+                return "%s differs from the agent's (sha256)" % rel
+            seen.add(rel[len("edgeopt_agent/"):])
+    missing = sorted(set(files) - seen)
+    if missing:
+        return "edgeopt_agent/%s is missing" % missing[0]
+    return "ok"
+
+out["root_problem"] = chain_problem(req["root"])
+real = os.path.realpath(req["root"])
+if out["root_problem"] is None and real != req["root"]:
+    out["root_problem"] = chain_problem(real)
+out["agent"] = agent_state(req["agent_dir"], req["files"]) if out["root_problem"] is None else None
+print(json.dumps(out))
+'''
+
+
 # --- results --------------------------------------------------------------------------------
 @dataclass
 class BundlePush:
@@ -220,11 +340,21 @@ class DeviceSession:
 
     # the agent ----------------------------------------------------------------------------
     def ensure_agent(self) -> None:
-        """Upload this version of the agent unless the device has it (a complete copy, renamed into place)."""
-        tr = self.transport
-        if tr.stat(posixpath.join(self.agent_dir, "edgeopt_agent", "__main__.py")) is not None:
+        """Make sure the device runs exactly this host's agent, from a root only its user controls.
+
+        Before any agent code runs, an inline check (``python3 -I -c``: it imports nothing from the
+        device's folders) compares every file of ``<root>/agent/<version>-<digest>/`` with the host's copy
+        and refuses a root that another user owns or can write. A copy that differs (damaged, planted,
+        partly deleted) is re-installed; the new copy is checked again before it is used."""
+        state = self._preflight()
+        if state == "ok":
             return
-        self.progress(f"{self.device.name}: installing agent {self.package.dirname} in {self.agent_dir}")
+        tr = self.transport
+        if state != "missing":
+            self.progress(f"{self.device.name}: the agent in {self.agent_dir} is not this host's ({state}); "
+                          "re-installing it")
+        else:
+            self.progress(f"{self.device.name}: installing agent {self.package.dirname} in {self.agent_dir}")
         parent = posixpath.dirname(self.agent_dir)
         tmp = posixpath.join(parent, f".tmp-{self.package.dirname}-{secrets.token_hex(4)}")
         try:
@@ -232,6 +362,12 @@ class DeviceSession:
                 dest = posixpath.join(tmp, "edgeopt_agent", rel)
                 tr.mkdir(posixpath.dirname(dest))
                 self.agent_bytes_sent += tr.put(local, dest)  # SFTP put confirms the size it wrote
+            if state != "missing":  # move the bad copy aside first: a rename cannot replace a folder
+                trash = posixpath.join(parent, f".trash-{self.package.dirname}-{secrets.token_hex(4)}")
+                with contextlib.suppress(OSError):
+                    tr.rename(self.agent_dir, trash)
+                with contextlib.suppress(OSError, DeviceError):
+                    tr.remove_tree(trash)
             try:
                 tr.rename(tmp, self.agent_dir)
             except OSError:
@@ -244,27 +380,54 @@ class DeviceSession:
             raise DeviceError(f"{self.device.name}: cannot install the agent in {self.agent_dir}: {exc}",
                               hint="check that the user can write the agent root (`root:` in the inventory)") from None
         self.agent_uploaded = True
+        again = self._preflight()  # what runs is what was checked, whoever raced us to the folder
+        if again != "ok":
+            raise DeviceError(f"{self.device.name}: the agent installed in {self.agent_dir} does not match this "
+                              f"host's copy ({again})",
+                              hint=f"remove {self.agent_dir} on the device and push again")
+
+    def _preflight(self) -> str:
+        """Run PREFLIGHT on the device: the agent's state (``ok``, ``missing`` or what differs); raises
+        one line when the device's Python is too old or the agent root is not safe to run code from."""
+        files = {rel: [hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_size]
+                 for rel, p in self.package.files}
+        argv = [*self.python, "-I", "-c", PREFLIGHT]
+        rc, out, err = self.transport.run(argv, stdin=json.dumps({"root": self.root, "agent_dir": self.agent_dir,
+                                                                  "files": files}),
+                                          timeout=min(120.0, self.device.command_timeout))
+        reply = _last_json(out)
+        if not isinstance(reply, dict) or "python" not in reply:
+            raise self._no_reply("the agent's preflight check", rc, out, err)
+        ver = ".".join(map(str, reply["python"]))
+        if tuple(reply["python"]) < MIN_PYTHON:
+            raise DeviceError(f"Python {ver} on {self.device.name} is older than the agent needs "
+                              f"(≥ {'.'.join(map(str, MIN_PYTHON))})",
+                              hint="install a newer python3 there, or point `python:` in the inventory at one")
+        if reply.get("root_problem"):
+            raise DeviceError(f"{self.device.name}: refusing to run the agent: {reply['root_problem']} — another "
+                              "user could plant code that would run as this one",
+                              hint=f"use a `root:` only this user owns and can write (the default ~/.edgeopt), or "
+                                   f"fix it on the device: chown it to this user, chmod 700 {self.root}, "
+                                   f"and remove {posixpath.join(self.root, 'agent')} so a clean agent is installed")
+        return str(reply.get("agent"))
+
+    def _no_reply(self, what: str, rc: int, out: str, err: str) -> DeviceError:
+        tail = " | ".join((err or out).strip().splitlines()[-3:])[:400]
+        hint = None
+        if rc == 127 or "not found" in err:
+            hint = f"is {self.python[0]!r} installed on the device? set `python:` in the inventory"
+        elif "No module named" in err:
+            hint = "the device's python lacks a module the agent needs (numpy, or the runtime)"
+        return DeviceError(f"{self.device.name}: {what} gave no reply (exit code {rc}): {tail}", hint=hint)
 
     def agent(self, verb: str, request: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
         """Run one agent verb; returns its reply (``ok`` may be false). Raises when there is no valid reply."""
         argv = [*self.python, "-m", "edgeopt_agent", verb]
         rc, out, err = self.transport.run(argv, stdin=json.dumps(request or {}), cwd=self.agent_dir,
                                           timeout=timeout)
-        reply = None
-        for line in reversed(out.strip().splitlines()):
-            try:
-                reply = json.loads(line)
-                break
-            except ValueError:
-                continue
+        reply = _last_json(out)
         if not isinstance(reply, dict) or "ok" not in reply:
-            tail = " | ".join((err or out).strip().splitlines()[-3:])[:400]
-            hint = None
-            if rc == 127 or "not found" in err:
-                hint = f"is {self.python[0]!r} installed on the device? set `python:` in the inventory"
-            elif "No module named" in err:
-                hint = "the device's python lacks a module the agent needs (numpy, or the runtime)"
-            raise DeviceError(f"{self.device.name}: agent {verb} gave no reply (exit code {rc}): {tail}", hint=hint)
+            raise self._no_reply(f"agent {verb}", rc, out, err)
         return reply
 
     def probe(self) -> dict[str, Any]:
@@ -389,6 +552,16 @@ class DeviceSession:
             raise DeviceError(f"{name}: install of {b.model} {b.target}-{b.precision} failed: {reply_error(reply)}")
         if (reply.get("install") or {}).get("present"):
             bp.status = "present"  # another push installed it meanwhile
+
+
+def _last_json(out: str) -> Any:
+    """The last line of ``out`` that parses as JSON (the agent prints one; a login banner may precede it)."""
+    for line in reversed(out.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
 
 
 def _root_of(device: Device) -> str:

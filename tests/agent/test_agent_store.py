@@ -77,13 +77,17 @@ def test_install_activate_rollback_gc_round_trip(tmp_path, tiny_bundle, ocr_cls_
     rc, reply = agent("gc", {**r, "keep": 3, "grace_s": 0})
     assert reply["gc"]["removed"] == [b] and reply["gc"]["freed_mb"] > 0 and _store_entries(root) == [a]
 
-    # Default slot from the manifest; keep=1 trims a slot's history, but a bundle current elsewhere stays.
+    # Default slot from the manifest; keep=N keeps N previous versions besides the current one (keep=1:
+    # the rollback target stays), keep=0 trims a slot's history, but a bundle current elsewhere stays.
     rc, reply = agent("activate", {**r, "bundle_id": a})
     assert reply["activate"]["slot"] == "tiny/cpu" and reply["activate"]["current"] == a
     agent("install", {**r, "staging": str(_upload(ocr_cls_bundle, root, "up4")), "bundle_id": b})
     rc, reply = agent("activate", {**r, "bundle_id": b, "slot": "app/cpu"})
     assert reply["activate"]["history"] == [a]
     rc, reply = agent("gc", {**r, "keep": 1, "grace_s": 0})
+    assert reply["gc"]["removed"] == [] and reply["gc"]["keep"] == 1
+    assert agent("list", r)[1]["list"]["slots"]["app/cpu"]["history"] == [a]
+    rc, reply = agent("gc", {**r, "keep": 0, "grace_s": 0})
     assert reply["gc"]["removed"] == [] and _store_entries(root) == sorted([a, b])
     rc, reply = agent("list", r)
     assert reply["list"]["slots"] == {
@@ -145,7 +149,7 @@ def test_install_refuses_staging_outside_the_staging_dir_and_touches_nothing(tmp
     ("activate", {"bundle_id": "0" * 64}, "not installed"),
     ("rollback", {"slot": "../../etc"}, "bad slot"),
     ("rollback", {"slot": "app/cpu"}, "never been activated"),
-    ("gc", {"keep": 0}, "keep must be an integer >= 1"),
+    ("gc", {"keep": -1}, "keep must be an integer >= 0"),
     ("bench", {"bundle_id": "0" * 64}, "not installed"),
 ])
 def test_store_verbs_refuse_bad_requests_with_one_clear_error(tmp_path, verb, request_, words):

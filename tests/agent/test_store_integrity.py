@@ -10,6 +10,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.agent.conftest import agent
 
 
@@ -185,3 +187,38 @@ def test_an_interrupted_upload_is_swept_by_the_next_install_and_has_reports_free
     st = os.statvfs(root)
     assert abs(reply["free_mb"] - st.f_bavail * st.f_frsize / (1 << 20)) < 64
     assert (root.stat().st_mode & 0o777) == 0o700 and ((root / "store").stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("how, word", [
+    ("symlink", "symlink"), ("hard link", "hard link"), ("symlinked folder", "symlink"), ("fifo", "not a plain file"),
+])
+def test_a_rejected_install_changes_nothing_outside_the_root(tmp_path, tiny_bundle, how, word):
+    """The upload is inspected (lstat, nothing followed) before anything is renamed or made read-only: a link
+    to a private file outside the root leaves that file as it was (it used to become 0444, world-readable)."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("another user's private file")
+    twin = outside / "model.onnx"  # identical bytes: a hard link to it even passes the sha256 check
+    shutil.copyfile(tiny_bundle / "model.onnx", twin)
+    for p in (secret, twin):
+        os.chmod(p, 0o640)
+    up = root / "staging" / "u1"
+    shutil.copytree(tiny_bundle, up)
+    if how == "symlink":
+        (up / "extra.txt").symlink_to(secret)
+    elif how == "hard link":
+        (up / "model.onnx").unlink()
+        os.link(twin, up / "model.onnx")
+    elif how == "symlinked folder":
+        (up / "more").symlink_to(outside, target_is_directory=True)
+    else:
+        os.mkfifo(up / "pipe")
+    bid = _bid(tiny_bundle)
+    rc, reply = agent("install", {"root": str(root), "staging": str(up), "bundle_id": bid})
+    assert rc == 1 and reply["error"]["type"] == "InstallRejected" and word in reply["error"]["message"], reply
+    assert [(p.name, p.stat().st_mode & 0o7777, p.stat().st_nlink) for p in sorted(outside.iterdir())] == \
+        [("model.onnx", 0o640, 1), ("secret.txt", 0o640, 1)]
+    assert secret.read_text() == "another user's private file"
+    assert not up.exists() and not (root / "store" / bid).exists()
+    assert not (root / "store").exists() or not any((root / "store").iterdir())

@@ -136,6 +136,6 @@ def test_missing_python_on_device_is_one_clear_error(ssh_env, sshd, tmp_path):
 
     entry = device_entry(ssh_env, sshd, tmp_path / "r", known_hosts(tmp_path / "kh", sshd),
                          python="/nonexistent/python3")
-    with DeviceSession.open(make_device("nopy", entry)) as s, pytest.raises(DeviceError) as e:
-        s.probe()
+    with pytest.raises(DeviceError) as e:  # found by the check that runs before any agent code
+        DeviceSession.open(make_device("nopy", entry))
     assert "gave no reply" in str(e.value) and "python:" in str(e.value)
