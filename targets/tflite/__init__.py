@@ -434,6 +434,10 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
     try:
         reply = json.loads(reply_path.read_text())
     except (OSError, ValueError):
+        stopped = interrupted_by(proc.returncode)
+        if stopped:  # someone stopped it (kill, a CI cancel, timeout): not a converter crash
+            raise BuildFailed(f"the TFLite conversion was interrupted ({stopped}) after {time.monotonic() - t0:.0f}s",
+                              hint="nothing was built; run the build again to convert") from None
         sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
         raise BuildFailed(f"the TFLite converter crashed: exit code {proc.returncode}{sig}",
                           hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
@@ -444,6 +448,16 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
         raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",
                           hint=("the converter's last output: " + " | ".join(tail)) if tail else None)
     return reply
+
+
+def interrupted_by(returncode: int | None) -> str | None:
+    """The signal's name when a child ended by SIGTERM, SIGINT or SIGHUP (stopped, not crashed), else None."""
+    import signal
+
+    stops = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    if returncode is not None and returncode < 0 and -returncode in {int(s) for s in stops}:
+        return signal.Signals(-returncode).name
+    return None
 
 
 def _relay(path: Path, seen: int, progress: Callable[[str], None]) -> int:

@@ -424,6 +424,8 @@ def _to_tflite_isolated(sm_dir: str, precision: str, mode: str, io_dtype: str, r
             sig = -proc.returncode
             what = signal.Signals(sig).name if proc.returncode < 0 and sig in signal.valid_signals() else \
                 f"exit code {proc.returncode}"
+            if proc.returncode < 0 and sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                raise RuntimeError(f"the {LABELS.get(mode, mode)} conversion was interrupted ({what}), not crashed")
             raise ConverterCrashed(f"the TFLite converter crashed ({what}) in {LABELS.get(mode, mode)} conversion")
         reply = json.loads((step / "reply.json").read_text())
         if not reply.get("ok"):
