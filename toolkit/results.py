@@ -109,22 +109,11 @@ class ResultsDB:
             where.append("time >= ?")
             args.append(parse_since(since))
         cond = ("WHERE " + " AND ".join(where)) if where else ""
-        if latest:
-            # the newest bench run and the newest gate verdict of each: a gate does not hide a bench
-            # json_valid first: SQLite's json_extract raises "malformed JSON" on one row an older edgeopt wrote
-            # with a bare NaN, which would fail the whole query
-            sql = ("SELECT id, json FROM (SELECT json, time, id, ROW_NUMBER() OVER (PARTITION BY model, target, "
-                   "precision, device, CASE WHEN json_valid(json) THEN COALESCE(json_extract(json, "
-                   "'$.bench.inputs.batch'), 1) ELSE 1 END, "
-                   "(status LIKE 'gate-%') ORDER BY time DESC, id DESC) AS rn FROM runs "
-                   f"{cond}) WHERE rn = 1 "
-                   "ORDER BY time, id")
-        else:
-            sql = f"SELECT id, json FROM runs {cond} ORDER BY time, id"
+        sql = f"SELECT id, json, model, target, precision, device, status FROM runs {cond} ORDER BY time, id"
         with self._lock:
             rows = self._conn.execute(sql, args).fetchall()
-        out = []
-        for row_id, text in rows:
+        out: list[tuple[tuple, dict[str, Any]]] = []
+        for row_id, text, *cols in rows:
             try:
                 rec = json.loads(text)
                 if not isinstance(rec, dict):
@@ -133,12 +122,29 @@ class ResultsDB:
                 print(f"edgeopt: {self.path}: skipped row {row_id}, which cannot be read ({str(exc)[:120]})",
                       file=sys.stderr)
                 continue
-            out.append(clean(rec))  # a NaN an older edgeopt stored comes back as null with its reason
-        return out
+            batch = ((rec.get("bench") or {}).get("inputs") or {}).get("batch") if isinstance(rec.get("bench"), dict) \
+                else None
+            key = (*cols[:4], 1 if batch is None else batch, str(cols[4] or "").startswith("gate-"))
+            out.append((key, clean(rec)))  # a NaN an older edgeopt stored comes back as null with its reason
+        if latest:
+            # the newest bench run and the newest gate verdict of each (model, target, precision, device,
+            # batch): a gate does not hide a bench. Done here, not in SQL: SQLite's json_extract fails the
+            # whole query on one row an older edgeopt wrote with a bare NaN ("malformed JSON"), and a
+            # damaged newest row must not hide the last good one.
+            newest = {}
+            for i, (key, _rec) in enumerate(out):
+                newest[_hashable(key)] = i
+            keep = set(newest.values())
+            return [rec for i, (_key, rec) in enumerate(out) if i in keep]
+        return [rec for _key, rec in out]
 
     def count(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+
+def _hashable(key: tuple) -> tuple:
+    return tuple(json.dumps(k, sort_keys=True, default=str) if isinstance(k, (dict, list)) else k for k in key)
 
 
 def _finite(x: Any) -> Any:
