@@ -262,7 +262,7 @@ def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
                  stored: dict[str, Any] | None = None, started: float | None = None) -> dict[str, Any]:
     """One device: measure (with the rig's policy); an unreachable or hung device is power-cycled (when the
     rig says how) and tried once more.  Infrastructure failures are ``status`` failed/refused/unfit."""
-    from edgeopt.hil.rig import Policy, RigUnfit, power_cycle
+    from edgeopt.hil.rig import Policy, RigUnfit, power_cycle, tidy
     from edgeopt.transport import AuthFailed, HostKeyError
 
     policy = policy or Policy()
@@ -280,15 +280,16 @@ def _gate_device(dev, base, cand, spec: GateSpec, budget_s: float, trust: bool,
         except DeviceError as exc:
             status = "refused" if isinstance(exc, (HostKeyError, AuthFailed)) else \
                 "unfit" if isinstance(exc, RigUnfit) else "failed"
-            out.update({"status": status, "error": exc.message, "verdict": "error"})
-            progress(f"{dev.name}: {status.upper()}: {exc.message}")
+            message = tidy(exc.message)
+            out.update({"status": status, "error": message, "verdict": "error"})
+            progress(f"{dev.name}: {status.upper()}: {message}")
             if out["attempts"] == 1 and policy.power_cycle and _retryable(exc):
-                out["events"].append({"kind": "failure", "detail": exc.message})
+                out["events"].append({"kind": "failure", "detail": message})
                 try:
                     pc = power_cycle(dev, policy, progress)
                 except DeviceError as pexc:
-                    out["error"] = f"{exc.message}; then {pexc.message}"
-                    out["events"].append({"kind": "power_cycle_failed", "detail": pexc.message})
+                    out["error"] = f"{message}; then {tidy(pexc.message)}"
+                    out["events"].append({"kind": "power_cycle_failed", "detail": tidy(pexc.message)})
                     break
                 out["power_cycle"] = pc
                 out["events"].append({"kind": "power_cycle", "detail": " ".join(pc["command"])})

@@ -90,6 +90,11 @@ class Rig:
         return self.per_device.get(name, self.policy)
 
 
+def tidy(message: str) -> str:
+    """A device error as shown to the user: paramiko's meaningless ``[Errno None]`` dropped."""
+    return str(message).replace("[Errno None] ", "").replace("[Errno None]", "").strip()
+
+
 def _dym(word: str, choices: Any) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -608,7 +613,7 @@ def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-resul
             row.update({"health": "unfit" if problems else "fit", "problems": problems, "warnings": warnings,
                         "figures": health_summary(p)})
         except DeviceError as exc:
-            row.update({"health": "unreachable", "problems": [exc.message], "figures": s.get("last_health")})
+            row.update({"health": "unreachable", "problems": [tidy(exc.message)], "figures": s.get("last_health")})
         return row
 
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(inv.devices)))) as pool:

@@ -156,8 +156,12 @@ def test_plugin_runs_hil_tests_on_the_rig(demo):
 
 
 def test_plugin_without_rig_skips_with_the_reason(demo):
-    proc, cases = _pytest(demo)
+    proc, cases = _pytest(demo, "-rs")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # -rs names the skipped test's own file and line, not the plugin's line that raised the skip
+    summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert summary and all("test_hil_demo.py:" in ln for ln in summary), summary
+    assert "pytest_plugin.py" not in proc.stdout
     outcome = {k: v for k, v in cases.items() if not k.endswith("#props")}
     assert outcome["test_plain"][0] == "passed"
     skipped = {k for k, v in outcome.items() if v[0] == "skipped"}

@@ -308,6 +308,7 @@ def test_rig_status_shows_an_unreachable_device(ssh_env, sshd, tmp_path):
     rows = {r["device"]: r for r in json.loads(p.stdout)["devices"]}
     assert rows["up"]["health"] == "fit" and rows["up"]["figures"]["free_mb"] > 1
     assert rows["down"]["health"] == "unreachable" and "cannot connect" in rows["down"]["problems"][0]
+    assert "Errno None" not in rows["down"]["problems"][0]  # paramiko's placeholder errno is not shown
     assert not (tmp_path / "edgeopt-results.db").exists()  # status reads the state, never creates it
 
 
