@@ -308,6 +308,11 @@ class SshTransport(Transport):
                                  hint="is this the device's SSH port? something else listens there") from None
             raise DeviceError(f"{name}: cannot connect to {p.hostname}:{p.port}: {exc}",
                               hint="is the device on, is sshd running, is the port right?") from None
+        except Exception as exc:  # paramiko on a malformed packet (an empty one: IndexError in packet.py)
+            client.close()
+            raise DeviceError(f"{name}: the SSH handshake with {p.hostname}:{p.port} failed "
+                              f"({type(exc).__name__}: {exc})",
+                              hint="is this the device's SSH port? something that is not sshd answers there") from None
         log.debug("%s: connected in %.3fs", name, time.perf_counter() - t0)
         tr = client.get_transport()
         if tr is not None:
