@@ -113,8 +113,10 @@ def optimize_loadable(ort, src: str | Path, dst: str | Path, levels: tuple[str, 
                       save: Callable[..., None] | None = None) -> tuple[str, list[str]]:
     """Save the most optimized graph of ``src`` that ORT can load again, checking each.
 
-    Seen on two real models: the *extended* level's saved file cannot be re-loaded ("GatherSliceTo
-    SplitFusion ... Cannot parse data from external tensors").  Then the *basic* level, then the
+    Seen on real CRNNs (a Conv front end, then an unrolled LSTM's per-step Gathers): the *extended*
+    level's saved file loads with optimizations off but not at the *all* level the runner uses (ORT 1.23:
+    "GatherSliceToSplitFusion ... Cannot parse data from external tensors ... splits"), so ``loads``
+    tries both.  Then the *basic* level (the device's *all* level re-applies the rest at load), then the
     prepared model itself (initializers inline; the device optimizes at load) are tried; the notes
     say which was kept and why."""
     save = save or optimize

@@ -212,37 +212,47 @@ def test_a_failed_fp16_check_hints_no_int8_knob():
 
 
 # --- cpu fp32: ORT's Gather/Slice -> Split fusion ------------------------------------------------
-def gather_slice_model(path, steps: int = 24):
-    """An unrolled recurrence's pattern: one [T, 1, H] tensor read step by step by Gathers on axis 0 with
-    constant indices (ORT's extended level fuses them into one Split with a `splits` initializer), plus
-    the MQA pattern (a Reshape read by two Gathers and a Slice)."""
-    h = 8
+def gather_slice_model(path, steps: int = 40):
+    """A CRNN's unrolled recurrence, minimal: Conv -> Relu -> Transpose/Reshape to [T, 1, F], read step by
+    step by Gathers on axis 0 with constant indices, each step a MatMul. ORT's extended level fuses the
+    Gathers into one Split (``/lstm_bwd/Gather_39/GatherSliceToSplitFusion``) whose saved file loads with
+    optimizations off but not at the *all* level the device uses (ORT 1.23: "[ShapeInferenceError] Cannot
+    parse data from external tensors ... splits")."""
+    c = 16
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((h, h)).astype(np.float32), "W"),
-             numpy_helper.from_array(np.array([steps, 1, h], np.int64), "shape"),
-             numpy_helper.from_array(np.array([2], np.int64), "s0"),
-             numpy_helper.from_array(np.array([steps], np.int64), "s1"),
-             numpy_helper.from_array(np.array([0], np.int64), "ax"),
-             numpy_helper.from_array(np.array([1], np.int64), "st")]
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
-             helper.make_node("Reshape", ["h", "shape"], ["hr"], name="reshape"),
-             helper.make_node("Slice", ["hr", "s0", "s1", "ax", "st"], ["rest"], name="slice"),
-             helper.make_node("ReduceSum", ["rest", "ax"], ["rest_sum"], name="rest_sum", keepdims=0)]
+    inits = [numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) * 0.2).astype(np.float32), "cw"),
+             numpy_helper.from_array(np.zeros(c, np.float32), "cb"),
+             numpy_helper.from_array(np.array([steps, 1, c * 4], np.int64), "shape"),
+             numpy_helper.from_array((rng.standard_normal((c * 4, c)) * 0.2).astype(np.float32), "W")]
+    nodes = [helper.make_node("Conv", ["x", "cw", "cb"], ["conv"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["conv"], ["relu"], name="relu"),
+             helper.make_node("Transpose", ["relu"], ["seq"], name="to_time_major", perm=[3, 0, 1, 2]),
+             helper.make_node("Reshape", ["seq", "shape"], ["steps_in"], name="reshape")]
     outs = []
     for i in range(steps):
         inits.append(numpy_helper.from_array(np.array(i, np.int64), f"i{i}"))
-        nodes += [helper.make_node("Gather", ["h", f"i{i}"], [f"g{i}"], axis=0, name=f"/lstm_bwd/Gather_{i}"),
-                  helper.make_node("Tanh", [f"g{i}"], [f"t{i}"], name=f"tanh{i}")]
-        outs.append(f"t{i}")
-    for i in range(2):
-        nodes += [helper.make_node("Gather", ["hr", f"i{i}"], [f"q{i}"], axis=0, name=f"qg{i}")]
-    nodes += [helper.make_node("Concat", outs, ["steps"], axis=0, name="concat"),
-              helper.make_node("Add", ["q0", "q1"], ["q"], name="q_add"),
-              helper.make_node("Add", ["q", "rest_sum"], ["mqa"], name="mqa_add")]
-    graph = helper.make_graph(nodes, "gather_slice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, h])],
-                              [helper.make_tensor_value_info("steps", TensorProto.FLOAT, [steps, h]),
-                               helper.make_tensor_value_info("mqa", TensorProto.FLOAT, [1, h])], inits)
+        nodes += [helper.make_node("Gather", ["steps_in", f"i{i}"], [f"g{i}"], axis=0, name=f"/lstm_bwd/Gather_{i}"),
+                  helper.make_node("MatMul", [f"g{i}", "W"], [f"m{i}"], name=f"step{i}")]
+        outs.append(f"m{i}")
+    nodes.append(helper.make_node("Concat", outs, ["y"], axis=0, name="concat"))
+    graph = helper.make_graph(nodes, "gather_split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, steps])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, c])], inits)
     return _save(graph, path)
+
+
+def _extended_graph_fails_at_the_all_level(src, tmp_path) -> bool:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "extended.onnx")
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "extended.onnx"), load_external_data=False)
+    assert any(n.op_type == "Split" and "GatherSliceToSplitFusion" in n.name for n in saved.graph.node), \
+        "ORT's extended level no longer fuses this pattern: the test no longer covers the case"
+    try:
+        _loads_at_every_level(tmp_path / "extended.onnx")
+        return False
+    except Exception:  # noqa: BLE001 - ORT's refusal is what the build must not ship
+        return True
 
 
 def _loads_at_every_level(path) -> None:
@@ -256,18 +266,23 @@ def _loads_at_every_level(path) -> None:
 def test_cpu_fp32_of_a_graph_ort_fuses_into_a_split_builds_and_loads_back(tmp_path):
     from edgeopt.pipeline import build
 
-    rep = build(str(gather_slice_model(tmp_path / "gs.onnx")), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    src = gather_slice_model(tmp_path / "gs.onnx")
+    broken = _extended_graph_fails_at_the_all_level(src, tmp_path)
+    rep = build(str(src), "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
     r = rep.results[0]
     assert r.status == "built", r.error
-    assert r.manifest["host_check"]["passed"] is True
+    assert r.manifest["host_check"]["passed"] is True  # the runner loads it at the all level
     saved = tmp_path / "out" / "gs" / "cpu-fp32" / "model.onnx"
-    m = onnx.load(str(saved), load_external_data=False)
-    assert any(n.op_type == "Split" and "GatherSliceToSplitFusion" in n.name for n in m.graph.node), \
-        "ORT's extended level no longer fuses this pattern: the test no longer covers the case"
-    assert not [t.name for t in m.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert not [t.name for t in onnx.load(str(saved), load_external_data=False).graph.initializer
+                if t.data_location == TensorProto.EXTERNAL]
     _loads_at_every_level(saved)
     level = r.manifest["options"]["graph_optimization"]
-    assert level == "extended (offline)" or any("could not be loaded again" in n for n in r.manifest["notes"])
+    if broken:  # this ORT's extended graph does not load again: a lower level, said in the manifest
+        assert level != "extended (offline)"
+        assert any("extended-level offline graph could not be loaded again" in n and "Split" in n
+                   for n in r.manifest["notes"]), r.manifest["notes"]
+    else:
+        assert level == "extended (offline)"
 
 
 def test_small_initializers_saved_as_external_data_are_written_inline(tmp_path):
