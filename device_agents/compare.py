@@ -13,7 +13,12 @@ quantisation noise is a few percent of a tensor's range.  So each precision has 
 
 and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 
-- ``classification`` (over an axis): top-1 / top-5 agreement along that axis
+- ``classification`` (over an axis): top-1 / top-5 agreement along that axis -- inferred only for a
+  distribution over classes (a Softmax, rows summing to 1, or ``[1, C]`` logits with no sign of a regression)
+- ``probability`` (``@threshold``): class probabilities an application thresholds: top-1 plus the samples
+  whose decision at the threshold flips (``flip_rate``)
+- ``per_position``: ``[1, T, K]`` tags / emissions, a time-major ``[T, 1, K]`` per-frame classifier: the argmax
+  of every position is a decision (``flip_rate``)
 - ``ctc_time_major`` / ``ctc_batch_major``: greedy CTC decoding agreement per sequence (``seq_match``)
 - ``sequence``: a greedy decoder's steps ``[.., T, C]`` (argmax per step, no CTC merging): the share of
   samples whose whole sequence equals the reference's (``seq_match``) -- a word with one phoneme changed
@@ -21,9 +26,15 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 - ``decision``: per-position thresholded decisions (sigmoid > 0.5 / logit > 0), ``flip_rate``
 - ``embedding``: per-vector cosine (``vector_cosine_min``), no top-1
 - ``detection`` (a known detector head: YOLOX's ``[anchors, 4 + 1 + classes]`` table over stride-8/16/32
-  grids): boxes decoded and NMS'd as the head's own post-processing does; the share of boxes matched
-  by one of the same class at IoU >= 0.5 (``box_match``)
-- ``dense`` (a map: detection, segmentation) and ``regression``: the tensor metrics alone
+  grids; YOLOv5/v8/v10/v11's ``[4 + classes, anchors]`` / ``[anchors, 4 (+1) + classes]``): boxes decoded and
+  NMS'd as the head's own post-processing does; the share of boxes matched by one of the same class at
+  IoU >= 0.5 (``box_match``, the lower of recall and precision)
+- ``dense`` (a map: detection, segmentation) and ``regression`` (boxes, landmarks, offsets): the tensor
+  metrics alone, against the output's own scale
+
+Whatever the kind, every float output is also judged per slice (``slice_metrics``): each index along a
+per-sample axis of at most 256 entries against its own scale, so a sub-range of a concatenated output
+(class scores collapsed to 0 beside pixel coordinates) fails although the whole tensor's cosine is 0.999.
 
 The host infers the kinds from the graph (``edgeopt.targets.base.output_kinds``), a user may set
 them (``--option output_kind=name:ctc_time_major``), and the manifest records them
@@ -40,8 +51,9 @@ import numpy as np
 
 PROBABILITY_FLOOR = 1e-3  # decision outputs in [0, 1]: rel_l2's denominator is at least this RMS value
 
-OUTPUT_KINDS = ("classification", "ctc_time_major", "ctc_batch_major", "sequence", "decision", "embedding",
-                "detection", "dense", "regression")
+OUTPUT_KINDS = ("classification", "probability", "ctc_time_major", "ctc_batch_major", "sequence", "per_position",
+                "decision", "embedding", "detection", "dense", "regression")
+DETECTION_FORMATS = ("yolox", "yolov8", "yolov5")
 
 # Bounds per precision. A metric passes when rel_l2 <= rel_l2_max and cosine >= cosine_min and
 # max_abs_norm <= max_abs_norm_max, plus the bound of the output's kind: top1_min (classification),
@@ -52,25 +64,50 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
     # and a decoding that differs there comes from a near-tie (seen: PP-OCR rec on photos, fp16 at
     # cosine 1.0000, one of 8 noise "lines" decoded differently); the figure is still reported.
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
-             "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99},
+             "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99,
+             "slice_rel_l2_max": 1e-2, "slice_cosine_min": 0.9999},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
     # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
     "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95,
-             "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999, "box_match_min": 0.95},
+             "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999, "box_match_min": 0.95,
+             "slice_rel_l2_max": 0.1, "slice_cosine_min": 0.995},
     "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
-             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90},
+             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
+             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
     "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
-            "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90},
+            "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
+            "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
 }
+
+# The per-slice check (``slice_metrics``): every index along each per-sample axis of 2..SLICE_AXIS_MAX is a
+# slice (a channel, a row, a column of a table), judged against its own scale so that a sub-range of a
+# concatenated output (class scores beside pixel coordinates) cannot hide under the rest.  A slice smaller
+# than SLICE_FLOOR x its natural scale (1 for a slice of values in [0, 1], else the output's RMS) is judged
+# against that floor instead, and not on its cosine: a class nobody saw (probabilities ~1e-4) or a row of
+# background carries only noise, and a slice that is 0 in the reference is judged against the output's scale.
+SLICE_AXIS_MAX = 256
+SLICE_FLOOR = {"fp32": 1e-3, "fp16": 2e-2, "int8": 2e-2, "fp8": 2e-2}
+_SLICE_OF = {"slice_rel_l2_max": "rel_l2_max", "slice_cosine_min": "cosine_min"}
 
 
 def tolerance_for(precision: str, override: dict[str, float] | None = None) -> dict[str, float | None]:
     """The bounds for a precision, with any user override applied."""
-    tol = dict(TOLERANCES.get(precision, TOLERANCES["int8"]))
+    base = TOLERANCES.get(precision, TOLERANCES["int8"])
+    tol = dict(base)
     if override:
         tol.update({k: (None if v is None else float(v)) for k, v in override.items() if k in tol})
+        for sk, wk in _SLICE_OF.items():
+            # a whole-tensor bound the user moved moves its per-slice bound alike, unless that is given too
+            if sk in override or wk not in override:
+                continue
+            if tol[wk] is None or base[wk] is None or base[sk] is None:
+                tol[sk] = None
+            elif sk == "slice_rel_l2_max":
+                tol[sk] = max(base[sk], tol[wk] * base[sk] / base[wk])
+            else:
+                tol[sk] = min(base[sk], 1.0 - (1.0 - tol[wk]) * (1.0 - base[sk]) / max(1.0 - base[wk], 1e-12))
     return tol
 
 
@@ -84,8 +121,11 @@ def bound_text(precision: str, override: dict[str, float] | None = None) -> str:
 
 def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """``"classification"``, ``"classification@1"`` (axis), ``"decision@0.5"`` (threshold),
-    ``"detection@416x416"`` (a YOLOX head on that input size) or a dict ``{"kind": ..., "axis"|"threshold"|
-    "input_hw": ...}`` -> the dict form; ValueError for an unknown kind."""
+    ``"probability@0.2"`` (class probabilities the application thresholds at 0.2), ``"detection@416x416"``
+    (a YOLOX head on that input size), ``"detection@yolov8"`` / ``"detection@yolov5"`` (a YOLOv5/v8/v11 head:
+    ``[4 + classes, anchors]`` or ``[anchors, 4 (+1) + classes]``), ``"regression@48"`` (errors also reported
+    in the unit of that scale, e.g. pixels of a 48-px crop for normalised landmarks) or a dict ``{"kind": ...,
+    "axis"|"threshold"|"input_hw"|"format"|"scale": ...}`` -> the dict form; ValueError for an unknown kind."""
     if spec is None:
         return None
     if isinstance(spec, dict):
@@ -97,20 +137,27 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     if kind not in OUTPUT_KINDS:
         raise ValueError(f"unknown output kind {kind!r} (kinds: {', '.join(OUTPUT_KINDS)})")
     out: dict[str, Any] = {"kind": kind}
+    if kind == "detection" and param.lower() in ("yolo", "yolov8", "yolov11", "yolov10", "yolov5"):
+        return {"kind": "detection", "format": "yolov5" if param.lower() == "yolov5" else "yolov8"}
     if kind == "detection":
         try:
             hw = [int(v) for v in param.lower().split("x")]
         except ValueError:
             hw = []
         if len(hw) != 2 or min(hw) < 32:
-            raise ValueError(f"output kind detection needs the input's size, e.g. detection@416x416, not {spec!r}")
+            raise ValueError("output kind detection needs the input's size for a YOLOX head (detection@416x416), "
+                             f"or a YOLO head's format (detection@yolov8, detection@yolov5), not {spec!r}")
         return {"kind": "detection", "format": "yolox", "input_hw": hw}
     if param:
+        key = {"classification": "axis", "regression": "scale"}.get(kind, "threshold")
         try:
-            out["axis" if kind == "classification" else "threshold"] = (
-                int(param) if kind == "classification" else float(param))
+            out[key] = int(param) if key == "axis" else float(param)
         except ValueError:
             raise ValueError(f"bad parameter {param!r} for output kind {kind!r}") from None
+        if kind == "probability" and not 0 < out[key] < 1:
+            raise ValueError(f"output kind probability takes a threshold in (0, 1), e.g. probability@0.2, not {spec!r}")
+    elif kind == "probability":
+        out["threshold"] = 0.5
     return out
 
 
@@ -131,28 +178,113 @@ def _blank_dominates(idx: np.ndarray, classes: int, share: float = 0.3) -> bool:
     return bool(counts.max() >= share * idx.size)
 
 
+def _blank_evident(idx: np.ndarray, classes: int, share: float = 0.3) -> bool:
+    """A CTC blank, not merely the most frequent class: per sequence (rows of ``idx`` [sequences, T]) the most
+    frequent class is the first or the last class (where CTC heads put it: PyTorch/Paddle 0, Keras last) and
+    covers >= ``share`` of positions, other classes do occur, and they come in short runs between blanks
+    (characters, phonemes: median run <= 3 steps), not in the long runs of a per-frame classifier."""
+    counts = np.bincount(idx.ravel(), minlength=classes)
+    blank = int(np.argmax(counts))
+    if classes < 3 or blank not in (0, classes - 1) or counts[blank] < share * idx.size:
+        return False
+    if counts[blank] > 0.99 * idx.size:
+        return False  # one class everywhere: nothing says it is a blank
+    runs = []
+    for row in idx.reshape(-1, idx.shape[-1]):
+        edges = np.flatnonzero(np.diff(row)) + 1
+        for seg in np.split(row, edges):
+            if seg.size and seg[0] != blank:
+                runs.append(seg.size)
+    return bool(runs) and float(np.median(runs)) <= 3
+
+
+REGRESSION_WORDS = ("box", "bbox", "landmark", "lmk", "offset", "regress", "coord", "keypoint", "kpt", "pose",
+                    "angle", "depth", "delta", "point", "pts", "age")
+HIDDEN_WORDS = ("hidden", "state", "feat", "embed", "pooler", "last_hidden", "encoder_out", "memory")
+
+
+def _yolo_head(ref: np.ndarray, input_hw: list[int] | None = None) -> dict[str, Any] | None:
+    """A YOLOv5/v8/v10/v11 head's raw table: ``[1, 4 + C, anchors]`` (v8/v11 channel-major) or ``[1, anchors,
+    4 (+1) + C]`` (v5, or a transposed v8): box centre/size in pixels, then scores after their sigmoid in
+    [0, 1]. Anchors >= 8x the columns and >= 64."""
+    per = ref.shape[1:]
+    if len(per) == 3 and per[0] == 1:
+        per = per[1:]
+    if len(per) != 2 or ref.dtype.kind != "f":
+        return None
+    k, a = min(per), max(per)
+    if k < 5 or k > 1024 or a < 64 or a < 8 * k:
+        return None
+    t = _yolo_rows(ref.reshape(ref.shape[0], *per), per[0] == k)
+    scores, xy, wh = t[..., 4:], t[..., :2], t[..., 2:4]
+    if scores.min() < -1e-6 or scores.max() > 1 + 1e-6 or scores.max() <= 0:
+        return None
+    if float(np.abs(xy).max()) < 2.0 or float(wh.min()) < -1e-3 * float(np.abs(xy).max()):
+        return None  # pixel-scale centres and non-negative sizes; normalised boxes look like scores
+    fmt = "yolov8"
+    if input_hw and per[0] != k:
+        h, w = int(input_hw[0]), int(input_hw[1])
+        if a == 3 * sum((h // s) * (w // s) for s in YOLOX_STRIDES):
+            fmt = "yolov5"  # three anchors per cell: v5's [1, 25200, 85] at 640x640
+    return {"kind": "detection", "format": fmt}
+
+
+def _yolo_rows(table: np.ndarray, channels_first: bool | None = None) -> np.ndarray:
+    """A stacked YOLO table ``[N, (1,) K, A]`` or ``[N, (1,) A, K]`` as rows ``[N, A, K]``."""
+    t = table.reshape(table.shape[0], *table.shape[-2:])
+    if channels_first is None:
+        channels_first = t.shape[1] < t.shape[2]
+    return np.swapaxes(t, 1, 2) if channels_first else t
+
+
+def _like_columns(rows: np.ndarray) -> bool:
+    """Columns of one kind (every class's score spread alike, within 10x): per-position logits, not a table
+    that mixes box values with scores (a YOLOX head, read without its input size)."""
+    sd = rows.astype(np.float64).std(0)
+    unit = (rows.min(0) >= 0) & (rows.max(0) <= 1)
+    if unit.any() and not unit.all():
+        return False  # some columns are scores in [0, 1], others are not
+    return bool(sd.min() > 0 and sd.max() <= 10 * sd.min())
+
+
 def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
                producer_axis: int | None = None, input_hw: list[int] | None = None) -> dict[str, Any]:
     """Guess an output's kind from its stacked reference ``[N, *shape]``, its name and (when known) the
     op that produces it and the image input's size.  The rules are in docs/TOLERANCES.md; anything
-    unclear is ``regression``."""
+    unclear is ``regression``.  ``infer_kinds`` adds the rules that look at the model's other outputs."""
     per = ref.shape[1:]
     low = name.lower()
     if ref.dtype.kind not in "f" or ref.ndim < 2:
         return {"kind": "regression"}
     if input_hw and _yolox_table(ref, input_hw):
         return {"kind": "detection", "format": "yolox", "input_hw": [int(v) for v in input_hw]}
+    yolo = _yolo_head(ref, input_hw)
+    if yolo and producer not in ("Softmax", "LogSoftmax"):
+        return yolo
     if any(w in low for w in ("embed", "vector", "pooler", "sentence_emb", "speaker")) or producer == "LpNormalization":
         return {"kind": "embedding"}
     c = per[-1]
+    last_axis_softmax = producer in ("Softmax", "LogSoftmax") and producer_axis is not None and (
+        producer_axis == -1 or producer_axis == len(per) - 1)
     if len(per) == 3 and 2 <= c <= 100_000 and (per[0] == 1 or per[1] == 1) and max(per[0], per[1]) >= 4:
         rows = ref.reshape(-1, c)
-        idx = rows.argmax(-1)
-        probs = producer in ("Softmax", "LogSoftmax", None) and _prob_rows(rows) and _blank_dominates(idx, c)
-        # raw logits (a recogniser that leaves the softmax to its decoder): many classes, mostly one
-        logits = c >= 10 and producer not in ("Sigmoid",) and _blank_dominates(idx, c, 0.5)
+        idx = ref.argmax(-1).reshape(ref.shape[0], -1) if per[0] == 1 else np.swapaxes(ref.argmax(-1), 1, 2).reshape(
+            -1, per[0])
+        probs = producer in ("Softmax", "LogSoftmax", None) and _prob_rows(rows) and _blank_evident(idx, c)
+        # raw logits (a recogniser that leaves the softmax to its decoder): many classes, mostly the blank
+        logits = c >= 10 and producer not in ("Sigmoid",) and _blank_evident(idx, c, 0.5)
         if probs or logits:
             return {"kind": "ctc_batch_major" if per[0] == 1 else "ctc_time_major"}
+        # per-position classes ([1, T, K] tags/emissions, a time-major [T, 1, K] per-frame classifier): the
+        # argmax of every position is a decision, whatever op made the scores
+        hidden = any(w in low for w in HIDDEN_WORDS) or (
+            producer in ("Softmax", "LogSoftmax") and not last_axis_softmax)  # classes on another axis: a map
+        logits = c <= 64 and producer not in (None, "Concat", "Transpose", "Reshape", "Sigmoid") and _like_columns(rows)
+        if not hidden and (last_axis_softmax or _prob_rows(rows) or logits):
+            return {"kind": "per_position"}
+    if len(per) == 2 and per[0] >= 4 and per[0] != 1 and 2 <= c <= 64 and not any(w in low for w in HIDDEN_WORDS) \
+            and (last_axis_softmax or _prob_rows(ref.reshape(-1, c))):
+        return {"kind": "per_position"}  # [T, K] per sample: a model without a batch axis
     if producer in ("Softmax", "LogSoftmax") and producer_axis is not None:
         axis = producer_axis if producer_axis >= 0 else len(per) + producer_axis
         if per[axis] >= 2 and (len(per) <= 2 or axis == len(per) - 1):
@@ -166,10 +298,28 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
     if len(per) == 2 and per[0] == 1 and 2 <= c <= 100_000:
         if producer in ("Div",) and any(w in low for w in ("norm", "emb")):
             return {"kind": "embedding"}
-        return {"kind": "classification", "axis": 1}  # [1, classes] logits
+        if _prob_rows(ref.reshape(-1, c)):
+            return {"kind": "classification", "axis": 1}  # a distribution over classes
+        if any(w in low for w in REGRESSION_WORDS):
+            return {"kind": "regression"}  # boxes, landmarks, offsets: not a choice among classes
+        return {"kind": "classification", "axis": 1, "guess": "shape"}  # [1, classes] logits
     if len(per) >= 3:
         return {"kind": "dense"}
     return {"kind": "regression"}
+
+
+def infer_kinds(refs: dict[str, np.ndarray], producers: dict[str, tuple[str | None, int | None]] | None = None,
+                input_hw: list[int] | None = None) -> dict[str, dict[str, Any]]:
+    """``infer_kind`` for every output of a model, plus the rule that needs them all: a small vector
+    (``[1, C]``, C <= 32) taken for classification on its shape alone is a regression (boxes, landmarks,
+    offsets: MTCNN's O-Net) when another output of the model is the distribution over classes."""
+    producers = producers or {}
+    kinds = {n: infer_kind(n, r, *producers.get(n, (None, None)), input_hw) for n, r in refs.items()}
+    has_dist = any(k["kind"] in ("classification", "probability") and "guess" not in k for k in kinds.values())
+    for n, k in kinds.items():
+        if k.get("guess") == "shape" and has_dist and refs[n].shape[-1] <= 32:
+            kinds[n] = {"kind": "regression"}
+    return kinds
 
 
 # --- metrics --------------------------------------------------------------------------------------
@@ -203,6 +353,14 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     name = k["kind"]
     if name == "classification":
         m.update(_topk(out, ref, k.get("axis", ref.ndim - 2)))
+    elif name == "probability":
+        m.update(_topk(out, ref, ref.ndim - 2))
+        m.update(probability_metrics(out, ref, float(k.get("threshold", 0.5))))
+    elif name == "per_position":
+        m.update(per_position_metrics(out, ref))
+    elif name == "regression" and k.get("scale"):
+        m["max_abs_scaled"] = m["max_abs"] * float(k["scale"])
+        m["mean_abs_scaled"] = m["mean_abs"] * float(k["scale"])
     elif name in ("ctc_time_major", "ctc_batch_major"):
         m.update(ctc_metrics(out, ref, time_major=name == "ctc_time_major"))
     elif name == "sequence":
@@ -224,6 +382,50 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(column_metrics(out, ref))
         m.update(detection_metrics(out, ref, k))
     return m
+
+
+def slice_metrics(out: np.ndarray, ref: np.ndarray, floor: float = SLICE_FLOOR["int8"],
+                  axis_max: int = SLICE_AXIS_MAX) -> dict[str, float]:
+    """The worst slice of a stacked output ``[N, *shape]``: along every per-sample axis of 2..``axis_max``
+    entries, each index is a slice (a channel, a row of a table, one coordinate of a small vector over all
+    samples), judged against its own scale -- its RMS, or ``floor`` x its natural scale when smaller (1 for
+    values in [0, 1], else the output's RMS): ``slice_rel_l2`` (worst), ``slice_cosine`` (worst of the
+    slices above the floor), and where they are (``slice_axis``/``slice_index`` of the worst rel_l2, the axis
+    counted in the per-sample shape).  Empty when no axis qualifies."""
+    if ref.ndim < 2 or ref.dtype.kind != "f" or out.shape != ref.shape or ref.size == 0:
+        return {}
+    r = ref.astype(np.float64)
+    y = out.astype(np.float64)
+    if not np.all(np.isfinite(y)):
+        return {}
+    d = y - r
+    rr, yy, dd, yr = r * r, y * y, d * d, y * r
+    whole_rms = float(np.sqrt(np.mean(rr)))
+    worst: dict[str, float] = {}
+    for a in range(1, ref.ndim):
+        size = ref.shape[a]
+        if not 2 <= size <= axis_max:
+            continue
+        others = tuple(i for i in range(ref.ndim) if i != a)
+        n = ref.size // size
+        rn = np.sqrt(np.sum(rr, axis=others))
+        yn = np.sqrt(np.sum(yy, axis=others))
+        dn = np.sqrt(np.sum(dd, axis=others))
+        dot = np.sum(yr, axis=others)
+        unit = (np.min(r, axis=others) >= 0) & (np.max(r, axis=others) <= 1)
+        fl = floor * np.where(unit, 1.0, whole_rms) * math.sqrt(n)
+        den = np.maximum(rn, fl)
+        rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
+        judged = (rn >= fl) & (rn > 0)
+        cos = np.where(judged & (yn > 0), dot / np.where(judged & (yn > 0), rn * yn, 1.0), np.where(judged, 0.0, 1.0))
+        i = int(np.argmax(rel))
+        if not worst or rel[i] > worst["slice_rel_l2"]:
+            worst.update({"slice_rel_l2": float(rel[i]), "slice_axis": float(a - 1), "slice_index": float(i)})
+        j = int(np.argmin(cos))
+        if "slice_cosine" not in worst or cos[j] < worst["slice_cosine"]:
+            worst.update({"slice_cosine": float(cos[j]), "slice_cosine_axis": float(a - 1),
+                          "slice_cosine_index": float(j)})
+    return worst
 
 
 def column_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
@@ -292,17 +494,63 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     return inter / np.maximum(area - inter, 1e-9)
 
 
+YOLO_SCORE_THR = 0.25  # YOLOv5/v8's default confidence threshold
+YOLO_NMS_IOU = 0.45  # YOLOv5's (and its ONNX demos') NMS IoU
+YOLO_MAX_DET = 300
+
+
+def _nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> list[int]:
+    order, kept = np.argsort(-scores, kind="stable"), []
+    while order.size:
+        i = order[0]
+        kept.append(int(i))
+        order = order[1:][_iou(boxes[i], boxes[order[1:]]) <= iou]
+    return kept
+
+
+def yolo_boxes(table: np.ndarray, fmt: str = "yolov8", score_thr: float = YOLO_SCORE_THR,
+               nms_thr: float = YOLO_NMS_IOU, channels_first: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One image's YOLOv5/v8/v11 head ``[(1,) 4 + C, A]`` or ``[(1,) A, 4 (+1) + C]`` -> (boxes xyxy [K, 4],
+    classes [K]) as those models' own post-processing does: centre/size to corners, score = the best class's
+    (v8/v11) or objectness x class (v5, objectness also > the threshold), > 0.25, NMS per class at IoU 0.45
+    (boxes offset by class, as ultralytics' ``non_max_suppression``), at most 300."""
+    p = _yolo_rows(np.asarray(table)[None], channels_first)[0].astype(np.float64)
+    if fmt == "yolov5":
+        obj = p[:, 4:5]
+        scores = obj * p[:, 5:]
+        pre = p[:, 4] > score_thr
+    else:
+        scores = p[:, 4:]
+        pre = np.ones(len(p), bool)
+    cls, sc = scores.argmax(1), scores.max(1)
+    keep = pre & (sc > score_thr)
+    p, cls, sc = p[keep], cls[keep], sc[keep]
+    boxes = np.concatenate([p[:, :2] - p[:, 2:4] / 2, p[:, :2] + p[:, 2:4] / 2], 1)
+    if not len(boxes):
+        return boxes.reshape(0, 4), cls
+    shift = (cls[:, None] * (float(np.abs(boxes).max()) + 1.0) * 2)  # one NMS pass keeps classes apart
+    kept = _nms(boxes + shift, sc, nms_thr)[:YOLO_MAX_DET]
+    return boxes[kept], cls[kept]
+
+
+def _boxes_of(table: np.ndarray, kind: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    if kind.get("format", "yolox") == "yolox":
+        return yolox_boxes(table, kind["input_hw"])
+    return yolo_boxes(table, kind["format"])
+
+
 def detection_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any]) -> dict[str, float]:
     """Per image, the boxes the head's post-processing keeps: ``box_match`` = boxes matched (same class,
-    IoU >= 0.5) / boxes of the larger set, over all images; ``images_equal`` = images whose boxes all
-    match one to one."""
-    hw = kind.get("input_hw")
-    if not hw or ref.ndim < 3:
+    IoU >= 0.5) / boxes of the larger set, over all images (the lower of recall and precision, both
+    reported: ``box_recall`` = matched / FP32's boxes, ``box_precision`` = matched / the artifact's);
+    ``images_equal`` = images whose boxes all match one to one."""
+    if ref.ndim < 3 or (kind.get("format", "yolox") == "yolox" and not kind.get("input_hw")):
         return {}
-    matched = total = equal = 0
+    matched = total = equal = n_ref = n_out = 0
     for o, r in zip(out, ref):
-        bo, co = yolox_boxes(np.asarray(o), hw)
-        br, cr = yolox_boxes(np.asarray(r), hw)
+        bo, co = _boxes_of(np.asarray(o), kind)
+        br, cr = _boxes_of(np.asarray(r), kind)
+        n_ref, n_out = n_ref + len(br), n_out + len(bo)
         hits, free = 0, np.ones(len(bo), bool)
         for b, c in zip(br, cr):
             cand = np.flatnonzero(free & (co == c))
@@ -314,6 +562,9 @@ def detection_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any]) ->
         matched, total = matched + hits, total + max(len(br), len(bo))
         equal += int(hits == len(br) == len(bo))
     return {"box_match": float(matched / total) if total else 1.0, "boxes": float(total),
+            "box_recall": float(matched / n_ref) if n_ref else float(n_out == 0),
+            "box_precision": float(matched / n_out) if n_out else float(n_ref == 0),
+            "boxes_ref": float(n_ref), "boxes_out": float(n_out),
             "images_equal": float(equal / len(ref)) if len(ref) else 1.0}
 
 
@@ -373,6 +624,30 @@ def sequence_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     return {"seq_match": float(np.mean(same)), "sequences": float(len(same))}
 
 
+def per_position_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """Per-position classes (tags, emissions, a per-frame classifier's frames): the argmax of the last axis at
+    every position is a decision; ``flip_rate`` = positions whose argmax differs from FP32's, ``flips`` their
+    count; ``windows_equal`` = samples with every position equal (reported)."""
+    if ref.ndim < 2 or ref.shape[-1] < 2:
+        return {}
+    r, o = np.argmax(ref, -1), np.argmax(out, -1)
+    flips = r != o
+    return {"flip_rate": float(np.mean(flips)), "flips": float(np.sum(flips)), "positions": float(flips.size),
+            "windows_equal": float(np.mean(~flips.reshape(len(ref), -1).any(1)))}
+
+
+def probability_metrics(out: np.ndarray, ref: np.ndarray, threshold: float) -> dict[str, float]:
+    """Class probabilities an application thresholds (``probability@0.2``): a sample flips when any class's
+    probability is on the other side of ``threshold`` than FP32's; ``flip_rate`` = flipped samples / samples
+    (``flips`` their count), ``max_abs_prob`` = the largest probability moved."""
+    if ref.ndim < 2:
+        return {}
+    a = (out > threshold) != (ref > threshold)
+    per = a.reshape(len(ref), -1).any(1)
+    return {"flip_rate": float(np.mean(per)), "flips": float(np.sum(per)), "threshold": float(threshold),
+            "max_abs_prob": float(np.max(np.abs(out.astype(np.float64) - ref))) if ref.size else 0.0}
+
+
 def decision_metrics(out: np.ndarray, ref: np.ndarray, threshold: float | None = None) -> dict[str, float]:
     """Per-position decisions: the share of positions on the other side of the threshold
     (0.5 for probabilities in [0, 1], 0 for logits)."""
@@ -426,8 +701,25 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         reasons.append(f"seq_match: {what} equal on {metrics['seq_match']:.1%} of {n} sequences "
                        f"< {tol['seq_match_min']:.0%}")
     if tol.get("flip_rate_max") is not None and "flip_rate" in metrics and metrics["flip_rate"] > tol["flip_rate_max"]:
-        reasons.append(f"flip_rate: {int(metrics['flips'])} decisions flipped ({metrics['flip_rate']:.2%}) "
-                       f"> {tol['flip_rate_max']:.2%}")
+        if "positions" in metrics:
+            what = (f"{int(metrics['flips'])} of {int(metrics['positions'])} positions changed class "
+                    f"(argmax per position)")
+        elif "max_abs_prob" in metrics:
+            what = (f"{int(metrics['flips'])} samples crossed the {metrics['threshold']:g} threshold "
+                    f"(probabilities moved up to {metrics['max_abs_prob']:.3g})")
+        else:
+            what = f"{int(metrics['flips'])} decisions flipped"
+        reasons.append(f"flip_rate: {what} ({metrics['flip_rate']:.2%}) > {tol['flip_rate_max']:.2%}")
+    if tol.get("slice_rel_l2_max") is not None and "slice_rel_l2" in metrics \
+            and metrics["slice_rel_l2"] > tol["slice_rel_l2_max"]:
+        reasons.append(f"slice_rel_l2: index {int(metrics['slice_index'])} of axis {int(metrics['slice_axis'])} "
+                       f"(a slice judged against its own scale) rel_l2 {metrics['slice_rel_l2']:.3g} > "
+                       f"{tol['slice_rel_l2_max']:.3g}")
+    if tol.get("slice_cosine_min") is not None and "slice_cosine" in metrics \
+            and metrics["slice_cosine"] < tol["slice_cosine_min"]:
+        reasons.append(f"slice_cosine: index {int(metrics['slice_cosine_index'])} of axis "
+                       f"{int(metrics['slice_cosine_axis'])} cosine {metrics['slice_cosine']:.4f} < "
+                       f"{tol['slice_cosine_min']}")
     if (tol.get("vector_cosine_min") is not None and "vector_cosine_min" in metrics
             and metrics["vector_cosine_min"] < tol["vector_cosine_min"]):
         reasons.append(f"vector_cosine_min {metrics['vector_cosine_min']:.5f} < {tol['vector_cosine_min']}")
@@ -484,14 +776,20 @@ def compare_outputs(
     data where an output has none)."""
     tol = tolerance_for(precision, override)
     per: dict[str, Any] = {}
-    for name, ref in reference.items():
-        ref = np.asarray(ref)
-        kind = parse_kind((kinds or {}).get(name)) or infer_kind(name, ref)
+    refs = {name: np.asarray(ref) for name, ref in reference.items()}
+    given = {name: parse_kind((kinds or {}).get(name)) for name in refs}
+    guessed = infer_kinds({n: r for n, r in refs.items() if given[n] is None}) if None in given.values() else {}
+    floor = SLICE_FLOOR.get(precision, SLICE_FLOOR["int8"])
+    for name, ref in refs.items():
+        kind = given[name] or guessed[name]
         if name not in outputs:
             per[name] = {"passed": False, "reasons": ["output missing"], "metrics": {}, "kind": kind["kind"],
                          "failed": ["missing"]}
             continue
-        metrics = tensor_metrics(np.asarray(outputs[name]), ref, kind)
+        out = np.asarray(outputs[name])
+        metrics = tensor_metrics(out, ref, kind)
+        if "cosine" in metrics:  # a float output: also per slice, whatever its kind
+            metrics.update(slice_metrics(out, ref, floor))
         reasons = judge(metrics, tol)
         per[name] = {"passed": not reasons, "reasons": reasons, "metrics": metrics, "kind": kind["kind"],
                      "failed": [r.split(":")[0].split(" ")[0] for r in reasons]}

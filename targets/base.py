@@ -439,7 +439,7 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     reference values.  Recorded in the manifest, so the device judges by the same kinds."""
     import numpy as np
 
-    from edgeopt_agent.compare import infer_kind
+    from edgeopt_agent.compare import infer_kinds
 
     names = [o["name"] for o in job.io["outputs"]]
     given = parse_output_kind_option(job.options.get("output_kind"), names)
@@ -475,13 +475,13 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         refs = {}
     shapes = [i.get("shape") or [] for i in job.io["inputs"]]
     image_hw = shapes[0][2:] if len(shapes) == 1 and len(shapes[0]) == 4 and shapes[0][1] in (1, 3) else None
+    inferred = infer_kinds({n: refs[n] for n in names if n not in given and n in refs}, producers, image_hw)
     kinds = {}
     for name in names:
         if name in given:
             kinds[name] = given[name]
-        elif name in refs:
-            op, axis = producers.get(name, (None, None))
-            kinds[name] = {**infer_kind(name, refs[name], op, axis, image_hw), "source": "inferred"}
+        elif name in inferred:
+            kinds[name] = {**inferred[name], "source": "inferred"}
     return kinds
 
 

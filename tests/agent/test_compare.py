@@ -49,7 +49,7 @@ def test_repeats_split_by_blank_and_blank_runs_decode_alike():
 def test_outputs_without_a_dominant_blank_are_not_ctc():
     ref = _ctc([[1, 2, 3, 4, 5, 0] * 2])  # every class 1/6 of the positions: no blank to decode with
     assert ctc_metrics(ref, ref) == {}
-    assert infer_kind("y", ref)["kind"] == "dense"
+    assert infer_kind("y", ref)["kind"] == "per_position"  # per-position classes: judged per position (issue 26)
 
 
 def test_per_position_decisions_are_judged_on_flips():
@@ -166,7 +166,8 @@ def test_time_major_ctc_logits_are_recognised():
     ref = rng.normal(size=(5, 20, 1, 50)).astype(np.float32)
     ref[..., 0] += 4.0
     assert infer_kind("387", ref, "Add")["kind"] == "ctc_time_major"
-    assert infer_kind("387", rng.normal(size=(5, 20, 1, 50)), "Add")["kind"] == "dense"
+    # no blank: a time-major per-frame classifier, judged per frame (issue 26), not CTC
+    assert infer_kind("387", rng.normal(size=(5, 20, 1, 50)), "Add")["kind"] == "per_position"
 
 
 def _logits(n: int, flips: int, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
