@@ -45,6 +45,7 @@ from .quant import (
     DISABLED_OPTIMIZERS,
     TIMING_THREADS,
     QuantSettings,
+    SampleRanges,
     calibrate,
     excluded_nodes,
     op_types,
@@ -253,12 +254,19 @@ class OrtBackend:
         self.ranges: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self.always_float: dict[str, str] = {}  # node -> why, kept float in every variant (qdq_search sets it)
+        # MinMax ranges per sample, shared with the cross-check's fold backends (recalibrated)
+        self.sample_ranges: SampleRanges | None = None
 
     def prepare(self, method: str) -> Any:
         if method not in self.ranges:
             self.progress(f"int8: calibrating ({method}, {len(self.calib)} samples)")
             t = time.perf_counter()
-            self.ranges[method] = calibrate(self.float_path, method, self.calib, self.work)
+            if method == "minmax":  # per-sample ranges, merged: the folds reuse them
+                if self.sample_ranges is None:
+                    self.sample_ranges = SampleRanges(self.float_path, self.work)
+                self.ranges[method] = self.sample_ranges.ranges(self.calib)
+            else:
+                self.ranges[method] = calibrate(self.float_path, method, self.calib, self.work)
             self.timings[f"calibrate_{method}_s"] = round(time.perf_counter() - t, 2)
         return self.ranges[method]
 
@@ -278,6 +286,9 @@ class OrtBackend:
     def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> OrtBackend:
         other = OrtBackend(self.ort, self.float_path, calib, work, lambda s: None)
         other.always_float = dict(self.always_float)
+        if self.sample_ranges is None:
+            self.sample_ranges = SampleRanges(self.float_path, self.work)
+        other.sample_ranges = self.sample_ranges  # MinMax: the pooled samples' ranges, computed once
         return other
 
 
@@ -319,6 +330,8 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                 search.notes.append(f"int8: float fallback not possible on this graph "
                                     f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
         search.timings.update(backend.timings)
+        if backend.sample_ranges is not None:  # samples run once for MinMax, shared with every fold
+            search.timings["minmax_sample_runs"] = backend.sample_ranges.runs
         chosen, fp32_ms, rule = search.select(Path(job.prepared_path))
         if chosen is None:
             raise CheckFailed(

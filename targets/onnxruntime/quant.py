@@ -149,6 +149,58 @@ def calibrate(model: Path, method: str, feeds: list[dict[str, np.ndarray]], work
     return ranges
 
 
+class SampleRanges:
+    """MinMax activation ranges per calibration sample, each computed once and shared.
+
+    MinMax calibration over a set of samples is the minimum of their minima and the maximum of their
+    maxima (ORT's ``MinMaxCalibrater`` without moving average), so the ranges of any subset -- the main
+    calibration set, each cross-check fold's training samples -- are a merge of per-sample ranges: the
+    k-fold cross-check then runs the augmented model once per pooled sample, not once per sample and
+    fold (4 folds: 3x the pool's runs saved per variant recipe).  Samples are known by identity (the
+    search's feed dicts)."""
+
+    def __init__(self, model: Path, work: Path) -> None:
+        self.model, self.work = model, work
+        self._by_id: dict[int, Any] = {}
+        self._keep: list[dict[str, np.ndarray]] = []  # keeps the feeds alive, so their ids stay theirs
+        self._calibrator: Any = None
+        self.runs = 0  # samples run through the augmented model (for tests and timings)
+
+    def ranges(self, feeds: list[dict[str, np.ndarray]]) -> Any:
+        todo = [f for f in feeds if id(f) not in self._by_id]
+        if todo:
+            from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+            if self._calibrator is None:
+                aug = self.work / "augmented-minmax-per-sample.onnx"
+                with contextlib.redirect_stdout(io.StringIO()):
+                    self._calibrator = create_calibrator(self.model, [], augmented_model_path=str(aug),
+                                                         calibrate_method=CalibrationMethod.MinMax)
+                aug.unlink(missing_ok=True)
+            for f in todo:
+                self._calibrator.calibrate_tensors_range = None  # this sample's ranges alone
+                self._calibrator.collect_data(FeedReader([f]))
+                self._by_id[id(f)] = self._calibrator.calibrate_tensors_range
+                self._keep.append(f)
+                self.runs += 1
+        return merge_minmax([self._by_id[id(f)] for f in feeds])
+
+
+def merge_minmax(per_sample: list[Any]) -> Any:
+    """The MinMax ``TensorsData`` of the union of samples (min of minima, max of maxima per tensor)."""
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData
+
+    lo: dict[str, Any] = {}
+    hi: dict[str, Any] = {}
+    for data in per_sample:
+        for name, td in data.items():
+            a, b = td.range_value if isinstance(td, TensorData) else td
+            lo[name] = a if name not in lo else np.minimum(lo[name], a)
+            hi[name] = b if name not in hi else np.maximum(hi[name], b)
+    return TensorsData(CalibrationMethod.MinMax, {n: TensorData(lowest=lo[n], highest=hi[n]) for n in lo})
+
+
 def quantizable_ops() -> list[str]:
     """Op types ORT's static quantizer handles (``quantize_static``'s own default list)."""
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
