@@ -56,8 +56,10 @@ SEARCH_MODES = ("quick", "full")
 DEFAULT_BUDGET_S = 90.0
 # bound -> metric, by direction: larger is better for the first, smaller for the second.
 _HIGHER_IS_BETTER = {"cosine_min": "cosine", "top1_min": "top1", "seq_match_min": "seq_match",
-                     "vector_cosine_min": "vector_cosine_min", "box_match_min": "box_match"}
-_LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm", "flip_rate_max": "flip_rate"}
+                     "vector_cosine_min": "vector_cosine_min", "box_match_min": "box_match",
+                     "slice_cosine_min": "slice_cosine"}
+_LOWER_IS_BETTER = {"rel_l2_max": "rel_l2", "max_abs_norm_max": "max_abs_norm", "flip_rate_max": "flip_rate",
+                    "slice_rel_l2_max": "slice_rel_l2"}
 # (name, settings, only in full mode); settings are plain data so that they cross into the child.
 VARIANTS: list[tuple[str, dict[str, Any], bool]] = [
     ("performance", {"preset": "performance", "fast_bias_correction": True}, False),
