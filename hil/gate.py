@@ -388,6 +388,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
             "mode": "paired" if stored is None else "unpaired", "raw": run.as_dict(), "samples": rounds,
             "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms,
             **({"budget_note": run.budget_note} if run.budget_note else {}),
+            **({"noise_note": run.noise_note} if getattr(run, "noise_note", "") else {}),
             **({"fresh": fresh} if fresh else {})}
 
 

@@ -116,6 +116,7 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{c['baseline']} | {c['candidate']} | {c['change']} | {c['p']} | {c['n']} |")
     warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
     warn += [f"- ⏱️ {d['device']}: {d['budget_note']}" for d in result["devices"] if d.get("budget_note")]
+    warn += [f"- ⏱️ {d['device']}: {d['noise_note']}" for d in result["devices"] if d.get("noise_note")]
     if warn:
         lines += ["", *warn]
     lines += ["", "Latency and cold start in ms, memory in MB (throughput in inferences/s). Verdicts: regressed = significant (Holm-corrected) "

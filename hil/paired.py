@@ -14,7 +14,7 @@ from typing import Any
 
 from edgeopt.errors import DeviceError
 from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, judge, judge_unpaired
+from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, judge, judge_unpaired, rounds_needed
 
 # A verdict is never drawn from one process: two ONNX Runtime sessions of the *same* bundle can differ
 # by a few percent for the life of the process (seen: one variant's 100-round reference in one child
@@ -158,7 +158,29 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
             break
         want = min(spec.rounds_max, max(done * 2, done + 1))
     run.elapsed_s = round(time.monotonic() - clock.t0, 3)
+    run.noise_note = _noise_note(run, spec, clock)
+    if run.noise_note:
+        progress(f"{run.device}: {run.noise_note}")
     return run
+
+
+def _noise_note(run: PairedRun, spec: GateSpec, clock: _Budget) -> str:
+    """p50 still inconclusive after MIN_CALLS calls: the rounds (and time) a decision needs at the noise seen."""
+    p50 = next((v for v in judge(run, spec) if v.metric == "p50"), None)
+    got = rounds_needed(run, spec) if p50 is not None and p50.verdict == "inconclusive" else None
+    if got is None or run.calls < MIN_CALLS or not clock.round_s:
+        return ""
+    need, spread, dist = got
+    have = len(run.blocks) // 2
+    if need > 10000:
+        return (f"p50 is within {dist * 100:.1f}% of the allowed change at a per-round spread of {spread * 100:.1f}%: "
+                "no practical budget decides it (the change is about the threshold)")
+    more = max(0, need - have)
+    calls = max(1, math.ceil(more / max(have, 1)))  # doubling: about one call per doubling
+    secs = more * clock.round_s + calls * (clock.overhead_s or 0.0)
+    return (f"at this noise (per-round spread of the p50 ratio {spread * 100:.1f}%, the estimate {dist * 100:.1f}% "
+            f"from the allowed change) a decision needs about {need} paired rounds ({have} measured): about "
+            f"{_nice(secs)} more of measuring")
 
 
 def _calibrating(check: Any) -> dict[str, Any]:

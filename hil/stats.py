@@ -80,6 +80,7 @@ class PairedRun:
     # (a run assembled by hand). Below it every latency metric is *inconclusive*, whatever the budget did.
     min_calls: int = 0
     budget_note: str = ""  # set when the first call showed the budget cannot reach a verdict for this model
+    noise_note: str = ""  # set when p50 ended inconclusive: how many rounds a decision needs at this noise
 
     def pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
@@ -183,6 +184,21 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
     few_calls(out, run.calls, run.min_calls, run.budget_note)
     out.extend(_accuracy_verdicts(run, spec))
     return out
+
+
+def rounds_needed(run: PairedRun, spec: GateSpec) -> tuple[int, float, float] | None:
+    """From the p50 pairs so far: (pairs a decision needs at this noise, per-pair spread of the log ratio,
+    the estimate's distance from the allowed change), or None without enough pairs or a p50 threshold.
+    Normal approximation: the 95% interval's half-width 1.96·s/√n must come below that distance."""
+    thr = spec.latency.get("p50")
+    lr = _paired_log_ratios(run.pairs(), "median")
+    if thr is None or len(lr) < MIN_PAIRS:
+        return None
+    s = float(np.std(lr, ddof=1))
+    est = hodges_lehmann(lr)
+    dist = abs(est - math.log(1 + (thr.max_change if thr.max_change is not None else 0.05)))
+    need = math.inf if dist < 1e-6 else max(MIN_PAIRS, math.ceil((1.96 * s / dist) ** 2))
+    return (need if math.isfinite(need) else 10**9), s, dist
 
 
 def few_calls(verdicts: list[Verdict], calls: int, min_calls: int, note: str = "") -> list[Verdict]:

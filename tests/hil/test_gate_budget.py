@@ -121,3 +121,24 @@ def test_on_inconclusive_pause_fail_pass_and_the_old_name(gate_bundles, tmp_path
     assert on_inconclusive_policy("continue") == "pass"
     with pytest.raises(UsageError, match="pause, fail or pass"):
         on_inconclusive_policy("exit5")
+
+
+def test_rounds_needed_grows_with_noise_and_nearness_to_the_threshold():
+    from edgeopt.hil.stats import rounds_needed
+
+    spec = load_gate(None)
+    rng = np.random.default_rng(9)
+
+    def run(slowdown: float, noise: float, rounds: int = 12) -> PairedRun:
+        blocks = []
+        for r in range(rounds):
+            for arm in ("AB" if r % 2 == 0 else "BA"):
+                f = (slowdown if arm == "B" else 1.0) * rng.lognormal(0, noise)  # a per-block shift: round noise
+                blocks.append({"arm": arm, "ms": list(f * rng.lognormal(0, 0.01, 20))})
+        return PairedRun("synthetic", blocks, calls=2, min_calls=2)
+
+    quiet, noisy = rounds_needed(run(1.0, 0.01), spec), rounds_needed(run(1.0, 0.08), spec)
+    assert quiet and noisy and noisy[0] > quiet[0] and noisy[1] > quiet[1]
+    near = rounds_needed(run(1.05, 0.04), spec)  # a change of about the allowed 5%: hard to decide
+    assert near[0] > noisy[0] / 4 and near[2] < 0.03
+    assert rounds_needed(run(1.0, 0.01, rounds=MIN_PAIRS - 1), spec) is None

@@ -100,8 +100,9 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     for dev in result["devices"]:
         line = dev.get("error") or dev.get("skipped") or ", ".join(
             f"{v['metric']} {v['verdict']}" for v in dev.get("verdicts") or [])
-        if dev.get("budget_note"):
-            line += f" ({dev['budget_note']})"
+        for note in ("budget_note", "noise_note"):
+            if dev.get(note):
+                line += f" ({dev[note]})"
         if dev.get("warnings"):
             line += f" ({len(dev['warnings'])} warning(s): {dev['warnings'][0][:120]})"
         print(f"edgeopt gate: {dev['device']}: {dev.get('verdict')}: {line}", file=sys.stderr)
