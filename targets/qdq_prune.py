@@ -52,6 +52,7 @@ def prune_float_nodes(search: QdqSearch, max_trials: int | None = None) -> Varia
             trial = floats[:lo] + floats[i:]
             exclude = tuple(n for n in start.settings.exclude if n in keep or n in trial)
             why = {n: w for n, w in start.why_float.items() if n in exclude}
+            search.set_stage("prune", tried + 1, trials)
             v = search.try_variant(replace(start.settings, exclude=exclude), "prune", why)
             tried += 1
             if v.passed and v.calib_rel_l2 <= guard:

@@ -160,6 +160,8 @@ class QdqSearch:
         self._pool_reference: dict[str, np.ndarray] | None = None  # FP32 outputs of calib + val, made once
         self.timings: dict[str, float] = {}
         self.ranking: list[dict[str, Any]] = []
+        self.stage = ""  # the step running and its estimated time left, for the progress lines
+        self._variant_s: list[float] = []  # how long each variant took (quantize, judge, cross-check)
         self.t0 = time.perf_counter()
 
     def _mixed_concats(self) -> list[mixed_concat.MixedConcat]:
@@ -183,6 +185,17 @@ class QdqSearch:
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
+    def set_stage(self, step: str, k: int, total: int) -> None:
+        """Name the step for the progress lines: ``[grid 2/6, ~40s left]`` -- the time left estimated from
+        the variants so far (mean time x variants left in this step), never past the time budget."""
+        left_budget = max(0.0, self.budget_s - self.elapsed())
+        if self._variant_s:
+            est = min(float(np.mean(self._variant_s)) * (total - k + 1), left_budget)
+            eta = f"~{est:.0f}s left"
+        else:
+            eta = f"<= {left_budget:.0f}s left of the budget"
+        self.stage = f"[{step} {k}/{total}, {eta}]"
+
     def over_budget(self) -> bool:
         return self.elapsed() > self.budget_s
 
@@ -193,6 +206,9 @@ class QdqSearch:
     def try_variant(self, s: Any, step: str, why_float: dict[str, str] | None = None) -> Variant:
         from edgeopt_agent.compare import compare_outputs, tensor_metrics
 
+        t_variant = time.perf_counter()
+        tag = f"{self.stage} int8" if self.stage else "int8"  # "int8: PASS|fail" stays searchable
+        self.progress(f"{tag}: trying {s.label()} ({step})")
         path = self.work / f"variant-{len(self.variants)}.onnx"
         why = {**getattr(self.backend, "always_float", {}), **(why_float or {})}
         try:
@@ -203,7 +219,8 @@ class QdqSearch:
             v = Variant(s, False, {}, [f"{self.backend.name} quantizer failed: {type(exc).__name__}: {msg}"],
                         math.inf if self.backend.timeable else None, math.inf, path, step, why)
             self.variants.append(v)
-            self.progress(f"int8: fail {s.label()}: {v.reasons[0]}")
+            self._variant_s.append(time.perf_counter() - t_variant)
+            self.progress(f"{tag}: fail {s.label()}: {v.reasons[0]}")
             return v
         result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
                                  self.tolerance, self.kinds)
@@ -221,7 +238,8 @@ class QdqSearch:
                 v.passed = False
                 v.reasons = [f"{CROSS_FOLDS}-fold cross-check on {cc['samples']} samples: {r}" for r in cc["reasons"]]
         self.variants.append(v)
-        self.progress(f"int8: {'PASS' if v.passed else 'fail'} {v.summary()}")
+        self._variant_s.append(time.perf_counter() - t_variant)
+        self.progress(f"{tag}: {'PASS' if v.passed else 'fail'} {v.summary()}")
         return v
 
     # --- the grid ---------------------------------------------------------------------------
@@ -236,6 +254,7 @@ class QdqSearch:
             if prepare is not None:
                 prepare(method)
             for s in (s for s in settings if s.calibration == method):
+                self.set_stage("grid", settings.index(s) + 1, len(settings))
                 self.try_variant(s, "grid")
             if (self.mode == "quick" and self.backend.stop_early and self.passing()
                     and i + 1 < len(methods)):
@@ -273,9 +292,10 @@ class QdqSearch:
         self.progress(f"int8: {len(candidates)} of {len(effect)} measured node(s) help when kept in float")
         current, err, why = best.settings, best.calib_rel_l2, dict(best.why_float)
         i, group = 0, 1
-        for _ in range(trials):
+        for trial in range(trials):
             if i >= len(candidates):
                 break
+            self.set_stage("float fallback", trial + 1, min(trials, len(candidates)))
             if self.over_budget():
                 self.notes.append(f"time budget ({self.budget_s:.0f}s) spent during the float fallback")
                 break
@@ -299,7 +319,8 @@ class QdqSearch:
         the other still quantizes the shared input) are missed one at a time: keep the 2, 4, 8 ... most
         SQNR-sensitive nodes in float at once, while at least one stays quantized, until a variant passes."""
         sizes = sorted({min(2 ** i, len(ranked) - 1) for i in range(1, 8)} - {0, 1})
-        for k in sizes:
+        for j, k in enumerate(sizes):
+            self.set_stage("joint fallback", j + 1, len(sizes))
             if self.over_budget():
                 self.notes.append(f"time budget ({self.budget_s:.0f}s) spent during the joint float fallback")
                 return
@@ -396,7 +417,8 @@ class QdqSearch:
                 or self.calib is self.val or len(pool) < len(self.val) + CROSS_FOLDS):
             return self._folds
         self.progress(f"int8: small validation set ({len(self.val)}): variants that pass are cross-checked over "
-                      f"{CROSS_FOLDS} folds of the {len(pool)} calibration + validation samples")
+                      f"{CROSS_FOLDS} folds of the {len(pool)} calibration + validation samples ({CROSS_FOLDS} "
+                      f"quantizations and {len(pool)} inferences each, inside the {self.budget_s:.0f}s budget)")
         for k in range(CROSS_FOLDS):
             work = self.work / f"fold-{k}"
             work.mkdir(parents=True, exist_ok=True)

@@ -222,6 +222,7 @@ def weighted_only(search: QdqSearch) -> None:
     if best.settings.ops == "weighted":
         return
     search.progress("int8: no variant passes; trying the weighted ops (Conv/MatMul/Gemm) only, the rest float")
+    search.set_stage("weighted ops", 1, 1)
     search.try_variant(replace(best.settings, ops="weighted"), "weighted-ops")
 
 

@@ -391,15 +391,18 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     tried: list[dict[str, Any]] = []
     models: dict[str, Any] = {}
     last_s = 0.0
-    for name, settings, full_only in VARIANTS:
-        if (name == "transformer" and not attention) or (full_only and mode != "full"):
-            continue
+    planned = [v for v in VARIANTS if not ((v[0] == "transformer" and not attention) or (v[2] and mode != "full"))]
+    for k, (name, settings, _) in enumerate(planned):
         elapsed = time.perf_counter() - t_start
         if tried and elapsed + last_s * (3 if not settings["fast_bias_correction"] else 1) > budget:
             tried.append({"variant": name, "settings": settings,
                           "skipped": f"would not fit the {budget:.0f}s search budget (int8_budget_s)"})
             continue
-        progress(f"INT8 variant {name}: NNCF quantization on {len(calib)} calibration samples")
+        left = max(0.0, budget - elapsed)
+        eta = (f"~{min(left, last_s * (len(planned) - k)):.0f}s left at most" if tried
+               else f"<= {left:.0f}s left of the budget")
+        progress(f"[variant {k + 1}/{len(planned)}, {eta}] INT8 variant {name}: NNCF quantization on "
+                 f"{len(calib)} calibration samples")
         t0 = time.perf_counter()
         try:
             q = nncf.quantize(model.clone(), calib_ds,

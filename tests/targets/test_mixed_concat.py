@@ -94,16 +94,17 @@ def head_int8(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("yolo-head")
     yolov8_head(d / "head.onnx")
+    lines: list[str] = []
     res = build(str(d / "head.onnx"), "cpu", ["int8"], calib=str(fixture("images")), preprocess="preset=unit",
-                out=d / "dist", force=True, jobs=1).results[0]
-    return res, d
+                out=d / "dist", force=True, jobs=1, progress=lines.append).results[0]
+    return res, d, lines
 
 
 def test_cpu_int8_keeps_the_concat_float_and_the_scores_survive(head_int8):
     import onnx
     import onnxruntime as ort
 
-    res, d = head_int8
+    res, d, _ = head_int8
     assert res.ok, res.error
     bundle = Path(res.bundle)
     model = onnx.load(str(bundle / "model.onnx"))
@@ -142,3 +143,16 @@ def test_openvino_ignored_scope_names_the_concat_by_its_openvino_op(tmp_path):
     path = yolov8_head(tmp_path / "head.onnx")
     names, found = mixed_scale_ignored(ov.convert_model(str(path)), str(path), _image_feeds())
     assert [mc.node for mc in found] == ["head_concat"] and names == ["output0"]
+
+
+def test_progress_lines_name_the_step_and_the_time_left(head_int8):
+    """Each variant's lines say which step runs (grid k/n) and an estimate of the time left (issue 26, 5)."""
+    import re
+
+    res, _, lines = head_int8
+    assert res.ok, res.error
+    trying = [ln for ln in lines if re.search(r"\[grid \d+/\d+, [^\]]*left[^\]]*\] int8: trying ", ln)]
+    done = [ln for ln in lines if re.search(r"\[grid \d+/\d+, [^\]]*left[^\]]*\] int8: (PASS|fail) ", ln)]
+    assert trying and len(done) == len(trying)
+    assert any(re.search(r"\[grid 2/\d+, ~\d+s left\]", ln) for ln in done)  # estimated from the first variant
+    assert any("concat(s) of differently-scaled tensors kept float: head_concat" in ln for ln in lines)

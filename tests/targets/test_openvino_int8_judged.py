@@ -99,9 +99,12 @@ def test_intel_cpu_int8_search_figures_are_the_host_checks(tmp_path):
     # A loose bound, so that the performance preset (whose saved IR runs the LSTM in u8) can be chosen.
     tol = ("rel_l2_max=0.9,cosine_min=0.5,seq_match_min=0,top1_min=0,flip_rate_max=1,slice_rel_l2_max=5,"
            "slice_cosine_min=0")
+    lines: list[str] = []
     r = build(str(tmp_path / "crnn.onnx"), "intel-cpu", ["int8"], calib=str(data), out=tmp_path / "dist",
-              force=True, jobs=1, options={"int8_tolerance": tol}).results[0]
+              force=True, jobs=1, options={"int8_tolerance": tol}, progress=lines.append).results[0]
     assert r.ok, r.error
+    # the progress names the step running and the time left (issue 26, 5)
+    assert any("[variant 1/" in ln and "left" in ln and "NNCF quantization" in ln for ln in lines), lines
     info = r.manifest["options"]["int8"]
     assert "serialized IR read back" in info["judged"]
     chosen = next(t for t in info["tried"] if t["variant"] == info["chosen"])
