@@ -117,8 +117,8 @@ def agreement(acc: dict[str, Any] | None) -> dict[str, Any] | None:
                 n = int(m[nkey])
                 item = (float(m[key]), int(round(m[key] * n)), n, what, name)
                 worst = item if worst is None or item[0] < worst[0] else worst
-        if isinstance(m.get("flip_rate"), (int, float)) and m.get("flips") is not None and m["flip_rate"] > 0:
-            n = int(round(m["flips"] / m["flip_rate"]))
+        n = _flip_n(m)
+        if n:
             item = (1 - float(m["flip_rate"]), n - int(m["flips"]), n, "decisions kept", name)
             worst = item if worst is None or item[0] < worst[0] else worst
     if worst is None:
@@ -150,10 +150,22 @@ def _decisions_of(acc: dict[str, Any]) -> tuple[int, int, str] | None:
     if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
         n = int(m["top1_n"])
         return n - int(round(m["top1"] * n)), n, "argmax"
-    if isinstance(m.get("flip_rate"), (int, float)) and m.get("flips") is not None:
-        n = int(round(m["flips"] / m["flip_rate"])) if m["flip_rate"] > 0 else int(acc.get("samples") or 0)
+    if isinstance(m.get("windows_equal"), (int, float)) and acc.get("samples"):  # per-position classes
+        n = int(acc["samples"])
+        return n - int(round(m["windows_equal"] * n)), n, "argmax"
+    n = _flip_n(m)
+    if n:
         return int(m["flips"]), n, "decision"
     return None
+
+
+def _flip_n(m: dict[str, Any]) -> int:
+    """How many thresholded decisions a ``flip_rate`` was counted over (0: not measured)."""
+    if not isinstance(m.get("flip_rate"), (int, float)) or m.get("flips") is None:
+        return 0
+    if m.get("positions"):
+        return int(m["positions"])
+    return int(round(m["flips"] / m["flip_rate"])) if m["flip_rate"] > 0 else 0
 
 
 def gate_defaults_accept(acc: dict[str, Any] | None, baseline_acc: dict[str, Any] | None = None
@@ -261,7 +273,7 @@ def faithfulness(r: dict[str, Any]) -> tuple:
 
 def _bundle_ref(r: dict[str, Any]) -> str:
     """A bundle's folder for a command line, never an absolute path of this machine."""
-    p = r.get("bundle_path")
+    p = r.get("_bundle_path")
     if not p:
         return f"DIST/{r.get('model')}/{_name(r)}"
     path = Path(p)

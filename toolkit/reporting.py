@@ -517,6 +517,23 @@ def _true(r: dict[str, Any]) -> bool:
     return (r.get("device_truth") or "device") == "device"
 
 
+def _unoverlap(fig, anns: list) -> None:
+    """Move each label down (in steps of a line) until it overlaps no label placed before it: labels of
+    points on one level (every artifact at 100% agreement) are stacked, never drawn over each other."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    step = 11 * fig.dpi / 72  # one line of 8-point text, in pixels
+    placed = []
+    for a in anns:
+        dx, dy = a.xyann
+        bb = a.get_window_extent(renderer).padded(1)
+        k = 0
+        while k < 60 and any(bb.translated(0, -k * step).overlaps(p) for p in placed):
+            k += 1
+        a.xyann = (dx, dy - 11 * k)
+        placed.append(bb.translated(0, -k * step))
+
+
 def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """[(caption, base64 PNG)]: latency distributions and latency vs accuracy."""
     import base64
@@ -595,7 +612,7 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
 
         fig, ax = plt.subplots(figsize=(8, 4.6))
         lo, hi = min(r["p50_ms"] for r in ok), max(r["p50_ms"] for r in ok)
-        placed: list[tuple[float, float]] = []
+        anns = []
         ys = []
         for r in sorted(ok, key=lambda r: r["p50_ms"]):
             y = r["top1"] if r["top1"] is not None else r["cosine_min"]
@@ -609,12 +626,11 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 ax.scatter([r["p50_ms"]], [y], s=60, facecolors="none", edgecolors=GREY, linewidths=1.5,
                            linestyle="--", zorder=3, clip_on=False)
             right = math.log(r["p50_ms"]) > (math.log(lo) + math.log(hi)) / 2  # labels point inwards
-            # labels of points close together are stacked, not drawn over each other
-            near = sum(1 for px, py in placed if abs(math.log(px / r["p50_ms"])) < 0.25 and abs(py - y) < 0.02)
-            placed.append((r["p50_ms"], y))
-            ax.annotate(_label(r, False), (r["p50_ms"], y), fontsize=8, color="#1b1f24" if _true(r) else GREY,
-                        xytext=(-6 if right else 6, -12 - 11 * near), textcoords="offset points",
-                        ha="right" if right else "left")
+            anns.append(ax.annotate(_label(r, False), (r["p50_ms"], y), fontsize=8,
+                                    color="#1b1f24" if _true(r) else GREY, xytext=(-6 if right else 6, -12),
+                                    textcoords="offset points", ha="right" if right else "left",
+                                    arrowprops={"arrowstyle": "-", "color": "#afb8c1", "lw": 0.6,
+                                                "shrinkA": 0, "shrinkB": 4}))
         _log_ms(ax)
         ax.set_xlabel("median latency (ms, log scale)")
         use_top1 = any(r["top1"] is not None for r in ok)
@@ -626,6 +642,7 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         if ys:  # agreement cannot pass 1.0: the axis does not either
             low = min(ys)
             ax.set_ylim(max(0.0, low - max(0.02, (1 - low) * 0.5)), 1.0)
+        _unoverlap(fig, anns)
         out.append(("Latency vs accuracy against the FP32 reference", png(fig)))
 
         fig, ax = plt.subplots(figsize=(8, 0.45 * len(ok) + 1.4))
