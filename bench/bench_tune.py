@@ -49,7 +49,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from edgeopt.fixtures import path as fixture_path
-    from edgeopt.tune import tune
+    from edgeopt.tuning import tune
 
     work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-tune-"))
     common = dict(targets="cpu,intel-cpu", precision="fp32,int8", batches=[1, 2, 4], threads=[1, 2],

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import FleetResult
     from edgeopt.pipeline import BuildReport
-    from edgeopt.tune import TuneResult
+    from edgeopt.tuning import TuneResult
 
 Progress = Callable[[str], None]
 JSON_SCHEMA = "edgeopt/v1"
@@ -866,17 +866,17 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
         return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
 
 
-@_api(extra=_keywords_of("edgeopt.tune:tune"))
+@_api(extra=_keywords_of("edgeopt.tuning:tune"))
 def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", raise_on_failure: bool = True,
          **options: Any) -> TuneResult:
-    """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tune.TuneResult``.
+    """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tuning.TuneResult``.
     ``options``: limit, labels, precision, batches, threads, slo, min_accuracy, objective, shapes, calib,
     preprocess, dist, duration, exhaustive, db, progress (see ``edgeopt tune --help``).
 
     Measured, but no configuration met the SLO/accuracy on some device (the CLI's exit 5): ``GoalNotMet``
     with the TuneResult as ``err.result`` (``result.closest`` the nearest miss); every run failed on a
     device: ``DeviceError``. ``raise_on_failure=False`` returns the result instead."""
-    from edgeopt.tune import tune as _tune
+    from edgeopt.tuning import tune as _tune
 
     res = _tune(str(model), targets, devices=str(devices), **options)
     err = tune_failure(res)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -88,3 +89,191 @@ def test_gate_and_rollout_through_the_api(built, tmp_path):
                        gate=str(same_speed_gate(tmp_path)))
     assert res["schema"] == "edgeopt/v1" and res["kind"] == "gate" and [d["device"] for d in res["devices"]] == ["d0"]
     assert res["verdict"] in ("pass", "inconclusive") and res["exit_code"] in (0, 6)
+
+
+# --- the API raises what the CLI exits with (issue 27 item 6) -----------------------------------------------
+
+
+def test_a_refused_build_raises_build_failed_with_the_report(tmp_path):
+    """silero-vad keeps every weight inside If branches: its INT8 is refused (the CLI exits 3). The API
+    raises BuildFailed carrying the BuildReport, or returns it with raise_on_failure=False."""
+    from edgeopt.errors import BuildFailed
+    from edgeopt.fixtures import audio_data
+
+    data = audio_data("silero-vad", tmp_path / "sv.npz", count=16)
+    kw = dict(precision="int8", shapes={"input": [1, 576], "state": [2, 1, 128]}, calib=str(data), dist=tmp_path / "d")
+    with pytest.raises(BuildFailed) as exc:
+        edgeopt.build(fixture("silero-vad"), "cpu", **kw)
+    err = exc.value
+    assert err.exit_code == 3 and "cpu int8" in err.message and "quantized nothing" in err.message
+    report = err.result
+    assert report.ok is False and [(r.target, r.precision, r.status) for r in report.results] == [("cpu", "int8",
+                                                                                                    "failed")]
+    assert not (tmp_path / "d" / "silero_vad").exists()  # nothing shipped
+    again = edgeopt.build(fixture("silero-vad"), "cpu", raise_on_failure=False, **kw)  # the cached refusal
+    assert again.ok is False and "quantized nothing" in again.results[0].error
+
+
+def _not_sshd() -> tuple[int, Callable[[], None]]:
+    """A TCP port that answers with an SSH banner and then a malformed packet (a length no SSH packet has):
+    paramiko's transport thread logs that as an ERROR with its traceback, one log record per line."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" + b"\x7f\xff\xff\xff" + b"\x00" * 60)
+                stop.wait(0.5)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close() -> None:
+        stop.set()
+        srv.close()
+    return srv.getsockname()[1], close
+
+
+def test_an_unreachable_device_raises_device_error_and_prints_no_traceback(built, tmp_path):
+    """Through the API (a fresh interpreter, no logging configured: paramiko's records would reach stderr
+    through Python's last-resort handler), a device whose port is not sshd: DeviceError (exit 4) with the
+    FleetResult, one line, and nothing of paramiko's on stderr."""
+    import subprocess
+    import sys
+
+    tmp, _ = built
+    port, close = _not_sshd()
+    try:
+        (tmp_path / "rig.yaml").write_text(f"devices:\n  nuc-01: {{host: 127.0.0.1, port: {port}, user: ci, "
+                                           f"target: intel-cpu, known_hosts: {tmp_path / 'kh'}}}\n")
+        script = f"""
+import edgeopt
+try:
+    edgeopt.bench(dist={str(tmp / 'dist')!r}, devices="rig.yaml", duration=0.3, db="r.db", trust_new_host_keys=True)
+except edgeopt.DeviceError as exc:
+    rec = exc.result.records[0]
+    print("DeviceError", exc.exit_code, rec.status, "|", exc.message)
+"""
+        p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        close()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("DeviceError 4 unreachable |") and "nuc-01" in p.stdout, p.stdout
+    assert "Traceback" not in p.stderr and "paramiko" not in p.stderr and "Exception (client)" not in p.stderr, p.stderr
+    assert (tmp_path / "r.db").is_file()  # the failed run is recorded, as the CLI records it
+
+
+def test_an_unknown_keyword_is_a_usage_error_naming_the_closest(built):
+    tmp, _ = built
+    for call, kw, closest in ((edgeopt.bench, {"durtion": 1}, "duration"),
+                              (edgeopt.build, {"precison": "fp32"}, "precision"),
+                              (edgeopt.tune, {"slos": "p99=1ms"}, "slo"),
+                              (edgeopt.rollout, {"max_fial": "1"}, "max_fail"),
+                              (edgeopt.report, {"target": "cpu"}, "targets")):
+        args = {edgeopt.build: (fixture("ocr-cls"), "cpu"), edgeopt.tune: (fixture("ocr-cls"), "cpu"),
+                edgeopt.rollout: (tmp / "dist", "local")}.get(call, ())
+        with pytest.raises(UsageError) as exc:
+            call(*args, **kw)
+        msg = str(exc.value)
+        assert f"edgeopt.{call.__name__}()" in msg and f"did you mean {closest!r}" in msg, msg
+        assert "TypeError" not in msg and "_" + call.__name__ not in msg
+    with pytest.raises(UsageError, match="missing a required argument: 'model'"):
+        edgeopt.build(targets="cpu")
+
+
+def test_dir_lists_the_api_and_public_functions_are_annotated():
+    import inspect
+
+    names = dir(edgeopt)
+    for name in ("build", "bench", "push", "tune", "report", "gate", "rollout", "inspect", "query", "parse_duration",
+                 "EdgeoptError", "BuildFailed", "DeviceError", "GoalNotMet", "UsageError"):
+        assert name in names and name in edgeopt.__all__, name
+    for name in edgeopt.API:
+        sig = inspect.signature(getattr(edgeopt, name))
+        assert sig.return_annotation is not inspect.Signature.empty, name
+        assert "raise_on_failure" in sig.parameters or name not in ("build", "bench", "push", "tune"), name
+
+
+def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
+    """README.md's Python example, its calls as written, in a folder laid out as it assumes: model.onnx,
+    images/, rig.yaml with nuc-01. One change: the shape is ocr-cls's (the README's model takes 224x224)."""
+    import shutil
+
+    shutil.copy(fixture("ocr-cls"), tmp_path / "model.onnx")
+    (tmp_path / "images").symlink_to(fixture("images"))
+    (tmp_path / "rig.yaml").write_text(f"devices:\n  nuc-01: {{transport: local, root: {tmp_path / 'nuc'}}}\n")
+    monkeypatch.chdir(tmp_path)
+    # --- README.md: "Scripts call the same thing in Python" ---
+    import edgeopt
+    from edgeopt.errors import EdgeoptError
+
+    try:
+        built = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8",
+                              shapes={"x": [1, 3, 48, 192]}, calib="images/")
+        fleet = edgeopt.bench(dist="dist", devices="rig.yaml", limit="nuc-01", duration=5, warmup="2s")
+    except EdgeoptError as exc:
+        raise SystemExit(f"edgeopt: {exc} (exit {exc.exit_code})")  # noqa: B904 (as the README has it)
+    for rec in fleet.records:
+        print(rec.device["name"], rec.bundle["target"], rec.bundle["precision"], rec.status)
+    print(edgeopt.report(format="md", targets="intel-cpu"))
+    # --- end of the example ---
+    out = capsys.readouterr().out
+    assert built.ok and len(built.results) == 4
+    assert sorted(out.splitlines()[:4]) == ["nuc-01 cpu fp32 ok", "nuc-01 cpu int8 ok", "nuc-01 intel-cpu fp32 ok",
+                                            "nuc-01 intel-cpu int8 ok"]
+    assert "intel-cpu" in "\n".join(out.splitlines()[4:])  # the report, filtered to intel-cpu
+
+
+def test_inspect_and_build_know_the_newest_opset_onnx_runtime_reads(tmp_path):
+    """A model stamped opset 24 / IR 12 (what onnx 1.19 writes by default): ONNX Runtime 1.23 reads opset
+    <= 23 and IR <= 11 (asked, not assumed). inspect marks every target NO and says what to re-export with;
+    build refuses before building anything (exit 2), no C++ signature, no temp path."""
+    import subprocess
+    import sys
+
+    import onnx
+    import onnxruntime
+
+    from tests.conftest import tiny_cnn
+
+    path = tiny_cnn(tmp_path / "new.onnx")
+    m = onnx.load(str(path))
+    m.opset_import[0].version, m.ir_version = 24, 12
+    onnx.save(m, str(path))
+    with pytest.raises(Exception) as ort_err:  # what the runtime itself says
+        onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert "onnxruntime::" in str(ort_err.value)  # the C++ signature that must not reach the user
+    newest = {"1.23": (23, 11)}.get(".".join(onnxruntime.__version__.split(".")[:2]))
+
+    info = edgeopt.inspect(path)
+    rows = {r["target"]: r for r in info["support"]}
+    assert not any(r["supported"] for r in rows.values())
+    cpu = rows["cpu"]["format"]
+    assert f"ONNX Runtime {onnxruntime.__version__}" in cpu["message"] and "opset 24" in cpu["message"]
+    assert "re-export with opset <=" in cpu["hint"] and "onnx.version_converter" in cpu["hint"]
+    if newest:
+        assert f"opset <= {newest[0]} and IR <= {newest[1]}" in cpu["message"]
+    assert "opset <= 17" in rows["jetson-xavier"]["format"]["hint"]  # TensorRT 8.5's parser: 9..17
+
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "inspect", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "cpu" in p.stdout and "NO: opset 24, IR 12" in p.stdout
+    assert "re-export with opset <=" in p.stdout and "onnxruntime::" not in p.stdout
+
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "build", str(path), "-t", "cpu", "--dist", str(tmp_path / "d")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "re-export with opset <=" in p.stderr, p.stderr
+    assert "onnxruntime::" not in p.stderr and "/tmp" not in p.stderr.replace(str(path), "") \
+        and "Traceback" not in p.stderr and "custom domain" not in p.stderr, p.stderr
+    assert not (tmp_path / "d").exists()

@@ -72,7 +72,7 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
     from edgeopt.api import tune_failure
     from edgeopt.commands import emit_json
     from edgeopt.errors import UsageError
-    from edgeopt.tune import tune
+    from edgeopt.tuning import tune
 
     def ints(text: str | None, what: str) -> list[int] | None:
         if not text:
