@@ -1,4 +1,4 @@
-"""The fault and attack matrix of issue 9, re-run: every case is a real test (real sshd instances on
+"""The fault and attack matrix of issues 9 and 29, re-run: every case is a real test (real sshd instances on
 127.0.0.1, real agents, real bundles) and this script runs them, times them and tabulates what held.
 
 One implementation: the cases are the tests themselves (listed below with the guarantee each shows);
@@ -49,8 +49,11 @@ CASES = [
     ("atomic upload", "an interrupted upload is swept by the next install; free space reported",
      "tests/agent/test_store_integrity.py::test_an_interrupted_upload_is_swept_by_the_next_install_and_has_"
      "reports_free_space"),
-    ("disk", "a bundle larger than the device's free space is refused before sending (real tmpfs)",
+    ("disk", "a bundle larger than the device's free space is refused before sending, the margin stated "
+             "(real tmpfs)",
      "tests/devices/test_disk_full.py::test_too_little_space_is_refused_before_sending"),
+    ("disk", "a read-only filesystem under the root says read-only, not 'no space' (tmpfs remounted ro)",
+     "tests/devices/test_disk_full.py::test_a_read_only_filesystem_says_read_only"),
     ("disk", "a disk that fills mid-transfer: one line (not 'connection lost'), bytes sent counted, no partial bundle",
      "tests/devices/test_disk_full.py::test_a_disk_that_fills_during_the_transfer_leaves_no_partial_bundle"),
     ("store integrity", "an edited manifest is not the installed bundle (has/verify/bench/activate)",
@@ -82,6 +85,35 @@ CASES = [
      "tests/devices/test_inventory.py::test_credentials_are_refused_by_value_too_and_never_echoed"),
     ("secrets", "Ansible inventories with secrets are refused",
      "tests/devices/test_inventory.py::test_inventory_ansible_secrets_refused"),
+    # issue 29: a careless or hostile neighbour (a second local user, a shared lab machine)
+    ("neighbour", "a planted agent in a root others can write (0777) never runs: push refuses in one line, "
+                  "the planted code's proof file never appears",
+     "tests/devices/test_hostile_neighbour.py::test_a_planted_agent_in_a_root_others_can_write_never_runs"),
+    ("neighbour", "a planted agent in a root (or parent) a real second user owns never runs",
+     "tests/devices/test_hostile_neighbour.py::test_a_planted_agent_in_a_root_another_user_owns_never_runs"),
+    ("neighbour", "a sticky world-writable parent (like /tmp) is fine for our own private root; without the "
+                  "sticky bit it is refused",
+     "tests/devices/test_hostile_neighbour.py::test_a_sticky_world_writable_parent_is_fine_for_our_own_private_"
+     "root"),
+    ("neighbour", "a damaged or altered agent (truncated store.py, planted files) is re-installed before it runs",
+     "tests/devices/test_hostile_neighbour.py::test_a_damaged_or_altered_agent_is_reinstalled_before_it_runs"),
+    ("neighbour", "a rejected install changes nothing outside the root (symlink, hard link, symlinked folder, "
+                  "fifo: a 0640 file stays 0640)",
+     "tests/agent/test_store_integrity.py::test_a_rejected_install_changes_nothing_outside_the_root"),
+    ("gc", "`devices gc --keep 1` keeps the rollback target: push v1, v2, gc, `edgeopt rollback` works (CLI); "
+           "--keep 0 works",
+     "tests/devices/test_hostile_neighbour.py::test_gc_keep_1_keeps_the_rollback_target_through_the_cli"),
+    ("store integrity", "verify refuses a store file swapped for a link to identical bytes; slot folders are 0700",
+     "tests/agent/test_store_integrity.py::test_verify_refuses_a_store_file_swapped_for_a_link_and_slot_folders_"
+     "are_private"),
+    ("store integrity", "an absolute, ../ or unlisted runtime.artifact is refused by the host: exit 2, nothing sent",
+     "tests/devices/test_push.py::test_the_host_refuses_an_unsafe_runtime_artifact_before_sending"),
+    ("inventory", "a device defined twice in a devices.yaml is refused with both line numbers",
+     "tests/devices/test_inventory.py::test_a_device_defined_twice_is_refused_with_both_line_numbers"),
+    ("inventory", "an Ansible host in two groups is one device with both groups' settings",
+     "tests/devices/test_inventory.py::test_an_ansible_host_in_two_groups_is_one_device_with_both_groups"),
+    ("device", "a device Python older than 3.8 (a real 3.6) is said in one line, before anything is installed",
+     "tests/devices/test_push.py::test_a_device_python_older_than_3_8_is_said_in_one_line"),
     ("host", "SIGTERM stops a build and cleans up (exit 130)",
      "tests/core/test_signals.py::test_sigterm_stops_a_build_and_cleans_up"),
     ("fleet", "sshd SIGKILLed mid-wave: unreachable after retries, nothing half-installed",

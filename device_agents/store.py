@@ -364,6 +364,17 @@ def free_mb(root: Path) -> float | None:
     return round(st.f_bavail * st.f_frsize / (1 << 20), 1)
 
 
+def read_only(root: Path) -> bool:
+    """Whether the filesystem where the store lives (or would be created) is mounted read-only."""
+    p = root
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return bool(os.statvfs(p).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):
+        return False
+
+
 STALE_UPLOAD_S = 900.0  # an upload untouched this long was interrupted: its bytes are reclaimed
 
 
@@ -432,7 +443,10 @@ def _now_iso(t: float | None = None) -> str:
 def _write_slot(root: Path, slot: str, current: str | None, history: list[str],
                 trial: dict[str, Any] | None = None, reverted: dict[str, Any] | None = None) -> dict[str, Any]:
     d = _slot_dir(root, slot)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    level = root
+    for part in ("slots", *check_slot(slot).split("/")):  # every level private (0700), as the root is
+        level = level / part
+        level.mkdir(exist_ok=True, mode=0o700)
     _write_json_atomic(d / STATE, {"current": current, "history": history, "trial": trial,
                                    "reverted": reverted, "updated_at": _now_iso()})
     _link(d, "previous", root, history[0] if history else None)

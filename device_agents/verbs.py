@@ -35,6 +35,14 @@ def verb_verify(req: dict[str, Any]) -> dict[str, Any]:
                     "error": {"type": "VerifyFailed", "message": f"manifest.json: {problem}"}}
     bundle = resolve_bundle(req)
     result = verify(bundle, load_manifest(bundle))
+    if req.get("bundle_id") and not req.get("bundle"):
+        # A store entry holds plain files only, as install made it: a file swapped for a link (even to
+        # identical bytes elsewhere) or a fifo is not what was installed.
+        from .store import _unsafe_entries
+
+        odd = _unsafe_entries(bundle)
+        if odd:
+            result = {**result, "ok": False, "problems": [*result["problems"], *odd]}
     reply: dict[str, Any] = {"ok": result["ok"], "verify": result}
     if not result["ok"]:
         reply["error"] = {"type": "VerifyFailed", "message": f"{len(result['problems'])} problem(s): " + "; ".join(
@@ -117,10 +125,11 @@ def verb_install(req: dict[str, Any]) -> dict[str, Any]:
 
 def verb_has(req: dict[str, Any]) -> dict[str, Any]:
     """Which bundle ids are installed."""
-    from .store import agent_root, free_mb, has
+    from .store import agent_root, free_mb, has, read_only
 
     root = agent_root(req)
-    return {"ok": True, "has": has(root, req.get("bundle_ids")), "free_mb": free_mb(root)}
+    return {"ok": True, "has": has(root, req.get("bundle_ids")), "free_mb": free_mb(root),
+            "read_only": read_only(root)}
 
 
 def verb_activate(req: dict[str, Any]) -> dict[str, Any]:

@@ -94,10 +94,25 @@ def load_bundle(path: str | Path) -> LocalBundle:
             raise BundleNotValid(f"{path}: {rel} is {size} bytes, the manifest says {meta['size']}",
                                  hint="the bundle was changed after it was built; rebuild it")
         files.append((rel, size))
+    _check_named_paths(m, path)
     hc = m.get("host_check") or {}
     return LocalBundle(path=path, bundle_id=hashlib.sha256(raw).hexdigest(), model=str(m["model"]["name"]),
                        target=str(m["target"]), precision=str(m["precision"]), backend=str(m.get("backend")),
                        check_kind=str(hc.get("kind", "numeric")), files=tuple(files))
+
+
+def _check_named_paths(m: dict[str, Any], path: Path) -> None:
+    """The paths the agent will open (``runtime.artifact``, validation data) must be listed, safe files of
+    the bundle, checked here as the agent checks them (one rule: ``edgeopt_agent.bundle.listed_path``),
+    so that a bad manifest is refused before anything is sent."""
+    from edgeopt_agent.bundle import BundleError, listed_path, named_paths
+
+    for key, rel in named_paths(m).items():
+        try:
+            listed_path(m, rel, key)
+        except BundleError as exc:
+            raise BundleNotValid(f"{path}: {exc}" if key in str(exc) else f"{path}: {key}: {exc}", hint="a manifest names relative paths inside the bundle, each "
+                                                        "listed in `files`; rebuild it") from None
 
 
 def find_bundles(dist: str | Path) -> list[LocalBundle]:
@@ -313,6 +328,7 @@ class DeviceSession:
         self.agent_uploaded = False
         self.connect_s = 0.0
         self.free_mb: float | None = None  # free space under the root, as the last `has` saw it
+        self.read_only = False  # the root's filesystem is mounted read-only, as the last `has` saw it
 
     @classmethod
     def open(cls, device: Device, trust_new_host_keys: bool = False, retries: int = 2,
@@ -427,7 +443,7 @@ class DeviceSession:
                                           timeout=timeout)
         reply = _last_json(out)
         if not isinstance(reply, dict) or "ok" not in reply:
-            raise self._no_reply(f"agent {verb}", rc, out, err)
+            raise self._no_reply(f"the agent's `{verb}`", rc, out, err)
         return reply
 
     def probe(self) -> dict[str, Any]:
@@ -447,6 +463,7 @@ class DeviceSession:
         if not reply.get("ok"):
             raise DeviceError(f"{self.device.name}: has failed: {reply_error(reply)}")
         self.free_mb = reply.get("free_mb")
+        self.read_only = bool(reply.get("read_only"))
         return {k: bool(v) for k, v in reply.get("has", {}).items()}
 
     def verify(self, bundle_id: str) -> dict[str, Any]:
@@ -464,9 +481,14 @@ class DeviceSession:
                                                   "bytes_sent": self.agent_bytes_sent})
         present = self.has([b.bundle_id for b in bundles])
         need = sum(b.size for b in bundles if not present.get(b.bundle_id)) / (1 << 20)
-        if self.free_mb is not None and need and need * 1.05 + 16 > self.free_mb:
-            raise DeviceError(f"{self.device.name}: no space left on the device ({self.free_mb:.0f} MB free under "
-                              f"{self.root}, {need:.0f} MB needed)",
+        if need and self.read_only:
+            raise DeviceError(f"{self.device.name}: the filesystem under {self.root} is read-only; nothing can be "
+                              "installed there",
+                              hint="remount it read-write, or set `root:` in the inventory to a writable folder")
+        margin = space_margin_mb(need)
+        if self.free_mb is not None and need and need + margin > self.free_mb:
+            raise DeviceError(f"{self.device.name}: no space left on the device ({_mb(self.free_mb)} free under "
+                              f"{self.root}; {_mb(need)} needed + a {_mb(margin)} margin for the store's own files)",
                               hint="free space there, or run `edgeopt devices gc` to remove old bundles")
         for b in bundles:
             bp = BundlePush(b.bundle_id, str(b.path), b.model, b.target, b.precision, "present")
@@ -552,6 +574,16 @@ class DeviceSession:
             raise DeviceError(f"{name}: install of {b.model} {b.target}-{b.precision} failed: {reply_error(reply)}")
         if (reply.get("install") or {}).get("present"):
             bp.status = "present"  # another push installed it meanwhile
+
+
+def space_margin_mb(need_mb: float) -> float:
+    """What a push keeps free beyond the bundles' bytes (state files, the agent's temp files): 5 % of
+    the bundles plus 1 MB — stated in the message when it is what tips the balance."""
+    return need_mb * 0.05 + 1.0
+
+
+def _mb(x: float) -> str:
+    return f"{x:.1f} MB" if x < 100 else f"{x:.0f} MB"
 
 
 def _last_json(out: str) -> Any:

@@ -187,10 +187,32 @@ def _looks_ini(text: str) -> bool:
 
 
 def _yaml(text: str, src: str) -> Any:
+    """YAML as ``safe_load`` reads it, except that a key given twice in one mapping is refused with both
+    line numbers (YAML would keep the last one: a device defined twice would silently disappear)."""
     import yaml
 
+    class UniqueKeys(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: dict[Any, int] = {}
+        for knode, _ in node.value:
+            if knode.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` then an override is how YAML anchors are meant to be used
+            key = loader.construct_object(knode, deep=True)
+            try:
+                first = seen.setdefault(key, knode.start_mark.line + 1)
+            except TypeError:  # an unhashable key: safe_load refuses it with its own message
+                continue
+            if first != knode.start_mark.line + 1:
+                raise InventoryError(f"{src}: {key!r} is defined twice, on lines {first} and "
+                                     f"{knode.start_mark.line + 1} (YAML would silently keep only the last)",
+                                     hint="give each device its own name, or merge the two entries")
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise InventoryError(yaml_error(exc, src)) from None
 

@@ -222,3 +222,19 @@ def test_a_rejected_install_changes_nothing_outside_the_root(tmp_path, tiny_bund
     assert secret.read_text() == "another user's private file"
     assert not up.exists() and not (root / "store" / bid).exists()
     assert not (root / "store").exists() or not any((root / "store").iterdir())
+
+
+def test_verify_refuses_a_store_file_swapped_for_a_link_and_slot_folders_are_private(tmp_path, tiny_bundle):
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    _install(tiny_bundle, root, "u1")
+    agent("activate", {"root": str(root), "bundle_id": bid, "slot": "m/cpu"})
+    assert [(root / "slots" / p).stat().st_mode & 0o777 for p in ("", "m", "m/cpu")] == [0o700] * 3
+    twin = tmp_path / "elsewhere.onnx"  # identical bytes outside the store: sha256 alone would pass it
+    shutil.copyfile(tiny_bundle / "model.onnx", twin)
+    entry = root / "store" / bid
+    os.chmod(entry, 0o755)
+    (entry / "model.onnx").unlink()
+    (entry / "model.onnx").symlink_to(twin)
+    rc, reply = agent("verify", {"root": str(root), "bundle_id": bid})
+    assert rc == 1 and not reply["verify"]["ok"]
+    assert {"file": "model.onnx", "problem": "symlink (a bundle holds plain files only)"} in reply["verify"]["problems"]

@@ -42,6 +42,7 @@ def test_too_little_space_is_refused_before_sending(ssh_env, sshd, big_bundle, s
     p = _push(tmp_path, big_bundle.parent.parent)
     out = p.stdout + p.stderr
     assert p.returncode == 4 and "no space left on the device" in out and "Traceback" not in out, out[-1500:]
+    assert "MB margin" in out, out[-1500:]  # the margin kept beyond the bytes is said, not hidden
     staging = root / "edgeopt" / "staging"
     assert not staging.exists() or not any(staging.iterdir())  # nothing was sent
 
@@ -75,3 +76,24 @@ def test_a_disk_that_fills_during_the_transfer_leaves_no_partial_bundle(ssh_env,
     assert p.returncode == 4 and "Traceback" not in out, out[-1500:]
     store = root / "edgeopt" / "store"
     assert not store.exists() or not list(store.iterdir()), list(store.iterdir())
+
+
+def test_a_read_only_filesystem_says_read_only(ssh_env, sshd, cls_bundle, small_fs, tmp_path):
+    """A root whose filesystem went read-only (a board remounts / read-only after errors) is said to be
+    read-only, not to have no space."""
+    import json
+    import shutil
+
+    root = small_fs(40)
+    write_inventory(tmp_path / "inv.yaml", {"dev": device_entry(ssh_env, sshd, root / "edgeopt",
+                                                                known_hosts(tmp_path / "kh", sshd), target="cpu")})
+    assert _push(tmp_path, cls_bundle).returncode == 0  # agent and a first bundle in place
+    v2 = tmp_path / "v2"
+    shutil.copytree(cls_bundle, v2)
+    m = json.loads((v2 / "manifest.json").read_text())
+    (v2 / "manifest.json").write_text(json.dumps({**m, "notes": [*(m.get("notes") or []), "v2"]}))
+    r = subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    p = _push(tmp_path, v2)
+    out = p.stdout + p.stderr
+    assert p.returncode == 4 and "is read-only" in out and "no space" not in out and "Traceback" not in out, out

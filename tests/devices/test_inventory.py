@@ -163,3 +163,21 @@ def test_credentials_are_refused_by_value_too_and_never_echoed(values, word):
     with pytest.raises(InventoryError, match=word) as e:
         make_device("d", values)
     assert "hunter2" not in str(e.value) and "AAAA" not in str(e.value)
+
+
+def test_a_device_defined_twice_is_refused_with_both_line_numbers(tmp_path):
+    text = "devices:\n  rpi5:\n    host: 10.0.0.1\n  orin:\n    host: 10.0.0.2\n  rpi5:\n    host: 10.0.0.3\n"
+    with pytest.raises(InventoryError) as e:
+        load_inventory(_write(tmp_path, "devices.yaml", text))
+    assert "'rpi5' is defined twice, on lines 2 and 6" in str(e.value)
+    # YAML anchors still work: an override after a merge key is not a duplicate
+    inv = load_inventory(_write(tmp_path, "anchors.yaml", "devices:\n  a: &base {host: h1, user: pi}\n"
+                                                          "  b:\n    <<: *base\n    host: h2\n"))
+    assert [(d.name, d.host, d.user) for d in inv.devices] == [("a", "h1", "pi"), ("b", "h2", "pi")]
+
+
+def test_an_ansible_host_in_two_groups_is_one_device_with_both_groups(tmp_path):
+    inv = load_inventory(_write(tmp_path, "hosts.ini", "[jetson]\norin1 ansible_host=10.0.0.5\n\n[lab]\n"
+                                                       "orin1 ansible_user=pi\n\n[lab:vars]\nedgeopt_target=cpu\n"))
+    (d,) = inv.devices
+    assert (d.name, d.host, d.user, d.target, d.labels) == ("orin1", "10.0.0.5", "pi", "cpu", ("jetson", "lab"))

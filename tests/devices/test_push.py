@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from edgeopt.deploy import DeviceSession, load_bundle, push
 from edgeopt.inventory import local_device, make_device
 
@@ -108,8 +110,6 @@ def test_push_refuses_manifest_with_unsafe_path(tmp_path, cls_bundle):
     import json
     import shutil
 
-    import pytest
-
     from edgeopt.deploy import BundleNotValid
 
     bad = tmp_path / "bad"
@@ -130,8 +130,6 @@ def test_push_to_root_with_spaces_and_shell_characters(ssh_env, sshd, tmp_path, 
 
 
 def test_missing_python_on_device_is_one_clear_error(ssh_env, sshd, tmp_path):
-    import pytest
-
     from edgeopt.errors import DeviceError
 
     entry = device_entry(ssh_env, sshd, tmp_path / "r", known_hosts(tmp_path / "kh", sshd),
@@ -139,3 +137,41 @@ def test_missing_python_on_device_is_one_clear_error(ssh_env, sshd, tmp_path):
     with pytest.raises(DeviceError) as e:  # found by the check that runs before any agent code
         DeviceSession.open(make_device("nopy", entry))
     assert "gave no reply" in str(e.value) and "python:" in str(e.value)
+
+
+@pytest.mark.parametrize("artifact", ["/etc/passwd", "../../outside.onnx", "not-listed.onnx"])
+def test_the_host_refuses_an_unsafe_runtime_artifact_before_sending(ssh_env, sshd, tmp_path, cls_bundle, artifact):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from .conftest import write_inventory
+
+    bad = tmp_path / "bad"
+    shutil.copytree(cls_bundle, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["runtime"]["artifact"] = artifact
+    (bad / "manifest.json").write_text(json.dumps(m))
+    root = tmp_path / "root"
+    inv = write_inventory(tmp_path / "inv.yaml", {"dev": device_entry(ssh_env, sshd, root,
+                                                                      known_hosts(tmp_path / "kh", sshd),
+                                                                      target="cpu")})
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "push", str(bad), "--devices", str(inv)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 2 and "runtime.artifact" in out and "Traceback" not in out, out
+    assert not root.exists()  # nothing sent, not even the agent
+
+
+def test_a_device_python_older_than_3_8_is_said_in_one_line(ssh_env, sshd, tmp_path):
+    from edgeopt.errors import DeviceError
+
+    old = Path.home() / ".pyenv" / "versions" / "3.6.15" / "bin" / "python3.6"
+    if not old.exists():
+        pytest.skip(f"no Python 3.6 here ({old}): pyenv install 3.6.15")
+    entry = device_entry(ssh_env, sshd, tmp_path / "r", known_hosts(tmp_path / "kh", sshd), python=str(old))
+    with pytest.raises(DeviceError) as e:
+        DeviceSession.open(make_device("old", entry))
+    assert e.value.message == "Python 3.6 on old is older than the agent needs (≥ 3.8)", e.value.message
+    assert not (tmp_path / "r").exists()  # refused before anything was installed
