@@ -67,8 +67,23 @@ def cpu_vendor(cpu_model: str | None) -> str | None:
 
 
 def _truthy(*vals: Any) -> bool:
-    return any(v is True or (isinstance(v, str) and v.lower() in ("true", "yes", "1", "qemu-user", "qemu"))
-               or (isinstance(v, dict) and bool(v)) for v in vals)
+    """Whether a probe's ``emulated`` fact says yes: True, a name of the emulator ("qemu-user"), or a mapping
+    whose ``emulated``/``detected``/``value`` says so."""
+    for v in vals:
+        if isinstance(v, dict):
+            v = next((v[k] for k in ("emulated", "detected", "value") if k in v), None)
+        if v is True or (isinstance(v, str) and v.strip().lower() not in ("", "false", "no", "0", "none", "native")):
+            return True
+    return False
+
+
+def _emulator(*vals: Any) -> str | None:
+    for v in vals:
+        if isinstance(v, dict):
+            v = next((v[k] for k in ("by", "how", "emulator", "name") if isinstance(v.get(k), str)), None)
+        if isinstance(v, str) and v.strip().lower() not in ("true", "yes", "1"):
+            return v
+    return None
 
 
 def device_truth(rec: dict[str, Any]) -> tuple[str, str | None]:
@@ -78,9 +93,9 @@ def device_truth(rec: dict[str, Any]) -> tuple[str, str | None]:
     env = (rec.get("bench") or {}).get("environment") or {}
     probe = rec.get("probe") or {}
     target = b.get("target")
-    if _truthy(env.get("emulated"), dev.get("emulated"), probe.get("emulated")):
-        how = next((v for v in (env.get("emulated"), dev.get("emulated"), probe.get("emulated"))
-                    if isinstance(v, str)), None)
+    facts = (env.get("emulated"), dev.get("emulated"), probe.get("emulated"), (probe.get("cpu") if isinstance(probe.get("cpu"), dict) else {}).get("emulated"))
+    if _truthy(*facts):
+        how = _emulator(*facts)
         return "emulated", f"measured under emulation{f' ({how})' if how else ''}: its speed says nothing of the hardware"
     if dev.get("transport") == "local" and target is not None and target not in HOST_NATIVE:
         return "build-host", f"{target} artifact measured on the build host, not on a {target} device"

@@ -115,6 +115,8 @@ def test_the_gate_defaults_decide_what_ships():
     (dict(target="mobile", precision="fp16", device="local", transport="local"), "build-host"),
     (dict(target="intel-cpu", precision="int8", cpu="AMD EPYC 7B13"), "other-vendor"),
     (dict(target="cpu", precision="fp32", emulated="qemu-user"), "emulated"),
+    (dict(target="cpu", precision="int8", emulated={"emulated": True, "by": "qemu-aarch64"}), "emulated"),
+    (dict(target="cpu", precision="int8", emulated=False), "device"),
     (dict(target="intel-cpu", precision="int8", cpu="Intel(R) Xeon(R) Platinum 8481C"), "device"),
 ])
 def test_rows_not_measured_on_their_device_are_never_the_ship(rec, truth):
@@ -159,3 +161,14 @@ def test_written_reports_hold_no_samples_no_local_paths_and_standard_json():
     assert "_samples" not in rows[0] and rows[0]["agreement_ci"].startswith("100.0% (16/16")
     page = render(recs, "html")
     assert 'class="ok untrue host"' in page or 'class="ok host untrue"' in page
+
+
+def test_plot_labels_name_the_batch_and_where_a_row_was_measured():
+    from edgeopt.reporting import _label, html_dependency_note
+
+    recs = [_rec("cpu", "fp32", 4.0, seed=1), _rec("cpu", "fp32", 12.0, seed=3, batch=4),
+            _rec("mobile", "fp16", 1.0, seed=2, device="local", transport="local")]
+    labels = [_label(r, False) for r in rows_of(recs)]
+    assert labels == ["cpu-fp32 @ box", "cpu-fp32 batch 4 @ box", "mobile-fp16 @ local (build host)"]
+    if html_dependency_note() is None:  # matplotlib: every plot drawn, the not-device rows among them
+        assert render(recs, "html").count("data:image/png;base64,") == 3
