@@ -28,6 +28,9 @@ CASES = [
      "tests/devices/test_ssh.py::test_ssh_unknown_host_key_refused_unless_trusted_then_recorded"),
     ("host keys", "a changed host key is always refused",
      "tests/devices/test_ssh.py::test_ssh_changed_host_key_always_refused"),
+    ("host keys", "a known_hosts with @cert-authority/@revoked, hashed and broken lines reads as OpenSSH reads "
+                  "it; a @revoked device key is refused (never recorded)",
+     "tests/devices/test_ssh.py::test_known_hosts_markers_are_read_as_openssh_reads_them"),
     ("auth", "a wrong key is refused in one line, not retried",
      "tests/devices/test_ssh.py::test_ssh_wrong_key_refused"),
     ("auth", "a missing key file is refused at once",

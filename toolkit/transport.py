@@ -230,6 +230,21 @@ def _known_name(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
+def _names_match(patterns: list[str], *names: str) -> bool:
+    """Whether a known_hosts line's host patterns (``*``/``?`` wildcards, ``!`` negation) name this host."""
+    import re
+
+    hit = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        rx = re.escape(pat.lstrip("!").lower()).replace(r"\*", ".*").replace(r"\?", ".")  # only * and ?, as ssh
+        if any(re.fullmatch(rx, n.lower()) for n in names):
+            if neg:
+                return False
+            hit = True
+    return hit
+
+
 def _fingerprint(key) -> str:
     import base64
     import hashlib
@@ -248,6 +263,8 @@ class SshTransport(Transport):
         self._client = None
         self._sftp = None
         self._home: str | None = None
+        self.ca_skipped: list[int] = []  # known_hosts lines (@cert-authority for this host) that could not be used
+        self.revoked: list = []  # keys known_hosts marks @revoked: never accepted, never recorded
 
     # connection ---------------------------------------------------------------------------
     def connect(self) -> SshTransport:
@@ -260,10 +277,11 @@ class SshTransport(Transport):
             raise AuthFailed(f"{name}: key file {missing[0]} not found",
                              hint="fix key_file / ansible_ssh_private_key_file in the inventory")
         client = paramiko.SSHClient()
+        revoked: list = []
         if os.path.isfile(p.known_hosts):
             try:
-                client.load_host_keys(p.known_hosts)
-            except Exception as exc:
+                revoked = self.revoked = self._load_known_hosts(client.get_host_keys())
+            except OSError as exc:
                 raise HostKeyError(f"{name}: cannot read known_hosts {p.known_hosts}: {exc}") from None
         client.set_missing_host_key_policy(_TrustOnFirstUse(self) if self.trust_new else _Refuse(self))
         sock = paramiko.ProxyCommand(p.proxy_command) if p.proxy_command else None
@@ -313,12 +331,62 @@ class SshTransport(Transport):
             raise DeviceError(f"{name}: the SSH handshake with {p.hostname}:{p.port} failed "
                               f"({type(exc).__name__}: {exc})",
                               hint="is this the device's SSH port? something that is not sshd answers there") from None
-        log.debug("%s: connected in %.3fs", name, time.perf_counter() - t0)
         tr = client.get_transport()
+        offered = tr.get_remote_server_key() if tr is not None else None
+        if offered is not None and any(k == offered for k in revoked):
+            client.close()
+            raise HostKeyError(f"{name}: the host key of {_known_name(p.hostname, p.port)} ({offered.get_name()} "
+                               f"{_fingerprint(offered)}) is marked @revoked in {p.known_hosts}; refusing to connect",
+                               hint="the key was revoked on purpose: give the device a new host key and record it "
+                                    "(ssh-keyscan), or ask who revoked it")
+        log.debug("%s: connected in %.3fs", name, time.perf_counter() - t0)
         if tr is not None:
             tr.set_keepalive(15)
         self._client = client
         return self
+
+    def _load_known_hosts(self, host_keys) -> list:
+        """Read known_hosts as OpenSSH does: plain and hashed lines are host keys; ``@revoked`` lines are
+        keys never accepted (returned); ``@cert-authority`` lines need host certificates, which paramiko
+        cannot verify: skipped, with a warning when they name this host (its own key line still works);
+        a line that does not parse is skipped, as OpenSSH skips it, and never breaks the other hosts."""
+        from paramiko.hostkeys import HostKeyEntry
+
+        p, revoked = self.params, []
+        me = _known_name(p.hostname, p.port)
+        with open(p.known_hosts, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        for lineno, raw in enumerate(lines, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker = None
+            if line.startswith("@"):
+                marker, _, line = line.partition(" ")
+                line = line.strip()
+            try:
+                entry = HostKeyEntry.from_line(" ".join(line.split()), lineno)
+            except Exception as exc:  # a key paramiko cannot decode: OpenSSH skips the line too
+                log.warning("%s: line %d of %s skipped: %s", self.device.name, lineno, p.known_hosts,
+                            exc or type(exc).__name__)
+                continue
+            if entry is None or entry.key is None:
+                continue
+            if marker == "@revoked":
+                revoked.append(entry.key)
+            elif marker == "@cert-authority":
+                if _names_match(entry.hostnames, me, p.hostname):
+                    self.ca_skipped.append(lineno)
+                    log.warning("%s: line %d of %s is a @cert-authority for this host; edgeopt cannot verify host "
+                                "certificates, so only a plain key line for it is accepted", self.device.name,
+                                lineno, p.known_hosts)
+            elif marker is None:
+                for host in entry.hostnames:
+                    host_keys.add(host, entry.key.get_name(), entry.key)
+            else:
+                log.warning("%s: line %d of %s has an unknown marker %s; skipped", self.device.name, lineno,
+                            p.known_hosts, marker)
+        return revoked
 
     def close(self) -> None:
         for obj in (self._sftp, self._client):
@@ -533,8 +601,10 @@ class _Refuse:
 
     def missing_host_key(self, client, hostname, key) -> None:
         p = self.tr.params
+        ca = (f" (line {', '.join(map(str, self.tr.ca_skipped))} names a @cert-authority for it, but edgeopt "
+              "cannot verify host certificates)") if self.tr.ca_skipped else ""
         raise HostKeyError(
-            f"{self.tr.device.name}: host {hostname} is not in {p.known_hosts} "
+            f"{self.tr.device.name}: host {hostname} is not in {p.known_hosts}{ca} "
             f"(it offers {key.get_name()} {_fingerprint(key)}); refusing an unknown host key",
             hint="check the fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then re-run "
                  "with --trust-new-host-keys to record it, or add it with ssh-keyscan")
@@ -547,6 +617,10 @@ class _TrustOnFirstUse:
         self.tr = tr
 
     def missing_host_key(self, client, hostname, key) -> None:
+        if any(k == key for k in self.tr.revoked):
+            raise HostKeyError(f"{self.tr.device.name}: host {hostname} offers {key.get_name()} {_fingerprint(key)}, "
+                               f"a key marked @revoked in {self.tr.params.known_hosts}; not recorded, refusing to "
+                               "connect", hint="give the device a new host key, or ask who revoked this one")
         path = Path(self.tr.params.known_hosts)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with open(path, "a") as f:  # append: never rewrite the user's file (comments, hashed entries)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,34 @@ def test_a_port_that_never_speaks_ssh_is_reported_once(tmp_path):
         connect(dev, retries=2, progress=said.append)
     assert said == [] and time.perf_counter() - t0 < 5  # was 3 tries x the banner timeout
     srv.close()
+
+
+def test_known_hosts_markers_are_read_as_openssh_reads_them(ssh_env, sshd, tmp_path):
+    """A corporate known_hosts: @cert-authority and @revoked lines for other hosts, a hashed line, a line that
+    does not parse; none of them breaks this host (it used to: "Error('Incorrect padding')")."""
+    import subprocess
+
+    other = keygen(tmp_path / "other_ca")
+    ca_pub = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority *.corp.example {ca_pub}\n"
+                     f"@revoked * {ca_pub}\n"
+                     "broken-line ssh-ed25519 !!!not-base64!!!\n"
+                     "# a comment\n" + sshd.host_key_line)
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)  # hash the names
+    assert "[127.0.0.1]" not in known.read_text()
+    with connect(_dev(ssh_env, sshd, tmp_path, known)) as tr:
+        assert tr.run(["true"])[0] == 0
+    # The device's own key marked @revoked: refused, even beside its plain line, even with trust on first use.
+    host_pub = " ".join(sshd.host_key_line.split()[1:3])
+    known.write_text(f"@revoked * {host_pub}\n" + sshd.host_key_line)
+    with pytest.raises(HostKeyError, match="marked @revoked"):
+        connect(_dev(ssh_env, sshd, tmp_path, known))
+    known.write_text(f"@revoked * {host_pub}\n")
+    with pytest.raises(HostKeyError, match="marked @revoked"):
+        connect(_dev(ssh_env, sshd, tmp_path, known), trust_new_host_keys=True)
+    assert known.read_text() == f"@revoked * {host_pub}\n"  # not recorded
+    # A @cert-authority for this very host: paramiko cannot check host certificates; said in the refusal.
+    known.write_text(f"@cert-authority [127.0.0.1]:{sshd.port} {ca_pub}\n")
+    with pytest.raises(HostKeyError, match="cert-authority for it, but edgeopt cannot verify host certificates"):
+        connect(_dev(ssh_env, sshd, tmp_path, known))
