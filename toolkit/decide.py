@@ -276,7 +276,7 @@ class ShipVerdict:
 
 
 def _name(r: dict[str, Any]) -> str:
-    return f"{r.get('target')}-{r.get('precision')}"
+    return r.get("label") or f"{r.get('target')}-{r.get('precision')}"
 
 
 def faithfulness(r: dict[str, Any]) -> tuple:
@@ -445,13 +445,23 @@ def decide(rows: list[dict[str, Any]]) -> list[ShipVerdict]:
     return out
 
 
-def pick(rows_or_records: list[dict[str, Any]]) -> list[ShipVerdict]:
+def pick(rows_or_records: list[dict[str, Any]], one_group: bool = False) -> list[ShipVerdict]:
     """The verdicts for measured rows (``reporting.row_of`` rows) or raw results records (``RunRecord.as_dict()``):
-    the entry point for ``tune``'s pick and ``bench``'s summary."""
+    the entry point for ``tune``'s pick (and anything else that compares artifacts).  A row may carry a
+    ``label`` (e.g. ``"cpu-int8 batch 1 threads 4"``) that names it instead of ``target-precision``;
+    ``one_group=True`` compares every row with every other (one verdict, e.g. one device's tune points)
+    instead of one verdict per (model, device, batch).  The criterion is always the lowest p50."""
     from edgeopt.reporting import rows_of
 
     if rows_or_records and isinstance(rows_or_records[0].get("bundle"), dict):
         rows = rows_of(rows_or_records)
     else:
-        rows = list(rows_or_records)
+        rows = [dict(r) for r in rows_or_records]
+    if one_group and rows:
+        first = rows[0]
+        mixed = len({r.get("batch") or 1 for r in rows}) > 1
+        for r in rows:
+            if mixed and "batch" not in _name(r):
+                r["label"] = f"{_name(r)} batch {r.get('batch') or 1}"
+            r["model"], r["device"], r["batch"] = first.get("model"), first.get("device"), first.get("batch") or 1
     return decide(rows)

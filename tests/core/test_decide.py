@@ -172,3 +172,14 @@ def test_plot_labels_name_the_batch_and_where_a_row_was_measured():
     assert labels == ["cpu-fp32 @ box", "cpu-fp32 batch 4 @ box", "mobile-fp16 @ local (build host)"]
     if html_dependency_note() is None:  # matplotlib: every plot drawn, the not-device rows among them
         assert render(recs, "html").count("data:image/png;base64,") == 3
+
+
+def test_pick_takes_records_or_labelled_rows_for_other_callers():
+    recs = [_rec("cpu", "fp32", 4.0, seed=1), _rec("cpu", "int8", 2.0, seed=2)]
+    (v,) = decide.pick(recs)
+    assert v.ship == "cpu-int8" and v.clear and v.line == _verdict(recs)[0]["line"]
+    rows = rows_of(recs)
+    for r, threads in zip(rows, (4, 2)):
+        r["label"] = f"{r['target']}-{r['precision']} threads {threads}"
+    (v,) = decide.pick(rows, one_group=True)
+    assert v.ship == "cpu-int8 threads 2" and v.runner_up == "cpu-fp32 threads 4"
