@@ -47,10 +47,10 @@ def test_find_max_qps_with_a_bound_no_rate_meets_exits_5(dist):
 
 
 def test_bench_targets_with_no_such_bundle_exits_2_and_writes_nothing(dist, tmp_path):
-    for extra in ([], ["--find-max-qps", "--latency-bound", "p90=30ms"]):
-        p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--dist", str(dist / "dist"), "--targets", "jetson",
+    for flag, extra in (("--targets", []), ("--target", ["--find-max-qps", "--latency-bound", "p90=30ms"])):
+        p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--dist", str(dist / "dist"), flag, "jetson",
                             "--db", str(tmp_path / "r.db"), "--json", *extra], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=120)
+                           text=True, timeout=120)  # --target: the hidden spelling of --targets
         assert p.returncode == 2 and "no bundle of --targets jetson" in p.stderr and "intel-cpu" in p.stderr, p.stderr
         err = json.loads(p.stdout)  # --json: the error object on stdout
         assert err["kind"] == "error" and err["exit_code"] == 2 and "jetson" in err["message"] and err["hint"]

@@ -60,7 +60,22 @@ def ns(**kw: Any) -> SimpleNamespace:
     kw["quiet"] = quiet(ctx, kw.get("quiet", False))
     if "json_" in kw:
         kw["json"] = kw.pop("json_")
+    if "target_alias" in kw:  # --target, the hidden spelling of --targets
+        alias, dest = kw.pop("target_alias"), "targets" if "targets" in kw else "target"
+        if alias:
+            kw[dest] = ",".join(x for x in (kw.get(dest), alias) if x)
     return SimpleNamespace(**kw)
+
+
+def targets_option(help_text: str = "Only bundles of these targets (comma-separated; aliases work: jetson = "
+                                    "jetson-orin).", dest: str = "targets", short: bool = True) -> Callable:
+    """``--targets LIST`` (``-t``), the one name of the target filter, with ``--target`` as a hidden spelling
+    (``ns`` joins the two)."""
+    def deco(f: Callable) -> Callable:
+        f = click.option("--target", "target_alias", metavar="LIST", hidden=True, default=None)(f)
+        names = ["--targets", "-t"] if short else ["--targets"]
+        return click.option(*names, dest, metavar="LIST", default=None, help=help_text)(f)
+    return deco
 
 
 def _positive_float(ctx, param, value):
@@ -90,7 +105,8 @@ def device_options(f: Callable) -> Callable:
                      help="Accept and record the host key of a device not yet in known_hosts (trust on first "
                           "use); a CHANGED key is always refused."),
         click.option("--parallel", type=click.IntRange(min=1), default=4, metavar="N",
-                     help="Devices worked on at once."),
+                     help="Devices worked on at once, each over its own SSH session (4: a lab's devices share the "
+                          "build host's uplink for pushes; rollout, whose devices mostly wait on gates, takes more)."),
     ]
     for o in reversed(opts):
         f = o(f)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from . import emit_json
-from ._common import CONTEXT, device_options, examples, json_option, ns, verbosity
+from ._common import CONTEXT, device_options, examples, json_option, ns, targets_option, verbosity
 from ._common import bench_options as bench_options_decorator
 
 HELP = """Push bundles and measure them on devices.
@@ -110,7 +110,7 @@ rate, 6 a search that could not judge the percentile.""")
                short_help="Push bundles and measure them on devices.")
 @device_options
 @click.option("--dist", "--out", "dist", default="dist", metavar="DIR", help="Folder of built bundles.")
-@click.option("--targets", "-t", metavar="LIST", help="Only bundles of these targets (comma-separated).")
+@targets_option()
 @click.option("--find-max-qps", is_flag=True,
               help="Search the highest server QPS each device sustains within --latency-bound (bisection on "
                    "the server scenario: LoadGen's VALID where installed, else the agent's open-loop server).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import CONTEXT, examples, ns, verbosity
+from ._common import CONTEXT, examples, ns, targets_option, verbosity
 
 HELP = """The series of MODEL's benched and gated runs, and where it changed.
 
@@ -29,7 +29,7 @@ within one run); flat series with 2-8% noise are flagged 0-1.5% of the time (abo
 EXAMPLES = examples("""\
 examples:
   edgeopt history ch_ppocr_mobile_v2.0_cls                   # p50 per target x device, changes flagged
-  edgeopt history MODEL --target jetson --device orin-1 --metric p99
+  edgeopt history MODEL --targets jetson --device orin-1 --metric p99
   edgeopt history MODEL --format html --out history.html
   edgeopt history MODEL --min-shift 2% --min-size 8 --format csv""")
 
@@ -52,8 +52,7 @@ def _fraction(ctx, param, value):
 @click.command("history", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
                short_help="A model's runs over time, with change points flagged.")
 @click.argument("model")
-@click.option("--target", "--targets", "target", metavar="LIST",
-              help="Only these targets (aliases resolve: jetson = jetson-orin).")
+@targets_option("Only these targets (aliases resolve: jetson = jetson-orin).", dest="target", short=False)
 @click.option("--device", help="Only these devices (comma-separated).")
 @click.option("--precision", help="Only these precisions.")
 @click.option("--metric", default="p50", metavar="NAME", help=f"The figure followed: {METRIC_NAMES}.")

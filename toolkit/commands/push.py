@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from . import emit_json
-from ._common import CONTEXT, device_options, examples, json_option, ns, verbosity
+from ._common import CONTEXT, device_options, examples, json_option, ns, targets_option, verbosity
 
 HELP = """Copy the agent and bundles to devices (what they lack only).
 
@@ -31,7 +31,7 @@ exit codes: 0 every device has its bundles, 2 bad input, 4 a device was unreacha
 @device_options
 @click.option("--dist", "--out", "dist", default="dist", metavar="DIR",
               help="Folder of built bundles (when no BUNDLES are given).")
-@click.option("--targets", "-t", metavar="LIST", help="Only bundles of these targets (comma-separated).")
+@targets_option()
 @click.option("--all-targets", is_flag=True,
               help="Push every bundle to every device, not only those matching the device's target.")
 @click.option("--verify", is_flag=True,
