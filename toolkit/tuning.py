@@ -422,7 +422,9 @@ def write_tuned(src: Path, dest: Path, win: Point, result: TuneResult) -> Path:
                          "objective": result.objective, "slo": result.slo, "min_accuracy": result.min_accuracy,
                          "p50_ms": win.p50_ms, "p99_ms": win.p99_ms, "throughput_ips": win.throughput_ips,
                          "run_id": win.run_id, "from_bundle": src.name}
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    from edgeopt.jsonsafe import dumps
+
+    (tmp / "manifest.json").write_text(dumps(manifest, indent=1, sort_keys=True))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -14,5 +13,6 @@ def emit_json(obj: Any, kind: str | None = None) -> None:
         from edgeopt.api import envelope
 
         obj = envelope(kind, obj)
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    from edgeopt.jsonsafe import dumps  # standard JSON: a NaN/Infinity is null with its reason
+
+    sys.stdout.write(dumps(obj, indent=2, default=str) + "\n")

@@ -108,14 +108,15 @@ examples:
 @DB
 def export(name, out, db) -> int:
     """NAME as a JSON file (rounds included) to commit next to the model."""
-    import json
 
     from edgeopt.hil.baseline import export as do_export
     from edgeopt.hil.baseline import write_export
 
     doc = do_export(name, db)
     if out == "-":
-        click.echo(json.dumps(doc, indent=1))
+        from edgeopt.jsonsafe import dumps
+
+        click.echo(dumps(doc, indent=1))
     else:
         write_export(doc, out)
         click.echo(f"{name}: {len(doc['entries'])} entr{'y' if len(doc['entries']) == 1 else 'ies'} -> {out}",
