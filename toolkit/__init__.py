@@ -2,8 +2,10 @@
 
 The API mirrors the CLI (``edgeopt.api``): ``edgeopt.inspect``, ``edgeopt.build``, ``edgeopt.push``,
 ``edgeopt.bench``, ``edgeopt.report``, ``edgeopt.list_targets`` (``edgeopt targets``) ... take the command's options as keyword arguments, return
-what its ``--json`` prints (typed), and raise ``edgeopt.errors.EdgeoptError`` subclasses. Heavy
-modules load on use.
+what its ``--json`` prints (typed), and raise ``edgeopt.errors.EdgeoptError`` subclasses -- a failed
+build, bench, push or tune too (``BuildFailed``, ``DeviceError``, ``GoalNotMet``, the result as
+``err.result``; ``raise_on_failure=False`` returns it). ``dir(edgeopt)`` lists them. Heavy modules load
+on use.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 Each returns the typed result the command's ``--json`` output serialises and raises the
 ``edgeopt.errors.EdgeoptError`` classes (``.exit_code`` says what the CLI would exit with); none
-calls ``sys.exit``. The CLI (``edgeopt.commands``) is a thin layer over these.
+calls ``sys.exit``. A run that went through but failed raises too, as the CLI exits: ``build`` ->
+``BuildFailed`` (3), ``bench``/``push`` -> ``DeviceError`` (4), ``tune`` -> ``GoalNotMet`` (5) or
+``DeviceError``, each with the typed result as ``err.result``; ``raise_on_failure=False`` returns it
+instead. An unknown keyword is a ``UsageError`` naming the closest one. The CLI
+(``edgeopt.commands``) is a thin layer over these (it passes ``raise_on_failure=False`` and prints).
 
     import edgeopt
 
