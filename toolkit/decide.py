@@ -267,6 +267,7 @@ class ShipVerdict:
     compared: list[dict[str, Any]] = field(default_factory=list)
     paired: str | None = None  # the command that separates the candidates (interleaved)
     random_data: bool = False
+    measured: str | None = None  # the time of the run the pick rests on
     line: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -308,7 +309,12 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
     device = first.get("device")
     crit = f"lowest p50 at batch {batch} on {device}"
     v = ShipVerdict(first.get("model"), device, batch, crit)
-    within = [r for r in rows if r.get("status") == "ok" and r.get("accuracy") == "passed" and r.get("p50_ms")]
+    latest: dict[str, dict[str, Any]] = {}  # `report --all`: each artifact's latest run decides
+    for r in rows:
+        if r.get("status") == "ok" and r.get("accuracy") == "passed" and r.get("p50_ms"):
+            if _name(r) not in latest or str(r.get("time") or "") > str(latest[_name(r)].get("time") or ""):
+                latest[_name(r)] = r
+    within = list(latest.values())
     truth = [r for r in within if r.get("device_truth", "device") == "device"]
     off = [r for r in within if r.get("device_truth", "device") != "device"]
     if off:
@@ -360,7 +366,7 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
         pick, v.basis, v.clear = fast, "speed", True
     else:
         pick, v.basis = max(tie, key=faithfulness), "fidelity"
-    v.ship, v.p50_ms = _name(pick), pick["p50_ms"]
+    v.ship, v.p50_ms, v.measured = _name(pick), pick["p50_ms"], pick.get("time")
     v.gate_accepts, v.gate_reason = pick.get("gate_accepts"), pick.get("gate_reason") or ""
     v.random_data = pick.get("data_source") == "random"
     others = [c for c in comps if c["name"] != v.ship]

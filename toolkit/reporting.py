@@ -117,8 +117,8 @@ def choose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     verdicts = decide.decide(rows)
     for v in verdicts:
         for r in rows:
-            if (r["model"], r["device"], r.get("batch") or 1, f"{r['target']}-{r['precision']}") == (
-                    v.model, v.device, v.batch, v.ship) and r["status"] == "ok":
+            if (r["model"], r["device"], r.get("batch") or 1, f"{r['target']}-{r['precision']}", r.get("time")) == (
+                    v.model, v.device, v.batch, v.ship, v.measured) and r["status"] == "ok":
                 r["ship"] = "SHIP"
     return [v.as_dict() for v in verdicts]
 

@@ -114,7 +114,7 @@ def test_the_gate_defaults_decide_what_ships():
 @pytest.mark.parametrize("rec,truth", [
     (dict(target="mobile", precision="fp16", device="local", transport="local"), "build-host"),
     (dict(target="intel-cpu", precision="int8", cpu="AMD EPYC 7B13"), "other-vendor"),
-    (dict(target="cpu", precision="fp32", emulated="qemu-user"), "emulated"),
+    (dict(target="cpu", precision="int8", emulated="qemu-user"), "emulated"),
     (dict(target="cpu", precision="int8", emulated={"emulated": True, "by": "qemu-aarch64"}), "emulated"),
     (dict(target="cpu", precision="int8", emulated=False), "device"),
     (dict(target="intel-cpu", precision="int8", cpu="Intel(R) Xeon(R) Platinum 8481C"), "device"),
@@ -183,3 +183,12 @@ def test_pick_takes_records_or_labelled_rows_for_other_callers():
         r["label"] = f"{r['target']}-{r['precision']} threads {threads}"
     (v,) = decide.pick(rows, one_group=True)
     assert v.ship == "cpu-int8 threads 2" and v.runner_up == "cpu-fp32 threads 4"
+
+
+def test_with_every_run_listed_each_artifacts_latest_run_decides():
+    old = _rec("cpu", "int8", 1.0, seed=2)  # 22:02, fast
+    new = _rec("cpu", "int8", 8.0, seed=5)  # 22:05, slow: the latest word on cpu-int8
+    (v,) = _verdict([_rec("cpu", "fp32", 4.0, seed=1), old, new])
+    assert v["ship"] == "cpu-fp32" and v["clear"] and v["measured"].endswith("22:01:00Z")
+    rows = rows_of([_rec("cpu", "fp32", 4.0, seed=1), old, new])
+    assert [r["ship"] for r in rows] == ["SHIP", None, None]
