@@ -12,6 +12,13 @@ One comparison of the runs in the results database: latency percentiles, through
 memory and accuracy against the FP32 reference, per model, target, precision and device. By
 default the latest run of each; --all for every run. Formats: table (default), md, html (a
 self-contained page with plots: latency distribution per artifact, latency vs accuracy), json, csv.
+
+Under the table, one verdict per model, device and batch: the artifact to ship by the lowest p50, with
+the ratio to the runner-up and its 99% interval, or "no clear winner" (intervals that include no
+difference, a noisy device, too few samples) with the more faithful artifact and the `edgeopt gate`
+command that measures the two interleaved. Only rows measured on their own device (column "measured
+on") and accepted by the gate's default accuracy rules against FP32 are shipped (docs/TOLERANCES.md,
+"One accuracy policy").
 """
 
 
