@@ -696,13 +696,14 @@ def parse_duration(text: str | float, what: str = "--budget") -> float:
 @_api(extra=_keywords_of("edgeopt.hil.gate:gate"))
 def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
-         budget: str | float = "60s", on_inconclusive: str = "exit6", db: str | None = "edgeopt-results.db",
+         budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
          trust_new_host_keys: bool = False, progress: Progress = _quiet, **build: Any) -> dict[str, Any]:
     """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
     with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
     stored baseline: unpaired). The rig file's ``rig:`` policy applies (health, prepare/restore, power
-    cycle, quarantine). ``on_inconclusive``: ``exit6`` | ``fail`` | ``pass`` folds the exit code.
+    cycle, quarantine). ``on_inconclusive``: ``pause`` (exit 6) | ``fail`` (exit 5) | ``pass`` (exit 0)
+    folds the exit code (``exit6`` is the old spelling of ``pause``).
     CANDIDATE may be a model ``.onnx``: built first like the baseline bundle (``build``: calib, preprocess,
     dist)."""
     from edgeopt.hil.gate import gate as _gate
