@@ -256,7 +256,7 @@ class ShipVerdict:
     clear: bool = False  # True: speed separated the pick from every other candidate
     basis: str = ""  # "speed" | "fidelity" | "only candidate" | "none"
     runner_up: str | None = None
-    ratio: float | None = None  # runner-up p50 / pick p50 (the pick's speed-up), median ratio
+    ratio: float | None = None  # p50 ratio of the slower of (pick, runner-up) over the faster (median ratio)
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None  # Holm-corrected
