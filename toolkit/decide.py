@@ -382,7 +382,8 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
     rivals = [r for r in tie if r is not pick] or [r for r in cands if r is not pick]
     if v.basis == "fidelity" and rivals:
         rival = min(rivals, key=lambda r: r["p50_ms"])
-        v.paired = f"edgeopt gate {_bundle_ref(rival)} --baseline {_bundle_ref(pick)} --devices DEVICES"
+        v.paired = (f"edgeopt gate {_bundle_ref(rival)} --baseline {_bundle_ref(pick)}"
+                    + ("" if device == "local" else f" --devices INVENTORY --limit {device}"))
     v.line = _line(v, reasons, pick, fast)
     return v
 

@@ -80,7 +80,7 @@ def test_overlapping_intervals_say_no_clear_winner_and_ship_the_more_faithful():
     assert "no clear winner" in v["line"] and "the more faithful (fp32" in v["line"]
     assert v["ci_low"] <= 1 <= v["ci_high"]
     # the paired measurement that can separate them, with no path of this machine
-    assert "edgeopt gate DIST/cls/cpu-int8 --baseline DIST/cls/cpu-fp32" in v["line"]
+    assert "edgeopt gate DIST/cls/cpu-int8 --baseline DIST/cls/cpu-fp32 --devices INVENTORY --limit box" in v["line"]
     assert "/home/someone" not in render(recs, "json") + render(recs, "html")
 
 
