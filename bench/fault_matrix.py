@@ -35,6 +35,9 @@ CASES = [
      "tests/devices/test_ssh.py::test_ssh_wrong_key_refused"),
     ("auth", "a missing key file is refused at once",
      "tests/devices/test_ssh.py::test_a_missing_key_file_is_refused_at_once_not_retried_as_a_network_error"),
+    ("network", "ProxyJump is honoured (1 and 2 hops, the jump's key checked), never bypassed: jump host down, "
+                "the push fails in one line",
+     "tests/devices/test_ssh.py::test_proxyjump_is_honoured_never_bypassed"),
     ("network", "an unreachable port is a device error with a hint",
      "tests/devices/test_ssh.py::test_ssh_unreachable_port_is_a_device_error"),
     ("network", "a port that accepts TCP but never speaks SSH is reported once (~2 s)",

@@ -7,7 +7,8 @@ Everything above this module (push, bench) is shared by both transports.
 SSH (paramiko): host keys are checked against known_hosts; an unknown key is refused unless trust
 on first use was asked for (then it is recorded), a changed key is always refused.  Authentication
 is by key file or ssh-agent, never by password.  ``~/.ssh/config`` is honoured (HostName, Port,
-User, IdentityFile, UserKnownHostsFile, ProxyCommand, ConnectTimeout).
+User, IdentityFile, UserKnownHostsFile, ProxyCommand, ProxyJump with any number of hops, each hop's key
+checked like the device's, ConnectTimeout).
 """
 
 from __future__ import annotations
@@ -195,6 +196,18 @@ class SshParams:
     known_hosts: str
     connect_timeout: float
     proxy_command: str | None = None
+    jumps: tuple[JumpHop, ...] = ()  # ProxyJump hops, first to last (the device is reached through the last)
+
+
+@dataclass(frozen=True)
+class JumpHop:
+    """One ProxyJump host, as ``~/.ssh/config`` resolves it (its own HostName/Port/User/IdentityFile)."""
+
+    spec: str
+    hostname: str
+    port: int
+    user: str
+    key_files: tuple[str, ...]
 
 
 def ssh_params(device: Device) -> SshParams:
@@ -220,10 +233,39 @@ def ssh_params(device: Device) -> SshParams:
     timeout = device.connect_timeout
     if "connecttimeout" in cfg and device.connect_timeout == Device.connect_timeout:
         timeout = float(cfg["connecttimeout"])
-    return SshParams(hostname=hostname, port=port, user=device.user or cfg.get("user") or getpass.getuser(),
-                     key_files=tuple(str(Path(k).expanduser()) for k in keys),
+    user = device.user or cfg.get("user") or getpass.getuser()
+    key_files = tuple(str(Path(k).expanduser()) for k in keys)
+    jumps: tuple[JumpHop, ...] = ()
+    jump_spec = cfg.get("proxyjump")
+    if jump_spec and jump_spec.strip().lower() != "none" and not cfg.get("proxycommand"):
+        jumps = tuple(_jump_hop(h.strip(), cfg_path, user, key_files, device.name)
+                      for h in jump_spec.split(",") if h.strip())
+    return SshParams(hostname=hostname, port=port, user=user, key_files=key_files,
                      known_hosts=str(Path(known).expanduser()), connect_timeout=timeout,
-                     proxy_command=cfg.get("proxycommand"))
+                     proxy_command=cfg.get("proxycommand"), jumps=jumps)
+
+
+def _jump_hop(spec: str, cfg_path: str, user: str, key_files: tuple[str, ...], name: str) -> JumpHop:
+    """``[user@]host[:port]`` (or ``ssh://user@host:port``), completed from the ssh config's entry for host."""
+    import re
+
+    m = re.fullmatch(r"(?:ssh://)?(?:([^@\s]+)@)?(\[[^\]]+\]|[^:@\s]+)(?::(\d+))?", spec)
+    if not m:
+        raise DeviceError(f"{name}: cannot read the ProxyJump hop {spec!r} in {cfg_path}",
+                          hint="ProxyJump takes [user@]host[:port], comma-separated")
+    hop_user, host, hop_port = m.group(1), m.group(2).strip("[]"), m.group(3)
+    cfg: dict = {}
+    if Path(cfg_path).expanduser().is_file():
+        paramiko = require_paramiko()
+        with contextlib.suppress(Exception):
+            cfg = paramiko.SSHConfig.from_path(str(Path(cfg_path).expanduser())).lookup(host)
+    keys = tuple(str(Path(k).expanduser()) for k in cfg.get("identityfile") or []) or key_files
+    try:
+        port = int(hop_port or cfg.get("port", 22))
+    except ValueError:
+        raise DeviceError(f"{name}: bad Port for the jump host {host} in {cfg_path}") from None
+    return JumpHop(spec=spec, hostname=cfg.get("hostname") or host, port=port,
+                   user=hop_user or cfg.get("user") or user, key_files=keys)
 
 
 def _known_name(hostname: str, port: int) -> str:
@@ -265,10 +307,18 @@ class SshTransport(Transport):
         self._home: str | None = None
         self.ca_skipped: list[int] = []  # known_hosts lines (@cert-authority for this host) that could not be used
         self.revoked: list = []  # keys known_hosts marks @revoked: never accepted, never recorded
+        self._jump_clients: list = []  # ProxyJump hops, closed with the connection
 
     # connection ---------------------------------------------------------------------------
     def connect(self) -> SshTransport:
         """Open the connection; host key and authentication failures raise at once (no retry)."""
+        try:
+            return self._connect()
+        except BaseException:
+            self._close_jumps()
+            raise
+
+    def _connect(self) -> SshTransport:
         paramiko = require_paramiko()
 
         p, name = self.params, self.device.name
@@ -285,6 +335,8 @@ class SshTransport(Transport):
                 raise HostKeyError(f"{name}: cannot read known_hosts {p.known_hosts}: {exc}") from None
         client.set_missing_host_key_policy(_TrustOnFirstUse(self) if self.trust_new else _Refuse(self))
         sock = paramiko.ProxyCommand(p.proxy_command) if p.proxy_command else None
+        if p.jumps:  # ProxyJump: the device is reached only through the jump host(s), never directly
+            sock = self._through_jumps(paramiko, revoked)
         t0 = time.perf_counter()
         try:
             client.connect(p.hostname, port=p.port, username=p.user, key_filename=list(p.key_files) or None,
@@ -345,7 +397,62 @@ class SshTransport(Transport):
         self._client = client
         return self
 
-    def _load_known_hosts(self, host_keys) -> list:
+    def _through_jumps(self, paramiko, revoked: list):
+        """Connect hop by hop (each jump host's key checked against the same known_hosts, the same
+        trust rules) and return a channel to the device from the last hop."""
+        p, name = self.params, self.device.name
+        sock = None
+        for i, hop in enumerate(p.jumps):
+            nxt = p.jumps[i + 1] if i + 1 < len(p.jumps) else None
+            dest = (nxt.hostname, nxt.port) if nxt else (p.hostname, p.port)
+            client = paramiko.SSHClient()
+            if os.path.isfile(p.known_hosts):
+                self._load_known_hosts(client.get_host_keys(), hop.hostname, hop.port)
+            client.set_missing_host_key_policy(_TrustOnFirstUse(self) if self.trust_new else _Refuse(self))
+            self._jump_clients.append(client)
+            try:
+                client.connect(hop.hostname, port=hop.port, username=hop.user,
+                               key_filename=list(hop.key_files) or None, timeout=p.connect_timeout,
+                               banner_timeout=p.connect_timeout, auth_timeout=p.connect_timeout,
+                               channel_timeout=p.connect_timeout, allow_agent=True,
+                               look_for_keys=not hop.key_files, sock=sock)
+                offered = client.get_transport().get_remote_server_key()
+                if any(k == offered for k in self.revoked):
+                    raise HostKeyError(f"{name}: the host key of the jump host {hop.spec} ({_fingerprint(offered)}) "
+                                       f"is marked @revoked in {p.known_hosts}; refusing to connect")
+                sock = client.get_transport().open_channel("direct-tcpip", dest, ("127.0.0.1", 0),
+                                                           timeout=p.connect_timeout)
+            except HostKeyError:
+                self._close_jumps()
+                raise
+            except paramiko.BadHostKeyException as exc:
+                self._close_jumps()
+                raise HostKeyError(f"{name}: the host key of the jump host {hop.spec} has CHANGED (now "
+                                   f"{exc.key.get_name()} {_fingerprint(exc.key)}); refusing to connect",
+                                   hint="if it was really reinstalled, remove its old line from "
+                                        f"{p.known_hosts}") from None
+            except paramiko.AuthenticationException as exc:
+                self._close_jumps()
+                raise AuthFailed(f"{name}: authentication as {hop.user!r} on the jump host {hop.spec} failed ({exc})",
+                                 hint="check the jump host's IdentityFile/User in the ssh config") from None
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                self._close_jumps()
+                what = f"cannot connect to the jump host {hop.spec} ({hop.hostname}:{hop.port})"
+                if isinstance(exc, paramiko.ChannelException) or "forward" in str(exc).lower():
+                    what = f"the jump host {hop.spec} would not forward to {dest[0]}:{dest[1]}"
+                raise DeviceError(f"{name}: {what}: {exc or type(exc).__name__}; the device is not contacted "
+                                  "directly (ProxyJump)",
+                                  hint="is the jump host up, does it allow TCP forwarding (AllowTcpForwarding)?"
+                                  ) from None
+        return sock
+
+    def _close_jumps(self) -> None:
+        for c in reversed(self._jump_clients):
+            with contextlib.suppress(Exception):
+                c.close()
+        self._jump_clients = []
+
+    def _load_known_hosts(self, host_keys, hostname: str | None = None, port: int | None = None) -> list:
         """Read known_hosts as OpenSSH does: plain and hashed lines are host keys; ``@revoked`` lines are
         keys never accepted (returned); ``@cert-authority`` lines need host certificates, which paramiko
         cannot verify: skipped, with a warning when they name this host (its own key line still works);
@@ -353,7 +460,8 @@ class SshTransport(Transport):
         from paramiko.hostkeys import HostKeyEntry
 
         p, revoked = self.params, []
-        me = _known_name(p.hostname, p.port)
+        hostname, port = hostname or p.hostname, port or p.port
+        me = _known_name(hostname, port)
         with open(p.known_hosts, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
         for lineno, raw in enumerate(lines, 1):
@@ -375,7 +483,7 @@ class SshTransport(Transport):
             if marker == "@revoked":
                 revoked.append(entry.key)
             elif marker == "@cert-authority":
-                if _names_match(entry.hostnames, me, p.hostname):
+                if _names_match(entry.hostnames, me, hostname):
                     self.ca_skipped.append(lineno)
                     log.warning("%s: line %d of %s is a @cert-authority for this host; edgeopt cannot verify host "
                                 "certificates, so only a plain key line for it is accepted", self.device.name,
@@ -396,6 +504,7 @@ class SshTransport(Transport):
             except Exception:  # closing a dead connection must not mask the real error
                 pass
         self._sftp = self._client = None
+        self._close_jumps()
 
     def abort(self) -> None:
         """Drop the connection at once (used to interrupt an upload from another thread)."""

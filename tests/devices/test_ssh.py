@@ -161,3 +161,45 @@ def test_known_hosts_markers_are_read_as_openssh_reads_them(ssh_env, sshd, tmp_p
     known.write_text(f"@cert-authority [127.0.0.1]:{sshd.port} {ca_pub}\n")
     with pytest.raises(HostKeyError, match="cert-authority for it, but edgeopt cannot verify host certificates"):
         connect(_dev(ssh_env, sshd, tmp_path, known))
+
+
+def test_proxyjump_is_honoured_never_bypassed(ssh_env, tmp_path, cls_bundle):
+    """ProxyJump in the ssh config: the device is reached through the jump host (its sshd logs the forward),
+    two hops work, the jump host's key is checked too, and with the jump host down the push fails in one line
+    instead of going to the device directly (it used to ignore ProxyJump and connect directly)."""
+    from edgeopt.deploy import load_bundle, push
+
+    from .conftest import Sshd
+
+    device = ssh_env.make("behind-jump")
+    jump = Sshd(tmp_path / "jump", [ssh_env.user_key])
+    jump.config.write_text(jump.config.read_text().replace("LogLevel VERBOSE", "LogLevel DEBUG1"))
+    jump.start()
+    try:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host jumpbox\n  HostName 127.0.0.1\n  Port {jump.port}\n  User {ssh_env.user}\n"
+                       f"  IdentityFile {ssh_env.user_key}\n"
+                       f"Host devbox devbox2\n  HostName 127.0.0.1\n  Port {device.port}\n"
+                       "Host devbox\n  ProxyJump jumpbox\nHost devbox2\n  ProxyJump jumpbox,jumpbox\n")
+        both = known_hosts(tmp_path / "kh", device, jump)
+
+        def dev(alias, root, known=both):
+            entry = {**device_entry(ssh_env, device, tmp_path / root, known), "host": alias, "ssh_config": str(cfg)}
+            entry.pop("port")
+            return make_device(alias, entry)
+
+        r = push([dev("devbox", "r1")], [load_bundle(cls_bundle)])[0]
+        assert r.ok and r.bundles[0].status == "installed", r.error
+        log = (jump.dir / "sshd.log").read_text()
+        assert f"target 127.0.0.1 port {device.port}" in log  # the jump host forwarded it
+        with connect(dev("devbox2", "r2")) as tr:  # two hops: jump -> jump -> device
+            assert [h.port for h in tr.params.jumps] == [jump.port, jump.port] and tr.run(["true"])[0] == 0
+        assert (jump.dir / "sshd.log").read_text().count(f"target 127.0.0.1 port {jump.port}") >= 1
+        with pytest.raises(HostKeyError) as e:  # the jump host's key is checked like the device's
+            connect(dev("devbox", "r3", known_hosts(tmp_path / "kh-dev-only", device)))
+        assert f"[127.0.0.1]:{jump.port}" in str(e.value)
+    finally:
+        jump.stop()
+    r = push([dev("devbox", "r4")], [load_bundle(cls_bundle)])[0]  # the jump host is down
+    assert not r.ok and "jump host jumpbox" in r.error and "not contacted directly" in r.error, r.error
+    assert not (tmp_path / "r4").exists()
