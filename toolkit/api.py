@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgeopt.errors import BuildFailed, DeviceError, GoalNotMet, UsageError
+from edgeopt.errors import BuildFailed, DeviceError, GoalNotMet, UsageError, user_text
 
 if TYPE_CHECKING:
     from edgeopt.deploy import PushResult
@@ -282,7 +282,7 @@ def _build_checked(report: BuildReport, raise_on_failure: bool) -> BuildReport:
     """``BuildFailed`` (exit 3, the report as ``.result``) when a target failed, as the CLI exits."""
     if raise_on_failure and not report.ok:
         bad = [r for r in report.results if not r.ok]
-        first = ((bad[0].error or bad[0].check or "").strip().splitlines() or [""])[0][:300]
+        first = user_text(((bad[0].error or bad[0].check or "").strip().splitlines() or [""])[0])[:300]
         raise BuildFailed(f"{len(bad)} of {len(report.results)} build(s) failed: "
                           + ", ".join(f"{r.target} {r.precision} ({r.status})" for r in bad)
                           + (f"; {bad[0].target} {bad[0].precision}: {first}" if first else ""),

@@ -23,7 +23,7 @@ COMMANDS = {
     "inspect": "inspect", "build": "build", "targets": "targets", "export": "export", "push": "push",
     "bench": "bench", "report": "report", "run": "run", "devices": "devices", "cache": "cache",
     "gate": "gate", "rig": "rig", "baseline": "baseline", "history": "history", "rollout": "rollout",
-    "rollback": "rollback", "fleet": "fleet", "tune": "tune", "ocr-check": "ocr",
+    "rollback": "rollback", "fleet": "fleet", "tune": "tune", "ocr-check": "ocr", "debug": "debug",
 }
 EPILOG = examples("""\
 examples:
@@ -163,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             _json_error(int(exc.exit_code or 1), exc.format_message(), None, type(exc).__name__)
         return int(exc.exit_code or 1)
     except EdgeoptError as exc:
-        print(f"edgeopt: error: {exc}", file=sys.stderr)
+        from edgeopt.errors import user_text
+
+        print(f"edgeopt: error: {user_text(str(exc))}", file=sys.stderr)
         if as_json:
-            _json_error(exc.exit_code, exc.message, exc.hint, type(exc).__name__)
+            _json_error(exc.exit_code, user_text(exc.message), exc.hint, type(exc).__name__)
         return exc.exit_code
     except BrokenPipeError:  # `edgeopt inspect m.onnx | head`: the reader left; not an error of ours
         import os

@@ -115,3 +115,30 @@ def yaml_error(exc: Exception, src: str) -> str:
     context = getattr(exc, "context", None)
     where = f"{src}:{mark.line + 1}:{mark.column + 1}" if mark is not None else src
     return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+
+
+def user_text(text: str) -> str:
+    """A runtime's message made fit for a user-facing line: a C++ source location and function signature
+    (ONNX Runtime's ``/onnxruntime_src/...cc:181 onnxruntime::Model::Model(...)``) dropped, edgeopt's
+    temporary work folders (``/tmp/.edgeopt-work-XXXX/prepared.onnx``) reduced to the file name."""
+    import re
+
+    out = text
+    while True:
+        m = re.search(r"/\S*?onnxruntime_src/\S+:\d+\s+", out)
+        if not m:
+            break
+        start, i = m.start(), m.end()
+        paren = out.find("(", i)
+        if paren < 0 or paren - i > 300:  # no signature follows: drop the location only
+            out = out[:start] + out[i:]
+            continue
+        depth, j = 0, paren
+        while j < len(out):
+            depth += {"(": 1, ")": -1}.get(out[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out = out[:start].rstrip(" ") + " " + out[j + 1:].lstrip()
+    out = re.sub(r"(?:/[^\s'\"/]+)*/\.?edgeopt-work[^\s'\"/]*/((?:[^\s'\"/]+/)*[^\s'\"/]+)", r"\1", out)
+    return out

@@ -277,3 +277,26 @@ def test_inspect_and_build_know_the_newest_opset_onnx_runtime_reads(tmp_path):
     assert "onnxruntime::" not in p.stderr and "/tmp" not in p.stderr.replace(str(path), "") \
         and "Traceback" not in p.stderr and "custom domain" not in p.stderr, p.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_user_text_drops_onnx_runtimes_cpp_signature_and_work_folders(tmp_path):
+    """ONNX Runtime's own refusal of a model in one of the build's work folders, made fit for one line."""
+    import onnx
+    import onnxruntime
+
+    from edgeopt.errors import user_text
+    from tests.conftest import tiny_cnn
+
+    work = tmp_path / ".edgeopt-work-k2j9"
+    work.mkdir()
+    path = tiny_cnn(work / "prepared.onnx")
+    m = onnx.load(str(path))
+    m.ir_version = 99
+    onnx.save(m, str(path))
+    with pytest.raises(Exception) as exc:
+        onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    raw = str(exc.value)
+    assert "onnxruntime::" in raw and str(work) in raw
+    line = user_text(raw)
+    assert "onnxruntime::" not in line and "onnxruntime_src" not in line and str(tmp_path) not in line, line
+    assert "prepared.onnx" in line and "IR version: 99" in line, line

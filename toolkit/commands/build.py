@@ -77,17 +77,18 @@ def parse_batches(text: str | None) -> list[int] | None:
 
 
 def print_report(report) -> None:
+    from edgeopt.errors import user_text
     from edgeopt.ui import fmt_s, table
 
     rows = [{"target": r.target, "precision": r.precision, "backend": r.backend, "status": r.status,
-             "time": fmt_s(r.time_s), "check": r.check or (r.error or "").splitlines()[0][:100],
+             "time": fmt_s(r.time_s), "check": r.check or user_text((r.error or "").splitlines()[0])[:100],
              "bundle": r.bundle or ""} for r in report.results]
     print(table(rows, [("target", "target"), ("precision", "precision"), ("backend", "backend"),
                        ("status", "status"), ("time", "time"), ("check", "host check / error"),
                        ("bundle", "bundle")]))
     for r in report.results:
         if r.error and (r.status not in ("check-failed",)):
-            print(f"\n{r.target} {r.precision}: {r.error}")
+            print(f"\n{r.target} {r.precision}: {user_text(r.error)}")
     notes = {n for r in report.results if r.manifest for n in r.manifest.get("notes", [])}
     for n in sorted(notes):
         print(f"note: {n}")
