@@ -1,0 +1,334 @@
+"""``edgeopt debug``: where a bundle departs from the ONNX FP32 reference (the engine is ``edgeopt.layerdiff``).
+
+``debug_bundle`` compares a bundle layer by layer with its source model; ``debug_model`` builds the bundle
+first (``edgeopt.api.build``, into ``--dist`` or a temporary folder); ``reduce`` cuts the smallest subgraph
+around the first diverging node that still fails the same check on that backend and writes it
+(``reduced.onnx`` + ``reduced_inputs.npz``); ``table`` / ``html`` render the result.
+"""
+
+from __future__ import annotations
+
+import base64
+import html as _html
+import io
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeopt.errors import UsageError
+from edgeopt.layerdiff import (
+    DEFAULT_MAX_MEMORY,
+    DebugResult,
+    compare_layers,
+    nodes_of,
+    reference_source,
+    static_reference,
+)
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+              "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _say(_: str) -> None:
+    pass
+
+
+def parse_size(text: str | int | None) -> int:
+    """``512M``, ``2G``, ``1.5GiB``, a bare number of bytes -> bytes; one line for anything else."""
+    if text is None:
+        return DEFAULT_MAX_MEMORY
+    if isinstance(text, int):
+        return text
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in SIZE_UNITS or float(m.group(1)) <= 0:
+        raise UsageError(f"--max-memory takes a size such as 512M or 2G, got {text!r}")
+    return int(float(m.group(1)) * SIZE_UNITS[m.group(2).lower()])
+
+
+def find_model(bundle: Path, manifest: dict[str, Any], model: str | None) -> Path:
+    """The bundle's source ONNX: ``--model``, else the manifest's ``model.source`` next to the bundle's dist
+    or in the working folder, checked by its sha256."""
+    from edgeopt_agent.bundle import sha256_file
+
+    if model:
+        p = Path(model)
+        if not p.is_file():
+            raise UsageError(f"--model {model}: no such file")
+        return p
+    src = (manifest.get("model") or {}).get("source") or ""
+    want = (manifest.get("model") or {}).get("sha256")
+    for base in [Path.cwd(), *bundle.resolve().parents]:
+        p = base / src
+        if src and p.is_file() and (not want or sha256_file(p) == want):
+            return p
+    raise UsageError(f"{bundle}: the bundle's source model {src or '?'} was not found next to it",
+                     hint=f"give it: edgeopt debug {bundle} --model PATH/{Path(src).name or 'model.onnx'}")
+
+
+def debug_bundle(bundle: str | Path, model: str | None = None, samples: int | None = 4,
+                 max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say) -> DebugResult:
+    from edgeopt.layerdiff import BackendUnavailable
+    from edgeopt_agent.bundle import BundleError, load_manifest
+
+    bundle = Path(bundle)
+    try:
+        manifest = load_manifest(bundle)
+    except (BundleError, OSError, ValueError) as exc:
+        raise UsageError(f"{bundle}: not a bundle ({exc})") from None
+    path = find_model(bundle, manifest, model)
+    try:
+        return compare_layers(bundle, path, samples=samples, max_memory=max_memory, progress=progress)
+    except BackendUnavailable as exc:
+        raise UsageError(f"{manifest.get('target', '?')} ({manifest['runtime']['name']}): intermediate tensors "
+                         f"are not available on this host: {exc}",
+                         hint="debug the same model for a backend that runs here: --target cpu or intel-cpu") from None
+
+
+def debug_model(model: str, target: str, precision: str = "auto", dist: str | None = None, samples: int | None = 4,
+                max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say,
+                **build_kw: Any) -> tuple[str, DebugResult]:
+    """Build ``model`` for one target/precision (kept even when its check fails), then debug the bundle."""
+    from edgeopt import api
+
+    if "," in target:
+        raise UsageError("edgeopt debug takes one --target", hint="run it once per target")
+    out = dist or tempfile.mkdtemp(prefix="edgeopt-debug-")
+    report = api.build(model, target, precision=precision, dist=out, allow_mismatch=True, progress=progress,
+                       raise_on_failure=False, **build_kw)
+    built = [r for r in report.results if r.bundle]
+    if not built:
+        r = report.results[0] if report.results else None
+        raise UsageError(f"{target}: nothing was built to debug"
+                         + (f" ({r.status}: {(r.error or '').splitlines()[0][:300] if r.error else ''})" if r else ""))
+    return built[0].bundle, debug_bundle(built[0].bundle, model, samples=samples, max_memory=max_memory,
+                                         progress=progress)
+
+
+# --- reduce ------------------------------------------------------------------------------------------
+
+def _extract(model, inputs: list[str], outputs: list[str]):
+    import onnx.utils
+
+    return onnx.utils.Extractor(model).extract_model(inputs, outputs)
+
+
+def reduce(result: DebugResult, out_dir: str | Path, max_steps: int = 8, options: list[str] | None = None,
+           progress: Callable[[str], None] = _say) -> dict[str, Any]:
+    """The smallest subgraph ending at the first diverging node that still fails on this backend.
+
+    The subgraph starts as that node alone (its inputs fed with the reference's values) and grows backwards
+    one producer level at a time until it fails the same check: on ``onnxruntime`` the same subgraph cut from
+    the bundle's artifact (tensor names are shared) against the reference's; on the other backends the
+    subgraph built for the bundle's target and precision (``edgeopt.api.build``, its host check) -- a
+    converter's mistake shows again when the converter sees the small model."""
+    import onnx
+
+    from edgeopt_agent.bundle import load_manifest, validation_inputs
+
+    if result.first_jump is None:
+        raise UsageError("nothing to reduce: no node passed the bound")
+    bundle = Path(result.bundle)
+    manifest = load_manifest(bundle)
+    ref_model = static_reference(result.model, manifest)
+    feeds = validation_inputs(bundle, manifest)[: max(result.samples, 1)]
+    producer = {o: n for n in ref_model.graph.node for o in n.output}
+    graph_inputs = {i.name for i in ref_model.graph.input}
+    inits = {i.name for i in ref_model.graph.initializer}
+    node = next(n for n in nodes_of(ref_model) if n.name == result.first_jump["node"])
+    outputs = list(node.outputs)
+    frontier = [t for t in node.inputs]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ref = reference_source(ref_model)
+    attempt: dict[str, Any] = {}
+    for step in range(max_steps):
+        frontier = list(dict.fromkeys(t for t in frontier if t not in inits))
+        sub = _extract(ref_model, frontier, outputs)
+        values = ref.run([t for t in frontier if t not in graph_inputs], feeds) if any(
+            t not in graph_inputs for t in frontier) else {}
+        data = {t: values[t] if t in values else np.stack([f[t] for f in feeds]) for t in frontier}
+        nodes = [n for n in sub.graph.node if n.op_type != "Constant"]
+        progress(f"reduce step {step + 1}: {len(nodes)} node(s) from {', '.join(frontier)[:120]}")
+        failed, why = _fails(result, manifest, bundle, sub, data, frontier, outputs, options, progress)
+        attempt = {"nodes": len(nodes), "ops": [n.op_type for n in nodes], "inputs": frontier, "outputs": outputs,
+                   "reproduced": failed, "check": why, "steps": step + 1}
+        if failed:
+            break
+        grown = []
+        for t in frontier:
+            p = producer.get(t)
+            if p is None or t in graph_inputs:
+                grown.append(t)
+            else:
+                grown.extend(i for i in p.input if i)
+        if set(grown) == set(frontier):
+            break
+        frontier = grown
+    onnx.save(sub, str(out_dir / "reduced.onnx"))
+    np.savez(out_dir / "reduced_inputs.npz", **data)
+    attempt.update({"model": str(out_dir / "reduced.onnx"), "inputs_npz": str(out_dir / "reduced_inputs.npz")})
+    return attempt
+
+
+def _fails(result: DebugResult, manifest: dict[str, Any], bundle: Path, sub, data: dict[str, np.ndarray],
+           inputs: list[str], outputs: list[str], options: list[str] | None,
+           progress: Callable[[str], None]) -> tuple[bool, str]:
+    from edgeopt.layerdiff import node_metrics
+
+    if manifest["runtime"]["name"] == "onnxruntime":
+        import onnx
+        import onnxruntime as ort
+
+        art = onnx.load(str(bundle / manifest["runtime"]["artifact"]))
+        dq = {n.input[0]: n.output[0] for n in art.graph.node if n.op_type == "DequantizeLinear"}
+        q = {n.input[0]: n.output[0] for n in art.graph.node if n.op_type == "QuantizeLinear"}
+        outs = [dq.get(q.get(t, ""), t) for t in outputs]
+        try:
+            cut = _extract(art, inputs, outs)
+        except Exception as exc:  # noqa: BLE001 - a fusion crosses the cut: grow further
+            return False, f"the artifact cannot be cut there ({str(exc).splitlines()[0][:120]})"
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(cut.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        refsess = reference_source(sub)
+        n = len(next(iter(data.values())))
+        feeds = [{k: v[i] for k, v in data.items()} for i in range(n)]
+        got = {o: np.stack([sess.run([a], f)[0] for f in feeds]) for o, a in zip(outputs, outs)}
+        want = refsess.run(outputs, feeds)
+        reasons = [r for o in outputs for r in node_metrics(got[o], want[o], result.precision)[1]]
+        return bool(reasons), "; ".join(reasons) or "passes"
+    # other backends: build the subgraph for the target and run its host check
+    from edgeopt import api
+
+    with tempfile.TemporaryDirectory(prefix="edgeopt-reduce-") as tmp:
+        import onnx
+
+        mp = Path(tmp) / "sub.onnx"
+        onnx.save(sub, str(mp))
+        npz = Path(tmp) / "data.npz"
+        np.savez(npz, **data)
+        n = len(next(iter(data.values())))
+        rep = api.build(str(mp), manifest["target"], precision=manifest["precision"], calib=str(npz),
+                        dist=str(Path(tmp) / "dist"), allow_mismatch=True, force=True, raise_on_failure=False,
+                        options=list(options or []), calib_count=n, val_count=n, progress=progress)
+        r = rep.results[0]
+        hc = (r.manifest or {}).get("host_check") or {}
+        if r.status in ("check-failed",) or hc.get("passed") is False:
+            return True, r.check or "host check failed"
+        return False, r.check or r.status
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+def _f(v: Any, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def rows_for_table(result: DebugResult, all_nodes: bool = False) -> list[dict[str, Any]]:
+    jump = result.first_jump["index"] if result.first_jump else None
+    rows = []
+    for r in result.nodes:
+        if not all_nodes and r.get("status") in ("not observed", "no float output"):
+            continue
+        mark = "<- first jump" if r["index"] == jump else ""
+        rows.append({"node": r["node"], "op": r["op"], "status": r.get("status", ""),
+                     "cosine": _f(r.get("cosine"), ".6f"), "rel_l2": _f(r.get("rel_l2"), ".3g"),
+                     "max_abs_norm": _f(r.get("max_abs_norm"), ".3g"),
+                     "prec": r.get("runtime_precision", ""), "mark": mark})
+    return rows
+
+
+def summary(result: DebugResult) -> str:
+    bound = ", ".join(f"{k} {v:g}" for k, v in result.bound.items())
+    head = (f"{result.target} {result.precision} ({result.artifact}) vs ONNX FP32: {result.observed} tensors "
+            f"compared in {result.windows} window(s), {result.samples} sample(s); bound {bound}")
+    if result.first_jump:
+        j = result.first_jump
+        at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""
+        return (head + f"\nfirst jump: {j['node']} ({j['op']}){at}: " + "; ".join(j.get("reasons") or []))
+    return head + "\nno node passes the bound"
+
+
+def table(result: DebugResult, all_nodes: bool = False) -> str:
+    from edgeopt.ui import table as _table
+
+    cols = [("node", "ONNX node"), ("op", "op"), ("status", "status"), ("cosine", "cosine"), ("rel_l2", "rel_l2"),
+            ("max_abs_norm", "max_abs_norm"), ("prec", "ran in"), ("mark", "")]
+    return _table(rows_for_table(result, all_nodes), cols) + "\n" + summary(result)
+
+
+def plot_png(result: DebugResult) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(i, r) for i, r in enumerate(result.nodes) if r.get("rel_l2") is not None]
+    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=100)
+    if pts:
+        xs = [i for i, _ in pts]
+        ys = [max(float(r["rel_l2"]), 1e-12) if np.isfinite(r["rel_l2"]) else 1e6 for _, r in pts]
+        ax.plot(xs, ys, ".-", lw=0.8, ms=3, label="rel_l2 vs ONNX FP32")
+        ax.set_yscale("log")
+    if result.bound.get("rel_l2_max") is not None:
+        ax.axhline(result.bound["rel_l2_max"], color="tab:red", ls="--", lw=1,
+                   label=f"bound rel_l2 {result.bound['rel_l2_max']:g}")
+    if result.first_jump:
+        i = next(k for k, r in enumerate(result.nodes) if r is result.first_jump or r["index"] == result.first_jump["index"])
+        ax.axvline(i, color="tab:orange", lw=1)
+        ax.annotate(f"first jump: {result.first_jump['node']}", (i, ax.get_ylim()[1]), xytext=(4, -12),
+                    textcoords="offset points", color="tab:orange", fontsize=8)
+    ax.set_xlabel("ONNX node (topological order)")
+    ax.set_ylabel("rel_l2 (log)")
+    ax.set_title(f"{Path(result.model).name}: {result.target} {result.precision} error by layer")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def html(result: DebugResult) -> str:
+    esc = _html.escape
+    png = base64.b64encode(plot_png(result)).decode()
+    jump = result.first_jump["index"] if result.first_jump else None
+    rows = []
+    for r in result.nodes:
+        cls = ' class="jump"' if r["index"] == jump else (' class="fail"' if r.get("status") == "FAIL" else "")
+        rows.append(f"<tr{cls}><td>{esc(r['node'])}</td><td>{esc(r['op'])}</td><td>{esc(r.get('status', ''))}</td>"
+                    f"<td>{_f(r.get('cosine'), '.6f')}</td><td>{_f(r.get('rel_l2'), '.3g')}</td>"
+                    f"<td>{_f(r.get('max_abs_norm'), '.3g')}</td><td>{esc(r.get('runtime_precision', ''))}</td>"
+                    f"<td>{esc(str(r.get('artifact_node') or ''))}</td></tr>")
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>edgeopt debug: {esc(Path(result.model).name)}</title>
+<style>body{{font-family:sans-serif;margin:1.5em}} table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ccc;padding:2px 6px}} tr.fail{{background:#fee}} tr.jump{{background:#fc8;font-weight:bold}}
+pre{{background:#f6f6f6;padding:.5em}}</style></head><body>
+<h1>edgeopt debug</h1><pre id="summary">{esc(summary(result))}</pre>
+<img id="plot" alt="error by layer" src="data:image/png;base64,{png}">
+<table id="layers"><tr><th>ONNX node</th><th>op</th><th>status</th><th>cosine</th><th>rel_l2</th><th>max_abs_norm</th>
+<th>ran in</th><th>artifact node</th></tr>
+{''.join(rows)}
+</table></body></html>
+"""
+
+
+def as_json(result: DebugResult) -> dict[str, Any]:
+    from edgeopt.jsonsafe import clean
+
+    return clean({"schema": "edgeopt/v1", "kind": "debug", **result.as_dict(),
+                  "passed": result.first_jump is None})
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(p)

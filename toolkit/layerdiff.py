@@ -1,0 +1,586 @@
+"""Layer-by-layer comparison of a bundle's artifact with the ONNX FP32 reference (``edgeopt debug``).
+
+Both sides run on the bundle's validation inputs; intermediate tensors are read from each in *windows*
+of nodes (never every tensor at once: a window holds at most ``max_memory`` bytes of stacked tensors,
+both sides together), mapped to the ONNX tensor they compute, and compared with the same metrics as
+the host check (``edgeopt_agent.compare``: one implementation).  The result lists every ONNX node in
+topological order and names the **first** node whose error passes the precision's bound: errors
+accumulate downstream, so the first node past the bound is the cause, not the one with the largest error.
+
+Per backend (the real runtime, with the options the bundle ships):
+
+- ``onnxruntime`` (cpu): the artifact with the wanted tensors added as graph outputs, in a session built
+  with the runner's own session options and disabled optimizers; an INT8 QDQ artifact is read after its
+  DequantizeLinear (the value consumers see).  A tensor that a fusion removed from the artifact
+  (a Conv's output folded with its BatchNormalization) is "not observed"; the fused node's output is.
+- ``openvino`` (intel-*): ``Model.add_outputs`` on the IR's ports found by their ONNX tensor names, with
+  the runner's compile config; the runtime graph's ``runtimePrecision`` per layer says which ONNX
+  nodes ran in INT8 and which in FP32.
+- ``tflite`` (mobile): LiteRT with ``experimental_preserve_all_tensors``; onnx2tf names its tensors after
+  the ONNX node/tensor names, NHWC tensors are matched to the NCHW ONNX shape by the permutation that fits.
+- TensorRT / Core ML: not runnable on this host; the reason is said (``BackendUnavailable``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+SKIP_OPS = ("Constant", "ConstantOfShape")
+# tensor-level bounds judged on an intermediate tensor (the output kinds' task bounds apply at the outputs)
+TENSOR_BOUNDS = ("rel_l2_max", "cosine_min", "max_abs_norm_max")
+DEFAULT_MAX_MEMORY = 1 << 30
+
+
+class BackendUnavailable(Exception):
+    """This backend's intermediates cannot be read on this host (the message says why)."""
+
+
+def _say(_: str) -> None:
+    pass
+
+
+# --- the reference graph ----------------------------------------------------------------------------
+
+@dataclass
+class Node:
+    index: int
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]  # float outputs only (the ones compared)
+
+
+def nodes_of(model) -> list[Node]:
+    """Top-level nodes in topological order (ONNX stores them sorted), Constants left out; a node without
+    a name is named after its first output."""
+    from edgeopt.targets.onnxruntime.quant import tensor_types
+
+    types = tensor_types(model)
+    inits = {i.name for i in model.graph.initializer}
+    out = []
+    for i, n in enumerate(model.graph.node):
+        if n.op_type in SKIP_OPS:
+            continue
+        outs = [t for t in n.output if t and types.get(t, 1) in FLOAT_TYPES]
+        ins = [t for t in n.input if t and t not in inits]
+        out.append(Node(i, n.name or (n.output[0] if n.output else f"{n.op_type}_{i}"), n.op_type, ins, outs))
+    return out
+
+
+def static_reference(model_path: str | Path, manifest: dict[str, Any]):
+    """The source ONNX with the bundle's input shapes fixed (what the pipeline's prepared.onnx is)."""
+    from edgeopt import model as modelmod
+
+    m = modelmod.load(model_path)
+    shapes = {s["name"]: list(s["shape"]) for s in manifest["io"]["inputs"] if s.get("shape")}
+    try:
+        return modelmod.make_static(m, shapes)
+    except Exception:  # noqa: BLE001 - dims left as they are; the data has the static shapes
+        return m
+
+
+def tensor_bytes(model, names: list[str], feed: dict[str, np.ndarray]) -> dict[str, int]:
+    """Bytes per sample of each tensor, from shape inference (unknown dims: 4 MiB, a conservative guess)."""
+    import onnx
+
+    try:
+        g = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001
+        g = model.graph
+    sizes = {}
+    for v in [*g.input, *g.value_info, *g.output]:
+        dims = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        if dims and all(d > 0 for d in dims):
+            sizes[v.name] = int(np.prod(dims)) * 4
+        elif v.type.tensor_type.HasField("shape") and not dims:
+            sizes[v.name] = 4
+    for k, a in feed.items():
+        sizes[k] = a.nbytes
+    return {n: sizes.get(n, 4 << 20) for n in names}
+
+
+def windows(names: list[str], sizes: dict[str, int], samples: int, budget: int) -> list[list[str]]:
+    """Consecutive groups of tensors whose stacked values (both sides, every sample) fit ``budget``."""
+    out: list[list[str]] = []
+    cur: list[str] = []
+    used = 0
+    for n in names:
+        need = sizes.get(n, 4 << 20) * samples * 2
+        if cur and used + need > budget:
+            out.append(cur)
+            cur, used = [], 0
+        cur.append(n)
+        used += need
+    if cur:
+        out.append(cur)
+    return out
+
+
+# --- tensor sources ---------------------------------------------------------------------------------
+
+class Source:
+    """Intermediate tensors of one side: ``available`` ONNX tensor names, ``run(names, feeds)`` -> stacked."""
+
+    label = "?"
+    available: set[str]
+
+    def run(self, names: list[str], feeds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def precisions(self) -> dict[str, str]:
+        """ONNX tensor/node name -> the precision the runtime really ran it in (where the runtime says)."""
+        return {}
+
+    def notes(self) -> list[str]:
+        return []
+
+
+def _with_outputs_bytes(model, names: list[str], types: dict[str, int]) -> bytes:
+    """The model with ``names`` as its only outputs besides its own (serialized; the proto is restored)."""
+    from onnx import TensorProto, helper
+
+    n0 = len(model.graph.output)
+    have = {o.name for o in model.graph.output}
+    for n in names:
+        if n not in have:
+            model.graph.output.append(helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), None))
+    try:
+        return model.SerializeToString()
+    finally:
+        del model.graph.output[n0:]
+
+
+class OrtSource(Source):
+    """An ONNX model in ONNX Runtime; ``alias`` maps an ONNX tensor name to the artifact's tensor."""
+
+    def __init__(self, model, make_session: Callable[[bytes], Any], alias: dict[str, str] | None = None,
+                 label: str = "onnxruntime"):
+        from edgeopt.targets.onnxruntime.quant import tensor_types
+
+        self.model, self.make_session, self.label = model, make_session, label
+        self.types = tensor_types(model)
+        produced = {o for n in model.graph.node for o in n.output if o} | {i.name for i in model.graph.input}
+        self.alias = {k: v for k, v in (alias or {}).items() if v in produced}
+        self.available = set(self.alias) | {t for t in produced if self.types.get(t, 1) in FLOAT_TYPES}
+
+    def run(self, names, feeds):
+        real = [self.alias.get(n, n) for n in names]
+        sess = self.make_session(_with_outputs_bytes(self.model, real, self.types))
+        got: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        for feed in feeds:
+            vals = sess.run(real, feed)
+            for n, v in zip(names, vals):
+                got[n].append(np.asarray(v))
+        del sess
+        return {n: np.stack(v) for n, v in got.items()}
+
+
+def reference_source(model) -> OrtSource:
+    """The FP32 reference: ONNX Runtime, optimisations off (as the pipeline's reference.npz)."""
+    import onnxruntime as ort
+
+    def make(data: bytes):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+    return OrtSource(model, make, label="onnx fp32 (onnxruntime, optimisations off)")
+
+
+class BundleSource(Source):
+    """The artifact side: feeds in the ONNX layout go through the bundle's IO spec (``to_artifact``)."""
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any]):
+        self.bundle, self.manifest = bundle, manifest
+
+
+class OrtBundle(BundleSource):
+    def __init__(self, bundle: Path, manifest: dict[str, Any]):
+        super().__init__(bundle, manifest)
+        import onnx
+
+        from edgeopt_agent.runners import get_runner
+
+        runner = get_runner("onnxruntime")(bundle, manifest, {})
+        runner.load()  # the session options and disabled optimizers the bundle ships
+        so, disabled, ort = runner._so, runner._disabled, runner._ort
+        providers = runner.session.get_providers()
+        self.info = runner.info()
+        runner.close()
+        model = onnx.load(str(bundle / manifest["runtime"]["artifact"]))
+        # INT8 QDQ: what consumers read of tensor t is DQ(Q(t)) when t was quantized
+        q_of = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+        dq_of = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+        alias = {t: dq_of[q] for t, q in q_of.items() if q in dq_of}
+        self.producer = {o: n.name or o for n in model.graph.node for o in n.output}
+        self.producer_op = {o: n.op_type for n in model.graph.node for o in n.output}
+        kw = {"disabled_optimizers": disabled} if disabled else {}
+        self._io = manifest["io"]
+        self._src = OrtSource(model, lambda data: ort.InferenceSession(data, so, providers=providers, **kw), alias,
+                              label=f"onnxruntime {ort.__version__} (the bundle's session options)")
+        self.available = self._src.available
+        self.label = self._src.label
+        self._quantized = set(alias)
+
+    def run(self, names, feeds):
+        from edgeopt_agent.bundle import to_artifact
+
+        return self._src.run(names, [to_artifact(f, self._io["inputs"]) for f in feeds])
+
+    def artifact_node(self, tensor: str) -> str | None:
+        return self.producer.get(self._src.alias.get(tensor, tensor))
+
+    def precisions(self):
+        return {t: "int8" for t in self._quantized}
+
+
+class OpenVinoBundle(BundleSource):
+    """``producers``: ONNX tensor -> the ONNX node that computes it. The ONNX frontend gives the last op of a
+    node's decomposition the node's name as friendly name; a tensor name found on another op (a Conv's output
+    name left on the Multiply of its folded BatchNormalization) is not that node's value and is not used."""
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any], producers: dict[str, str] | None = None):
+        super().__init__(bundle, manifest)
+        from edgeopt_agent.runners import RunnerUnavailable, get_runner
+
+        runner = get_runner("openvino")(bundle, manifest, {"device": "CPU"} if manifest.get("options", {}).get(
+            "host_check_device") else {})
+        try:
+            runner.load()
+        except RunnerUnavailable as exc:
+            raise BackendUnavailable(str(exc)) from None
+        self.core, self.device, self.config = runner.core, runner.device, runner.config
+        self._runtime_model = runner.compiled.get_runtime_model()
+        self.info = runner.info()
+        self.xml = str(runner.artifact)
+        model = self.core.read_model(self.xml)
+        self.ports: dict[str, tuple[str, int]] = {}  # tensor name -> (op friendly name, output index)
+        self.friendly: dict[str, str] = {}
+        for op in model.get_ordered_ops():
+            if op.get_type_name() in ("Parameter", "Constant", "Result"):
+                continue
+            for i, out in enumerate(op.outputs()):
+                for name in out.get_names():
+                    if producers is not None and op.get_friendly_name() not in (producers.get(name), name):
+                        continue
+                    self.ports.setdefault(name, (op.get_friendly_name(), i))
+                    self.friendly[name] = op.get_friendly_name()
+        self.available = set(self.ports)
+        self.label = f"openvino {runner.info().get('version', '')} {self.device}".strip()
+        self._io = manifest["io"]
+
+    def run(self, names, feeds):
+        from edgeopt_agent.bundle import to_artifact
+
+        model = self.core.read_model(self.xml)
+        ops = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+        outs = [ops[self.ports[n][0]].output(self.ports[n][1]) for n in names]
+        model.add_outputs(outs)
+        compiled = self.core.compile_model(model, self.device, self.config)
+        req = compiled.create_infer_request()
+        # the compiled model's output ports, matched by tensor name
+        port_of = {}
+        for port in compiled.outputs:
+            for n in port.get_names():
+                port_of.setdefault(n, port)
+        got: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        for feed in feeds:
+            res = req.infer(to_artifact(feed, self._io["inputs"]))
+            for n in names:
+                got[n].append(np.array(res[port_of[n]]))
+        del req, compiled
+        return {n: np.stack(v) for n, v in got.items()}
+
+    def artifact_node(self, tensor: str) -> str | None:
+        return self.friendly.get(tensor)
+
+    def precisions(self):
+        """Original layer name -> runtime precision, from the compiled model's runtime graph (a layer that
+        ran fused with others gives its precision to each original name it lists)."""
+        out: dict[str, str] = {}
+        for op in self._runtime_model.get_ordered_ops():
+            rt = op.get_rt_info()
+
+            def get(key: str, rt=rt) -> str:
+                try:
+                    v = rt[key]
+                    return str(v.astype(str) if hasattr(v, "astype") else v)
+                except Exception:  # noqa: BLE001 - the key is missing
+                    return ""
+
+            layer_type = get("layerType")
+            if layer_type in ("Reorder", "Input", "Output", "Parameter", "Result", "Const", "Constant"):
+                continue
+            prec = get("runtimePrecision").lower()
+            if not prec:
+                continue
+            for orig in get("originalLayersNames").split(","):
+                if orig.strip():
+                    out.setdefault(orig.strip(), prec)
+        return out
+
+
+class TfliteBundle(BundleSource):
+    """LiteRT's interpreter with every tensor kept; tensors matched to ONNX names as onnx2tf names them."""
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any], onnx_names: list[str] | None = None,
+                 ref_shapes: dict[str, tuple[int, ...]] | None = None):
+        super().__init__(bundle, manifest)
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:
+            try:
+                from tflite_runtime.interpreter import Interpreter
+            except ImportError:
+                raise BackendUnavailable("neither ai-edge-litert nor tflite-runtime is installed") from None
+        self.interp = Interpreter(model_path=str(bundle / manifest["runtime"]["artifact"]),
+                                  experimental_preserve_all_tensors=True, num_threads=1)
+        self.interp.allocate_tensors()
+        self.details = {d["name"]: d for d in self.interp.get_tensor_details()}
+        self._io = manifest["io"]
+        self.label = "LiteRT (experimental_preserve_all_tensors)"
+        self.map: dict[str, int] = {}
+        for onnx_name in onnx_names or []:
+            idx = self._match(onnx_name)
+            if idx is not None:
+                self.map[onnx_name] = idx
+        self.available = set(self.map)
+
+    def _match(self, onnx_name: str) -> int | None:
+        """onnx2tf names a TF op after the ONNX node's output (``/`` and ``:`` become ``_``); the tensor
+        is that name or that name with a ``;``-joined suffix list of fused ops."""
+        want = re.sub(r"[^0-9A-Za-z_.\-]", "_", onnx_name)
+        best = None
+        for name in self.details:
+            parts = [re.sub(r"[^0-9A-Za-z_.\-]", "_", p.split(":")[0]) for p in name.split(";")]
+            if want in parts or any(p.endswith("/" + want) or p == f"tf.identity_{want}" for p in parts):
+                if best is None or len(name) < len(self.details[best]["name"]):
+                    best = name
+        return None if best is None else int(self.details[best]["index"])
+
+    def run(self, names, feeds):
+        from edgeopt_agent.bundle import to_artifact
+
+        inputs = {d["name"]: d["index"] for d in self.interp.get_input_details()}
+        got: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        for feed in feeds:
+            art = to_artifact(feed, self._io["inputs"])
+            for name, arr in art.items():
+                key = next((k for k in inputs if k == name or k.endswith(name) or name in k), None)
+                if key is None and len(inputs) == 1:
+                    key = next(iter(inputs))
+                self.interp.set_tensor(inputs[key], arr)
+            self.interp.invoke()
+            for n in names:
+                got[n].append(np.array(self.interp.get_tensor(self.map[n])))
+        return {n: np.stack(v) for n, v in got.items()}
+
+    def artifact_node(self, tensor: str) -> str | None:
+        idx = self.map.get(tensor)
+        return None if idx is None else next((k for k, d in self.details.items() if d["index"] == idx), None)
+
+
+def artifact_source(bundle: Path, manifest: dict[str, Any], producers: dict[str, str]) -> BundleSource:
+    """The artifact's tensor reader for the bundle's runtime; ``producers``: ONNX tensor -> ONNX node name."""
+    name = manifest["runtime"]["name"]
+    if name == "onnxruntime":
+        return OrtBundle(bundle, manifest)
+    if name == "openvino":
+        return OpenVinoBundle(bundle, manifest, producers)
+    if name in ("tflite", "litert"):
+        return TfliteBundle(bundle, manifest, list(producers))
+    if name == "tensorrt":
+        raise BackendUnavailable("a TensorRT engine is built and run on the device (no GPU and no TensorRT "
+                                 "on this host); debug the prepared ONNX with --target cpu for Q/DQ placement")
+    if name == "coreml":
+        raise BackendUnavailable("Core ML predicts on macOS only (coremltools on Linux: \"Model prediction is "
+                                 "only supported on macOS\")")
+    raise BackendUnavailable(f"no layer reader for runtime {name!r}")
+
+
+# --- comparison ---------------------------------------------------------------------------------------
+
+def align(out: np.ndarray, ref: np.ndarray) -> np.ndarray | None:
+    """``out`` in ``ref``'s layout: equal shapes as they are; otherwise the axis permutation that gives
+    ref's shape (NHWC -> NCHW first), else a reshape of the same size; None when nothing fits."""
+    if out.shape == ref.shape:
+        return out
+    if out.size != ref.size:
+        return None
+    if out.ndim == ref.ndim:
+        # axis 0 is the sample axis; NHWC->NCHW (and N,T,C->N,C,T) tried first
+        nd = out.ndim
+        first = [(0, 1, nd - 1, *range(2, nd - 1))] if nd >= 4 else []
+        for perm in first + [(0, *p) for p in itertools.permutations(range(1, nd))]:
+            if len(perm) == nd and tuple(out.shape[i] for i in perm) == ref.shape:
+                return np.transpose(out, perm)
+    return out.reshape(ref.shape)
+
+
+def node_metrics(out: np.ndarray, ref: np.ndarray, precision: str, kind: Any = None,
+                 override: dict[str, float] | None = None) -> tuple[dict[str, float], list[str]]:
+    """Metrics of one tensor and the bounds it fails: the tensor bounds on an intermediate, the whole
+    output check (kind, slices) on a graph output."""
+    from edgeopt_agent.compare import compare_outputs, judge, tensor_metrics, tolerance_for
+
+    if kind is not None:
+        r = compare_outputs({"t": out}, {"t": ref}, precision, override, {"t": kind})["outputs"]["t"]
+        return r["metrics"], r["reasons"]
+    tol = {k: v for k, v in tolerance_for(precision, override).items() if k in TENSOR_BOUNDS}
+    m = tensor_metrics(out, ref, "regression")
+    return m, judge(m, tol)
+
+
+@dataclass
+class DebugResult:
+    bundle: str
+    model: str
+    target: str
+    backend: str
+    precision: str
+    reference: str
+    artifact: str
+    samples: int
+    bound: dict[str, Any]
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    first_jump: dict[str, Any] | None = None
+    worst: dict[str, Any] | None = None
+    windows: int = 0
+    observed: int = 0
+    notes: list[str] = field(default_factory=list)
+    reduced: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 4,
+                   max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say,
+                   source: BundleSource | None = None) -> DebugResult:
+    """Every ONNX node of ``model`` (the bundle's source) against the bundle's artifact, in windows."""
+    from edgeopt_agent.bundle import load_manifest, validation_inputs
+    from edgeopt_agent.compare import tolerance_for
+
+    bundle = Path(bundle)
+    manifest = load_manifest(bundle)
+    precision = manifest["precision"]
+    override = manifest.get("tolerance_override")
+    kinds = manifest.get("output_kinds") or {}
+    ref_model = static_reference(model, manifest)
+    nodes = nodes_of(ref_model)
+    feeds = validation_inputs(bundle, manifest)
+    if samples:
+        feeds = feeds[:samples]
+    wanted = [t for n in nodes for t in n.outputs]
+    ref = reference_source(ref_model)
+    art = source or artifact_source(bundle, manifest, {t: n.name for n in nodes for t in n.outputs})
+    observed = [t for t in wanted if t in art.available and t in ref.available]
+    sizes = tensor_bytes(ref_model, observed, feeds[0])
+    groups = windows(observed, sizes, len(feeds), max_memory)
+    progress(f"{len(nodes)} nodes, {len(observed)} of {len(wanted)} tensors observable in the artifact, "
+             f"{len(groups)} window(s), {len(feeds)} sample(s)")
+    graph_outputs = {o.name for o in ref_model.graph.output}
+    per_tensor: dict[str, dict[str, Any]] = {}
+    for wi, names in enumerate(groups):
+        progress(f"window {wi + 1}/{len(groups)}: {len(names)} tensor(s)")
+        r = ref.run(names, feeds)
+        a = art.run(names, feeds)
+        for t in names:
+            out = align(a[t], r[t])
+            if out is None:
+                per_tensor[t] = {"metrics": {"shape_mismatch": 1.0}, "reasons": [
+                    f"shape {list(a[t].shape[1:])} != ONNX {list(r[t].shape[1:])}"]}
+                continue
+            if out.dtype != r[t].dtype and r[t].dtype.kind == "f":
+                out = out.astype(r[t].dtype)
+            m, reasons = node_metrics(out, r[t], precision, kinds.get(t) if t in graph_outputs else None, override)
+            per_tensor[t] = {"metrics": m, "reasons": reasons}
+        del r, a
+    precisions = art.precisions()
+    tol = tolerance_for(precision, override)
+    res = DebugResult(bundle=str(bundle), model=str(model), target=manifest.get("target", "?"),
+                      backend=manifest.get("backend", "?"), precision=precision, reference=ref.label,
+                      artifact=art.label, samples=len(feeds),
+                      bound={k: v for k, v in tol.items() if k in TENSOR_BOUNDS and v is not None},
+                      windows=len(groups), observed=len(observed), notes=list(art.notes()))
+    err_of: dict[str, float] = {}
+    by_output = {t: n for n in nodes for t in n.outputs}
+    res_status: dict[str, str] = {}
+    for n in nodes:
+        row: dict[str, Any] = {"index": n.index, "node": n.name, "op": n.op, "outputs": n.outputs}
+        seen = [t for t in n.outputs if t in per_tensor]
+        if not n.outputs:
+            row["status"] = "no float output"
+        elif not seen:
+            row["status"] = "not observed"
+        else:
+            worst = max(seen, key=lambda t: _err(per_tensor[t]["metrics"]))
+            m = per_tensor[worst]["metrics"]
+            reasons = [r for t in seen for r in per_tensor[t]["reasons"]]
+            row.update({"tensor": worst, "status": "FAIL" if reasons else "ok", "reasons": reasons,
+                        "cosine": m.get("cosine"), "rel_l2": m.get("rel_l2"), "max_abs_norm": m.get("max_abs_norm"),
+                        **({k: m[k] for k in ("top1", "seq_match", "flip_rate", "non_finite", "exact_match")
+                            if k in m})})
+            err_of.update({t: _err(per_tensor[t]["metrics"]) for t in seen})
+            ins = [err_of[i] for i in n.inputs if i in err_of]
+            if ins:
+                row["input_rel_l2"] = max(ins)
+            node_of = getattr(art, "artifact_node", None)
+            if node_of is not None:
+                row["artifact_node"] = node_of(worst)
+        prec = next((precisions[k] for k in [n.name, *n.outputs] if k in precisions), None)
+        if prec:
+            row["runtime_precision"] = prec
+        if row.get("tensor"):
+            row["covers"] = _covers(n, by_output, res_status)
+        res_status[n.name] = row.get("status", "")
+        res.nodes.append(row)
+        if row.get("status") == "FAIL" and res.first_jump is None:
+            res.first_jump = row
+    scored = [r for r in res.nodes if r.get("rel_l2") is not None]
+    if scored:
+        res.worst = max(scored, key=lambda r: _err(r))
+    return res
+
+
+def _covers(node: Node, by_output: dict[str, Node], status: dict[str, str]) -> list[str]:
+    """The ONNX nodes whose values only this node's output shows: the unobserved (fused) producers upstream
+    of it, up to observed tensors -- a Conv and its BatchNormalization folded into the Relu's fused kernel."""
+    out, stack, seen = [], list(node.inputs), set()
+    while stack:
+        t = stack.pop()
+        p = by_output.get(t)
+        if p is None or p.name in seen or status.get(p.name) != "not observed":
+            continue
+        seen.add(p.name)
+        out.append(p.name)
+        stack.extend(p.inputs)
+    return sorted(out, key=lambda name: next((n.index for n in by_output.values() if n.name == name), 0))
+
+
+def _err(m: dict[str, Any]) -> float:
+    if m.get("non_finite") or m.get("shape_mismatch"):
+        return float("inf")
+    if "exact_match" in m:
+        return 1.0 - float(m["exact_match"])
+    v = m.get("rel_l2")
+    return float(v) if v is not None and np.isfinite(v) else float("inf")
+
+
+def save_json(obj: Any, path: Path) -> None:
+    from edgeopt.jsonsafe import dumps
+
+    path.write_text(dumps(obj, indent=2, default=str))
+
+
