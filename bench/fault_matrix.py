@@ -76,6 +76,10 @@ CASES = [
      "tests/agent/test_store_integrity.py::test_a_store_folder_without_manifest_never_blocks_a_reinstall"),
     ("races", "gc never removes a bundle a slot refers to",
      "tests/agent/test_store_integrity.py::test_gc_never_removes_a_bundle_a_slot_refers_to"),
+    ("races", "gc keeps a bundle a bench is running (lease) and an upload still being written (aged by its "
+              "newest file: a stepped clock or one long file)",
+     "tests/agent/test_store_integrity.py::test_gc_keeps_a_bundle_a_bench_is_running_and_an_upload_still_being_"
+     "written"),
     ("trials", "an unconfirmed trial reverts at the next agent call after its deadline",
      "tests/agent/test_store_integrity.py::test_a_trial_is_reverted_at_the_next_agent_call_after_its_deadline"),
     ("trials", "the watchdog reverts a trial with no agent call at all; a commit keeps it",

@@ -352,6 +352,67 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
             "precision": manifest.get("precision")}
 
 
+# ---- leases: a bundle in use (a bench, a check) is never removed by gc -------------------------
+
+
+@contextlib.contextmanager
+def lease(root: Path, bundle_ids: list[str]) -> Iterator[None]:
+    """Hold ``bundle_ids`` for the length of a verb: a file ``leases/<pid>-<n>.json`` written under the store
+    lock after checking that every entry is there (so gc, which reads leases under the same lock, either
+    ran before — and the verb finds the bundle missing — or keeps them). A lease whose process is gone
+    (killed, host rebooted) is ignored and swept by the next gc."""
+    ids = [check_id(b) for b in bundle_ids]
+    with locked(root):
+        for bid in ids:
+            problem = entry_problem(root, bid)
+            if problem == "missing":
+                raise StoreError(f"bundle {bid[:12]}… is not installed in {root / 'store'}; install it first")
+        d = root / "leases"
+        d.mkdir(exist_ok=True, mode=0o700)
+        path = d / f"{os.getpid()}-{time.monotonic_ns()}.json"
+        _write_json_atomic(path, {"pid": os.getpid(), "boot": _boot_id(), "bundle_ids": ids, "since": _now_iso()})
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _live_leases(root: Path, drop_stale: bool = True) -> set[str]:
+    """Bundle ids held by leases whose process still runs (same boot); stale lease files are removed."""
+    held: set[str] = set()
+    d = root / "leases"
+    boot = _boot_id()
+    for f in sorted(d.glob("*.json")) if d.is_dir() else []:
+        try:
+            data = json.loads(f.read_text())
+            pid = int(data["pid"])
+            alive = data.get("boot") == boot
+            if alive:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    pass  # someone else's process with that pid: keep the lease, to be safe
+        except (OSError, ValueError, KeyError, TypeError):
+            alive = False  # unreadable: a half-written lease of a dead writer (leases are written atomically)
+            data = {}
+        if alive:
+            held |= {b for b in data.get("bundle_ids", []) if isinstance(b, str)}
+        elif drop_stale:
+            with contextlib.suppress(OSError):
+                f.unlink()
+    return held
+
+
 def free_mb(root: Path) -> float | None:
     """Free space (MB) where the store lives (its nearest existing parent when not created yet)."""
     p = root
@@ -378,14 +439,23 @@ def read_only(root: Path) -> bool:
 STALE_UPLOAD_S = 900.0  # an upload untouched this long was interrupted: its bytes are reclaimed
 
 
+def _last_write(entry: Path) -> float:
+    """When anything in an upload was last written: the newest mtime of the folder and every file in it
+    (a file being written keeps its own mtime fresh; the folder's alone does not change then)."""
+    times = [entry.lstat().st_mtime]
+    for p in entry.rglob("*"):
+        with contextlib.suppress(OSError):
+            times.append(p.lstat().st_mtime)
+    return max(times)
+
+
 def sweep_staging(root: Path, keep: Path | None = None, stale_s: float = STALE_UPLOAD_S) -> list[str]:
     """Remove interrupted uploads: staging folders with no file written for ``stale_s`` seconds."""
     staging, now, removed = root / "staging", time.time(), []
     for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
         if keep is not None and entry == keep:
             continue
-        newest = max((p.lstat().st_mtime for p in entry.rglob("*")), default=entry.lstat().st_mtime)
-        if now - max(newest, entry.lstat().st_mtime) >= stale_s:
+        if now - _last_write(entry) >= stale_s:
             _remove_tree(entry)
             removed.append(entry.name)
     return removed
@@ -630,7 +700,8 @@ def _size_mb(path: Path) -> float:
 
 
 def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) -> dict[str, Any]:
-    """Keep each slot's current version, its armed trial and ``keep`` previous versions besides them
+    """Keep each slot's current version, its armed trial, bundles a running verb holds (``lease``) and
+    ``keep`` previous versions besides them
     (the rollback targets: ``keep=1`` keeps exactly the one ``rollback`` goes back to, ``keep=0`` none);
     remove store entries nothing refers to (older than ``grace_s``: a bundle just installed for a bench
     is not yet in any slot) and stale uploads in ``staging/``."""
@@ -652,6 +723,7 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
             if history != state["history"] and not dry_run:
                 _write_slot(root, name, state["current"], history, state.get("trial"), state.get("reverted"))
             referenced |= {state["current"], *history, trial.get("bundle_id"), trial.get("previous")} - {None}
+        leased = _live_leases(root, drop_stale=not dry_run)
         store = root / "store"
         for entry in sorted(store.iterdir()) if store.is_dir() else []:
             if entry.name.startswith((".trash-", ".incoming-")):  # an earlier gc/install was interrupted
@@ -660,7 +732,7 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
                 continue
             if not ID_RE.match(entry.name):
                 continue
-            if entry.name in referenced or now - entry.stat().st_mtime < grace_s:
+            if entry.name in referenced or entry.name in leased or now - entry.stat().st_mtime < grace_s:
                 kept.append(entry.name)
                 continue
             freed += _size_mb(entry)
@@ -669,7 +741,7 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
                 _remove_tree(entry)
         staging = root / "staging"
         for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
-            if now - entry.stat().st_mtime >= grace_s:
+            if now - _last_write(entry) >= grace_s:  # by its newest file: an upload being written is never taken
                 staging_removed.append(entry.name)
                 if not dry_run:
                     _remove_tree(entry)

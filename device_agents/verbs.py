@@ -7,10 +7,27 @@ returns ``"ok": False`` with ``"error": {"type", "message"}``, anything else rai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .bundle import load_manifest, verify
+
+
+@contextlib.contextmanager
+def _held(req: dict[str, Any], ids: Any) -> Iterator[None]:
+    """While a verb uses installed bundles, ``gc`` keeps them (a lease under the store lock)."""
+    if not isinstance(ids, list) or not ids:
+        yield
+        return
+    from .store import agent_root, lease
+
+    with lease(agent_root(req), ids):
+        yield
+
+
+def _ids_of(req: dict[str, Any]) -> list[Any]:
+    return [req["bundle_id"]] if req.get("bundle_id") and not req.get("bundle") else []
 
 
 def verb_check(req: dict[str, Any]) -> dict[str, Any]:
@@ -18,7 +35,8 @@ def verb_check(req: dict[str, Any]) -> dict[str, Any]:
     from .check import check_bundle
     from .store import resolve_bundle
 
-    result = check_bundle(resolve_bundle(req), req.get("options"))
+    with _held(req, _ids_of(req)):
+        result = check_bundle(resolve_bundle(req), req.get("options"))
     return {"ok": True, "check": result}
 
 
@@ -63,18 +81,27 @@ def verb_bench(req: dict[str, Any]) -> dict[str, Any]:
     from .bench import bench
     from .store import resolve_bundle
 
-    return bench(resolve_bundle(req), req.get("options"))
+    with _held(req, _ids_of(req)):  # a bench in flight keeps its bundle, whatever gc is asked meanwhile
+        return bench(resolve_bundle(req), req.get("options"))
 
 
 def verb_pairbench(req: dict[str, Any]) -> dict[str, Any]:
     """Two installed bundles (baseline, candidate) timed interleaved A B B A … in one child process."""
-    from .bench import BenchError, bench_in_child, parse_options
-    from .store import agent_root, resolve_bundle
+    from .bench import BenchError
+    from .store import agent_root
 
     ids = req.get("bundle_ids")
     if not isinstance(ids, list) or len(ids) != 2:
         raise BenchError("pairbench needs 'bundle_ids': [baseline id, candidate id]")
     root = agent_root(req)
+    with _held(req, ids):
+        return _pairbench(req, root, ids)
+
+
+def _pairbench(req: dict[str, Any], root: Any, ids: list[Any]) -> dict[str, Any]:
+    from .bench import BenchError, bench_in_child, parse_options
+    from .store import resolve_bundle
+
     paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
     for p in paths:
         v = verify(p, load_manifest(p))
@@ -101,13 +128,14 @@ def verb_evaluate(req: dict[str, Any]) -> dict[str, Any]:
     path = (root / "eval" / data.replace("\\", "/").rsplit("/", 1)[-1]).resolve()
     if path.parent != (root / "eval").resolve() or not path.is_file():
         raise ValueError(f"evaluation data {data!r} is not a file under {root / 'eval'}")
-    paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
-    for p in paths:
-        v = verify(p, load_manifest(p))
-        if not v["ok"]:
-            raise ValueError(f"bundle {p.name[:12]}… fails verification: "
-                             + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
-    return {"ok": True, "evaluate": evaluate(paths, path, req.get("threads"))}
+    with _held(req, ids):
+        paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
+        for p in paths:
+            v = verify(p, load_manifest(p))
+            if not v["ok"]:
+                raise ValueError(f"bundle {p.name[:12]}… fails verification: "
+                                 + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+        return {"ok": True, "evaluate": evaluate(paths, path, req.get("threads"))}
 
 
 def verb_install(req: dict[str, Any]) -> dict[str, Any]:

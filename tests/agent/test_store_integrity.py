@@ -238,3 +238,53 @@ def test_verify_refuses_a_store_file_swapped_for_a_link_and_slot_folders_are_pri
     rc, reply = agent("verify", {"root": str(root), "bundle_id": bid})
     assert rc == 1 and not reply["verify"]["ok"]
     assert {"file": "model.onnx", "problem": "symlink (a bundle holds plain files only)"} in reply["verify"]["problems"]
+
+
+def test_gc_keeps_a_bundle_a_bench_is_running_and_an_upload_still_being_written(tmp_path, tiny_bundle,
+                                                                               ocr_cls_bundle):
+    """gc against work in progress: a bench holds a lease on its bundle (rolled back by someone else, then
+    `gc --keep 0` while it runs: it used to fail with FileNotFoundError), and an upload is aged by its newest
+    file, not by its folder's mtime (a single long file, or a device clock stepped forward mid-upload)."""
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    a, b = _bid(tiny_bundle), _bid(ocr_cls_bundle)
+    _install(tiny_bundle, root, "u1")
+    _install(ocr_cls_bundle, root, "u2")
+    r = {"root": str(root), "slot": "m/cpu"}
+    agent("activate", {**r, "bundle_id": a})
+    agent("activate", {**r, "bundle_id": b})
+    agent("rollback", r)  # b is referenced by nothing now
+    bench = subprocess.Popen([sys.executable, "-m", "edgeopt_agent", "bench"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    bench.stdin.write(json.dumps({"root": str(root), "bundle_id": b,
+                                  "options": {"duration_s": 0.2, "min_iters": 5, "warmup": 1}}))
+    bench.stdin.close()
+    deadline = time.time() + 120
+    while not list((root / "leases").glob("*.json")) if (root / "leases").is_dir() else True:
+        assert time.time() < deadline and bench.poll() is None, "the bench never took its lease"
+        time.sleep(0.01)
+    os.kill(bench.pid, signal.SIGSTOP)  # the bench is in flight, whatever the machine's load
+    try:
+        rc, reply = agent("gc", {"root": str(root), "keep": 0, "grace_s": 0})
+        assert rc == 0 and b not in reply["gc"]["removed"] and b in reply["gc"]["kept"], reply
+    finally:
+        os.kill(bench.pid, signal.SIGCONT)
+    out = json.loads(bench.stdout.read())
+    assert bench.wait(60) == 0 and out["ok"] and out["bench"]["iterations"] >= 5, out.get("error")
+    assert not list((root / "leases").glob("*.json"))  # released
+    rc, reply = agent("gc", {"root": str(root), "keep": 0, "grace_s": 0})
+    assert reply["gc"]["removed"] == [b]  # nothing holds it any more
+
+    up = root / "staging" / "slow.upload"
+    up.mkdir(parents=True)
+    (up / "model.onnx").write_bytes(b"\0" * 4096)  # still being written: its own mtime is now
+    past = time.time() - 7200  # the folder looks 2 h old (a clock stepped forward after it was made)
+    os.utime(up, (past, past))
+    rc, reply = agent("gc", {"root": str(root), "grace_s": 3600})
+    assert reply["gc"]["staging_removed"] == [] and up.exists()
+    os.utime(up / "model.onnx", (past, past))  # nothing written for 2 h: an interrupted upload
+    rc, reply = agent("gc", {"root": str(root), "grace_s": 3600})
+    assert reply["gc"]["staging_removed"] == ["slow.upload"] and not up.exists()
