@@ -93,6 +93,9 @@ CASES = [
      "tests/devices/test_push.py::test_missing_python_on_device_is_one_clear_error"),
     ("secrets", "credentials in an inventory are refused, by key and by value, never echoed",
      "tests/devices/test_inventory.py::test_credentials_are_refused_by_value_too_and_never_echoed"),
+    ("secrets", "credentials in other spellings (ssh://user:pw@host, a password with / or @, user: 'root:pw') "
+                "are refused and never echoed by `edgeopt devices`",
+     "tests/devices/test_inventory.py::test_cli_devices_never_echoes_a_credential_in_another_spelling"),
     ("secrets", "Ansible inventories with secrets are refused",
      "tests/devices/test_inventory.py::test_inventory_ansible_secrets_refused"),
     # issue 29: a careless or hostile neighbour (a second local user, a shared lab machine)

@@ -45,7 +45,10 @@ DEFAULT_ROOT = "~/.edgeopt"
 _SECRET = re.compile(r"pass(word|wd|phrase|code)?($|_)|(^|_)pass$|(^|_)(pw|pwd)($|_)|passcode|secret|token|"
                      r"api_?key|credential|private_key$", re.I)
 # Values that are credentials whatever their key: userinfo with a password in a host, PEM key blocks.
-_SECRET_VALUE = re.compile(r"^[^/@\s]+:[^/@\s]+@|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+# (``ssh://root:pw@host`` and passwords holding ``/`` or ``@`` too; ``ssh://user@host:22`` is no credential.)
+_SECRET_VALUE = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:]+:(?!//)\S*@\S+$|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+# A user name never holds a colon: ``user: "root:pw"`` is a password.
+_USER_KEYS = ("user", "ansible_user", "ansible_ssh_user", "edgeopt_user")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 
 
@@ -232,7 +235,8 @@ def _near_devices_key(data: Any, src: str) -> None:
 def _refuse_secrets(keys, where: str, src: str) -> None:
     bad = sorted(k for k in keys if _SECRET.search(str(k)))
     if isinstance(keys, dict):
-        vals = sorted(str(k) for k, v in keys.items() if isinstance(v, str) and _SECRET_VALUE.search(v))
+        vals = sorted(str(k) for k, v in keys.items() if isinstance(v, str) and (
+            _SECRET_VALUE.search(v.strip()) or (k in _USER_KEYS and ":" in v)))
         if vals:  # never echo the value itself
             raise InventoryError(
                 f"{src}: {where} has a credential in the value of {', '.join(map(repr, vals))} (a password in "

@@ -156,6 +156,10 @@ def test_cli_devices_lists_inventory_and_refuses_secret(tmp_path, capsys):
     ({"host": "h", "private_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA"}, "private_key"),
     ({"host": "h", "ssh_pw": "x"}, "ssh_pw"), ({"host": "h", "db_pwd": "x"}, "db_pwd"),
     ({"host": "h", "passcode": "1234"}, "passcode"),
+    # issue 29 item 11: other spellings of the same credential
+    ({"host": "ssh://root:hunter2@127.0.0.1"}, "'host'"), ({"host": "root:hun/ter2@127.0.0.1"}, "'host'"),
+    ({"host": "root:hunter2@@127.0.0.1"}, "'host'"), ({"host": "root:hunt@er2@127.0.0.1"}, "'host'"),
+    ({"host": "h", "user": "root:hunter2"}, "'user'"),
 ])
 def test_credentials_are_refused_by_value_too_and_never_echoed(values, word):
     from edgeopt.inventory import InventoryError, make_device
@@ -181,3 +185,19 @@ def test_an_ansible_host_in_two_groups_is_one_device_with_both_groups(tmp_path):
                                                        "orin1 ansible_user=pi\n\n[lab:vars]\nedgeopt_target=cpu\n"))
     (d,) = inv.devices
     assert (d.name, d.host, d.user, d.target, d.labels) == ("orin1", "10.0.0.5", "pi", "cpu", ("jetson", "lab"))
+
+
+@pytest.mark.parametrize("host", ["ssh://pi@10.0.0.5:22", "pi@10.0.0.5", "fe80::1", "[::1]:2222", "rpi5.lab"])
+def test_ordinary_hosts_are_not_taken_for_credentials(host):
+    from edgeopt.inventory import make_device
+
+    assert make_device("d", {"host": host}).host == host
+
+
+def test_cli_devices_never_echoes_a_credential_in_another_spelling(tmp_path, capsys):
+    from edgeopt.cli import main
+
+    inv = _write(tmp_path, "d.yaml", "devices:\n  a: {host: 'ssh://root:hunt/er2@10.0.0.1'}\n")
+    assert main(["devices", "--devices", str(inv)]) == 2
+    out = capsys.readouterr()
+    assert "hunt/er2" not in out.out + out.err and "credential" in out.err
