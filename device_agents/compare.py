@@ -394,25 +394,35 @@ def slice_metrics(out: np.ndarray, ref: np.ndarray, floor: float = SLICE_FLOOR["
     counted in the per-sample shape).  Empty when no axis qualifies."""
     if ref.ndim < 2 or ref.dtype.kind != "f" or out.shape != ref.shape or ref.size == 0:
         return {}
-    r = ref.astype(np.float64)
-    y = out.astype(np.float64)
-    if not np.all(np.isfinite(y)):
+    axes = [a for a in range(1, ref.ndim) if 2 <= ref.shape[a] <= axis_max]
+    if not axes:
         return {}
-    d = y - r
-    rr, yy, dd, yr = r * r, y * y, d * d, y * r
-    whole_rms = float(np.sqrt(np.mean(rr)))
+    # per-slice sums, accumulated one sample at a time (a detector's [32, 1, 84, 8400] stays small in memory)
+    acc = {a: np.zeros((5, ref.shape[a])) for a in axes}
+    lo = {a: np.full(ref.shape[a], np.inf) for a in axes}
+    hi = {a: np.full(ref.shape[a], -np.inf) for a in axes}
+    total = 0.0
+    for o_s, r_s in zip(out, ref):
+        r = r_s.astype(np.float64)
+        y = o_s.astype(np.float64)
+        if not np.all(np.isfinite(y)):
+            return {}
+        d = y - r
+        prods = (r * r, y * y, d * d, y * r)
+        total += float(np.sum(prods[0]))
+        for a in axes:
+            others = tuple(i for i in range(r.ndim) if i != a - 1)
+            for k, p in enumerate(prods):
+                acc[a][k] += np.sum(p, axis=others)
+            lo[a] = np.minimum(lo[a], np.min(r, axis=others))
+            hi[a] = np.maximum(hi[a], np.max(r, axis=others))
+    whole_rms = math.sqrt(total / ref.size)
     worst: dict[str, float] = {}
-    for a in range(1, ref.ndim):
-        size = ref.shape[a]
-        if not 2 <= size <= axis_max:
-            continue
-        others = tuple(i for i in range(ref.ndim) if i != a)
-        n = ref.size // size
-        rn = np.sqrt(np.sum(rr, axis=others))
-        yn = np.sqrt(np.sum(yy, axis=others))
-        dn = np.sqrt(np.sum(dd, axis=others))
-        dot = np.sum(yr, axis=others)
-        unit = (np.min(r, axis=others) >= 0) & (np.max(r, axis=others) <= 1)
+    for a in axes:
+        n = ref.size // ref.shape[a]
+        rn, yn, dn = np.sqrt(acc[a][0]), np.sqrt(acc[a][1]), np.sqrt(acc[a][2])
+        dot = acc[a][3]
+        unit = (lo[a] >= 0) & (hi[a] <= 1)
         fl = floor * np.where(unit, 1.0, whole_rms) * math.sqrt(n)
         den = np.maximum(rn, fl)
         rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
