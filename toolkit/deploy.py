@@ -511,7 +511,10 @@ class DeviceSession:
                     self._upload(b, bp, replace=bp.status == "repaired")
                 if activate:
                     bp.activated = self.activate(b.bundle_id).get("slot")
-            except ConnectionLost:
+            except ConnectionLost as exc:  # the device is gone: what was done and sent so far stays on record
+                bp.status, bp.error, res.ok = "failed", exc.message, False
+                bp.time_s = res.time_s = round(time.perf_counter() - tb, 3)
+                exc.result = res
                 raise
             except DeviceError as exc:
                 bp.status, bp.error = "failed", exc.message
@@ -632,8 +635,9 @@ def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys:
         try:
             with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
                 r = s.push(bundles, verify=verify, activate=activate)
-        except DeviceError as exc:
-            r = PushResult(dev.name, ok=False, error=str(exc))
+        except DeviceError as exc:  # a lost connection keeps the bundles (and bytes) it had done
+            r = exc.result if isinstance(exc.result, PushResult) else PushResult(dev.name)
+            r.ok, r.error = False, str(exc)
             progress(f"{dev.name}: FAILED: {exc.message}")
         r.time_s = round(time.perf_counter() - t0, 3)
         return r

@@ -440,7 +440,7 @@ class SshTransport(Transport):
                 what = f"cannot connect to the jump host {hop.spec} ({hop.hostname}:{hop.port})"
                 if isinstance(exc, paramiko.ChannelException) or "forward" in str(exc).lower():
                     what = f"the jump host {hop.spec} would not forward to {dest[0]}:{dest[1]}"
-                raise DeviceError(f"{name}: {what}: {exc or type(exc).__name__}; the device is not contacted "
+                raise DeviceError(f"{name}: {what}: {str(exc).strip() or type(exc).__name__}; the device is not contacted "
                                   "directly (ProxyJump)",
                                   hint="is the jump host up, does it allow TCP forwarding (AllowTcpForwarding)?"
                                   ) from None
@@ -476,7 +476,7 @@ class SshTransport(Transport):
                 entry = HostKeyEntry.from_line(" ".join(line.split()), lineno)
             except Exception as exc:  # a key paramiko cannot decode: OpenSSH skips the line too
                 log.warning("%s: line %d of %s skipped: %s", self.device.name, lineno, p.known_hosts,
-                            exc or type(exc).__name__)
+                            str(exc).strip() or type(exc).__name__)
                 continue
             if entry is None or entry.key is None:
                 continue
@@ -524,7 +524,8 @@ class SshTransport(Transport):
         return self._sftp
 
     def _lost(self, what: str, exc: BaseException) -> ConnectionLost:
-        return ConnectionLost(f"{self.device.name}: connection lost during {what}: {exc or type(exc).__name__}",
+        return ConnectionLost(f"{self.device.name}: connection lost during {what}: "
+                              f"{str(exc).strip() or type(exc).__name__}",
                               hint="re-run: finished parts are skipped, unfinished ones were never installed")
 
     def _link_gone(self, wait_s: float = 1.0) -> bool:
@@ -625,7 +626,7 @@ class SshTransport(Transport):
             if isinstance(exc, OSError) and t is not None and t.is_active():
                 # the link is fine: the device could not write (SFTP says only "Failure" for ENOSPC/EACCES)
                 raise DeviceError(f"{self.device.name}: the device could not write {name} after {last[1]} of "
-                                  f"{size} bytes ({exc or type(exc).__name__})",
+                                  f"{size} bytes ({str(exc).strip() or type(exc).__name__})",
                                   hint="is its disk full or the agent root read-only? nothing was half-installed; "
                                        "`edgeopt devices gc` frees space") from None
             raise self._lost(f"the upload of {name}", exc) from None

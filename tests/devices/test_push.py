@@ -66,6 +66,10 @@ def test_push_interrupted_by_dropped_connection_leaves_nothing_installed(ssh_env
     watcher.join(5)
     assert killed.is_set(), "the upload finished before it could be interrupted"
     assert not res.ok and "connection lost" in res.error, res
+    reason = res.error.split("connection lost during", 1)[1].split("\n")[0].rsplit(": ", 1)[-1]
+    assert reason.strip(), res.error  # never "connection lost …: " with nothing after it
+    # what went over the wire before the drop is counted (it used to print "0 bytes sent")
+    assert res.bundles and res.bundles[0].status == "failed" and res.bytes_sent >= 4 << 20, res
     assert not (root / "store" / b.bundle_id).exists()  # nothing half-installed
     partial = [p for p in (root / "staging").rglob("*.onnx")]
     assert partial and all(p.stat().st_size < b.size for p in partial)  # only the dead upload's temp file
