@@ -139,7 +139,8 @@ def reduce(result: DebugResult, out_dir: str | Path, max_steps: int = 8, options
     feeds = validation_inputs(bundle, manifest)[: max(result.samples, 1)]
     producer = {o: n for n in ref_model.graph.node for o in n.output}
     graph_inputs = {i.name for i in ref_model.graph.input}
-    inits = {i.name for i in ref_model.graph.initializer}
+    inits = {i.name for i in ref_model.graph.initializer} | {
+        o for n in ref_model.graph.node if n.op_type == "Constant" for o in n.output}
     node = next(n for n in nodes_of(ref_model) if n.name == result.first_jump["node"])
     outputs = list(node.outputs)
     frontier = [t for t in node.inputs]
@@ -189,13 +190,17 @@ def _fails(result: DebugResult, manifest: dict[str, Any], bundle: Path, sub, dat
         dq = {n.input[0]: n.output[0] for n in art.graph.node if n.op_type == "DequantizeLinear"}
         q = {n.input[0]: n.output[0] for n in art.graph.node if n.op_type == "QuantizeLinear"}
         outs = [dq.get(q.get(t, ""), t) for t in outputs]
+        have = {o for n in art.graph.node for o in n.output} | {i.name for i in art.graph.input}
+        missing = [t for t in inputs if t not in have]
+        if missing:
+            return False, f"the artifact has no tensor {missing[0]!r} (fused away): the cut grows"
         try:
             cut = _extract(art, inputs, outs)
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(cut.SerializeToString(), so, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - a fusion crosses the cut: grow further
             return False, f"the artifact cannot be cut there ({str(exc).splitlines()[0][:120]})"
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(cut.SerializeToString(), so, providers=["CPUExecutionProvider"])
         refsess = reference_source(sub)
         n = len(next(iter(data.values())))
         feeds = [{k: v[i] for k, v in data.items()} for i in range(n)]
