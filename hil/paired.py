@@ -79,26 +79,30 @@ class _Budget:
     def agent_budget(self, calls: int) -> float | None:
         """Seconds of timed rounds the next call may spend, or None: no call can add a round in time."""
         left = self.left()
-        if calls == 0:
-            return max(0.5, left / MIN_CALLS)
+        if calls == 0:  # the start-up cost is not known yet: a third of what is left, so a second call fits
+            return max(0.5, left / (MIN_CALLS + 1))
         timed = left - (self.overhead_s or 0.0)
         if timed < (self.round_s or 0.0) or timed <= 0:
             return None
         return timed
 
-    def cannot_reach(self, calls: int, pairs: int, device: str) -> str:
+    def cannot_reach(self, calls: int, pairs: int, device: str, force: bool = False) -> str:
         """After the first call: '' when MIN_CALLS calls and MIN_PAIRS pairs fit in what is left, else the
-        one line saying they cannot and which --budget would."""
+        one line saying they cannot and which --budget would. ``force``: no further call fits, so say it
+        whenever calls or pairs are short."""
         if self.note or self.overhead_s is None or self.round_s is None:
             return ""
         o, r = self.overhead_s, self.round_s
         need_now = max(0, MIN_CALLS - calls) * (o + r) + max(0, MIN_PAIRS - pairs - max(0, MIN_CALLS - calls)) * r
-        if need_now <= self.left():
+        short = calls < MIN_CALLS or pairs < MIN_PAIRS
+        if not short or (not force and need_now <= self.left()):
             return ""
         before = self.t0 - self.started_at  # connecting, probing, pushing: before the first call
         reserve = self.reserve_calls * o
-        least = before + MIN_CALLS * o + MIN_PAIRS * r + reserve
-        typical = before + MIN_CALLS * o + 2 * max(MIN_PAIRS, 10) * r + reserve
+        # what is left at the first call, L: the first call's rounds get L/3, so a second call fits when
+        # 2L/3 - o >= o + r, and the two give (L - 2o)/r rounds
+        least = before + reserve + max(MIN_CALLS * o + MIN_PAIRS * r, 3 * o + 1.5 * r)
+        typical = before + reserve + max(MIN_CALLS * o + 2 * max(MIN_PAIRS, 10) * r, 3 * o + 1.5 * r)
         self.note = (f"this budget cannot reach a latency verdict for this model on {device}: one call of the "
                      f"agent took {self.first_call_s:.1f}s ({o:.1f}s to start, load and check accuracy, {r:.2f}s per "
                      f"paired round); a verdict needs {MIN_CALLS} calls and {MIN_PAIRS} paired rounds: "
@@ -128,6 +132,9 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
     while True:
         agent_s = clock.agent_budget(run.calls)
         if agent_s is None:
+            if clock.cannot_reach(run.calls, len(run.blocks) // 2, run.device, force=True):
+                run.budget_note = clock.note
+                progress(f"{run.device}: {clock.note}")
             break
         rounds = want - len(run.blocks) // 2
         if rounds <= 0:
@@ -215,6 +222,9 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
     while True:
         agent_s = clock.agent_budget(run.calls)
         if agent_s is None:
+            if clock.cannot_reach(run.calls, len(run.blocks), run.device, force=True):
+                run.budget_note = clock.note
+                progress(f"{run.device}: {clock.note}")
             break
         rounds = -(-(want - len(run.blocks)) // 2)  # two candidate blocks per pairbench round
         if rounds <= 0:
