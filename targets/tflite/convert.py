@@ -121,7 +121,7 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
         search = Int8Search(tf, req, str(sm_dir), rep, in_perms, progress)
         content, chosen = search.run()
         used_ops, kept = chosen.ops, chosen.mode
-        notes += chosen.notes
+        notes += chosen.notes + search.rule_notes
     else:
         what = {"fp32": "float32", "fp16": "float16 weights"}.get(precision) or (
             "int8 dynamic-range" if mode == "dynamic" else f"int8 full-integer ({req['io_dtype']} I/O)")
@@ -616,16 +616,21 @@ class Int8Search:
         self.ranking: list[dict[str, Any]] = []
         self.timings: dict[str, float] = {}
         self.out_perms: dict[str, list[int]] | None = None  # decided on the first file, reused
+        self.mixed: list[dict[str, Any]] = []  # mixed-scale concatenations found in the full-integer file
+        self.rule_notes: list[str] = []  # placement rules applied, for the manifest's notes
         self.t0 = time.perf_counter()
 
     # --- the order ---------------------------------------------------------------------------
     def run(self) -> tuple[bytes, Attempt]:
         """The kept file and its attempt; raises SearchFailed when no candidate meets the bound."""
         content = self._try(Attempt("full"), self._full)
+        first: list[str] = []
+        if content is not None:
+            first = self._mixed_concats(content, self.attempts[-1])
         if content is not None and self.attempts[-1].passed:
             return content, self.attempts[-1]
         if content is not None:  # calibrated conversion works: keep the worst layers float
-            content = self._selective(self.attempts[0].ops)
+            content = self._selective(self.attempts[0].ops, first)
             if content is not None:
                 return content, self.attempts[-1]
         content = self._try(Attempt("dynamic"), self._dynamic)
@@ -650,14 +655,49 @@ class Int8Search:
                                                    self.work)
         return content
 
-    def _selective(self, base_ops: list[str]) -> bytes | None:
-        """The first denylist size whose file meets the bound (None when none does)."""
+    def _mixed_concats(self, content: bytes, full: Attempt) -> list[str]:
+        """The mixed-scale rule (``mixed_scale_concats``) on the full-integer file: the tensors to keep
+        float in every selective file; the full-integer file is then not shipped, even if it passed."""
+        try:
+            self.mixed = mixed_scale_concats(content)
+        except Exception as exc:  # noqa: BLE001 - an interpreter that cannot list ops: no rule, said
+            full.notes.append(f"mixed-scale concat check not possible ({_first_line(exc)})")
+            return []
+        if not self.mixed:
+            return []
+        rule = (f"placement rule: a CONCATENATION whose inputs' scales differ by more than {MIXED_RATIO:.0f}x is "
+                "kept float with what reads it (full-integer gives it one scale: the narrow inputs round to "
+                "nothing); " + "; ".join(f"{m['tensor']} ({m['ratio']:.0f}x)" for m in self.mixed))
+        self.rule_notes.append(rule)
+        self.progress(f"int8 auto: {len(self.mixed)} concatenation(s) of differently-scaled tensors: "
+                      "kept float in a selective file")
+        if full.passed:
+            full.passed = False
+            full.reasons.append("a concatenation of differently-scaled tensors is quantized with one scale "
+                                "(mixed-scale rule): not shipped")
+        return list(dict.fromkeys(n for m in self.mixed for n in m["denylist"]))
+
+    def _selective(self, base_ops: list[str], first: list[str] | None = None) -> bytes | None:
+        """The first denylist size whose file meets the bound (None when none does); ``first``: tensors kept
+        float in every file (the mixed-scale rule), tried alone before any ranked layer."""
         debugger = self._rank(base_ops)
         if debugger is None:
             return None
-        names = [r["tensor"] for r in self.ranking]
+        if first:  # names of the full-integer file; the calibrated (float) model's that match
+            from edgeopt_agent.runners.tflite import import_interpreter
+
+            calibrated = import_interpreter()[0].Interpreter(model_content=debugger.calibrated_model)
+            known = {d["name"] for d in calibrated.get_tensor_details()}
+            first = [n for n in first if n in known]
+            if not first:
+                self.rule_notes.append("mixed-scale rule: the concatenation's tensors were not found in the "
+                                       "calibrated model; not applied")
+        first = list(first or [])
+        ranked = [r["tensor"] for r in self.ranking]
+        names = first + [n for n in ranked if n not in first]
         ops = list(dict.fromkeys([*base_ops, "TFLITE_BUILTINS"]))
-        for k in denylist_sizes(len(names)):
+        sizes = ([len(first)] if first else []) + [len(first) + k for k in denylist_sizes(len(names) - len(first))]
+        for k in dict.fromkeys(sizes):
             def make(attempt: Attempt, k: int = k) -> bytes:
                 attempt.ops = ops
                 return self._denylisted(debugger, names[:k])
@@ -821,6 +861,7 @@ class Int8Search:
                               "worst": [{**r, "rmse_per_scale": round(r["rmse_per_scale"], 4)}
                                         for r in self.ranking[:10]]} if self.ranking else None,
             "denylist_fractions": list(DENYLIST_FRACTIONS),
+            "mixed_scale_concats": [{**m, "ratio": round(m["ratio"], 1)} for m in self.mixed],
             "search_s": round(time.perf_counter() - self.t0, 1)}
         return rec
 
@@ -886,6 +927,82 @@ def rank_layers(debugger) -> list[dict[str, Any]]:
         score = math.sqrt(mse) / scale if scale > 0 and mse >= 0 else math.nan
         rows.setdefault(r["tensor_name"], {"tensor": r["tensor_name"], "op": r["op_name"], "rmse_per_scale": score})
     return sorted(rows.values(), key=lambda r: -r["rmse_per_scale"] if math.isfinite(r["rmse_per_scale"]) else math.inf)
+
+
+MIXED_RATIO = 16.0  # as edgeopt.targets.mixed_concat.RATIO
+
+
+def mixed_scale_concats(content: bytes, ratio: float = MIXED_RATIO) -> list[dict[str, Any]]:
+    """The CONCATENATIONs of a full-integer file whose inputs came with scales more than ``ratio`` apart.
+
+    TFLite's int8 CONCATENATION takes one scale for all inputs: the converter requantizes each input to
+    the output's scale (a QUANTIZE op in front of it), so a 0..1 score channel beside 0..1024 px
+    coordinates rounds to 0.  An input's own scale is read before such a requantize.  Each entry: the
+    concat's output tensor name (what ``denylisted_nodes`` keeps float), its input scales and the ratio."""
+    from edgeopt_agent.runners.tflite import import_interpreter
+
+    mod, _name, _version = import_interpreter()
+    it = mod.Interpreter(model_content=content)
+    tensors = {d["index"]: d for d in it.get_tensor_details()}
+    ops = it._get_ops_details()  # noqa: SLF001 - the only way to the op graph without a flatbuffer parser
+    producer = {o: op for op in ops for o in op["outputs"]}
+
+    def scale_of(index: int) -> float:
+        return float(tensors.get(index, {}).get("quantization", (0.0, 0))[0])
+
+    def upstream(index: int) -> tuple[float, list[int]]:
+        """An input's own scale -- before a requantizing QUANTIZE, looking through ops that only move
+        values (onnx2tf puts its layout Transposes and Reshapes between) -- and the tensors on the way."""
+        path, t = [], index
+        for _ in range(16):
+            op = producer.get(t)
+            if op is None or not len(op["inputs"]):
+                break
+            src = int(op["inputs"][0])
+            if op["op_name"] == "QUANTIZE":
+                if str(tensors.get(src, {}).get("dtype", "")).endswith(("int8'>", "uint8'>", "int16'>")):
+                    return scale_of(src), path  # requantized to the concat's scale: its own one is before
+                break
+            if op["op_name"] not in TFL_PASS_THROUGH:
+                break
+            path.append(t)
+            t = src
+        return scale_of(index), path
+
+    readers: dict[int, list[dict[str, Any]]] = {}
+    for op in ops:
+        for i in op["inputs"]:
+            readers.setdefault(int(i), []).append(op)
+    found = []
+    for op in ops:
+        if op["op_name"] != "CONCATENATION":
+            continue
+        ups = [upstream(int(i)) for i in op["inputs"] if int(i) >= 0]
+        scales = [x for x, _ in ups if x > 0]
+        if len(scales) >= 2 and max(scales) > ratio * min(scales):
+            out = int(op["outputs"][0])
+            # the concatenated tensor, the moves on each input's way (they carry the shared scale), and what
+            # reads it through ops that only move it: each of them would take the one per-tensor scale
+            names = [tensors[t]["name"] for _, path in ups for t in path]
+            todo, seen = [out], set()
+            while todo:
+                t = todo.pop()
+                if t in seen:
+                    continue
+                seen.add(t)
+                names.append(tensors[t]["name"])
+                for user in readers.get(t, []):
+                    if user["op_name"] == "DEQUANTIZE" and len(user["outputs"]):
+                        # a graph output: the float tensor after it carries the name the calibrated model has
+                        names.append(tensors[int(user["outputs"][0])]["name"])
+                    if user["op_name"] in TFL_PASS_THROUGH and len(user["outputs"]):
+                        todo.append(int(user["outputs"][0]))
+            found.append({"tensor": tensors[out]["name"], "denylist": names, "scales": scales,
+                          "ratio": max(scales) / min(scales)})
+    return found
+
+
+TFL_PASS_THROUGH = {"RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS"}
 
 
 def _input_order(content: bytes) -> list[str]:
