@@ -156,3 +156,48 @@ def test_progress_lines_name_the_step_and_the_time_left(head_int8):
     assert trying and len(done) == len(trying)
     assert any(re.search(r"\[grid 2/\d+, ~\d+s left\]", ln) for ln in done)  # estimated from the first variant
     assert any("concat(s) of differently-scaled tensors kept float: head_concat" in ln for ln in lines)
+
+
+def _concat_then_conv(path: Path) -> Path:
+    """x -> Conv -> Relu -> {Conv -> x1000 (pixels), Conv -> Sigmoid (scores)} -> Concat -> Conv (reads it)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def w(name: str, shape: tuple[int, ...], s: float):
+        return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
+
+    n = helper.make_node
+    inits = [w("w1", (8, 3, 3, 3), 0.3), w("wa", (2, 8, 1, 1), 0.3), w("wb", (4, 8, 1, 1), 0.5),
+             w("wc", (6, 6, 1, 1), 0.3), numpy_helper.from_array(np.array(1000.0, np.float32), "k")]
+    nodes = [n("Conv", ["images", "w1"], ["c1"], name="conv1", pads=[1] * 4), n("Relu", ["c1"], ["r1"], name="relu1"),
+             n("Conv", ["r1", "wa"], ["a"], name="conv_a"), n("Sigmoid", ["a"], ["sa"], name="sig_a"),
+             n("Mul", ["sa", "k"], ["pix"], name="to_pixels"),
+             n("Conv", ["r1", "wb"], ["b"], name="conv_b"), n("Sigmoid", ["b"], ["scores"], name="sig_b"),
+             n("Concat", ["pix", "scores"], ["cat"], name="cat", axis=1),
+             n("Conv", ["cat", "wc"], ["y"], name="conv_reads_cat")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 64, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 64, 64])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_tensorrt_search_gives_no_qdq_to_a_conv_reading_a_mixed_scale_concat(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    from edgeopt.targets.tensorrt.int8 import search_int8
+
+    path = _concat_then_conv(tmp_path / "m.onnx")
+    feeds = _image_feeds(10)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    val = feeds[6:]
+    ref = {"y": np.stack([sess.run(None, f)[0] for f in val])}
+    res = search_int8(onnx.load(str(path)), feeds[:6], val, ref, tmp_path, mode="quick", budget_s=60)
+    placement = res.report["placement"]
+    left = {e["node"]: e["why"] for e in placement["left_float"]}
+    assert "mixed-scale concat 'cat'" in left.get("conv_reads_cat", ""), placement["left_float"]
+    assert placement["mixed_scale_concats"][0]["node"] == "cat"
+    readers = {c for p in placement["pairs"] for c in p["consumers"]}
+    assert "conv_reads_cat" not in readers and {"conv1", "conv_a", "conv_b"} <= readers
