@@ -26,12 +26,13 @@ def _build(model: Path, target: str, dist: Path) -> Path:
     return Path(rep.results[0].bundle)
 
 
-def _bump_weight(tensor, scale: float = 5.0):
-    """Add ``scale`` x the weights' largest magnitude to one element (in place on the TensorProto)."""
+def _bump_weight(tensor):
+    """Flip output channel 0's filter, doubled (in place on the TensorProto): a channel that ReLU kept at 0
+    comes alive, a live one dies -- a change no input can hide (one element alone can meet a dead input)."""
     from onnx import numpy_helper
 
     w = numpy_helper.to_array(tensor).copy()
-    w.flat[0] += scale * float(np.abs(w).max())
+    w[0] = -2.0 * w[0]
     tensor.CopyFrom(numpy_helper.from_array(w, tensor.name))
 
 
