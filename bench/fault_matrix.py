@@ -46,6 +46,10 @@ CASES = [
      "tests/devices/test_ssh.py::test_ssh_command_timeout"),
     ("network", "a frozen upload (sshd session SIGSTOPped) is given up at its progress deadline",
      "tests/devices/test_transfer_stall.py::test_a_frozen_upload_is_given_up_at_its_deadline"),
+    ("network", "Ctrl-C during a frozen upload stops at once (not at the stall deadline) and prints the devices "
+                "that had finished",
+     "tests/devices/test_transfer_stall.py::test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_"
+     "finished"),
     ("quoting", "a device root with spaces and shell characters works (every remote command quoted)",
      "tests/devices/test_push.py::test_push_to_root_with_spaces_and_shell_characters"),
     ("quoting", "remote commands are quoted argv, never a shell built from device data",

@@ -627,20 +627,61 @@ def reply_error(reply: dict[str, Any]) -> str:
 def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys: bool = False,
          verify: bool = False, activate: bool = False, jobs: int = 4,
          progress: Progress = lambda s: None) -> list[PushResult]:
-    """Push bundles to several devices at once; a failing device is reported, the others go on."""
+    """Push bundles to several devices at once; a failing device is reported, the others go on.
+
+    Ctrl-C (or SIGTERM) stops at once, even in a frozen upload: every open connection is closed (so
+    no upload waits for its stall deadline), the devices that had finished are reported through
+    ``progress``, and KeyboardInterrupt goes on to the caller (exit 130)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    live: dict[str, Transport] = {}
+    done: dict[str, PushResult] = {}
+    stopping = [False]
 
     def one(dev: Device) -> PushResult:
         t0 = time.perf_counter()
         try:
-            with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
+            if stopping[0]:
+                raise DeviceError(f"{dev.name}: not started (interrupted)")
+            tr = connect(dev, trust_new_host_keys=trust_new_host_keys, progress=progress)
+            live[dev.name] = tr
+            try:
+                s = DeviceSession(dev, tr, progress)
+                s.connect_s = time.perf_counter() - t0
+                s.ensure_agent()
                 r = s.push(bundles, verify=verify, activate=activate)
+                if not stopping[0]:
+                    done[dev.name] = r  # recorded before the connection closes
+            finally:
+                live.pop(dev.name, None)
+                tr.close()
         except DeviceError as exc:  # a lost connection keeps the bundles (and bytes) it had done
             r = exc.result if isinstance(exc.result, PushResult) else PushResult(dev.name)
             r.ok, r.error = False, str(exc)
-            progress(f"{dev.name}: FAILED: {exc.message}")
+            if not stopping[0]:
+                progress(f"{dev.name}: FAILED: {exc.message}")
         r.time_s = round(time.perf_counter() - t0, 3)
+        if not stopping[0]:
+            done[dev.name] = r
         return r
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(devices) or 1))) as pool:
-        return list(pool.map(one, devices))
+    pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(devices) or 1)))
+    try:
+        futures = [pool.submit(one, d) for d in devices]
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        stopping[0] = True
+        for tr in list(live.values()):  # unblocks an upload stuck on a frozen link now, not at its deadline
+            with contextlib.suppress(Exception):
+                (getattr(tr, "abort", None) or tr.close)()
+        for d in devices:
+            r = done.get(d.name)
+            if r is not None:
+                sent = f", {r.bytes_sent} bytes sent" if r.bytes_sent else ""
+                what = ", ".join(f"{b.model} {b.target}-{b.precision} {b.status}" for b in r.bundles) or "nothing"
+                progress(f"{d.name}: {'done' if r.ok else 'FAILED'} before the interrupt: {what}{sent}")
+            else:
+                progress(f"{d.name}: interrupted (nothing half-installed: an unfinished upload never is)")
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -62,3 +62,59 @@ def test_a_frozen_upload_is_given_up_at_its_deadline(ssh_env, big_bundle, tmp_pa
     leftovers = [e.name for e in store.iterdir()] if store.is_dir() else []
     assert all(len(n) == 64 for n in leftovers) and not any((store / n / "manifest.json").exists() is False
                                                            for n in leftovers), leftovers
+
+
+def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ssh_env, big_bundle, tmp_path):
+    """Ctrl-C while one device's upload is frozen: the push stops at once (every connection is closed, no
+    upload waits for its stall deadline, here 300 s) and the device that had finished is reported."""
+    healthy, frozen = ssh_env.make("ctrlc-ok"), ssh_env.make("ctrlc-frozen")
+    kh = known_hosts(tmp_path / "known_hosts", healthy, frozen)
+    ok_root, root = tmp_path / "root-ok", tmp_path / "root"
+    write_inventory(tmp_path / "inv.yaml", {
+        "fine": device_entry(ssh_env, healthy, ok_root, kh, target="cpu"),
+        "stuck": device_entry(ssh_env, frozen, root, kh, target="cpu", transfer_stall_timeout=300)})
+    stopped: list[int] = []
+
+    def freeze_when_uploading() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            staging = root / "staging"
+            if staging.is_dir() and any(staging.iterdir()):
+                for pid in frozen.descendants():
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.append(pid)
+                    except ProcessLookupError:
+                        pass
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=freeze_when_uploading, daemon=True)
+    watcher.start()
+    p = subprocess.Popen([sys.executable, "-m", "edgeopt", "push", "--dist", str(big_bundle.parent.parent),
+                          "--devices", str(tmp_path / "inv.yaml")], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        watcher.join(130)
+        assert stopped, "the upload finished before the freeze: the test did not test anything"
+        deadline = time.time() + 240  # wait until the healthy device is done: its bundle installed and its
+        while (not list((ok_root / "store").glob("*/manifest.json")) if (ok_root / "store").is_dir() else True) \
+                or healthy.descendants():  # connection closed (the record is kept before it closes)
+            assert time.time() < deadline and p.poll() is None, "the healthy device never finished"
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=150)  # far below the 300 s stall deadline it would otherwise wait for
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        frozen.kill()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err[-2000:]
+    assert "made no progress" not in err  # it did not wait for the stall deadline
+    assert "fine: done before the interrupt" in err and "installed" in err, err[-2000:]
+    assert "stuck: interrupted" in err, err[-2000:]
+    assert not (root / "store").is_dir() or not [e for e in (root / "store").iterdir() if len(e.name) == 64]
