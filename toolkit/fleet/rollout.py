@@ -58,7 +58,7 @@ class Options:
 
 def policy_name(policy: str) -> str:
     """``--on-inconclusive``'s one vocabulary (fail | pass | pause); ``continue`` is the old name of pass."""
-    return {"continue": "pass"}.get(policy, policy)
+    return {"continue": "pass", "exit6": "pause"}.get(policy, policy)
 
 
 @dataclass
@@ -164,7 +164,8 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
                 raise _Step("gate", ev["reason"], verdicts=out.verdicts)
         # (b)+(c) against the incumbent on the same device: decisions and latency, interleaved
         if incumbent and opts.latency_gate:
-            run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s)
+            run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s,
+                               progress=lambda s: emit(dev.name, "gate-budget", "note", message=s))
             verdicts = [v.as_dict() for v in judge(run, opts.gate)]
             out.verdicts = [*out.verdicts, *verdicts]
             bad = [v for v in verdicts if v["verdict"] == "regressed"]
@@ -369,6 +370,8 @@ def _run(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], opts: Opt
 
         def emit(device, step, status, _wi=wi, **data):
             journal.event(rollout_id, _wi, device, step, status, data)
+            if step == "gate-budget":  # the gate's own word: --budget cannot reach a verdict for this model
+                progress(f"  {data.get('message')}")
             if step == "activate" and status == "trial":
                 progress(f"  {device}: trial active; reverts to its previous bundle at {data.get('revert_at')} "
                          f"({data.get('confirm_within_s', 0):.0f} s) unless committed")
