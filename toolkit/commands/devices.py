@@ -44,7 +44,8 @@ examples:
   edgeopt devices gc --devices lab.yaml --limit orin1 --keep 1"""))
 @device_options
 @click.option("--keep", type=click.IntRange(min=0), default=3,
-              help="Previous versions kept per slot (for rollback), besides the current one and armed trials.")
+              help="Previous versions kept per slot besides the current one and armed trials (the agent counts "
+                   "the same way): 1 keeps the version `edgeopt rollback` goes back to, 0 keeps none.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 @json_option
 @verbosity
