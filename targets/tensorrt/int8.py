@@ -50,6 +50,48 @@ class TrtSettings:
         return "/".join(parts)
 
 
+class SampleMaxima:
+    """Per-sample |x| maxima of the calibrated tensors, each computed once (``prep.activation_stats``'
+    first pass, shared): the maximum over a set of samples is the maximum of theirs, so the cross-check's
+    folds take their ``max`` ranges without running the model again, and only the histogram pass (whose
+    bins span each fold's own maximum) runs per fold.  Samples are known by identity (the search's feeds)."""
+
+    def __init__(self, prep, model, tensors: list[str]) -> None:
+        self.prep, self.model, self.tensors = prep, model, tensors
+        self._sess = None
+        self._by_id: dict[int, np.ndarray] = {}
+        self._keep: list[dict[str, np.ndarray]] = []  # keeps the feeds alive, so their ids stay theirs
+        self.runs = 0  # model runs for maxima and histograms (for timings and tests)
+
+    def _session(self):
+        if self._sess is None:
+            self._sess = self.prep._session_with_outputs(self.model, self.tensors)
+        return self._sess
+
+    def stats(self, feeds: list[dict[str, np.ndarray]], histograms: bool = True):
+        """``prep.ActivationStats`` over ``feeds``, as ``prep.activation_stats`` computes them."""
+        from edgeopt.errors import UsageError
+
+        if not feeds:
+            raise UsageError("INT8/FP8 calibration needs calibration samples", hint="pass --calib with real data")
+        for f in feeds:
+            if id(f) not in self._by_id:
+                vals = self._session().run(self.tensors, f)
+                self._by_id[id(f)] = np.array([float(np.max(np.abs(v))) if v.size else 0.0 for v in vals])
+                self._keep.append(f)
+                self.runs += 1
+        top = np.max(np.stack([self._by_id[id(f)] for f in feeds]), axis=0)
+        absmax = {t: float(m) for t, m in zip(self.tensors, top)}
+        hists = {t: np.zeros(self.prep.HIST_BINS, np.float64) for t in self.tensors}
+        if histograms:
+            for f in feeds:
+                self.runs += 1
+                for t, v in zip(self.tensors, self._session().run(self.tensors, f)):
+                    if absmax[t] > 0:
+                        hists[t] += np.histogram(np.abs(v), bins=self.prep.HIST_BINS, range=(0.0, absmax[t]))[0]
+        return self.prep.ActivationStats(absmax, hists)
+
+
 class TrtBackend:
     """``plan_qdq`` + ``insert_qdq`` as a ``qdq_search`` backend; one calibration pass for all variants."""
 
@@ -58,7 +100,8 @@ class TrtBackend:
     stop_early = False  # every clipping rule costs one ORT run, no recalibration: try them all
 
     def __init__(self, model, calib: list[dict[str, np.ndarray]], work: Path, methods: tuple[str, ...],
-                 progress: Callable[[str], None] = lambda s: None, float_runs_as: str = "FP16") -> None:
+                 progress: Callable[[str], None] = lambda s: None, float_runs_as: str = "FP16",
+                 samples: SampleMaxima | None = None) -> None:
         from . import prep as trt_prep
 
         self.prep, self.model, self.work, self.float_runs_as = trt_prep, model, work, float_runs_as
@@ -71,8 +114,8 @@ class TrtBackend:
                 hint="build this model in fp16 instead")
         tensors = list(self.full.activations)
         progress(f"calibrating {len(tensors)} activation ranges on {len(calib)} samples")
-        self.stats = trt_prep.activation_stats(model, tensors, calib,
-                                               histograms=any(m != "max" for m in methods))
+        self.samples = samples or SampleMaxima(trt_prep, model, tensors)  # shared with the cross-check's folds
+        self.stats = self.samples.stats(calib, histograms=any(m != "max" for m in methods))
         self._amax: dict[str, dict[str, float]] = {}
         self._methods = methods
         self.always_float: dict[str, str] = {}  # node -> why, no Q/DQ in any variant (qdq_search sets it)
@@ -101,7 +144,8 @@ class TrtBackend:
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
     def recalibrated(self, calib: list[dict[str, np.ndarray]], work: Path) -> TrtBackend:
-        other = TrtBackend(self.model, calib, work, tuple(self._methods), float_runs_as=self.float_runs_as)
+        other = TrtBackend(self.model, calib, work, tuple(self._methods), float_runs_as=self.float_runs_as,
+                           samples=self.samples)
         other.always_float = dict(self.always_float)
         return other
 

@@ -50,3 +50,24 @@ def test_cross_check_folds_reuse_the_calibration_statistics(tmp_path):
     assert info["cross_checks"] and "passed" in info["cross_checks"][0]
     pool = info["calibration_samples"] + info["validation_samples"]
     assert info["timings"]["minmax_sample_runs"] == pool  # was calibration + 4 x 3/4 of the pool
+
+
+def test_tensorrt_sample_maxima_equal_activation_stats_and_are_computed_once(tmp_path):
+    import onnx
+
+    from edgeopt.targets.tensorrt import prep
+    from edgeopt.targets.tensorrt.int8 import SampleMaxima
+
+    model = onnx.load(str(tiny_cnn(tmp_path / "m.onnx")))
+    tensors = list(prep.plan_qdq(model).activations)
+    feeds = _feeds(8)
+    ref = prep.activation_stats(model, tensors, feeds)
+    shared = SampleMaxima(prep, model, tensors)
+    got = shared.stats(feeds)
+    assert got.absmax == ref.absmax
+    for t in tensors:
+        np.testing.assert_array_equal(got.hists[t], ref.hists[t])
+    runs = shared.runs
+    fold = feeds[::2]
+    sub = shared.stats(fold, histograms=False)  # a fold's maxima: no run at all
+    assert shared.runs == runs and sub.absmax == prep.activation_stats(model, tensors, fold, histograms=False).absmax
