@@ -65,7 +65,7 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
     # cosine 1.0000, one of 8 noise "lines" decoded differently); the figure is still reported.
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
              "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99,
-             "slice_rel_l2_max": 1e-2, "slice_cosine_min": 0.9999},
+             "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
@@ -81,6 +81,9 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
 }
 
+# The per-slice bounds catch a sub-range that is lost, not noise spread unevenly: at FP32 too they are
+# loose (a GPU's TF32 convolutions leave ~1e-4 of the output's scale, which a slice 100x smaller than the
+# rest sees as 1%), while a collapsed slice reads rel_l2 ~1.
 # The per-slice check (``slice_metrics``): every index along each per-sample axis of 2..SLICE_AXIS_MAX is a
 # slice (a channel, a row, a column of a table), judged against its own scale so that a sub-range of a
 # concatenated output (class scores beside pixel coordinates) cannot hide under the rest.  A slice smaller
@@ -88,7 +91,7 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
 # against that floor instead, and not on its cosine: a class nobody saw (probabilities ~1e-4) or a row of
 # background carries only noise, and a slice that is 0 in the reference is judged against the output's scale.
 SLICE_AXIS_MAX = 256
-SLICE_FLOOR = {"fp32": 1e-3, "fp16": 2e-2, "int8": 2e-2, "fp8": 2e-2}
+SLICE_FLOOR = {"fp32": 1e-2, "fp16": 2e-2, "int8": 2e-2, "fp8": 2e-2}
 _SLICE_OF = {"slice_rel_l2_max": "rel_l2_max", "slice_cosine_min": "cosine_min"}
 
 
