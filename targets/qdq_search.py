@@ -253,7 +253,12 @@ class QdqSearch:
                 return
             if prepare is not None:
                 prepare(method)
-            for s in (s for s in settings if s.calibration == method):
+            todo = [s for s in settings if s.calibration == method]
+            for j, s in enumerate(todo):
+                if self.passing() and self.over_budget():  # a variant already ships: the budget is the bound
+                    self.notes.append(f"time budget ({self.budget_s:.0f}s) spent with a passing variant: "
+                                      f"{', '.join(x.label() for x in todo[j:])} not tried")
+                    return
                 self.set_stage("grid", settings.index(s) + 1, len(settings))
                 self.try_variant(s, "grid")
             if (self.mode == "quick" and self.backend.stop_early and self.passing()

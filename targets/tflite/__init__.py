@@ -397,6 +397,8 @@ def _cache_root() -> Path:
 
 
 # --- the converter child process -----------------------------------------------------------------
+HEARTBEAT_S = 30.0  # a "still converting" line at least this often while the converter is silent
+
 def run_converter(request: dict[str, Any], work: Path, timeout: float,
                   progress: Callable[[str], None]) -> dict[str, Any]:
     """Run ``edgeopt.targets.tflite.convert`` on ``request``; relay its progress; its reply or BuildFailed."""
@@ -414,23 +416,26 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
                                  str(reply_path), str(prog_path)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=work, env=env, start_new_session=True)
         seen, last_beat = 0, t0
+        last: list[Any] = []  # [the step the converter last announced, when]
         while True:
             try:
                 proc.wait(timeout=2)
                 break
             except subprocess.TimeoutExpired:
                 pass
-            seen = _relay(prog_path, seen, progress)
+            seen = _relay(prog_path, seen, progress, last)
             now = time.monotonic()
             if now - t0 > timeout:
                 _kill(proc)
                 raise BuildFailed(f"the TFLite conversion took longer than {timeout:.0f}s and was stopped",
                                   hint="raise it with --option convert_timeout=SECONDS; last output: "
                                   + " | ".join(log_tail(log_path, 3)))
-            if now - last_beat >= 30:
-                progress(f"still converting ({now - t0:.0f}s)")
+            if now - last_beat >= HEARTBEAT_S:  # which step is running, and for how long
+                limit = f"{now - t0:.0f}s of the {timeout:.0f}s limit (convert_timeout)"
+                progress(f"still converting: {last[0]} for {now - last[1]:.0f}s ({limit})" if last
+                         else f"still converting ({limit})")
                 last_beat = now
-        _relay(prog_path, seen, progress)
+        _relay(prog_path, seen, progress, last)
     try:
         reply = json.loads(reply_path.read_text())
     except (OSError, ValueError):
@@ -460,13 +465,16 @@ def interrupted_by(returncode: int | None) -> str | None:
     return None
 
 
-def _relay(path: Path, seen: int, progress: Callable[[str], None]) -> int:
+def _relay(path: Path, seen: int, progress: Callable[[str], None], last: list[Any] | None = None) -> int:
+    """Pass the converter's new progress lines on; ``last`` keeps the latest step and when it began."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return seen
     for line in lines[seen:]:
         progress(line)
+        if last is not None:
+            last[:] = [line.split(";")[0].rstrip(":"), time.monotonic()]
     return len(lines)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import edgeopt.targets.tflite as tflite_target
 from edgeopt.errors import BuildFailed
 from edgeopt.targets.tflite import interrupted_by, run_converter
 
@@ -45,19 +46,30 @@ def test_a_converter_child_stopped_by_sigterm_is_interrupted(tmp_path, monkeypat
     work = tmp_path / "work"
     work.mkdir()
     killed: list[int] = []
+    lines: list[str] = []
 
-    def stop() -> None:
+    def stop() -> None:  # announce a step as the converter does, wait for a heartbeat naming it, then stop
         t_end = time.monotonic() + 60
+        announced = False
         while time.monotonic() < t_end and not killed:
-            for pid in _children_running("edgeopt.targets.tflite.convert"):
-                os.kill(pid, signal.SIGTERM)
-                killed.append(pid)
+            pids = _children_running("edgeopt.targets.tflite.convert")
+            if pids and not announced:
+                with open(work / "progress.txt", "a") as f:
+                    f.write("onnx2tf: ONNX -> SavedModel (NCHW -> NHWC); the slow step\n")
+                announced = True
+            if pids and any(ln.startswith("still converting: onnx2tf: ONNX -> SavedModel") for ln in lines):
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                    killed.append(pid)
             time.sleep(0.05)
 
+    monkeypatch.setattr(tflite_target, "HEARTBEAT_S", 0.5)
     t = threading.Thread(target=stop, daemon=True)
     t.start()
     with pytest.raises(BuildFailed) as e:
-        run_converter({}, work, timeout=90, progress=lambda s: None)
+        run_converter({}, work, timeout=90, progress=lines.append)
     t.join(timeout=5)
     assert killed
     assert "interrupted (SIGTERM)" in str(e.value) and "crashed" not in str(e.value)
+    beat = next(ln for ln in lines if ln.startswith("still converting: "))
+    assert "for " in beat and "of the 90s limit (convert_timeout)" in beat
