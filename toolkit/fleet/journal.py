@@ -251,6 +251,15 @@ class Journal:
         """A copy of each bundle (``deploy.LocalBundle``) under ``kept_dir``, checked by id: hard links for
         the payload where the filesystem allows (a rebuild that writes new files and renames them leaves
         the link on the old content), the manifest always copied. ``{bundle_id: kept path}``."""
+        try:
+            return self._keep(rollout_id, bundles)
+        except OSError as exc:
+            raise UsageError(f"cannot keep a copy of the planned bundles beside the journal in "
+                             f"{self.kept_dir(rollout_id).parent}: {exc.strerror or exc}",
+                             hint="give --db a file in a folder this user can write, with room for the bundles") \
+                from None
+
+    def _keep(self, rollout_id: str, bundles: list) -> dict[str, str]:
         from edgeopt.deploy import load_bundle
 
         base = self.kept_dir(rollout_id)

@@ -275,16 +275,14 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
     new = rollout_id is None
     rollout_id = rollout_id or uuid.uuid4().hex[:12]
     if new:
-        journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict(),
-                                                "bundle_paths": {b.bundle_id: str(Path(b.path).resolve())
-                                                                 for b in bundles.values()}})
-        try:
+        try:  # before anything is journalled: a bundle that cannot be kept is bad input, nothing written
             kept = journal.keep_bundles(rollout_id, list(bundles.values()))
         except Exception:
-            journal.set_status(rollout_id, "halted", {"reason": "the planned bundles could not be kept"})
             journal.drop_kept(rollout_id)
             raise
-        journal.set_status(rollout_id, "running", {"kept": kept}, event=False)
+        journal.create(rollout_id, plan.model, {**(spec or {}), "plan": plan.as_dict(), "kept": kept,
+                                                "bundle_paths": {b.bundle_id: str(Path(b.path).resolve())
+                                                                 for b in bundles.values()}})
         bundles = kept_bundles(bundles, kept)
     journal.start_heartbeat(rollout_id)
     try:
