@@ -37,11 +37,19 @@ def _tail_gate(folder: Path) -> Path:
     return path
 
 
+def _strict(text: str) -> dict:
+    """RFC 8259 JSON: NaN / Infinity refused (as JavaScript's JSON.parse and Go's encoding/json do)."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def _summary(p: subprocess.CompletedProcess) -> dict:
     lines = p.stdout.splitlines()
     assert lines, p.stderr[-2000:]
-    assert all(json.loads(x) for x in lines)  # JSON lines, every one of them; the last is the summary
-    return json.loads(lines[-1])
+    assert all(_strict(x) for x in lines)  # JSON lines, every one of them; the last is the summary
+    return _strict(lines[-1])
 
 
 # --- waves -----------------------------------------------------------------------------------------
@@ -106,6 +114,13 @@ def test_new_option_names_and_their_old_spellings(versions, tmp_path):
         spec = json.loads(c.execute("SELECT json FROM rollouts WHERE id=?", (rid,)).fetchone()[0])
     assert spec["gate_budget"] == 3.0 and spec["on_inconclusive"] in ("pass", "continue")
     assert not (tmp_path / "edgeopt-results.db.rollouts" / rid).exists()  # done: its kept bundles are gone
+    # a budget that allows one agent call: one paired round, intervals that are not numbers -> null, never NaN
+    p = _edgeopt("rollout", str(versions["v2"]), "--devices", "fleet.yaml", "--budget", "500ms", "--json",
+                 cwd=tmp_path)
+    assert p.returncode in (0, 6), p.stdout[-1500:] + p.stderr[-1500:]
+    summary = _summary(p)
+    verdicts = [v for w in summary["waves"] for o in w["outcomes"] for v in o["verdicts"]]
+    assert verdicts and all(v["verdict"] != "regressed" for v in verdicts), verdicts
 
 
 # --- resume: the planned bundle, by id; --approve: one verdict -----------------------------------------
