@@ -354,8 +354,10 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
         reasons.append("device noisy: " + "; ".join(f"{_name(r)} {r['noise']}" for r in noisy))
     if few:
         reasons.append("too few latency samples: " + ", ".join(f"{_name(r)} {len(r.get('_samples') or [])}"
-                                                               for r in few) + f" (< {MIN_SAMPLES})")
-    if len(tie) > 1:
+                                                               for r in few) + f" (< {MIN_SAMPLES}"
+                       + ("; bench without --no-samples keeps them" if any(not r.get("_samples") for r in few)
+                          else "") + ")")
+    if len(tie) > 1 and not few:
         reasons.append("intervals include no difference: " + ", ".join(
             f"{c['name']} {_ratio_text(c)}" for c in comps if not c["separated"]))
     if noisy or few:
