@@ -253,6 +253,7 @@ def summary(result: DebugResult) -> str:
     bound = ", ".join(f"{k} {v:g}" for k, v in result.bound.items())
     head = (f"{result.target} {result.precision} ({result.artifact}) vs ONNX FP32: {result.observed} tensors "
             f"compared in {result.windows} window(s), {result.samples} sample(s); bound {bound}")
+    head += "".join(f"\nnote: {n}" for n in result.notes)
     if result.first_jump:
         j = result.first_jump
         at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""

@@ -237,7 +237,7 @@ class OrtBundle(BundleSource):
         return self._src.run(names, [to_artifact(f, self._io["inputs"]) for f in feeds])
 
     def artifact_node(self, tensor: str) -> str | None:
-        return self.producer.get(self._src.alias.get(tensor, tensor))
+        return self.producer.get(tensor) or self.producer.get(self._src.alias.get(tensor, tensor))
 
     def precisions(self):
         return {t: "int8" for t in self._quantized}
@@ -330,10 +330,14 @@ class OpenVinoBundle(BundleSource):
 
 
 class TfliteBundle(BundleSource):
-    """LiteRT's interpreter with every tensor kept; tensors matched to ONNX names as onnx2tf names them."""
+    """LiteRT's interpreter with every tensor kept (``experimental_preserve_all_tensors``).
 
-    def __init__(self, bundle: Path, manifest: dict[str, Any], onnx_names: list[str] | None = None,
-                 ref_shapes: dict[str, tuple[int, ...]] | None = None):
+    The graph outputs map through the bundle's IO spec (signature names, layout). Intermediates map where the
+    TFLite tensor carries the ONNX name (onnx2tf keeps it on some layers: grouped convolutions); onnx2tf 1.29
+    names most TF ops by Keras' counters (``tf.math.add_5``), which no ONNX name reaches -- those nodes are
+    "not observed" and the notes say so."""
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any], onnx_names: list[str] | None = None):
         super().__init__(bundle, manifest)
         try:
             from ai_edge_litert.interpreter import Interpreter
@@ -342,43 +346,62 @@ class TfliteBundle(BundleSource):
                 from tflite_runtime.interpreter import Interpreter
             except ImportError:
                 raise BackendUnavailable("neither ai-edge-litert nor tflite-runtime is installed") from None
-        self.interp = Interpreter(model_path=str(bundle / manifest["runtime"]["artifact"]),
-                                  experimental_preserve_all_tensors=True, num_threads=1)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "intended for debugging purposes only": that is what this is
+            self.interp = Interpreter(model_path=str(bundle / manifest["runtime"]["artifact"]),
+                                      experimental_preserve_all_tensors=True, num_threads=1)
         self.interp.allocate_tensors()
         self.details = {d["name"]: d for d in self.interp.get_tensor_details()}
         self._io = manifest["io"]
         self.label = "LiteRT (experimental_preserve_all_tensors)"
+        sigs = self.interp.get_signature_list() if hasattr(self.interp, "get_signature_list") else {}
+        if sigs:
+            runner = self.interp.get_signature_runner("serving_default" if "serving_default" in sigs else next(iter(sigs)))
+            self.inputs = {n: d["index"] for n, d in runner.get_input_details().items()}
+            outs = {n: d["index"] for n, d in runner.get_output_details().items()}
+        else:
+            self.inputs = {d["name"]: d["index"] for d in self.interp.get_input_details()}
+            outs = {d["name"]: d["index"] for d in self.interp.get_output_details()}
         self.map: dict[str, int] = {}
-        for onnx_name in onnx_names or []:
-            idx = self._match(onnx_name)
+        for spec in self._io["outputs"]:
+            idx = outs.get(spec.get("artifact_name") or spec["name"])
             if idx is not None:
-                self.map[onnx_name] = idx
+                self.map[spec["name"]] = int(idx)
+        for onnx_name in onnx_names or []:
+            if onnx_name not in self.map:
+                idx = self._match(onnx_name)
+                if idx is not None:
+                    self.map[onnx_name] = idx
         self.available = set(self.map)
+        inner = len(self.map) - len([o for o in self._io["outputs"] if o["name"] in self.map])
+        self._notes = [] if inner else [
+            "no intermediate TFLite tensor carries an ONNX name (onnx2tf names TF ops by Keras' counters): only "
+            "the graph outputs are compared; the bundle would need onnx2tf's ONNX -> TF tensor map recorded at build"]
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
 
     def _match(self, onnx_name: str) -> int | None:
-        """onnx2tf names a TF op after the ONNX node's output (``/`` and ``:`` become ``_``); the tensor
-        is that name or that name with a ``;``-joined suffix list of fused ops."""
+        """A TFLite tensor named after the ONNX tensor/node (``/`` and ``:`` made ``_``); a fused tensor's name is
+        a ``;``-joined list whose first entry is the last op."""
         want = re.sub(r"[^0-9A-Za-z_.\-]", "_", onnx_name)
-        best = None
-        for name in self.details:
-            parts = [re.sub(r"[^0-9A-Za-z_.\-]", "_", p.split(":")[0]) for p in name.split(";")]
-            if want in parts or any(p.endswith("/" + want) or p == f"tf.identity_{want}" for p in parts):
-                if best is None or len(name) < len(self.details[best]["name"]):
-                    best = name
-        return None if best is None else int(self.details[best]["index"])
+        for name, d in self.details.items():
+            first = name.split(";")[0].split(":")[0]
+            parts = [re.sub(r"[^0-9A-Za-z_.\-]", "_", p) for p in first.split("/")]
+            if want in parts:
+                return int(d["index"])
+        return None
 
     def run(self, names, feeds):
         from edgeopt_agent.bundle import to_artifact
 
-        inputs = {d["name"]: d["index"] for d in self.interp.get_input_details()}
         got: dict[str, list[np.ndarray]] = {n: [] for n in names}
         for feed in feeds:
-            art = to_artifact(feed, self._io["inputs"])
-            for name, arr in art.items():
-                key = next((k for k in inputs if k == name or k.endswith(name) or name in k), None)
-                if key is None and len(inputs) == 1:
-                    key = next(iter(inputs))
-                self.interp.set_tensor(inputs[key], arr)
+            for name, arr in to_artifact(feed, self._io["inputs"]).items():
+                key = name if name in self.inputs else (next(iter(self.inputs)) if len(self.inputs) == 1 else name)
+                self.interp.set_tensor(self.inputs[key], arr)
             self.interp.invoke()
             for n in names:
                 got[n].append(np.array(self.interp.get_tensor(self.map[n])))

@@ -120,3 +120,64 @@ def test_intel_cpu_planted_fault_and_runtime_precision(cls_model, tmp_path):
     precs = {r["runtime_precision"] for r in res.nodes if r.get("runtime_precision")}
     assert precs and precs <= {"f32", "fp32", "i8", "u8", "i32", "i64", "bf16", "f16", "boolean"}
     assert "f32" in precs
+
+
+def test_cpu_int8_qdq_read_after_dequantize(cpu_bundle, cls_model, tmp_path):
+    """A real QDQ artifact (ONNX Runtime's quantizer, U8S8 per-tensor: the model is opset 11) in a
+    bundle: every quantized tensor is read after its DequantizeLinear (marked int8), INT8 noise stays within the
+    int8 bound up to a Conv whose int8 filter is flipped, which is named as the first jump."""
+    import json
+
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from edgeopt.debug import debug_bundle
+    from edgeopt.layerdiff import static_reference
+    from edgeopt_agent.bundle import load_manifest, validation_inputs
+
+    bundle = tmp_path / "cpu-int8"
+    shutil.copytree(cpu_bundle, bundle)
+    manifest = load_manifest(bundle)
+    feeds = validation_inputs(bundle, manifest)
+    ref = static_reference(cls_model, manifest)
+    for n in [n for n in ref.graph.node if n.op_type == "Constant"]:  # weights as initializers, as quantizers want
+        t = onnx.TensorProto()
+        t.CopyFrom(n.attribute[0].t)
+        t.name = n.output[0]
+        ref.graph.initializer.append(t)
+        ref.graph.node.remove(n)
+    onnx.save(ref, str(tmp_path / "f.onnx"))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(tmp_path / "f.onnx"), str(bundle / "model.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    manifest["precision"] = "int8"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+    clean = debug_bundle(bundle, str(cls_model))
+    marked = [r for r in clean.nodes if r.get("runtime_precision") == "int8"]
+    assert len(marked) > 100
+    convs = [r for r in clean.nodes if r["op"] == "Conv"]
+    victim = convs[2]["node"]
+    assert all(r.get("status") != "FAIL" for r in clean.nodes if r["index"] <= convs[2]["index"] + 3)
+
+    art = onnx.load(str(bundle / "model.onnx"))
+    node = next(n for n in art.graph.node if n.name == victim)
+    dq = next(n for n in art.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == node.input[1])
+    init = next(i for i in art.graph.initializer if i.name == dq.input[0])
+    w = numpy_helper.to_array(init).copy()
+    w[0] = np.clip(-2 * w[0].astype(np.int32), -127, 127).astype(w.dtype)
+    init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(art, str(bundle / "model.onnx"))
+
+    res = debug_bundle(bundle, str(cls_model))
+    jump = res.first_jump
+    assert jump is not None and victim in [jump["node"], *jump["covers"]], (victim, jump)
+    assert res.bound == {"rel_l2_max": 0.25, "cosine_min": 0.97}
