@@ -98,7 +98,25 @@ def test_a_sticky_world_writable_parent_is_fine_for_our_own_private_root(ssh_env
     assert not r.ok and "a parent of the agent root) is writable by others (mode 0777)" in r.error, r.error
 
 
-def test_a_damaged_or_altered_agent_is_reinstalled_before_it_runs(ssh_env, sshd, tmp_path, cls_bundle):
+def _pinned_agent(tmp_path: Path, monkeypatch) -> None:
+    """This checkout's agent, copied once: its digest cannot change under the test while someone edits
+    device_agents/ (the real files, only frozen in time)."""
+    import edgeopt.deploy as deploy
+
+    pkg = agent_package()
+    snap = tmp_path / "agent-snapshot"
+    files = []
+    for rel, local in pkg.files:
+        (snap / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, snap / rel)
+        files.append((rel, snap / rel))
+    pinned = deploy.AgentPackage(pkg.version, pkg.digest, tuple(files))
+    monkeypatch.setattr(deploy, "agent_package", lambda: pinned)
+
+
+def test_a_damaged_or_altered_agent_is_reinstalled_before_it_runs(ssh_env, sshd, tmp_path, cls_bundle,
+                                                                   monkeypatch):
+    _pinned_agent(tmp_path, monkeypatch)
     root, proof = tmp_path / "root", tmp_path / "proof"
     dev, b = _dev(ssh_env, sshd, tmp_path, root), load_bundle(cls_bundle)
     first = push([dev], [b])[0]
@@ -108,7 +126,9 @@ def test_a_damaged_or_altered_agent_is_reinstalled_before_it_runs(ssh_env, sshd,
     store_py.write_bytes(store_py.read_bytes()[:500])  # truncated: a SyntaxError for every verb
     r = push([dev], [b], verify=True)[0]
     assert r.ok and r.agent["uploaded"] and r.agent["path"] == str(agent_dir), r.error
-    assert store_py.read_bytes() == dict(agent_package().files)["store.py"].read_bytes()
+    import edgeopt.deploy as deploy
+
+    assert store_py.read_bytes() == dict(deploy.agent_package().files)["store.py"].read_bytes()
     # Our own private root, but agent files that are not the host's: replaced before anything is imported.
     _plant(root, proof, agent_dir)
     (agent_dir / "numpy.py").write_text(f"open({str(proof)!r}, 'a').write('numpy')\n")
