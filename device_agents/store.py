@@ -296,6 +296,40 @@ def _freeze(top: Path) -> list[dict[str, str]]:
     return problems
 
 
+def _writers(top: Path) -> list[dict[str, str]]:
+    """Files under ``top`` that another process still holds open for writing (read from ``/proc``; none
+    are found where there is no ``/proc``). Checked after ``_freeze``: no new writer can open them then
+    (read-only), but one that opened a file before (a stale upload's sftp-server) could still change the
+    bytes after they were hashed, so such an upload is refused instead of installed."""
+    prefix, found = str(top) + os.sep, []
+    if not os.path.isdir("/proc"):
+        return found
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's process we may not look into
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if not target.startswith(prefix):
+                continue
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags = int(re.search(r"^flags:\s*([0-7]+)", f.read(), re.M).group(1), 8)
+            except (OSError, AttributeError, ValueError):
+                flags = os.O_RDWR  # cannot tell: assume the worst
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                found.append({"file": Path(target).relative_to(top).as_posix(),
+                              "problem": f"still open for writing by process {pid} (an upload that has not "
+                                         "ended?); its bytes could change after they were checked"})
+    return found
+
+
 def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False) -> dict[str, Any]:
     """Verify an upload and rename it into ``store/<bundle_id>``; delete it when it fails.
 
@@ -327,7 +361,7 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
         incoming = root / "store" / f".incoming-{bid}-{os.getpid()}"
         incoming.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.rename(src, incoming)
-        problems = _freeze(incoming) or _inspect_upload(incoming, bid)
+        problems = _freeze(incoming) or _writers(incoming) or _inspect_upload(incoming, bid)
         if problems:
             shutil.rmtree(incoming, ignore_errors=True)
             raise InstallRejected(f"bundle {bid[:12]}… failed verification ({len(problems)} problem(s): "

@@ -288,3 +288,25 @@ def test_gc_keeps_a_bundle_a_bench_is_running_and_an_upload_still_being_written(
     os.utime(up / "model.onnx", (past, past))  # nothing written for 2 h: an interrupted upload
     rc, reply = agent("gc", {"root": str(root), "grace_s": 3600})
     assert reply["gc"]["staging_removed"] == ["slow.upload"] and not up.exists()
+
+
+def test_an_upload_a_process_still_writes_is_refused_not_installed(tmp_path, tiny_bundle):
+    """A writer that still holds a staging file open (a stale upload) could change its bytes after install
+    hashed them (the entry would then fail verify): the install refuses such an upload instead."""
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    up = root / "staging" / "u1"
+    shutil.copytree(tiny_bundle, up)
+    with open(up / "model.onnx", "r+b") as writer:  # this test process plays the writer
+        rc, reply = agent("install", {"root": str(root), "staging": str(up), "bundle_id": bid})
+        assert rc == 1 and reply["error"]["type"] == "InstallRejected", reply
+        assert f"still open for writing by process {os.getpid()}" in reply["error"]["message"]
+        assert not (root / "store" / bid).exists()
+        writer.write(b"late bytes")  # what it would have done to an installed bundle
+    res = _install(tiny_bundle, root, "u2")  # a clean upload installs
+    assert res["present"] is False and agent("verify", {"root": str(root), "bundle_id": bid})[0] == 0
+    root2 = tmp_path / "root2"
+    up = root2 / "staging" / "u1"
+    shutil.copytree(tiny_bundle, up)
+    with open(up / "model.onnx", "rb"):  # a reader holds nothing up
+        rc, reply = agent("install", {"root": str(root2), "staging": str(up), "bundle_id": bid})
+        assert rc == 0 and reply["install"]["present"] is False, reply
