@@ -16,7 +16,6 @@ never gets one per-tensor scale.  The rule and the measured ranges go to the man
 
 from __future__ import annotations
 
-import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -62,15 +61,21 @@ def input_ranges(model, feeds: list[dict[str, np.ndarray]], tensors: list[str]) 
 
     if not tensors or not feeds:
         return {}
-    m = copy.deepcopy(model)
-    have = {o.name for o in m.graph.output}
-    for t in tensors:
-        if t not in have:
-            m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+    n_out = len(model.graph.output)  # outputs added for the run, then removed: no copy of the weights
+    have = {o.name for o in model.graph.output}
+    try:
+        for t in tensors:
+            if t not in have:
+                model.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+        blob = model.SerializeToString()
+    finally:
+        while len(model.graph.output) > n_out:
+            model.graph.output.pop()
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+    del blob
     names = {i.name for i in sess.get_inputs()}
     out: dict[str, list[float]] = {}
     for feed in feeds:
