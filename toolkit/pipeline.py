@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -820,6 +821,11 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
         reader.join(timeout=5)
         _WORKERS.discard(proc)
     res.time_s = time.perf_counter() - t0
+    if proc.returncode in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP):
+        res.status, res.error = "failed", (f"interrupted ({signal.Signals(-proc.returncode).name}) after "
+                                           f"{res.time_s:.0f}s: the build was stopped, not crashed")
+        progress(f"{tag}: {res.error}")
+        return
     if proc.returncode != 0 or not result_file.exists():
         sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
         last = next((t for t in reversed(tail) if t.strip()), "")

@@ -23,7 +23,9 @@ class OnnxRuntimeTarget(Target):
     def toolchain(self) -> dict[str, str]:
         # rev 2: INT8 bundles run without ORT's WeightBiasQuantization (the nodes kept float stay float)
         # rev 3: variants ranked by their task figure before cosine
-        return {**super().toolchain(), "int8": "qdq_search, float nodes kept float at load, task-first ranking (rev 3)"}
+        # rev 4: mixed-scale Concats kept float; calibration ranges merged across folds
+        return {**super().toolchain(), "int8": "qdq_search, float nodes kept float at load, task-first ranking, "
+                "mixed-scale concats float (rev 4)"}
 
     def known_options(self) -> frozenset[str] | None:
         from .int8 import OPTION_KEYS

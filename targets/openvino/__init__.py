@@ -45,7 +45,9 @@ class OpenVinoTarget(Target):
 
     def toolchain(self) -> dict[str, str]:
         # rev 1: an If branch no calibration sample takes -> built again with the Ifs as a Where
-        return {**super().toolchain(), "int8": "NNCF search; uncalibrated If branches retried as a Where (rev 1)"}
+        # rev 2: candidates judged as the saved IR read back; mixed-scale Concats in the ignored scope
+        return {**super().toolchain(), "int8": "NNCF search; uncalibrated If branches retried as a Where; "
+                "judged as saved (rev 2)"}
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:

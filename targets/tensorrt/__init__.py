@@ -244,7 +244,8 @@ class TensorRtTarget(Target):
         return {**package_versions(["onnx", "onnxruntime", "numpy", "onnxconverter-common", *self.packages]),
                 "tensorrt": "on the device", "tensorrt_ops_table": tables,
                 "typing": "strongly typed for TensorRT >= 11 targets (FP16: overflowing tensors' producers and readers FP32), builder flags for 10 (rev 3)",
-                "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback, task-first ranking (rev 2)"}
+                "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback, task-first ranking, "
+                "mixed-scale concats float (rev 3)"}
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
