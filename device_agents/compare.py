@@ -32,8 +32,9 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 - ``dense`` (a map: detection, segmentation) and ``regression`` (boxes, landmarks, offsets): the tensor
   metrics alone, against the output's own scale
 
-Whatever the kind, every float output is also judged per slice (``slice_metrics``): each index along a
-per-sample axis of at most 256 entries against its own scale, so a sub-range of a concatenated output
+Whatever the kind, every float output is also judged per slice (``slice_metrics``): each index along its
+channel-like axis (``channel_axis``: a head's channels, a table's columns, a vector's components) against its
+own scale, so a sub-range of a concatenated output
 (class scores collapsed to 0 beside pixel coordinates) fails although the whole tensor's cosine is 0.999.
 
 The host infers the kinds from the graph (``edgeopt.targets.base.output_kinds``), a user may set
@@ -84,12 +85,13 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
 # The per-slice bounds catch a sub-range that is lost, not noise spread unevenly: at FP32 too they are
 # loose (a GPU's TF32 convolutions leave ~1e-4 of the output's scale, which a slice 100x smaller than the
 # rest sees as 1%), while a collapsed slice reads rel_l2 ~1.
-# The per-slice check (``slice_metrics``): every index along each per-sample axis of 2..SLICE_AXIS_MAX is a
-# slice (a channel, a row, a column of a table), judged against its own scale so that a sub-range of a
+# The per-slice check (``slice_metrics``): every index along the channel-like per-sample axis (``channel_axis``,
+# 2..SLICE_AXIS_MAX entries) is a slice (a channel, a column of a table, a component of a vector), judged against its own scale so that a sub-range of a
 # concatenated output (class scores beside pixel coordinates) cannot hide under the rest.  A slice smaller
-# than SLICE_FLOOR x its natural scale (1 for a slice of values in [0, 1], else the output's RMS) is judged
-# against that floor instead, and not on its cosine: a class nobody saw (probabilities ~1e-4) or a row of
-# background carries only noise, and a slice that is 0 in the reference is judged against the output's scale.
+# than SLICE_FLOOR x its natural scale (1 for a slice of values in [0, 1], else the output's RMS) is
+# negligible -- a class nobody saw (probabilities ~1e-4), a background row of a text map: only noise --
+# and is judged against the typical slice of its group (values in [0, 1] or not) along that axis, not on
+# its cosine; so a slice that is 0 in the reference is judged against the output's scale.
 SLICE_AXIS_MAX = 256
 SLICE_FLOOR = {"fp32": 1e-2, "fp16": 2e-2, "int8": 2e-2, "fp8": 2e-2}
 _SLICE_OF = {"slice_rel_l2_max": "rel_l2_max", "slice_cosine_min": "cosine_min"}
@@ -387,19 +389,39 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     return m
 
 
+def channel_axis(shape: tuple[int, ...], axis_max: int = SLICE_AXIS_MAX) -> int | None:
+    """The per-sample axis the per-slice check cuts along, or None: where outputs are concatenated (a head's
+    coordinates and scores, a table's columns, a vector's components, a map's channels) -- the only axis of
+    a vector, the shorter axis of a ``[A, B]`` table when the other is >= 8x longer (YOLO's ``[84, 8400]``,
+    ``[T, K]`` scores), else the shortest axis besides the two longest (a map's channels, NCHW or NHWC).
+    Never the rows and columns of a map: they are one quantity over space, and slicing them judged a text
+    map's background noise (PP-OCR det at 160x160, OpenVINO INT8: a row at rel_l2 2.15 where the pair still
+    reads the page) -- and only below 256 px."""
+    dims = [i for i, n in enumerate(shape) if n >= 2]
+    if len(dims) == 2:
+        small, large = sorted(dims, key=lambda i: (shape[i], i))
+        dims = [small] if shape[large] >= 8 * shape[small] else []
+    elif len(dims) >= 3:
+        dims = sorted(dims, key=lambda i: (shape[i], i))[:-2]
+    dims = [i for i in dims if shape[i] <= axis_max]
+    return min(dims, key=lambda i: (shape[i], i)) if dims else None
+
+
 def slice_metrics(out: np.ndarray, ref: np.ndarray, floor: float = SLICE_FLOOR["int8"],
                   axis_max: int = SLICE_AXIS_MAX) -> dict[str, float]:
-    """The worst slice of a stacked output ``[N, *shape]``: along every per-sample axis of 2..``axis_max``
-    entries, each index is a slice (a channel, a row of a table, one coordinate of a small vector over all
-    samples), judged against its own scale -- its RMS, or ``floor`` x its natural scale when smaller (1 for
-    values in [0, 1], else the output's RMS): ``slice_rel_l2`` (worst), ``slice_cosine`` (worst of the
-    slices above the floor), and where they are (``slice_axis``/``slice_index`` of the worst rel_l2, the axis
+    """The worst slice of a stacked output ``[N, *shape]``: along its channel-like axis (``channel_axis``,
+    2..``axis_max`` entries), each index is a slice (a channel, a column of a table, one
+    coordinate of a small vector over all samples), judged against its own scale: ``slice_rel_l2`` (worst), ``slice_cosine`` (worst of the slices
+    judged on it), and where they are.  A slice whose RMS is below ``floor`` x its natural scale (1 for
+    values in [0, 1], else the output's RMS) is negligible: judged on rel_l2 against the RMS of its group's
+    slices along that axis (same value domain), and not on its cosine.  Where they are: (``slice_axis``/``slice_index`` of the worst rel_l2, the axis
     counted in the per-sample shape).  Empty when no axis qualifies."""
     if ref.ndim < 2 or ref.dtype.kind != "f" or out.shape != ref.shape or ref.size == 0:
         return {}
-    axes = [a for a in range(1, ref.ndim) if 2 <= ref.shape[a] <= axis_max]
-    if not axes:
+    axis = channel_axis(ref.shape[1:], axis_max)
+    if axis is None:
         return {}
+    axes = [axis + 1]
     # per-slice sums, accumulated one sample at a time (a detector's [32, 1, 84, 8400] stays small in memory)
     acc = {a: np.zeros((5, ref.shape[a])) for a in axes}
     lo = {a: np.full(ref.shape[a], np.inf) for a in axes}
@@ -427,9 +449,13 @@ def slice_metrics(out: np.ndarray, ref: np.ndarray, floor: float = SLICE_FLOOR["
         dot = acc[a][3]
         unit = (lo[a] >= 0) & (hi[a] <= 1)
         fl = floor * np.where(unit, 1.0, whole_rms) * math.sqrt(n)
-        den = np.maximum(rn, fl)
-        rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
         judged = (rn >= fl) & (rn > 0)
+        # a negligible slice (below the floor: a class no input shows, a background row of a map, a slice
+        # that is 0) is judged against the typical slice of its group along this axis (those of values in
+        # [0, 1], or the others): noise there is noise relative to the rest, not to itself
+        group = np.array([np.sqrt(np.mean(acc[a][0][unit == u])) if np.any(unit == u) else 0.0 for u in (False, True)])
+        den = np.where(judged, rn, np.maximum(group[unit.astype(int)], fl))
+        rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
         cos = np.where(judged & (yn > 0), dot / np.where(judged & (yn > 0), rn * yn, 1.0), np.where(judged, 0.0, 1.0))
         i = int(np.argmax(rel))
         if not worst or rel[i] > worst["slice_rel_l2"]:

@@ -185,7 +185,7 @@ def test_negligible_slices_carry_noise_without_failing():
     assert res["passed"], res["summary"]
     m = res["outputs"]["p"]["metrics"]
     assert m["slice_rel_l2"] < 0.5
-    feat = rng.normal(size=(8, 1, 6, 32)).astype(np.float32)
+    feat = rng.normal(size=(8, 1, 6, 16, 16)).astype(np.float32)  # an NCHW map of 6 channels
     feat[:, :, 2] = 0  # a channel that is 0 in the reference
     noisy = feat.copy()
     noisy[:, :, 2] = 1e-3  # tiny against the output's scale: passes
@@ -205,3 +205,21 @@ def test_slice_bounds_follow_a_relaxed_whole_tensor_bound():
     assert t["slice_rel_l2_max"] == 0.6
     assert tolerance_for("int8", {"rel_l2_max": None})["slice_rel_l2_max"] is None
     assert tolerance_for("int8", {"rel_l2_max": 0.1})["slice_rel_l2_max"] == 0.5  # never tighter by derivation
+
+
+def test_slices_are_cut_along_the_channel_like_axis_never_a_maps_rows():
+    """Where outputs are concatenated: a head's channels, a table's columns, a vector's components, a map's
+    channels (NCHW or NHWC). A one-channel probability map's rows are one quantity over space: noise in its
+    background rows is not a lost sub-range."""
+    from edgeopt_agent.compare import channel_axis
+
+    assert channel_axis((1, 84, 8400)) == 1 and channel_axis((1, 8400, 84)) == 2
+    assert channel_axis((1, 10)) == 1 and channel_axis((59, 1, 4)) == 2 and channel_axis((1, 64, 5)) == 2
+    assert channel_axis((1, 3, 224, 224)) == 1 and channel_axis((1, 8, 8, 4)) == 3
+    assert channel_axis((1, 1, 160, 160)) is None and channel_axis((1, 12, 40)) is None
+    rng = np.random.default_rng(0)
+    ref = np.zeros((4, 1, 1, 64, 64), np.float32)
+    ref[:, :, :, 20:30, 10:50] = 0.9  # a text line on a background of 0
+    out = np.clip(ref + rng.normal(scale=0.05, size=ref.shape), 0, 1).astype(np.float32)
+    res = compare_outputs({"map": out}, {"map": ref}, "int8", kinds={"map": "dense"})
+    assert "slice_rel_l2" not in res["outputs"]["map"]["metrics"]
