@@ -796,8 +796,11 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
                     bake: float = 0.0, on_inconclusive: str = "pause", on_halt: str = "keep",
                     health_watch: float = 0.0, trust_new_host_keys: bool = False,
                     max_disagreement: str | float | None = None, latency_gate: bool = True,
-                    engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2):
-    """A rollout's options checked (``edgeopt.fleet.rollout.Options``)."""
+                    engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2,
+                    budget: str | float | None = None, fleet_engine: str | None = None) -> Any:
+    """A rollout's options checked (``edgeopt.fleet.rollout.Options``). The names the CLI uses are taken
+    too: ``budget`` (a duration, ``"20s"``: the one name of ``gate_budget``), ``fleet_engine`` (of
+    ``engine``); ``on_inconclusive``: ``pause`` | ``fail`` | ``pass`` (``continue`` the old name of pass)."""
     from edgeopt.fleet.plan import parse_max_fail
     from edgeopt.fleet.rollout import Options
     from edgeopt.hil.gatefile import load_gate, parse_fraction
@@ -807,13 +810,14 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
     for name, v in (("--bake", bake), ("--health-watch", health_watch)):
         if float(v) < 0:
             raise UsageError(f"{name} must be >= 0 s, got {v}")
-    if not float(gate_budget) > 0:
-        raise UsageError(f"--gate-budget must be above 0 s, got {gate_budget}")
+    gate_budget = parse_duration(budget if budget is not None else gate_budget, "--budget")
+    engine = fleet_engine if fleet_engine is not None else engine
+    on_inconclusive = {"pass": "continue", "exit6": "pause"}.get(str(on_inconclusive), str(on_inconclusive))
     if on_inconclusive not in ("pause", "continue", "fail") or on_halt not in ("keep", "rollback-all"):
-        raise UsageError(f"on_inconclusive must be pause|continue|fail and on_halt keep|rollback-all, "
+        raise UsageError(f"on_inconclusive must be pause|fail|pass and on_halt keep|rollback-all, "
                          f"not {on_inconclusive!r}/{on_halt!r}")
     if engine not in ("builtin", "ansible"):
-        raise UsageError(f"--engine must be builtin or ansible, not {engine!r}")
+        raise UsageError(f"--fleet-engine must be builtin or ansible, not {engine!r}")
     if engine == "ansible":
         from edgeopt.fleet.ansible_engine import require_ansible
 
@@ -833,14 +837,16 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
 
 @_api(extra=_keywords_of("edgeopt.api:rollout_options"))
 def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "1,10%,50%,100%",
-            select: str | list[str] | None = None, limit: str | list[str] | None = None, dry_run: bool = False,
+            select: str | list[str] | None = None, limit: str | list[str] | None = None,
+            labels: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
             progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
             **options: Any) -> dict[str, Any]:
     """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
-    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``options``: those of
-    ``rollout_options`` (gate, max_fail, parallel, bake, health_watch, on_inconclusive, on_halt …).
+    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``labels``: only devices with one of
+    these labels (as ``select=["label=L"]``). ``options``: those of ``rollout_options`` (gate, budget,
+    max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine …).
     ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
     the candidate may score at most ``eval_max_drop`` below it."""
     from pathlib import Path
@@ -849,6 +855,8 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
     from edgeopt.fleet.rollout import run_rollout
 
     opts = rollout_options(**options)
+    if labels:  # --label L: the devices --select label=L picks
+        select = [*(_split(select) or []), *(f"label={x}" for x in _split(labels) or [])]
     plan, devmap, bmap = rollout_inputs(bundles, devices, select, waves, limit)
     if eval is not None:
         from edgeopt.fleet.evalset import load_eval

@@ -300,3 +300,20 @@ def test_user_text_drops_onnx_runtimes_cpp_signature_and_work_folders(tmp_path):
     line = user_text(raw)
     assert "onnxruntime::" not in line and "onnxruntime_src" not in line and str(tmp_path) not in line, line
     assert "prepared.onnx" in line and "IR version: 99" in line, line
+
+
+def test_rollout_takes_the_names_the_other_commands_use(built, tmp_path):
+    """labels= (as bench and gate), budget= a duration (as gate), fleet_engine=, on_inconclusive=pass."""
+    tmp, _ = built
+    bundle = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("devices:\n" + "".join(
+        f"  d{i}: {{transport: local, target: cpu, root: {tmp_path / f'd{i}'}, labels: [{'shop' if i else 'lab'}]}}\n"
+        for i in range(3)))
+    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", labels="shop", budget="30s", fleet_engine="builtin",
+                           on_inconclusive="pass", dry_run=True)
+    assert sorted(d["device"] for w in plan["waves"] for d in w) == ["d1", "d2"]
+    with pytest.raises(UsageError, match="--budget"):
+        edgeopt.rollout(bundle, fleet, budget="soon", dry_run=True)
+    with pytest.raises(UsageError, match="--fleet-engine"):
+        edgeopt.rollout(bundle, fleet, fleet_engine="salt", dry_run=True)
