@@ -32,15 +32,24 @@ examples:
 @click.option("--from", "source", required=True, metavar="RUN_ID|latest",
               help="The run to keep: a gate (its candidate's rounds) or a bench run (its samples).")
 @click.option("--model", default=None, help="With `latest`: the newest run of this model.")
-@click.option("--target", default=None, help="With `latest`: the newest run of this target.")
+@click.option("--targets", "target", default=None, metavar="TARGET",
+              help="With `latest`: the newest run of this target (one; aliases work).")
+@click.option("--target", "target_alias", default=None, hidden=True)  # the old spelling of --targets
 @click.option("--device", default=None, help="With `latest`: the newest run on this device.")
 @click.option("--force", is_flag=True, help="Replace entries NAME already has.")
 @DB
 @JSON
-def save(name, source, model, target, device, force, db, as_json) -> int:
+def save(name, source, model, target, target_alias, device, force, db, as_json) -> int:
     """Keep run RUN_ID (or the latest) under NAME."""
+    from edgeopt.api import resolve_target_filter
     from edgeopt.commands import emit_json
+    from edgeopt.errors import UsageError
     from edgeopt.hil.baseline import save as do_save
+
+    target = resolve_target_filter(",".join(x for x in (target, target_alias) if x)) if (target or target_alias) \
+        else None
+    if target and "," in target:
+        raise UsageError(f"baseline save --targets takes one target (the newest run of it), got {target!r}")
 
     res = do_save(name, source, db, model, target, device, force)
     if as_json:
