@@ -25,7 +25,7 @@ pytest.importorskip("nncf")
 
 
 @pytest.fixture(scope="module")
-def rec_pair(tmp_path_factory) -> dict[str, Path]:
+def rec_base(tmp_path_factory) -> dict[str, Path]:
     from edgeopt.api import build
     from edgeopt.tasks.ocr import onnx_run_fn, rec_inputs
 
@@ -39,12 +39,24 @@ def rec_pair(tmp_path_factory) -> dict[str, Path]:
     np.savez(work / "rec.npz", x=rec.astype(np.float32))
     common = {"shapes": {"x": [1, 3, 48, 320]}, "calib": str(work / "rec.npz"), "val_count": 8}
     base = build(fixture("ocr-rec"), "intel-cpu", ["fp32"], dist=str(work / "base"), **common).results[0]
+    assert base.ok, base.error
+    return {"base": Path(base.bundle), "work": work, "common": common}
+
+
+@pytest.fixture(scope="module")
+def rec_pair(rec_base) -> dict[str, Path]:
+    from edgeopt.api import build
+
+    work, common = rec_base["work"], rec_base["common"]
     # The candidate is judged by tensors alone (its output declared a dense map, not a CTC recogniser):
-    # it passes that bound, as the INT8 rec of issue 2 did before CTC decodings were checked.
-    cand = build(fixture("ocr-rec"), "intel-cpu", ["int8"], dist=str(work / "cand"),
-                 options={"output_kind": "softmax_11.tmp_0:dense"}, **common).results[0]
-    assert base.ok and cand.ok, (base.error, cand.error)
-    return {"base": Path(base.bundle), "cand": Path(cand.bundle), "work": work}
+    # it passed that bound, as the INT8 rec of issue 2 did before CTC decodings were checked.
+    rep = build(fixture("ocr-rec"), "intel-cpu", ["int8"], dist=str(work / "cand"),
+                options={"output_kind": "softmax_11.tmp_0:dense"}, raise_on_failure=False, **common)
+    cand = rep.results[0]
+    if not cand.ok:
+        # the build's own checks (per-slice bounds) now refuse this artifact: the gate cannot be shown one
+        pytest.skip(f"the build now refuses the INT8 candidate this test gates: {(cand.error or '').splitlines()[0][:200]}")
+    return {"base": rec_base["base"], "cand": Path(cand.bundle), "work": work}
 
 
 def test_merged_words_are_a_regression_though_the_tensors_pass(rec_pair):
@@ -62,13 +74,13 @@ def test_merged_words_are_a_regression_though_the_tensors_pass(rec_pair):
     assert "decisions" in (work / "gate.md").read_text()
 
 
-def test_seq_match_min_in_the_gate_file_judges_the_candidates_own_decodings(rec_pair, tmp_path):
+def test_seq_match_min_in_the_gate_file_judges_the_candidates_own_decodings(rec_base, tmp_path):
     """The same INT8 artifact built as a CTC recogniser (kinds inferred): the gate file's seq_match_min
     is checked against its decodings vs its own FP32 reference."""
     gate = tmp_path / "gate.yaml"
     gate.write_text("accuracy: {seq_match_min: 100%}\np50: {max_slowdown: 50%}\n")
-    p = subprocess.run([sys.executable, "-m", "edgeopt", "gate", str(rec_pair["base"]), "--baseline",
-                        str(rec_pair["base"]), "--gate", str(gate), "--budget", "2s", "--db", str(tmp_path / "r.db"),
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "gate", str(rec_base["base"]), "--baseline",
+                        str(rec_base["base"]), "--gate", str(gate), "--budget", "2s", "--db", str(tmp_path / "r.db"),
                         "--json", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     res = json.loads(p.stdout)
     acc = next(v for v in res["devices"][0]["verdicts"] if v["metric"] == "accuracy")
@@ -76,15 +88,16 @@ def test_seq_match_min_in_the_gate_file_judges_the_candidates_own_decodings(rec_
     assert res["spec"]["seq_match_min"] == 1.0
 
 
-def test_the_report_shows_the_gate_as_baseline_vs_candidate(rec_pair, tmp_path):
+def test_the_report_shows_the_gate_as_baseline_vs_candidate(rec_base, tmp_path):
     """After a bench of the baseline and a gate, ``edgeopt report`` keeps the bench run in its table and
     shows the gate apart, per device, with both figures (and the rounds drawn in HTML)."""
     db = tmp_path / "r.db"
     run = [sys.executable, "-m", "edgeopt"]
-    b = subprocess.run(run + ["bench", "--dist", str(rec_pair["base"]), "--db", str(db), "--duration", "1", "-q"],
+    b = subprocess.run(run + ["bench", "--dist", str(rec_base["base"]), "--db", str(db), "--duration", "1", "-q"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert b.returncode == 0, b.stderr[-2000:]
-    g = subprocess.run(run + ["gate", str(rec_pair["base"]), "--baseline", str(rec_pair["base"]), "--budget", "2s",
+    # the budget bounds the whole gate: room for two calls' rounds (the HTML draws them)
+    g = subprocess.run(run + ["gate", str(rec_base["base"]), "--baseline", str(rec_base["base"]), "--budget", "20s",
                               "--gate", str(same_speed_gate(tmp_path)), "--db", str(db), "-q", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert g.returncode in (0, 6), g.stderr[-2000:]
     r = subprocess.run(run + ["report", "--db", str(db), "--json"], cwd=tmp_path, capture_output=True, text=True,
