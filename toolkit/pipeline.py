@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt import __version__
-from edgeopt.errors import BuildFailed, UsageError
+from edgeopt.errors import UsageError
 from edgeopt.targets.base import CHECK_FAILED_MARK
 
 STATUS_OK = ("built", "cached", "up-to-date")
@@ -877,8 +877,3 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     res.status, res.bundle = "built", str(final)
     progress(f"{tag}: done in {res.time_s:.1f}s, host check {res.check}")
 
-
-def raise_if_failed(report: BuildReport) -> None:
-    if not report.ok:
-        bad = [f"{r.target} {r.precision}: {r.status}" for r in report.results if not r.ok]
-        raise BuildFailed("some targets failed: " + "; ".join(bad))

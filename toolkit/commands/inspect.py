@@ -65,7 +65,7 @@ def run(args) -> int:
     at = f" at {', '.join(f'{k}{v}' for k, v in static.items())}" if static else ""
     dynamic = any(t.dynamic_dims for t in info.inputs) and not static
     print(f"  parameters {info.parameters:,} ({info.parameter_bytes / 1e6:.1f} MB)"
-          + (f", ~{_flops_text(info.flops)}{at} (Conv/MatMul/Gemm"
+          + (f", ~{_flops_text(info.flops)}{at} (Conv/MatMul/Gemm/LSTM/GRU"
              + ("; dynamic dims counted as 1, --shape fixes them" if dynamic else "") + ")" if info.flops else ""))
     if info.external_data:
         print(f"  external data: {', '.join(info.external_data)}")
