@@ -33,9 +33,9 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
   metrics alone, against the output's own scale
 
 Whatever the kind, every float output is also judged per slice (``slice_metrics``): each index along its
-channel-like axis (``channel_axis``: a head's channels, a table's columns, a vector's components) against its
-own scale, so a sub-range of a concatenated output
-(class scores collapsed to 0 beside pixel coordinates) fails although the whole tensor's cosine is 0.999.
+channel-like axis (``channel_axis``: a head's channels, a table's columns, a vector's components) against
+its own scale, so a sub-range of a concatenated output (class scores collapsed to 0 beside pixel
+coordinates) fails although the whole tensor's cosine is 0.999.
 
 The host infers the kinds from the graph (``edgeopt.targets.base.output_kinds``), a user may set
 them (``--option output_kind=name:ctc_time_major``), and the manifest records them
@@ -82,16 +82,16 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
 }
 
-# The per-slice bounds catch a sub-range that is lost, not noise spread unevenly: at FP32 too they are
-# loose (a GPU's TF32 convolutions leave ~1e-4 of the output's scale, which a slice 100x smaller than the
-# rest sees as 1%), while a collapsed slice reads rel_l2 ~1.
-# The per-slice check (``slice_metrics``): every index along the channel-like per-sample axis (``channel_axis``,
-# 2..SLICE_AXIS_MAX entries) is a slice (a channel, a column of a table, a component of a vector), judged against its own scale so that a sub-range of a
-# concatenated output (class scores beside pixel coordinates) cannot hide under the rest.  A slice smaller
-# than SLICE_FLOOR x its natural scale (1 for a slice of values in [0, 1], else the output's RMS) is
-# negligible -- a class nobody saw (probabilities ~1e-4), a background row of a text map: only noise --
-# and is judged against the typical slice of its group (values in [0, 1] or not) along that axis, not on
-# its cosine; so a slice that is 0 in the reference is judged against the output's scale.
+# The per-slice check (``slice_metrics``): every index along the channel-like per-sample axis
+# (``channel_axis``, 2..SLICE_AXIS_MAX entries) is a slice (a channel, a column of a table, a component of a
+# vector), judged against its own scale, so that a sub-range of a concatenated output (class scores beside
+# pixel coordinates) cannot hide under the rest.  A slice smaller than SLICE_FLOOR x its natural scale (1 for
+# a slice of values in [0, 1], else the output's RMS) is negligible -- a class nobody saw (probabilities
+# ~1e-4): only noise -- and is judged against the typical slice of its group (values in [0, 1] or not) along
+# that axis, not on its cosine; so a slice that is 0 in the reference is judged against the output's scale.
+# The per-slice bounds catch a sub-range that is lost, not noise spread unevenly: at FP32 too they are loose
+# (a GPU's TF32 convolutions leave ~1e-4 of the output's scale, which a slice 100x smaller than the rest
+# sees as 1%), while a collapsed slice reads rel_l2 ~1.
 SLICE_AXIS_MAX = 256
 SLICE_FLOOR = {"fp32": 1e-2, "fp16": 2e-2, "int8": 2e-2, "fp8": 2e-2}
 _SLICE_OF = {"slice_rel_l2_max": "rel_l2_max", "slice_cosine_min": "cosine_min"}
@@ -137,6 +137,10 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
         spec = dict(spec)
         if spec.get("kind") not in OUTPUT_KINDS:
             raise ValueError(f"unknown output kind {spec.get('kind')!r} (kinds: {', '.join(OUTPUT_KINDS)})")
+        if spec["kind"] == "detection" and (spec.get("format", "yolox") not in DETECTION_FORMATS or (
+                spec.get("format", "yolox") == "yolox" and not spec.get("input_hw"))):
+            raise ValueError(f"output kind detection: unknown format or no input size in {spec!r} "
+                             f"(formats: {', '.join(DETECTION_FORMATS)}; yolox needs input_hw)")
         return spec
     kind, _, param = str(spec).strip().partition("@")
     if kind not in OUTPUT_KINDS:
@@ -409,62 +413,47 @@ def channel_axis(shape: tuple[int, ...], axis_max: int = SLICE_AXIS_MAX) -> int 
 
 def slice_metrics(out: np.ndarray, ref: np.ndarray, floor: float = SLICE_FLOOR["int8"],
                   axis_max: int = SLICE_AXIS_MAX) -> dict[str, float]:
-    """The worst slice of a stacked output ``[N, *shape]``: along its channel-like axis (``channel_axis``,
-    2..``axis_max`` entries), each index is a slice (a channel, a column of a table, one
-    coordinate of a small vector over all samples), judged against its own scale: ``slice_rel_l2`` (worst), ``slice_cosine`` (worst of the slices
-    judged on it), and where they are.  A slice whose RMS is below ``floor`` x its natural scale (1 for
-    values in [0, 1], else the output's RMS) is negligible: judged on rel_l2 against the RMS of its group's
-    slices along that axis (same value domain), and not on its cosine.  Where they are: (``slice_axis``/``slice_index`` of the worst rel_l2, the axis
-    counted in the per-sample shape).  Empty when no axis qualifies."""
+    """The worst slice of a stacked output ``[N, *shape]``: along its channel-like axis (``channel_axis``),
+    each index is a slice (a channel, a column of a table, one coordinate of a small vector over all samples)
+    judged against its own scale: ``slice_rel_l2`` (the worst) and ``slice_cosine`` (the worst of the slices
+    judged on it), with where they are (``slice_axis``, counted in the per-sample shape, and
+    ``slice_index`` / ``slice_cosine_index``).  A slice whose RMS is below ``floor`` x its natural scale (1
+    for values in [0, 1], else the output's RMS) is negligible: judged on rel_l2 against the RMS of its
+    group's slices (those of the same value domain), not on its cosine.  Empty when no axis qualifies."""
     if ref.ndim < 2 or ref.dtype.kind != "f" or out.shape != ref.shape or ref.size == 0:
         return {}
     axis = channel_axis(ref.shape[1:], axis_max)
     if axis is None:
         return {}
-    axes = [axis + 1]
+    size, others = ref.shape[axis + 1], tuple(i for i in range(ref.ndim - 1) if i != axis)
     # per-slice sums, accumulated one sample at a time (a detector's [32, 1, 84, 8400] stays small in memory)
-    acc = {a: np.zeros((5, ref.shape[a])) for a in axes}
-    lo = {a: np.full(ref.shape[a], np.inf) for a in axes}
-    hi = {a: np.full(ref.shape[a], -np.inf) for a in axes}
-    total = 0.0
+    rr, yy, dd, yr = (np.zeros(size) for _ in range(4))
+    lo, hi = np.full(size, np.inf), np.full(size, -np.inf)
     for o_s, r_s in zip(out, ref):
-        r = r_s.astype(np.float64)
-        y = o_s.astype(np.float64)
+        r, y = r_s.astype(np.float64), o_s.astype(np.float64)
         if not np.all(np.isfinite(y)):
             return {}
         d = y - r
-        prods = (r * r, y * y, d * d, y * r)
-        total += float(np.sum(prods[0]))
-        for a in axes:
-            others = tuple(i for i in range(r.ndim) if i != a - 1)
-            for k, p in enumerate(prods):
-                acc[a][k] += np.sum(p, axis=others)
-            lo[a] = np.minimum(lo[a], np.min(r, axis=others))
-            hi[a] = np.maximum(hi[a], np.max(r, axis=others))
-    whole_rms = math.sqrt(total / ref.size)
-    worst: dict[str, float] = {}
-    for a in axes:
-        n = ref.size // ref.shape[a]
-        rn, yn, dn = np.sqrt(acc[a][0]), np.sqrt(acc[a][1]), np.sqrt(acc[a][2])
-        dot = acc[a][3]
-        unit = (lo[a] >= 0) & (hi[a] <= 1)
-        fl = floor * np.where(unit, 1.0, whole_rms) * math.sqrt(n)
-        judged = (rn >= fl) & (rn > 0)
-        # a negligible slice (below the floor: a class no input shows, a background row of a map, a slice
-        # that is 0) is judged against the typical slice of its group along this axis (those of values in
-        # [0, 1], or the others): noise there is noise relative to the rest, not to itself
-        group = np.array([np.sqrt(np.mean(acc[a][0][unit == u])) if np.any(unit == u) else 0.0 for u in (False, True)])
-        den = np.where(judged, rn, np.maximum(group[unit.astype(int)], fl))
-        rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
-        cos = np.where(judged & (yn > 0), dot / np.where(judged & (yn > 0), rn * yn, 1.0), np.where(judged, 0.0, 1.0))
-        i = int(np.argmax(rel))
-        if not worst or rel[i] > worst["slice_rel_l2"]:
-            worst.update({"slice_rel_l2": float(rel[i]), "slice_axis": float(a - 1), "slice_index": float(i)})
-        j = int(np.argmin(cos))
-        if "slice_cosine" not in worst or cos[j] < worst["slice_cosine"]:
-            worst.update({"slice_cosine": float(cos[j]), "slice_cosine_axis": float(a - 1),
-                          "slice_cosine_index": float(j)})
-    return worst
+        rr += np.sum(r * r, axis=others)
+        yy += np.sum(y * y, axis=others)
+        dd += np.sum(d * d, axis=others)
+        yr += np.sum(y * r, axis=others)
+        lo, hi = np.minimum(lo, np.min(r, axis=others)), np.maximum(hi, np.max(r, axis=others))
+    n = ref.size // size
+    rn, yn, dn = np.sqrt(rr), np.sqrt(yy), np.sqrt(dd)
+    unit = (lo >= 0) & (hi <= 1)
+    fl = floor * np.where(unit, 1.0, math.sqrt(float(np.sum(rr)) / ref.size)) * math.sqrt(n)
+    judged = (rn >= fl) & (rn > 0)
+    # a negligible slice (a class no input shows, a slice that is 0) is judged against the typical slice of
+    # its group (values in [0, 1], or the others): noise there is noise relative to the rest, not to itself
+    group = np.array([math.sqrt(float(np.mean(rr[unit == u]))) if np.any(unit == u) else 0.0 for u in (False, True)])
+    den = np.where(judged, rn, np.maximum(group[unit.astype(int)], fl))
+    rel = np.where(den > 0, dn / np.where(den > 0, den, 1.0), 0.0)
+    ok = judged & (yn > 0)
+    cos = np.where(ok, yr / np.where(ok, rn * yn, 1.0), np.where(judged, 0.0, 1.0))
+    i, j = int(np.argmax(rel)), int(np.argmin(cos))
+    return {"slice_rel_l2": float(rel[i]), "slice_axis": float(axis), "slice_index": float(i),
+            "slice_cosine": float(cos[j]), "slice_cosine_index": float(j)}
 
 
 def column_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
@@ -757,8 +746,8 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
     if tol.get("slice_cosine_min") is not None and "slice_cosine" in metrics \
             and metrics["slice_cosine"] < tol["slice_cosine_min"]:
         reasons.append(f"slice_cosine: index {int(metrics['slice_cosine_index'])} of axis "
-                       f"{int(metrics['slice_cosine_axis'])} cosine {metrics['slice_cosine']:.4f} < "
-                       f"{tol['slice_cosine_min']}")
+                       f"{int(metrics['slice_axis'])} cosine {metrics['slice_cosine']:.4f} < "
+                       f"{tol['slice_cosine_min']:g}")
     if (tol.get("vector_cosine_min") is not None and "vector_cosine_min" in metrics
             and metrics["vector_cosine_min"] < tol["vector_cosine_min"]):
         reasons.append(f"vector_cosine_min {metrics['vector_cosine_min']:.5f} < {tol['vector_cosine_min']}")
