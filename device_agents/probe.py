@@ -334,6 +334,127 @@ def calibration_ms(iterations: int = 150_000, repeats: int = 5) -> float:
     return round(best * 1000, 3)
 
 
+# ---- emulation and virtualisation ------------------------------------------------------------------
+
+# platform.machine() -> the /proc/cpuinfo keys only that architecture's kernel writes.
+_ARCH_FAMILY = {"x86_64": "x86", "amd64": "x86", "i686": "x86", "i386": "x86", "aarch64": "arm", "arm64": "arm",
+                "armv7l": "arm", "armv8l": "arm", "armv6l": "arm", "riscv64": "riscv", "ppc64le": "power",
+                "s390x": "s390"}
+
+
+def _cpuinfo_family(text: str) -> str | None:
+    """The architecture family whose kernel wrote this /proc/cpuinfo (None when it cannot be told)."""
+    keys = {line.partition(":")[0].strip() for line in text.splitlines() if ":" in line}
+    if "vendor_id" in keys and "flags" in keys:
+        return "x86"
+    if "CPU implementer" in keys or "CPU architecture" in keys:
+        return "arm"
+    if "isa" in keys and "mmu" in keys:
+        return "riscv"
+    if "timebase" in keys:
+        return "power"
+    if "bogomips per cpu" in keys:
+        return "s390"
+    return None
+
+
+def _link(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def emulation(base: str | Path = "/", machine: str | None = None, pid: int | None = None,
+              ppid: int | None = None) -> dict[str, Any]:
+    """Is this CPU emulated? ``{"emulated": True|False|None, "emulator": "qemu-user"|"qemu-system (TCG)"|None,
+    "virtualization": "kvm"|"qemu"|...|None, "evidence": [...]}`` (``None``: could not be told).
+
+    qemu-user (a foreign-arch binary run through binfmt_misc) rewrites what this process reads of its own
+    /proc entries (``/proc/self/{exe,maps,auxv,cmdline}`` and ``/proc/<own pid>/...``), so those cannot tell.
+    What can: ``/proc/thread-self/exe`` and the parent's ``/proc/<ppid>/exe`` (not rewritten: the kernel's
+    link names the qemu interpreter binfmt_misc started), and ``/proc/cpuinfo`` when it describes another
+    architecture than ``platform.machine()`` (qemu before 8.1 passes the host's through). An enabled
+    ``binfmt_misc`` handler for this very architecture is supporting evidence only (never alone).
+    Full-system qemu without KVM (TCG): DMI says QEMU and neither the ``hypervisor`` CPU flag nor the
+    ``kvm-clock`` clocksource is there; with them it is a KVM guest (virtualised, not emulated).
+    ``base`` is the file-system root the files are read under (``/`` on the device; a laid-out tree in tests).
+    """
+    b = Path(base)
+    machine = (machine or platform.machine() or "").lower()
+    pid = os.getpid() if pid is None else pid
+    ppid = os.getppid() if ppid is None else ppid
+    evidence: list[str] = []
+    emulator: str | None = None
+    # 1. qemu-user: the kernel's own exe links of this thread and of the parent
+    for rel in ("proc/thread-self/exe", f"proc/{ppid}/exe"):
+        target = _link(b / rel)
+        if target and re.search(r"(^|/)qemu-[\w.-]+|qemu-binfmt/|/qemu-", target):
+            evidence.append(f"/{rel} -> {target}")
+            emulator = "qemu-user"
+    # 2. /proc/cpuinfo written by another architecture's kernel
+    info = _read(b / "proc/cpuinfo") or ""
+    fam, want = _cpuinfo_family(info), _ARCH_FAMILY.get(machine)
+    if fam and want and fam != want:
+        evidence.append(f"/proc/cpuinfo is an {fam} kernel's, the process runs {machine}")
+        emulator = emulator or "qemu-user"
+    # 3. binfmt_misc handler for this architecture (supporting only)
+    handler = b / "proc/sys/fs/binfmt_misc" / f"qemu-{'aarch64' if machine == 'arm64' else machine}"
+    htext = _read(handler) or ""
+    if htext.startswith("enabled") and emulator:
+        interp = next((ln.split(None, 1)[1] for ln in htext.splitlines() if ln.startswith("interpreter ")), "")
+        evidence.append(f"binfmt_misc {handler.name} enabled ({interp})")
+    if emulator:
+        return {"emulated": True, "emulator": emulator, "virtualization": None, "evidence": evidence}
+    # 4. full-system virtual machines
+    dmi = " ".join(_read(b / f"sys/class/dmi/id/{k}") or "" for k in ("sys_vendor", "product_name", "bios_vendor"))
+    flags = set()
+    model = ""
+    for block in info.split("\n\n"):
+        for line in block.splitlines():
+            k, _, v = line.partition(":")
+            if k.strip() in ("flags", "Features"):
+                flags |= set(v.split())
+            elif k.strip() == "model name" and not model:
+                model = v.strip()
+    clocks = (_read(b / "sys/devices/system/clocksource/clocksource0/available_clocksource") or "").split()
+    qemu = "QEMU" in dmi or "QEMU" in model
+    kvm = "kvm-clock" in clocks or "KVM" in dmi
+    if qemu and not kvm and "hypervisor" not in flags and want == "x86":
+        evidence.append(f"QEMU machine ({(dmi.strip() or model)[:60]}) without the hypervisor flag or kvm-clock")
+        return {"emulated": True, "emulator": "qemu-system (TCG)", "virtualization": "qemu", "evidence": evidence}
+    virt = None
+    if kvm:
+        virt = "kvm"
+        evidence.append("kvm-clock clocksource" if "kvm-clock" in clocks else "DMI says KVM")
+    elif qemu:
+        virt = "qemu"
+        evidence.append("QEMU machine; KVM or TCG could not be told")
+    else:
+        for name in ("VMware", "Xen", "Microsoft", "VirtualBox", "Amazon EC2", "Google"):
+            if name in dmi:
+                virt = name.lower()
+                evidence.append(f"DMI says {name}")
+                break
+        if virt is None and "hypervisor" in flags:
+            virt = "unknown hypervisor"
+            evidence.append("hypervisor CPU flag")
+    if qemu and not kvm and want != "x86":
+        return {"emulated": None, "emulator": None, "virtualization": virt, "evidence": evidence}
+    return {"emulated": False, "emulator": None, "virtualization": virt, "evidence": evidence}
+
+
+_EMULATION: dict[str, Any] | None = None
+
+
+def emulation_cached() -> dict[str, Any]:
+    """``emulation()`` of this process, computed once (it does not change while the process lives)."""
+    global _EMULATION
+    if _EMULATION is None:
+        _EMULATION = emulation()
+    return dict(_EMULATION)
+
+
 def loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -342,12 +463,20 @@ def loadavg() -> list[float] | None:
 
 
 def sample_environment() -> dict[str, Any]:
-    """What can change between runs: governor, frequency, temperature, load."""
+    """What can change between runs: governor, frequency, temperature, load; and whether the CPU is
+    emulated (``emulated``, ``emulator``: a latency measured there is no latency of the hardware)."""
     temps = temperatures_c()
     freq = freq_mhz()
+    emu = emulation_cached()
     return {"governor": governors(), "freq_mhz": freq["mean"], "freq_mhz_range": freq,
             "temperature_c": max(temps.values()) if temps else None, "temperatures_c": temps,
-            "loadavg": loadavg()}
+            "loadavg": loadavg(), "emulated": emu["emulated"], "emulator": emu["emulator"]}
+
+
+def _emulation_facts() -> dict[str, Any]:
+    emu = emulation_cached()
+    return {"emulated": emu["emulated"], "emulator": emu["emulator"], "virtualization": emu["virtualization"],
+            "emulation_evidence": emu["evidence"]}
 
 
 def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
@@ -371,6 +500,7 @@ def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
         "gpus": gpus(),
         "npus": npus(),
         "jetson": jetson(),
+        **_emulation_facts(),
         "runtimes": runtime_versions(import_fallback),
         "environment": sample_environment(),
         "agent": AGENT_VERSION,
