@@ -213,18 +213,40 @@ class Target:
 
     def unsupported_nodes(self, info, spec: dict[str, Any]) -> list[tuple[str, str]]:
         """Every (op_type, node name) of the model the backend cannot take; ops of a custom domain
-        (no model-local function) for every backend, as the FP32 reference cannot run them."""
+        (no model-local function) for every backend, as the FP32 reference cannot run them; and the
+        certain attribute-level refusals of ``targets.support_rules`` (``"Op (feature: why; converter)"``)."""
         from edgeopt.model import foreign_nodes
 
         foreign = foreign_nodes(info) if hasattr(info, "functions") else []
         ops = self.supported_ops(spec)
         if ops is None:
-            return foreign
+            return foreign + self.attribute_refusals(info, [n for _, n in foreign])
         seen = {name for _, name in foreign}
         if self.ifs_as_where and "If" not in ops:  # the build takes these Ifs; their branches' ops are judged
             seen |= set(selectable_ifs_of(info.path))
-        return foreign + [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
-                          if name not in seen and ((dom not in ("", "ai.onnx")) or op not in ops)]
+        bad = foreign + [(op if not dom else f"{dom}::{op}", name) for dom, op, name in info.nodes
+                         if name not in seen and ((dom not in ("", "ai.onnx")) or op not in ops)]
+        return bad + self.attribute_refusals(info, [n for _, n in bad])
+
+    def attribute_refusals(self, info, already: list[str] | None = None) -> list[tuple[str, str]]:
+        """The certain refusals of this backend's attribute-level table (``targets.support_rules``):
+        cubic Resize on mobile, a batch-first LSTM anywhere (no ONNX Runtime reference), ...; nodes in
+        ``already`` (refused by op type) are not listed twice."""
+        from .support_rules import refusals, rules_off
+
+        if rules_off():
+            return []
+        skip = set(already or [])
+        return [(label, n) for label, n in refusals(info.path, self.backend) if n not in skip]
+
+    def probable_refusals(self, info, spec: dict[str, Any]) -> list[dict[str, str]]:
+        """"Probably not" (``{"op", "node", "why"}``): nodes this backend's converter failed on in the
+        conformance run (bench/bench_conformance.py) in a shape that only a conversion can confirm for
+        this model. ``inspect`` shows them as a third state, never as a plain yes."""
+        from .support_rules import doubts
+
+        refused = {n for _, n in self.unsupported_nodes(info, spec)}
+        return [d for d in doubts(info.path, self.backend) if d["node"] not in refused]
 
     def toolchain(self) -> dict[str, str]:
         return package_versions(["onnx", "onnxruntime", "numpy", *self.packages])

@@ -70,12 +70,13 @@ class OpenVinoTarget(Target):
         """
         version = package_versions(["openvino"])["openvino"]
         if version == "missing":
-            return []
+            return self.attribute_refusals(info)
         key = f"{info.sha256}-{version}-{REPORT_VERSION}"
         if key not in _support_cache:
             _support_cache[key] = _cached_on_disk(key, lambda: frontend_report(info.path))
         dynamic = any(not isinstance(d, int) for t in info.inputs for d in t.shape)
-        return [(op, name) for op, name, failed in _support_cache[key] if not (failed and dynamic)]
+        bad = [(op, name) for op, name, failed in _support_cache[key] if not (failed and dynamic)]
+        return bad + self.attribute_refusals(info, [n for _, n in bad])
 
     # --- the build ----------------------------------------------------------------------
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:

@@ -1,0 +1,317 @@
+"""Does ``inspect`` predict ``build``?  ONNX's own backend node tests through every target (issue 32).
+
+The onnx wheel ships its backend node tests: ``onnx/backend/test/data/node/<test>/model.onnx`` with
+the inputs and the **spec's expected outputs** (``test_data_set_0/{input,output}_N.pb``).  For every
+float32 test (every graph input a float32 tensor, every output float32 or int64 (ArgMax), only the default domain, not an
+``_expanded`` variant), as a new user would:
+
+1. ``edgeopt inspect``'s per-target verdict (``edgeopt.api.support_matrix``): yes, no, or "probably
+   not" (``probably`` in the row: a refusal that only a conversion can confirm, with its reason);
+2. ``edgeopt build -p fp32`` for every target at once (one build call per test, ``-j 1``: the
+   machine's cores are shared), with the spec's inputs as ``--calib`` data (in-domain validation: Asin,
+   Log) and ``EDGEOPT_SUPPORT_RULES=off`` so that build *tries* every conversion inspect's attribute
+   rules would refuse: whether each refusal is right is measured, not assumed;
+3. every built artifact the host can run (cpu: ONNX Runtime, intel-cpu: OpenVINO, mobile: LiteRT,
+   h100: its prepared ONNX in ONNX Runtime, as the host check does) fed the spec's inputs and compared
+   with the spec's outputs (``np.allclose``, rtol 1e-3, atol 1e-5: onnx's backend tests use rtol 1e-3);
+   apple's ML Program cannot run off macOS: converter only.
+
+Per (test, target) one outcome: ``passed`` (built, allclose to the spec), ``yes-failed`` (inspect said
+yes, build failed), ``no-built`` (inspect said no, yet it builds), ``check-missed`` (passed edgeopt's
+host check but not allclose to the spec), ``crash`` (a traceback / exit 1), ``refused`` (inspect said
+no and build failed: right), ``probably-failed`` / ``probably-built`` (a "probably not" and what
+build did), ``check-caught`` (built, edgeopt's check refused it: a wrong conversion caught).
+
+Resumable: one JSON line per test in ``--work``/results.jsonl; tests already there are skipped.
+
+    .venv/bin/python bench/bench_conformance.py --targets cpu,intel-cpu,apple,h100 --limit 40
+    .venv/bin/python bench/bench_conformance.py --targets mobile --ops Resize,Conv,Split
+    .venv/bin/python bench/bench_conformance.py --report      # today's inspect vs the recorded builds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import load, machine, md_table, stamp, write_section  # noqa: E402
+
+TARGETS = ["cpu", "intel-cpu", "mobile", "apple", "h100"]
+RTOL, ATOL = 1e-3, 1e-5
+BUILT = {"built", "cached", "up-to-date"}
+OUTCOMES = ["passed", "yes-failed", "no-built", "check-missed", "crash", "refused", "probably-failed",
+            "probably-built", "check-caught", "not-compared"]
+
+
+def node_dir() -> Path:
+    import onnx
+
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
+
+
+def float32_tests(ops: set[str] | None = None, match: str | None = None) -> list[tuple[str, list[str]]]:
+    """(test name, op types) of every float32 node test of the installed onnx, sorted by name."""
+    import onnx
+
+    found = []
+    for d in sorted(node_dir().iterdir()):
+        if "_expanded" in d.name or not (d / "model.onnx").exists() or (match and not re.search(match, d.name)):
+            continue
+        try:
+            m = onnx.load(str(d / "model.onnx"))
+        except Exception:  # noqa: BLE001 - a test this onnx cannot read is not one a user would try
+            continue
+        def of(vals, kinds) -> bool:
+            return all(v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in kinds for v in vals)
+
+        if not (of(m.graph.input, {onnx.TensorProto.FLOAT})
+                and of(m.graph.output, {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64})):
+            continue
+        if any(o.domain not in ("", "ai.onnx") for o in m.opset_import):
+            continue
+        types = sorted({n.op_type for n in m.graph.node})
+        if ops and not ops & set(types):
+            continue
+        found.append((d.name, types))
+    return found
+
+
+def spec_data(test: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The spec's inputs and expected outputs of ``test`` ({name: array}), in graph order."""
+    import onnx
+    from onnx import numpy_helper
+
+    d = node_dir() / test
+    m = onnx.load(str(d / "model.onnx"))
+    inits = {i.name for i in m.graph.initializer}
+    names_in = [i.name for i in m.graph.input if i.name not in inits]
+    names_out = [o.name for o in m.graph.output]
+    data = d / "test_data_set_0"
+
+    def read(prefix: str, names: list[str]) -> dict[str, Any]:
+        out = {}
+        for i, name in enumerate(names):
+            t = onnx.TensorProto()
+            t.ParseFromString((data / f"{prefix}_{i}.pb").read_bytes())
+            out[name] = numpy_helper.to_array(t)
+        return out
+
+    return read("input", names_in), read("output", names_out)
+
+
+def verdicts(model: str, targets: list[str]) -> dict[str, dict[str, Any]]:
+    """inspect's verdict per target: ``{"verdict": yes|no|probably, "why": ...}``."""
+    from edgeopt.api import support_matrix
+    from edgeopt.model import inspect
+
+    rows = {r["target"]: r for r in support_matrix(inspect(model))}
+    out = {}
+    for t in targets:
+        r = rows[t]
+        if not r["supported"]:
+            why = "; ".join(u["op"] for u in r["unsupported"]) or (r.get("format") or {}).get("message")
+            out[t] = {"verdict": "no", "why": why}
+        elif r.get("probably"):
+            out[t] = {"verdict": "probably", "why": "; ".join(p["op"] + ": " + p["why"] for p in r["probably"])}
+        else:
+            out[t] = {"verdict": "yes", "why": None}
+    return out
+
+
+def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """Run the bundle's artifact on the spec's inputs: ``{"allclose": bool|None, "max_abs": ...}``."""
+    import numpy as np
+
+    from edgeopt_agent.bundle import from_artifact, load_manifest, to_artifact
+    from edgeopt_agent.runners import get_runner
+
+    manifest = load_manifest(bundle)
+    try:
+        if target == "apple":
+            return {"allclose": None, "why": "Core ML runs on macOS only"}
+        if manifest["runtime"]["name"] == "tensorrt":  # the prepared ONNX, as the host check runs it
+            import onnxruntime as ort
+
+            onnx_file = next(p for p in bundle.glob("*.onnx"))
+            sess = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+            names = [o.name for o in sess.get_outputs()]
+            got = dict(zip(names, sess.run(None, inputs)))
+        else:
+            io = manifest["io"]
+            runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {})
+            runner.load()
+            got = from_artifact(runner.run(to_artifact(inputs, io["inputs"])), io["outputs"])
+            runner.close()
+    except Exception as exc:  # noqa: BLE001 - the artifact does not run on the spec's inputs: say so
+        return {"allclose": False, "why": f"runs not on the spec's inputs: {str(exc).splitlines()[0][:200]}"}
+    worst, ok = 0.0, True
+    for name, want in expected.items():
+        have = np.asarray(got.get(name))
+        if have.shape != want.shape:
+            return {"allclose": False, "why": f"{name}: shape {list(have.shape)}, spec {list(want.shape)}"}
+        if want.size:
+            worst = max(worst, float(np.nanmax(np.abs(have.astype(np.float64) - want))))
+        ok = ok and bool(np.allclose(have, want, rtol=RTOL, atol=ATOL, equal_nan=True))
+    return {"allclose": ok, "max_abs": worst}
+
+
+def run_test(test: str, targets: list[str], work: Path, timeout: int) -> dict[str, Any]:
+    model = str(node_dir() / test / "model.onnx")
+    rec: dict[str, Any] = {"test": test, "targets": {}}
+    try:
+        v = verdicts(model, targets)
+    except Exception as exc:  # noqa: BLE001 - inspect itself crashed: that is a finding
+        v = {t: {"verdict": "crash", "why": str(exc)[:200]} for t in targets}
+    dist = work / "dist" / test
+    inputs, expected = spec_data(test)
+    calib = work / "calib" / f"{test}.npz"  # the spec's inputs as the validation data (in-domain: Asin, Log)
+    calib.parent.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
+    np.savez(calib, **{k: v[None] for k, v in inputs.items()})
+    cmd = [sys.executable, "-m", "edgeopt", "build", model, "-t", ",".join(targets), "-p", "fp32",
+           "-o", str(dist), "--json", "-j", "1", "--calib", str(calib)]
+    t0 = time.time()
+    try:
+        # the build tries every conversion (no attribute-level preflight refusal): is each rule right?
+        env = {**os.environ, "EDGEOPT_SUPPORT_RULES": "off"}
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, out, err = 124, "", "timeout"
+    rec.update({"rc": rc, "build_s": round(time.time() - t0, 1)})
+    try:
+        report = json.loads(out) if out.strip() else {}
+    except json.JSONDecodeError:
+        report = {}
+    results = {r["target"]: r for r in report.get("results", [])}
+    crashed = rc == 1 or "Traceback (most recent call last)" in err
+    for t in targets:
+        r = results.get(t, {})
+        status = r.get("status") or ("no-result" if not report else "missing")
+        check = r.get("check") or {}
+        row = {**v[t], "status": status, "check": check.get("passed"),
+               "error": (r.get("error") or (report.get("message") if not results else None) or "")[:600]}
+        if status in BUILT and r.get("bundle"):
+            row["spec"] = spec_compare(Path(r["bundle"]), t, inputs, expected)
+        row["outcome"] = outcome(row, crashed or status == "crashed")
+        rec["targets"][t] = row
+    if not results and rc not in (0, 3):
+        rec["stderr_tail"] = err.strip().splitlines()[-3:] if err.strip() else []
+    return rec
+
+
+def outcome(row: dict[str, Any], crashed: bool) -> str:
+    if crashed:
+        return "crash"
+    verdict, status = row["verdict"], row["status"]
+    built = status in BUILT
+    spec = (row.get("spec") or {}).get("allclose")
+    if built and row.get("check") is not False and spec is False:
+        return "check-missed"
+    if verdict == "no":
+        return "no-built" if built else "refused"
+    if verdict == "probably":
+        return "probably-built" if built else "probably-failed"
+    if not built:
+        return "check-caught" if status == "check-failed" else "yes-failed"
+    if spec is None:
+        return "not-compared" if row.get("check") is not False else "check-caught"
+    return "passed"
+
+
+def table(records: list[dict[str, Any]], targets: list[str]) -> str:
+    counts = {t: Counter(r["targets"][t]["outcome"] for r in records if t in r["targets"]) for t in targets}
+    labels = {"passed": "built, allclose to the spec", "not-compared": "built (not runnable here: converter only)",
+              "yes-failed": "**inspect said yes, build failed**", "check-caught":
+              "inspect said yes, edgeopt's check refused a wrong conversion", "refused": "inspect said no, build failed",
+              "no-built": "**inspect said no, would have built**", "probably-failed":
+              "inspect said probably not (reason given), build failed", "probably-built":
+              "inspect said probably not, built", "check-missed": "**passed edgeopt's check, not allclose to the spec**",
+              "crash": "**crash / traceback**"}
+    rows = []
+    for o in OUTCOMES:
+        rows.append({"o": labels[o], **{t: counts[t].get(o, 0) for t in targets}})
+    rows.append({"o": "tests", **{t: sum(counts[t].values()) for t in targets}})
+    return md_table(rows, [("o", "")] + [(t, t) for t in targets])
+
+
+def failures(records: list[dict[str, Any]], targets: list[str]) -> str:
+    bad = {"yes-failed", "no-built", "check-missed", "crash", "check-caught"}
+    lines = []
+    for r in records:
+        for t in targets:
+            row = r["targets"].get(t)
+            if row and row["outcome"] in bad:
+                why = row.get("error") or (row.get("spec") or {}).get("why") or ""
+                lines.append(f"- `{r['test']}` {t}: {row['outcome']} — {why.splitlines()[0][:160] if why else ''}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--limit", type=int, default=0, help="at most N tests (after --ops/--match)")
+    ap.add_argument("--ops", default="", help="only tests with one of these op types: A,B")
+    ap.add_argument("--match", default=None, help="only tests whose name matches this regex")
+    ap.add_argument("--every", type=int, default=1, help="every N-th test (a spread sample)")
+    ap.add_argument("--work", default="/tmp/edgeopt-conformance")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per build call")
+    ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
+    ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
+    a = ap.parse_args()
+    targets = [t for t in a.targets.split(",") if t]
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    res = work / "results.jsonl"
+    done = {}
+    if res.exists():
+        for line in res.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                done.setdefault(rec["test"], {"test": rec["test"], "targets": {}})["targets"].update(rec["targets"])
+    tests = float32_tests({o for o in a.ops.split(",") if o} or None, a.match)[::max(a.every, 1)]
+    if a.limit:
+        tests = tests[:a.limit]
+    if not a.report:
+        os.environ.setdefault("EDGEOPT_NO_COLOR", "1")
+        for i, (test, _types) in enumerate(tests):
+            todo = [t for t in targets if t not in done.get(test, {}).get("targets", {})]
+            if not todo:
+                continue
+            rec = run_test(test, todo, work, a.timeout)
+            with res.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+            done.setdefault(test, {"test": test, "targets": {}})["targets"].update(rec["targets"])
+            print(f"[{i + 1}/{len(tests)}] {test} ({rec['build_s']}s): "
+                  + ", ".join(f"{t}={rec['targets'][t]['outcome']}" for t in todo), flush=True)
+    names = {t for t, _ in tests}
+    records = [r for n, r in sorted(done.items()) if n in names or a.report]
+    if a.report:  # today's inspect against the recorded builds (a build's result does not depend on it)
+        for r in records:
+            now = verdicts(str(node_dir() / r["test"] / "model.onnx"), list(r["targets"]))
+            for t, row in r["targets"].items():
+                row.setdefault("verdict_at_run", row["verdict"])
+                row.update(now[t])
+                row["outcome"] = outcome(row, row["outcome"] == "crash")
+    body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, `inspect` verdict vs "
+            f"`build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL}); {len(records)} tests; "
+            f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets) + "\n\n" + failures(records, targets))
+    print(body)
+    if a.write:
+        write_section("conformance", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""Attribute-level support: what each backend's converter refuses beyond the op type (issue 32).
+
+An op table says only that a converter has *a* translation for ``Resize``; whether it takes cubic
+``Resize``, a batch-first LSTM or the Mean output of a LayerNormalization is decided by the node's
+attributes, input ranks and which outputs are used.  Each table here is one backend's list of such
+rules, found by running ONNX's backend node tests through the target (``bench/bench_conformance.py``)
+and reading the converter's own refusal; every rule names the converter (and version) it was measured
+on and why it refuses.
+
+A rule is **certain** (``inspect`` says NO, as ``build`` would fail) or **probable** ("probably not",
+with the reason): the converter failed on the node tests of that shape but whether it fails on a given
+model can only be known by converting.
+
+``refusals(path, backend)`` -> ``[(label, node name)]`` for ``Target.unsupported_nodes`` (the label
+is ``"Op (what: why; converter)"``); ``doubts(path, backend)`` -> ``[{"op", "node", "why"}]`` for
+``Target.probable_refusals``.  Both read the model once per file (cached on path, size and mtime).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: the converter versions the tables were measured with (bench/bench_conformance.py)
+MEASURED = {
+    "onnxruntime": "ONNX Runtime 1.23",
+    "openvino": "OpenVINO 2026.4 ONNX frontend",
+    "tflite": "onnx2tf 1.29",
+    "coreml": "edgeopt's Core ML translator (coremltools 9.0)",
+    "tensorrt": "ONNX Runtime 1.23 (host check of the prepared ONNX)",
+}
+
+
+class Graph:
+    """What the rules look at: nodes, static shapes (after ONNX shape inference), constants, uses."""
+
+    def __init__(self, model: Any) -> None:
+        import onnx
+
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # noqa: BLE001 - shapes stay unknown; rules that need them say nothing
+            pass
+        g = model.graph
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.nodes = list(g.node)
+        self.consts = {i.name for i in g.initializer} | {o for n in g.node if n.op_type == "Constant"
+                                                         for o in n.output}
+        self.inputs = [i for i in g.input if i.name not in self.consts]
+        self.shapes: dict[str, list[int | None] | None] = {}
+        for vi in [*g.input, *g.value_info, *g.output]:
+            t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+            if t is not None and t.HasField("shape"):
+                self.shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        for i in g.initializer:
+            self.shapes[i.name] = list(i.dims)
+        self.used = {o.name for o in g.output} | {i for n in g.node for i in n.input if i}
+        self.const_values = {i.name: i for i in g.initializer}
+
+    def rank(self, name: str) -> int | None:
+        s = self.shapes.get(name)
+        return None if s is None else len(s)
+
+    def shape(self, name: str) -> list[int | None] | None:
+        return self.shapes.get(name)
+
+    def value(self, name: str) -> Any:
+        """The value of a constant input (initializer or Constant), else None."""
+        from onnx import numpy_helper
+
+        if name in self.const_values:
+            return numpy_helper.to_array(self.const_values[name])
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.output[0] == name:
+                for a in n.attribute:
+                    if a.name == "value":
+                        return numpy_helper.to_array(a.t)
+        return None
+
+
+def attr(node: Any, name: str, default: Any = None) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            v = helper.get_attribute_value(a)
+            return v.decode() if isinstance(v, bytes) else v
+    return default
+
+
+def inp(node: Any, i: int) -> str:
+    return node.input[i] if len(node.input) > i else ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    ops: tuple[str, ...]
+    test: Callable[[Any, Graph], str | None]  # the refused feature ("mode=cubic"), None when the node is fine
+    why: str  # why the converter refuses it
+    certain: bool = True
+
+
+# --- the tests ----------------------------------------------------------------------------------
+
+def _batch_first(n, g) -> str | None:
+    return "layout=1 (batch-first)" if attr(n, "layout", 0) == 1 else None
+
+
+def _ln_extra_outputs(n, g) -> str | None:
+    used = [o for o in list(n.output)[1:] if o and o in g.used]
+    return "its Mean/InvStdDev outputs used" if used else None
+
+
+def _select_last(n, g) -> str | None:
+    return "select_last_index=1" if attr(n, "select_last_index", 0) == 1 else None
+
+
+def _same_lower(n, g) -> str | None:
+    return "auto_pad=SAME_LOWER" if attr(n, "auto_pad", "NOTSET") == "SAME_LOWER" else None
+
+
+def _cubic(n, g) -> str | None:
+    return "mode=cubic" if attr(n, "mode", "nearest") == "cubic" else None
+
+
+def _cubic_exclude_outside(n, g) -> str | None:
+    return "mode=cubic with exclude_outside=1" if (attr(n, "mode", "nearest") == "cubic"
+                                                   and attr(n, "exclude_outside", 0) == 1) else None
+
+
+def _spatial_rank(n, g) -> int | None:
+    r = g.rank(inp(n, 0))
+    if r is None and len(n.input) > 1:
+        r = g.rank(inp(n, 1))  # the weight: [C, M/g, k...]
+    return None if r is None else r - 2
+
+
+def _convtranspose_3d(n, g) -> str | None:
+    r = _spatial_rank(n, g)
+    return f"{r}-D transposed convolution" if r is not None and r >= 3 else None
+
+
+def _any_convtranspose(n, g) -> str | None:
+    r = _spatial_rank(n, g)
+    return f"{r}-D transposed convolution" if r is not None else "a transposed convolution"
+
+
+def _uneven_split(n, g) -> str | None:
+    sizes = g.value(inp(n, 1)) if inp(n, 1) else None
+    if sizes is None:
+        sizes = attr(n, "split")
+    if sizes is not None and len(set(int(s) for s in list(sizes))) > 1:
+        return f"uneven split {[int(s) for s in list(sizes)]}"
+    return None
+
+
+def _reduce_all_keepdims(n, g) -> str | None:
+    if attr(n, "keepdims", 1) != 1:
+        return None
+    axes = attr(n, "axes")
+    if axes is None and inp(n, 1):
+        axes = g.value(inp(n, 1))
+        if axes is None:
+            return None  # axes from an input value: unknown here
+    r = g.rank(inp(n, 0))
+    if axes is None or len(list(axes)) == 0:
+        return None if attr(n, "noop_with_empty_axes", 0) == 1 else "every axis reduced with keepdims=1"
+    if r is not None and len({int(a) % r for a in list(axes)}) == r:
+        return "every axis reduced with keepdims=1"
+    return None
+
+
+def _clip_no_bounds(n, g) -> str | None:
+    if g.opset < 11:
+        return "neither min nor max" if attr(n, "min") is None and attr(n, "max") is None else None
+    return "neither min nor max" if not inp(n, 1) and not inp(n, 2) else None
+
+
+def _pad_axes(n, g) -> str | None:
+    return "the axes input (opset 18)" if inp(n, 3) else None
+
+
+def _maxpool_indices(n, g) -> str | None:
+    return "its Indices output used" if len(n.output) > 1 and n.output[1] and n.output[1] in g.used else None
+
+
+def _ceil_drops_last_window(n, g) -> str | None:
+    """ceil_mode=1 where the spec drops a last window that would start in the right padding (opset 19+
+    wording): converters that size ceil mode as plain ceil() give one more element on that axis."""
+    if attr(n, "ceil_mode", 0) != 1:
+        return None
+    shape = g.shape(inp(n, 0))
+    k = attr(n, "kernel_shape")
+    if not shape or k is None or any(d is None for d in shape[2:]):
+        return None
+    nd = len(k)
+    strides = list(attr(n, "strides", [1] * nd))
+    dil = list(attr(n, "dilations", [1] * nd))
+    pads = list(attr(n, "pads", [0] * (2 * nd)))
+    if attr(n, "auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return None
+    for i in range(nd):
+        size = shape[2 + i]
+        eff = (k[i] - 1) * dil[i] + 1
+        span = size + pads[i] + pads[nd + i] - eff
+        out = -(-span // strides[i]) + 1
+        if (out - 1) * strides[i] >= size + pads[i]:
+            return f"ceil_mode=1 whose last window starts in the padding (axis {2 + i})"
+    return None
+
+
+def _rnn_default(n, g) -> str | None:
+    return "a recurrent layer"
+
+
+# --- the tables -----------------------------------------------------------------------------------
+
+_RNN_ORT = Rule(("LSTM", "GRU", "RNN"), _batch_first,
+                "ONNX Runtime has no kernel for batch-first recurrent layers, so no FP32 reference can be made")
+
+#: every backend: ONNX Runtime computes every build's FP32 reference
+REFERENCE: list[Rule] = [_RNN_ORT]
+
+TABLES: dict[str, list[Rule]] = {
+    "onnxruntime": [],
+    "tensorrt": [],
+    "openvino": [
+        Rule(("Resize",), _cubic_exclude_outside,
+             "OpenVINO's cubic Resize ignores exclude_outside: outputs ~0.1 off the spec (its check refuses it)"),
+        Rule(("MaxPool", "AveragePool", "LpPool"), _ceil_drops_last_window,
+             "OpenVINO sizes ceil mode with one window more than the spec: an output of another shape"),
+    ],
+    "coreml": [
+        Rule(("LayerNormalization",), _ln_extra_outputs, "the translator makes only the normalized output"),
+        Rule(("ArgMax", "ArgMin"), _select_last, "Core ML's reduce_argmax/argmin return the first index"),
+        Rule(("ConvTranspose",), _convtranspose_3d, "Core ML's conv_transpose takes 1-D and 2-D"),
+        Rule(("LSTM", "GRU", "RNN"), _batch_first, "the translator takes sequence-first layers only"),
+        Rule(("MaxPool", "AveragePool"), _same_lower, "Core ML pooling has no SAME_LOWER padding"),
+        Rule(("MaxPool",), _maxpool_indices, "Core ML's max_pool has no indices output"),
+        Rule(("MaxPool", "AveragePool"), _ceil_drops_last_window,
+             "Core ML sizes ceil mode with one window more than the spec: an output of another shape"),
+        Rule(("Resize",), lambda n, g: "antialias=1" if attr(n, "antialias", 0) == 1 else None,
+             "Core ML's resize has no antialiasing"),
+    ],
+    "tflite": [
+        Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
+             "builtins lack (FlexResizeBicubic)"),
+        Rule(("Conv", "ConvTranspose", "MaxPool", "AveragePool"), _same_lower,
+             "onnx2tf has no SAME_LOWER padding (TensorFlow's SAME pads at the end)"),
+        Rule(("LayerNormalization",), _ln_extra_outputs, "onnx2tf converts only the normalized output"),
+        Rule(("ArgMax", "ArgMin"), _select_last, "onnx2tf's argmax returns the first index"),
+        Rule(("Split",), _uneven_split, "onnx2tf's split fails on uneven sizes (wrong shapes)"),
+        Rule(("ReduceMean", "ReduceSum"), _reduce_all_keepdims,
+             "onnx2tf fails on a reduction over every axis kept as size-1 dims"),
+        Rule(("Clip",), _clip_no_bounds, "onnx2tf's Clip needs a bound"),
+        Rule(("Pad",), _pad_axes, "onnx2tf reads pads for every axis; the axes input is not applied"),
+        Rule(("MaxPool",), _maxpool_indices, "onnx2tf's MaxPool has no indices output"),
+        Rule(("LSTM", "GRU", "RNN"), _batch_first, "onnx2tf takes sequence-first layers only"),
+        Rule(("ConvTranspose",), _any_convtranspose,
+             "onnx2tf failed on every basic ConvTranspose node test (1-D, 2-D, 3-D); larger real models "
+             "often convert", certain=False),
+        Rule(("LSTM", "GRU"), _rnn_default,
+             "onnx2tf failed on the default LSTM/GRU node tests; real models' recurrent layers vary",
+             certain=False),
+    ],
+}
+
+
+def _graph_rules(g: Graph, backend: str) -> list[tuple[str, str, str, bool]]:
+    """Model-level rules: (label, node, why, certain)."""
+    out = []
+    if backend in ("tflite", "coreml"):
+        for i in g.inputs:
+            if g.rank(i.name) == 0:
+                conv = "edgeopt's input matcher for onnx2tf" if backend == "tflite" else "Core ML"
+                out.append((f"input {i.name!r} (rank 0)", i.name,
+                            f"a rank-0 (scalar) model input: {conv} takes inputs of rank >= 1", True))
+    for i in g.inputs:
+        s = g.shape(i.name)
+        if s and any(d == 0 for d in s):
+            out.append((f"input {i.name!r} {s} (empty)", i.name,
+                        "a static dimension of 0 (an empty tensor): build cannot make validation samples for it "
+                        "(--shape takes positive sizes only)", True))
+    return out
+
+
+def rules_off() -> bool:
+    """``EDGEOPT_SUPPORT_RULES=off``: no attribute-level refusal in ``unsupported_nodes`` (so ``build`` tries the
+    conversion).  For bench/bench_conformance.py, which measures whether each rule's refusal is right."""
+    return os.environ.get("EDGEOPT_SUPPORT_RULES", "").lower() in ("off", "0", "false", "no")
+
+
+_CACHE: dict[tuple[str, int, int], Graph] = {}
+
+
+def _graph(path: str | os.PathLike) -> Graph | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _CACHE:
+        import onnx
+
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception:  # noqa: BLE001 - not readable: nothing to say here (inspect says it)
+            return None
+        if len(_CACHE) > 16:
+            _CACHE.clear()
+        _CACHE[key] = Graph(model)
+    return _CACHE[key]
+
+
+def findings(path: str | os.PathLike, backend: str) -> list[dict[str, Any]]:
+    """Every rule of ``backend`` (and the reference's) that a node of the model meets:
+    ``{"op", "node", "feature", "why", "converter", "certain"}``."""
+    g = _graph(path)
+    if g is None:
+        return []
+    rules = [(r, MEASURED["onnxruntime"]) for r in REFERENCE] + [(r, MEASURED.get(backend, backend))
+                                                                 for r in TABLES.get(backend, [])]
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for label, node, why, certain in _graph_rules(g, backend):
+        out.append({"op": label, "node": node, "feature": label, "why": why,
+                    "converter": MEASURED.get(backend, backend), "certain": certain})
+    for n in g.nodes:
+        for rule, conv in rules:
+            if n.op_type not in rule.ops:
+                continue
+            try:
+                feature = rule.test(n, g)
+            except Exception:  # noqa: BLE001 - a rule that cannot read this node says nothing
+                feature = None
+            if feature is None or (n.name or n.output[0], feature) in seen:
+                continue
+            seen.add((n.name or n.output[0], feature))
+            out.append({"op": n.op_type, "node": n.name or n.output[0], "feature": feature, "why": rule.why,
+                        "converter": conv, "certain": rule.certain})
+    return out
+
+
+def refusals(path: str | os.PathLike, backend: str) -> list[tuple[str, str]]:
+    """The certain refusals, as ``unsupported_nodes`` lists them: ``("Op (feature: why; converter)", node)``."""
+    return [(f"{f['op']} ({f['feature']}: {f['why']}; {f['converter']})" if f["op"] != f["feature"]
+             else f"{f['op']} ({f['why']})", f["node"]) for f in findings(path, backend) if f["certain"]]
+
+
+def doubts(path: str | os.PathLike, backend: str) -> list[dict[str, str]]:
+    """The "probably not" findings: ``{"op", "node", "why"}`` (why names the feature and the converter)."""
+    return [{"op": f["op"], "node": f["node"], "why": f"{f['feature']}: {f['why']} ({f['converter']})"}
+            for f in findings(path, backend) if not f["certain"]]

@@ -1,0 +1,145 @@
+"""Attribute-level support rules (targets/support_rules.py) and a short real conformance run (issue 32).
+
+The conformance part runs ONNX's own backend node tests (shipped in the onnx wheel, with the spec's
+expected outputs) through ``inspect`` and ``build -p fp32`` for cpu and intel-cpu, as
+bench/bench_conformance.py does over every float32 test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def _one_node(path, node, inputs, outputs, opset=18, inits=()):
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), str(path))
+    return str(path)
+
+
+def _refused(backend: str, path: str) -> list[tuple[str, str]]:
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    return get_backend(backend).attribute_refusals(inspect(path))
+
+
+def test_mobile_refuses_cubic_resize_and_takes_linear(tmp_path):
+    from onnx import numpy_helper
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    for mode in ("cubic", "linear"):
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, name="up")
+        p = _one_node(tmp_path / f"{mode}.onnx", node, [("x", [1, 1, 4, 4])],
+                      [("y", TensorProto.FLOAT, [1, 1, 8, 8])], inits=[scales])
+        bad = _refused("tflite", p)
+        if mode == "cubic":
+            assert len(bad) == 1 and bad[0][1] == "up" and "mode=cubic" in bad[0][0] and "onnx2tf" in bad[0][0]
+            assert "FlexResizeBicubic" in bad[0][0]
+            assert _refused("onnxruntime", p) == [] and _refused("coreml", p) == []
+        else:
+            assert bad == []
+
+
+def test_apple_refuses_select_last_index_in_inspect_and_build(tmp_path):
+    from edgeopt.api import support_matrix
+    from edgeopt.model import inspect
+    from edgeopt.pipeline import build
+
+    node = helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=1, select_last_index=1, name="am")
+    p = _one_node(tmp_path / "am.onnx", node, [("x", [2, 5])], [("y", TensorProto.INT64, [2, 1])])
+    row = next(r for r in support_matrix(inspect(p)) if r["target"] == "apple")
+    assert not row["supported"] and [u["node"] for u in row["unsupported"]] == ["am"]
+    assert "select_last_index=1" in row["unsupported"][0]["op"]
+    res = build(p, "apple", ["fp32"], out=tmp_path / "out", jobs=1).results[0]
+    assert res.status == "unsupported" and "select_last_index=1" in res.error
+    # the same node with select_last_index=0 is a plain yes
+    node0 = helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=1, name="am")
+    p0 = _one_node(tmp_path / "am0.onnx", node0, [("x", [2, 5])], [("y", TensorProto.INT64, [2, 1])])
+    assert _refused("coreml", p0) == []
+
+
+def test_intel_cpu_refuses_a_ceil_mode_maxpool_whose_last_window_starts_in_the_padding(tmp_path):
+    # the node test maxpool_2d_ceil_output_size_reduce_by_one: 2x2 input, k=1, stride 2, ceil: the spec gives 1x1
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2], ceil_mode=1, name="mp")
+    p = _one_node(tmp_path / "mp.onnx", node, [("x", [1, 1, 2, 2])], [("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+    bad = _refused("openvino", p)
+    assert len(bad) == 1 and bad[0][1] == "mp" and "ceil_mode=1" in bad[0][0]
+    assert _refused("onnxruntime", p) == [] and _refused("tflite", p) == []
+    # 3x3 input, k=2, stride 2, ceil: the last window starts inside the input: no refusal
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, name="mp")
+    p = _one_node(tmp_path / "mp3.onnx", node, [("x", [1, 1, 3, 3])], [("y", TensorProto.FLOAT, [1, 1, 2, 2])])
+    assert _refused("openvino", p) == []
+
+
+def _lstm(path, layout):
+    from onnx import numpy_helper
+
+    seq, batch, inp, hid = 3, 2, 4, 5
+    x_shape = [batch, seq, inp] if layout else [seq, batch, inp]
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1, 4 * hid, inp)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, 4 * hid, hid)).astype(np.float32), "R")
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=hid, layout=layout, name="rnn")
+    y_shape = [batch, seq, 1, hid] if layout else [seq, 1, batch, hid]
+    return _one_node(path, node, [("x", x_shape)], [("y", TensorProto.FLOAT, y_shape)], opset=14, inits=[w, r])
+
+
+def test_a_batch_first_lstm_is_refused_everywhere_as_onnx_runtime_has_no_kernel(tmp_path):
+    import onnxruntime as ort
+
+    p = _lstm(tmp_path / "bf.onnx", 1)
+    with pytest.raises(Exception, match="layout"):  # the fact the rule stands on
+        ort.InferenceSession(p, providers=["CPUExecutionProvider"])
+    for backend in ("onnxruntime", "tensorrt", "openvino", "coreml", "tflite"):
+        bad = _refused(backend, p)
+        assert [n for _, n in bad] == ["rnn"] and "ONNX Runtime has no kernel" in bad[0][0], backend
+    seq_first = _lstm(tmp_path / "sf.onnx", 0)
+    ort.InferenceSession(seq_first, providers=["CPUExecutionProvider"])
+    assert _refused("onnxruntime", seq_first) == []
+
+
+def test_probably_not_is_a_third_state_with_its_reason(tmp_path):
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    p = _lstm(tmp_path / "sf.onnx", 0)
+    info = inspect(p)
+    tfl = get_backend("tflite")
+    assert "rnn" not in {n for _, n in tfl.unsupported_nodes(info, {})}  # not a refusal...
+    doubt = tfl.probable_refusals(info, {})
+    assert [d["node"] for d in doubt] == ["rnn"] and "onnx2tf" in doubt[0]["why"]  # ...but not a plain yes
+    assert get_backend("onnxruntime").probable_refusals(info, {}) == []
+
+
+def test_rules_off_lets_build_try(tmp_path, monkeypatch):
+    p = _lstm(tmp_path / "bf.onnx", 1)
+    assert _refused("onnxruntime", p)
+    monkeypatch.setenv("EDGEOPT_SUPPORT_RULES", "off")
+    assert _refused("onnxruntime", p) == []
+
+
+@pytest.mark.parametrize("test", ["test_relu", "test_maxpool_2d_ceil_output_size_reduce_by_one"])
+def test_conformance_short(test, tmp_path):
+    """Real node tests through inspect and build (cpu, intel-cpu), artifacts against the spec's outputs:
+    inspect's yes builds and matches the spec, its no is a build that fails (intel-cpu's ceil-mode MaxPool:
+    OpenVINO's output has one element more, edgeopt's check refuses it)."""
+    pytest.importorskip("openvino")
+    from bench.bench_conformance import node_dir, run_test
+
+    if not (node_dir() / test).exists():
+        pytest.skip(f"{test} is not in this onnx wheel")
+    rec = run_test(test, ["cpu", "intel-cpu"], tmp_path, timeout=300)
+    out = {t: r["outcome"] for t, r in rec["targets"].items()}
+    assert out["cpu"] == "passed", rec
+    assert out["intel-cpu"] == ("passed" if test == "test_relu" else "refused"), rec
+    if test != "test_relu":
+        assert rec["targets"]["intel-cpu"]["status"] in ("check-failed", "failed"), rec
