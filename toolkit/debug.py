@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import BuildFailed, UsageError
 from edgeopt.layerdiff import (
     DEFAULT_MAX_MEMORY,
     DebugResult,
@@ -104,8 +104,11 @@ def debug_model(model: str, target: str, precision: str = "auto", dist: str | No
     built = [r for r in report.results if r.bundle]
     if not built:
         r = report.results[0] if report.results else None
-        raise UsageError(f"{target}: nothing was built to debug"
-                         + (f" ({r.status}: {(r.error or '').splitlines()[0][:300] if r.error else ''})" if r else ""))
+        raise BuildFailed(f"{target}: nothing was built to debug"
+                          + (f" ({r.status}: {(r.error or '').splitlines()[0][:300] if r.error else ''})" if r else ""),
+                          hint="a build whose check failed before is remembered: add --force to build it again "
+                               "(debug keeps a bundle that fails its check); an INT8 search that found no variant "
+                               "ships none: debug --precision fp16/fp32, or the search's best variant once it is kept")
     return built[0].bundle, debug_bundle(built[0].bundle, model, samples=samples, max_memory=max_memory,
                                          progress=progress)
 
