@@ -334,7 +334,10 @@ class Target:
             "runtime": out.runtime,
             "validation": {"inputs": "validation/inputs.npz", "reference": "validation/reference.npz",
                            "source": job.data_source,
-                           "reference_runtime": package_versions(["onnxruntime"])},
+                           "reference_runtime": package_versions(
+                               ["onnx"] if job.data_source.get("reference_engine") == "onnx.reference"
+                               else ["onnxruntime"]),
+                           "reference_engine": job.data_source.get("reference_engine", "onnxruntime")},
             "notes": job.data_source.get("prepare_notes", []) + out.notes,
             "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else [])
             + job.data_source.get("prepare_warnings", []),

@@ -631,11 +631,20 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
         notes.append("input dims left dynamic in prepared.onnx: fixing them broke ONNX Runtime's shape "
                      "inference; the bundle's data has the static shapes")
     err = _ort_error(work / "prepared.onnx")
+    engine = "onnxruntime"
     if err:
         from edgeopt.errors import ModelError
 
-        raise ModelError(f"ONNX Runtime cannot load the model, so no FP32 reference can be made: {err}",
-                         hint="`edgeopt inspect MODEL` lists ops in custom domains; re-export with standard ops")
+        spec_err = _spec_reference_error(work / "prepared.onnx")
+        if spec_err:
+            raise ModelError(f"ONNX Runtime cannot load the model, so no FP32 reference can be made: {err} "
+                             f"(nor can onnx.reference: {spec_err})",
+                             hint="`edgeopt inspect MODEL` lists what each target cannot take (ops in custom "
+                             "domains, attributes, opset); re-export without them")
+        engine = "onnx.reference"  # issue 32: the spec's own implementation, slower but right
+        notes.append(f"ONNX Runtime cannot load the model ({err}): the FP32 reference is computed by "
+                     "onnx.reference.ReferenceEvaluator, the ONNX spec's implementation (validation.reference_engine)")
+        progress(f"note: {notes[-1]}")
     names = [t["name"] for t in io["inputs"]]
     data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
     progress(calibmod.describe(data.source))
@@ -643,12 +652,25 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
         progress(f"WARNING: data: {w}")
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
-    refs = reference_outputs(work / "prepared.onnx", data.validation)
+    refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
     for o in io["outputs"]:
         o["shape"] = list(refs[0][o["name"]].shape)
     out_names = [o["name"] for o in io["outputs"]]
     calibmod.save_stacked(work / "reference.npz", refs, out_names, "out")
-    return {**data.source, **({"prepare_notes": notes} if notes else {})}
+    return {**data.source, **({"prepare_notes": notes} if notes else {}),
+            **({"reference_engine": engine} if engine != "onnxruntime" else {})}
+
+
+def _spec_reference_error(path: Path) -> str | None:
+    """None when onnx.reference.ReferenceEvaluator can take the model, else the first line of why not."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        ReferenceEvaluator(onnx.load(str(path)))
+        return None
+    except Exception as exc:  # noqa: BLE001 - any refusal: the caller says both runtimes' reasons
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def _integer_ranges(model, io: dict[str, Any], calib: str | None) -> Exception | None:
@@ -716,12 +738,29 @@ def _fit_ir_version(path: Path, models: list, big: bool) -> str | None:
     return f"IR version {have} saved as {top}, the newest this ONNX Runtime reads (ops and opsets unchanged)"
 
 
-def reference_outputs(model_path: Path, feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """ONNX Runtime FP32 outputs with graph optimisations off: the reference every artifact is held to."""
+def reference_outputs(model_path: Path, feeds: list[dict[str, Any]], engine: str = "onnxruntime"
+                      ) -> list[dict[str, Any]]:
+    """ONNX Runtime FP32 outputs with graph optimisations off: the reference every artifact is held to;
+    ``engine="onnx.reference"``: the spec's ReferenceEvaluator (a model ONNX Runtime cannot load)."""
     import onnxruntime as ort
 
     from edgeopt.errors import CalibrationError
 
+    if engine == "onnx.reference":
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        m = onnx.load(str(model_path))
+        ev = ReferenceEvaluator(m)
+        names = [o.name for o in m.graph.output]
+        outs = []
+        for i, feed in enumerate(feeds):
+            try:
+                outs.append(dict(zip(names, ev.run(None, feed))))
+            except Exception as exc:
+                raise CalibrationError(f"the reference run (onnx.reference) failed on validation sample {i}: "
+                                       f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        return outs
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])

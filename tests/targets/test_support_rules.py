@@ -80,10 +80,10 @@ def test_intel_cpu_refuses_a_ceil_mode_maxpool_whose_last_window_starts_in_the_p
     assert _refused("openvino", p) == []
 
 
-def _lstm(path, layout):
+def _lstm(path, layout, seq=3):
     from onnx import numpy_helper
 
-    seq, batch, inp, hid = 3, 2, 4, 5
+    batch, inp, hid = 2, 4, 5
     x_shape = [batch, seq, inp] if layout else [seq, batch, inp]
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((1, 4 * hid, inp)).astype(np.float32), "W")
@@ -93,15 +93,17 @@ def _lstm(path, layout):
     return _one_node(path, node, [("x", x_shape)], [("y", TensorProto.FLOAT, y_shape)], opset=14, inits=[w, r])
 
 
-def test_a_batch_first_lstm_is_refused_everywhere_as_onnx_runtime_has_no_kernel(tmp_path):
+def test_a_batch_first_lstm_is_refused_everywhere_each_with_its_reason(tmp_path):
     import onnxruntime as ort
 
     p = _lstm(tmp_path / "bf.onnx", 1)
-    with pytest.raises(Exception, match="layout"):  # the fact the rule stands on
+    with pytest.raises(Exception, match="layout"):  # the fact the onnxruntime rule stands on
         ort.InferenceSession(p, providers=["CPUExecutionProvider"])
-    for backend in ("onnxruntime", "tensorrt", "openvino", "coreml", "tflite"):
+    why = {"onnxruntime": "no kernel", "tensorrt": "no kernel", "openvino": "ignores layout=1",
+           "coreml": "sequence-first", "tflite": "sequence-first"}
+    for backend, text in why.items():
         bad = _refused(backend, p)
-        assert [n for _, n in bad] == ["rnn"] and "ONNX Runtime has no kernel" in bad[0][0], backend
+        assert [n for _, n in bad] == ["rnn"] and text in bad[0][0] and "layout=1" in bad[0][0], backend
     seq_first = _lstm(tmp_path / "sf.onnx", 0)
     ort.InferenceSession(seq_first, providers=["CPUExecutionProvider"])
     assert _refused("onnxruntime", seq_first) == []
@@ -143,3 +145,24 @@ def test_conformance_short(test, tmp_path):
     assert out["intel-cpu"] == ("passed" if test == "test_relu" else "refused"), rec
     if test != "test_relu":
         assert rec["targets"]["intel-cpu"]["status"] in ("check-failed", "failed"), rec
+
+
+def test_the_spec_reference_is_used_where_onnx_runtime_cannot_load_the_model(tmp_path, monkeypatch):
+    """A batch-first LSTM: ONNX Runtime has no kernel, onnx.reference makes the FP32 reference (named in the
+    manifest), and it catches OpenVINO's conversion, which ignores layout=1 (why inspect refuses it).
+    One time step: onnx 1.19's reference LSTM fails on layout=1 with more (a broadcast error, said as such)."""
+    pytest.importorskip("openvino")
+    from onnx.reference import ReferenceEvaluator
+
+    from edgeopt.pipeline import build
+    from edgeopt_agent.bundle import load_manifest, reference_outputs, validation_inputs
+
+    p = _lstm(tmp_path / "bf.onnx", 1, seq=1)
+    monkeypatch.setenv("EDGEOPT_SUPPORT_RULES", "off")  # let build try what inspect refuses
+    res = build(p, "intel-cpu", ["fp32"], out=tmp_path / "out", jobs=1, allow_mismatch=True).results[0]
+    m = load_manifest(res.bundle)
+    assert m["validation"]["reference_engine"] == "onnx.reference" and "onnx" in m["validation"]["reference_runtime"]
+    feed = validation_inputs(res.bundle, m)[0]
+    want = ReferenceEvaluator(p).run(None, feed)[0]
+    np.testing.assert_allclose(reference_outputs(res.bundle, m)["y"][0], want, rtol=1e-6)
+    assert m["host_check"]["passed"] is False  # OpenVINO's batch-first LSTM is off the spec
