@@ -43,8 +43,8 @@ class _Budget:
     """The time a sequential measurement may still spend, learnt from its first call.
 
     Each agent call costs a fixed part (a fresh child: start, load both bundles, the accuracy pass,
-    warm-up) plus the timed rounds. The first call's timed part is held to ``left / MIN_CALLS`` so a
-    second call can fit; after it, the measured costs say whether another call can add rounds before
+    warm-up) plus the timed rounds. The first call's timed part is held to a third of what is left
+    (its start-up cost is not known yet) so a second call can fit; after it, the measured costs say whether another call can add rounds before
     ``deadline - reserve`` (``reserve_calls`` fixed parts are kept back for fresh processes after the
     rounds), and, when MIN_CALLS calls cannot fit, what budget would (``note``, said once)."""
 
