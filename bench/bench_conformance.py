@@ -17,7 +17,7 @@ float32 test (every graph input a float32 tensor, every output float32 or int64 
    apple's ML Program cannot run off macOS: converter only.
 
 Per (test, target) one outcome: ``passed`` (built, allclose to the spec), ``yes-failed`` (inspect said
-yes, build failed), ``no-built`` (inspect said no, yet it builds), ``check-missed`` (passed edgeopt's
+yes, build failed), ``no-built`` (inspect said no, yet it builds and matches the spec: a rule too strict), ``check-missed`` (passed edgeopt's
 host check but not allclose to the spec), ``crash`` (a traceback / exit 1), ``refused`` (inspect said
 no and build failed: right), ``probably-failed`` / ``probably-built`` (a "probably not" and what
 build did), ``check-caught`` (built, edgeopt's check refused it: a wrong conversion caught).
@@ -113,11 +113,16 @@ def verdicts(model: str, targets: list[str]) -> dict[str, dict[str, Any]]:
     """inspect's verdict per target: ``{"verdict": yes|no|probably, "why": ...}``."""
     from edgeopt.api import support_matrix
     from edgeopt.model import inspect
+    from edgeopt.targets.registry import all_targets, get_backend
 
-    rows = {r["target"]: r for r in support_matrix(inspect(model))}
+    info = inspect(model)
+    rows = {r["target"]: r for r in support_matrix(info)}
+    specs = all_targets(None)
     out = {}
     for t in targets:
         r = rows[t]
+        if "probably" not in r:  # an inspect without the field yet: ask the backend as it would
+            r["probably"] = get_backend(r["backend"]).probable_refusals(info, specs[t].as_dict())
         if not r["supported"]:
             why = "; ".join(u["op"] for u in r["unsupported"]) or (r.get("format") or {}).get("message")
             out[t] = {"verdict": "no", "why": why}
@@ -217,10 +222,10 @@ def outcome(row: dict[str, Any], crashed: bool) -> str:
     verdict, status = row["verdict"], row["status"]
     built = status in BUILT
     spec = (row.get("spec") or {}).get("allclose")
+    if verdict == "no":  # build refuses it too (the same rules); was the refusal needed?
+        return "no-built" if built and spec is not False else "refused"
     if built and row.get("check") is not False and spec is False:
         return "check-missed"
-    if verdict == "no":
-        return "no-built" if built else "refused"
     if verdict == "probably":
         return "probably-built" if built else "probably-failed"
     if not built:
