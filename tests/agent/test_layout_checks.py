@@ -223,3 +223,23 @@ def test_slices_are_cut_along_the_channel_like_axis_never_a_maps_rows():
     out = np.clip(ref + rng.normal(scale=0.05, size=ref.shape), 0, 1).astype(np.float32)
     res = compare_outputs({"map": out}, {"map": ref}, "int8", kinds={"map": "dense"})
     assert "slice_rel_l2" not in res["outputs"]["map"]["metrics"]
+
+
+def test_the_build_records_the_head_and_never_ships_an_int8_that_loses_its_boxes(tmp_path):
+    """Through ``edgeopt build``: the manifest records the YOLO detection kind, the host check decodes boxes;
+    the cpu INT8 search either ships an artifact that keeps >= 90% of FP32's boxes and every slice, or
+    refuses naming what failed -- before, the head was 'dense' and an INT8 passed on its cosine alone."""
+    from edgeopt.pipeline import build
+
+    model = yolov8_head(tmp_path / "yolov8.onnx")
+    fp32 = build(model, "cpu", ["fp32"], out=tmp_path / "out", jobs=1).results[0]
+    assert fp32.status == "built", fp32.error
+    assert fp32.manifest["output_kinds"]["output0"] == {"kind": "detection", "format": "yolov8", "source": "inferred"}
+    m = fp32.manifest["host_check"]["outputs"]["output0"]["metrics"]
+    assert m["box_match"] == 1.0 and m["slice_rel_l2"] < 1e-3
+    int8 = build(model, "cpu", ["int8"], out=tmp_path / "out", jobs=1).results[0]
+    if int8.status == "built":
+        m = int8.manifest["host_check"]["outputs"]["output0"]["metrics"]
+        assert m["box_match"] >= 0.9 and m["slice_rel_l2"] <= 0.5, m
+    else:
+        assert "box_match" in int8.error or "slice_" in int8.error, int8.error
