@@ -171,9 +171,28 @@ class OrtSource(Source):
         self.alias = {k: v for k, v in (alias or {}).items() if v in produced}
         self.available = set(self.alias) | {t for t in produced if self.types.get(t, 1) in FLOAT_TYPES}
 
+    truncate = False  # the reference: run only what the window's tensors need (early windows run fast)
+
+    def _upstream(self, names: list[str]) -> tuple[bytes, list[str]] | None:
+        """The part of the model that computes ``names`` (serialized) and its inputs; None when it cannot be cut."""
+        import onnx.utils
+
+        try:
+            if getattr(self, "_extractor", None) is None:
+                self._extractor = onnx.utils.Extractor(self.model)
+            sub = self._extractor.extract_model([i.name for i in self.model.graph.input], names)
+            return sub.SerializeToString(), [i.name for i in sub.graph.input]
+        except Exception:  # noqa: BLE001 - e.g. subgraphs reading outer names: the whole model runs
+            return None
+
     def run(self, names, feeds):
         real = [self.alias.get(n, n) for n in names]
-        sess = self.make_session(_with_outputs_bytes(self.model, real, self.types))
+        cut = self._upstream(real) if self.truncate else None
+        if cut is not None:
+            sess = self.make_session(cut[0])
+            feeds = [{k: v for k, v in f.items() if k in cut[1]} for f in feeds]
+        else:
+            sess = self.make_session(_with_outputs_bytes(self.model, real, self.types))
         got: dict[str, list[np.ndarray]] = {n: [] for n in names}
         for feed in feeds:
             vals = sess.run(real, feed)
@@ -193,7 +212,9 @@ def reference_source(model) -> OrtSource:
         so.log_severity_level = 3
         return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
-    return OrtSource(model, make, label="onnx fp32 (onnxruntime, optimisations off)")
+    src = OrtSource(model, make, label="onnx fp32 (onnxruntime, optimisations off)")
+    src.truncate = True
+    return src
 
 
 class BundleSource(Source):
