@@ -57,6 +57,12 @@ class Graph:
         for i in g.initializer:
             self.shapes[i.name] = list(i.dims)
         self.used = {o.name for o in g.output} | {i for n in g.node for i in n.input if i}
+        # values computed at run time: reached from a model input other than through Shape/Size
+        # (which fold to constants once the input shapes are fixed)
+        self.runtime = {i.name for i in self.inputs}
+        for n in g.node:
+            if n.op_type not in ("Shape", "Size", "Constant") and any(x in self.runtime for x in n.input if x):
+                self.runtime.update(o for o in n.output if o)
         self.const_values = {i.name: i for i in g.initializer}
 
     def rank(self, name: str) -> int | None:
@@ -234,6 +240,25 @@ def _attention_causal_past_qk(n, g) -> str | None:
     return None
 
 
+#: Core ML translator: the inputs each op needs constant (``ctx.const``/``opt_const`` in targets/coreml/ops_*.py)
+#: besides the shape arguments ``CoreMLTarget.unsupported_nodes`` already names (coreml.SHAPE_ARGS)
+COREML_CONST_INPUTS = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2),
+    "LayerNormalization": (1, 2), "Pad": (3,), "Split": (1,), "TopK": (1,), "CumSum": (1,),
+    "LSTM": (1, 2, 3, 4), "GRU": (1, 2, 3, 4), "Resize": (1,),
+    **{op: (1,) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum")},
+}
+
+
+def _coreml_runtime_input(n, g) -> str | None:
+    for i in COREML_CONST_INPUTS.get(n.op_type, ()):
+        name = inp(n, i)
+        if name and name in g.runtime:
+            return f"input {i} ({name!r}) computed at run time"
+    return None
+
+
 _REF_WHY = ("ONNX Runtime 1.23's Attention gives outputs off the spec here (some runs not even repeatable), and "
             "it computes every build's FP32 reference: a build would be judged against wrong numbers")
 
@@ -261,12 +286,17 @@ TABLES: dict[str, list[Rule]] = {
              "OpenVINO sizes ceil mode with one window more than the spec: an output of another shape"),
     ],
     "coreml": [
+        Rule(tuple(COREML_CONST_INPUTS), _coreml_runtime_input,
+             "the translator needs this input constant (a weight, shape, axes or scales), not a model input's value"),
         Rule(("LayerNormalization",), _ln_extra_outputs, "the translator makes only the normalized output"),
         Rule(("ArgMax", "ArgMin"), _select_last, "Core ML's reduce_argmax/argmin return the first index"),
         Rule(("ConvTranspose",), _convtranspose_3d, "Core ML's conv_transpose takes 1-D and 2-D"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "the translator takes sequence-first layers only"),
         Rule(("MaxPool", "AveragePool"), _same_lower, "Core ML pooling has no SAME_LOWER padding"),
         Rule(("MaxPool",), _maxpool_indices, "Core ML's max_pool has no indices output"),
+        Rule(("MaxPool", "AveragePool"),
+             lambda n, g: "dilations > 1" if any(d != 1 for d in attr(n, "dilations", [])) else None,
+             "Core ML pooling has no dilation"),
         Rule(("MaxPool", "AveragePool"), _ceil_drops_last_window,
              "Core ML sizes ceil mode with one window more than the spec: an output of another shape"),
         Rule(("Resize",), lambda n, g: "antialias=1" if attr(n, "antialias", 0) == 1 else None,

@@ -118,7 +118,9 @@ class CoreMlTarget(Target):
             graph = onnx.load(info.path, load_external_data=False).graph
         except Exception:  # noqa: BLE001 - unreadable here: the op table is all we can say
             return bad
-        return bad + [(f"{op} (shape computed from input values)", name) for op, name in value_shaped_nodes(graph)]
+        listed = {name for _, name in bad}
+        return bad + [(f"{op} (shape computed from input values)", name) for op, name in value_shaped_nodes(graph)
+                      if name not in listed]
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
