@@ -236,7 +236,8 @@ class TensorRtTarget(Target):
     def unsupported_why(self, spec: dict[str, Any], nodes: list[tuple[str, str]]) -> str | None:
         from .prep import table_for_target
 
-        return refusal_note(table_for_target(spec), [op for op, _ in nodes])
+        ops = [op for op, _ in nodes if " (" not in op]  # not the attribute rules' "Op (why)": no parser said it
+        return refusal_note(table_for_target(spec), ops) if ops else None
 
     def toolchain(self) -> dict[str, str]:
         tables = ", ".join(t.tensorrt_version + (f" for {t.for_tensorrt}" if t.for_tensorrt else "")
