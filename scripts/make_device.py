@@ -13,8 +13,8 @@ the root with ``--system-site-packages``). Root only: binfmt_misc, mmdebstrap's 
 chroot need it.
 
 What it does, in order: host tools (apt-get when missing), ``binfmt_misc`` mounted and ``qemu-aarch64``
-enabled, the root (built once, then cached under ``$EDGEOPT_CACHE_DIR`` or ``~/.cache/edgeopt``
-``/devices/<suite>-<arch>/``: a second run reuses it in seconds), /proc, /sys and /dev bind-mounted into it
+enabled, the root (built once, then cached under ``$EDGEOPT_DEVICE_CACHE`` or ``~/.cache/edgeopt/devices/``
+``<suite>-<arch>/``: a second run reuses it in seconds), /proc, /sys and /dev bind-mounted into it
 (ONNX Runtime aborts without /sys/devices/system/cpu), ``sshd`` started in the root on 127.0.0.1:PORT with
 its own host key and one authorized key, then an edgeopt inventory (``known_hosts`` strict, that host key
 only) written beside the client key. The device's facts then say ``emulated: true`` (the agent's probe
@@ -65,8 +65,9 @@ class DeviceError(Exception):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("EDGEOPT_CACHE_DIR") or str(Path.home() / ".cache" / "edgeopt")
-    return Path(base) / "devices"
+    """Where roots are cached: ``$EDGEOPT_DEVICE_CACHE``, else ``~/.cache/edgeopt/devices`` (not under
+    ``$EDGEOPT_CACHE_DIR``, the bundle cache, which tests point at a fresh folder every session)."""
+    return Path(os.environ.get("EDGEOPT_DEVICE_CACHE") or Path.home() / ".cache" / "edgeopt" / "devices")
 
 
 def default_root(suite: str, arch: str) -> Path:
@@ -179,13 +180,23 @@ def _chroot(root: Path, cmd: list[str], log: Path, timeout: float = 3600) -> sub
 def build_root(suite: str, arch: str, root: Path, runtimes: list[str]) -> dict[str, Any]:
     """mmdebstrap the userland, then the venv with the runtimes; built in ROOT.partial, renamed when done."""
     partial = root.with_name(root.name + ".partial")
-    remove_tree(partial)
     log = root.with_name(root.name + ".build.log")
-    log.write_text("")
+    stage = partial / "etc/edgeopt-userland.json"  # mmdebstrap finished: an interrupted build resumes after it
     t0 = time.monotonic()
-    _run(["mmdebstrap", f"--arch={arch}", "--variant=apt", f"--include={','.join(PACKAGES)}", suite, str(partial)],
-         log=log, timeout=3600)
-    t_debootstrap = time.monotonic() - t0
+    try:
+        done = json.loads(stage.read_text())
+        assert done["suite"] == suite and done["arch"] == arch and done["packages"] == PACKAGES
+        t_debootstrap = float(done["mmdebstrap_s"])
+        unmount(partial)
+    except (OSError, ValueError, KeyError, AssertionError):
+        remove_tree(partial)
+        log.write_text("")
+        _run(["mmdebstrap", f"--arch={arch}", "--variant=apt", f"--include={','.join(PACKAGES)}", suite,
+              str(partial)], log=log, timeout=3600)
+        t_debootstrap = time.monotonic() - t0
+        stage.write_text(json.dumps({"suite": suite, "arch": arch, "packages": PACKAGES,
+                                     "mmdebstrap_s": round(t_debootstrap, 1)}))
+    t1 = time.monotonic()
     wheels = partial / "opt/edgeopt/wheels"
     found = download_wheels(suite, arch, wheels, log, runtimes)
     mount_binds(partial)
@@ -212,7 +223,8 @@ def build_root(suite: str, arch: str, root: Path, runtimes: list[str]) -> dict[s
         unmount(partial)
     info = {"spec": SPEC_VERSION, "suite": suite, "arch": arch, "packages": PACKAGES, **facts,
             "runtimes": found["installed"], "refused": found["refused"],
-            "build_s": round(time.monotonic() - t0, 1), "mmdebstrap_s": round(t_debootstrap, 1),
+            "build_s": round(t_debootstrap + time.monotonic() - t1, 1), "mmdebstrap_s": round(t_debootstrap, 1),
+            "rest_s": round(time.monotonic() - t1, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (partial / "etc/edgeopt-device.json").write_text(json.dumps(info, indent=1))
     remove_tree(root)
