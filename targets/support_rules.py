@@ -56,7 +56,8 @@ class Graph:
                 self.shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
         for i in g.initializer:
             self.shapes[i.name] = list(i.dims)
-        self.used = {o.name for o in g.output} | {i for n in g.node for i in n.input if i}
+        self.graph_outputs = {o.name for o in g.output}
+        self.used = self.graph_outputs | {i for n in g.node for i in n.input if i}
         # values computed at run time: reached from a model input other than through Shape/Size
         # (which fold to constants once the input shapes are fixed)
         self.runtime = {i.name for i in self.inputs}
@@ -264,6 +265,27 @@ def _coreml_runtime_input(n, g) -> str | None:
     return None
 
 
+def _lpnorm_22(n, g) -> str | None:
+    return f"LpNormalization-22 (model opset {g.opset})" if g.opset >= 22 else None
+
+
+def _lpnorm_l2_axis0(n, g) -> str | None:
+    r = g.rank(inp(n, 0))
+    axis = attr(n, "axis", -1)
+    if attr(n, "p", 2) == 2 and r and axis % r == 0 and r > 1:
+        return "p=2 over axis 0"
+    return None
+
+
+def _dropout_passthrough(n, g) -> str | None:
+    return "a Dropout from a model input straight to a model output" \
+        if inp(n, 0) in {i.name for i in g.inputs} and n.output[0] in g.graph_outputs else None
+
+
+def _attention_qk_output(n, g) -> str | None:
+    return "its qk_matmul_output used" if len(n.output) > 3 and n.output[3] and n.output[3] in g.used else None
+
+
 _REF_WHY = ("ONNX Runtime 1.23's Attention gives outputs off the spec here (some runs not even repeatable), and "
             "it computes every build's FP32 reference: a build would be judged against wrong numbers")
 
@@ -277,12 +299,19 @@ REFERENCE: list[Rule] = [
 TABLES: dict[str, list[Rule]] = {
     "onnxruntime": [
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "ONNX Runtime has no kernel for batch-first recurrent layers"),
+        Rule(("LpNormalization",), _lpnorm_22, "ONNX Runtime 1.23 has no kernel for it"),
     ],
     "tensorrt": [
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "the host check of the prepared ONNX runs in ONNX Runtime, "
              "which has no kernel for batch-first recurrent layers"),
+        Rule(("LpNormalization",), _lpnorm_22, "the host check of the prepared ONNX runs in ONNX Runtime 1.23, "
+             "which has no kernel for it"),
     ],
     "openvino": [
+        Rule(("LpNormalization",), _lpnorm_l2_axis0, "OpenVINO's result is off the spec (cosine 0 on the node test)"),
+        Rule(("Dropout",), _dropout_passthrough, "OpenVINO removes the pass-through and the input's port with it "
+             "(inference: 'Port for tensor name ... was not found')"),
+        Rule(("Attention",), _attention_qk_output, "OpenVINO's qk_matmul_output is off the spec (rel_l2 0.45)"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "OpenVINO's ONNX frontend ignores layout=1: outputs off the "
              "spec and Y_h of another shape (measured on the node tests; edgeopt's check refuses it)"),
         Rule(("Resize",), _cubic_exclude_outside,
