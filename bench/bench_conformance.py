@@ -275,6 +275,7 @@ def main() -> int:
     ap.add_argument("--ops", default="", help="only tests with one of these op types: A,B")
     ap.add_argument("--match", default=None, help="only tests whose name matches this regex")
     ap.add_argument("--every", type=int, default=1, help="every N-th test (a spread sample)")
+    ap.add_argument("--start", type=int, default=0, help="with --every: begin at this index (another sample)")
     ap.add_argument("--work", default="/tmp/edgeopt-conformance")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per build call")
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
@@ -290,7 +291,7 @@ def main() -> int:
             if line.strip():
                 rec = json.loads(line)
                 done.setdefault(rec["test"], {"test": rec["test"], "targets": {}})["targets"].update(rec["targets"])
-    tests = float32_tests({o for o in a.ops.split(",") if o} or None, a.match)[::max(a.every, 1)]
+    tests = float32_tests({o for o in a.ops.split(",") if o} or None, a.match)[a.start::max(a.every, 1)]
     if a.limit:
         tests = tests[:a.limit]
     if not a.report:
