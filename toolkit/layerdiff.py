@@ -18,7 +18,9 @@ Per backend (the real runtime, with the options the bundle ships):
   nodes ran in INT8 and which in FP32.
 - ``tflite`` (mobile): LiteRT with ``experimental_preserve_all_tensors``; onnx2tf names its tensors after
   the ONNX node/tensor names, NHWC tensors are matched to the NCHW ONNX shape by the permutation that fits.
-- TensorRT / Core ML: not runnable on this host; the reason is said (``BackendUnavailable``).
+- ``tensorrt``: the prepared ONNX the engine is built from (Q/DQ placement, FP16 casts) in ONNX Runtime, as the
+  host check runs it (the engine's own layers need a GPU); Core ML: predicts on macOS only, the reason is said
+  (``BackendUnavailable``).
 """
 
 from __future__ import annotations
@@ -231,12 +233,23 @@ class OrtBundle(BundleSource):
 
         from edgeopt_agent.runners import get_runner
 
-        runner = get_runner("onnxruntime")(bundle, manifest, {})
-        runner.load()  # the session options and disabled optimizers the bundle ships
-        so, disabled, ort = runner._so, runner._disabled, runner._ort
-        providers = runner.session.get_providers()
-        self.info = runner.info()
-        runner.close()
+        self._notes: list[str] = []
+        if manifest["runtime"]["name"] == "onnxruntime":
+            runner = get_runner("onnxruntime")(bundle, manifest, {})
+            runner.load()  # the session options and disabled optimizers the bundle ships
+            so, disabled, ort = runner._so, runner._disabled, runner._ort
+            providers = runner.session.get_providers()
+            runner.close()
+            label = f"onnxruntime {ort.__version__} (the bundle's session options)"
+        else:  # TensorRT: the prepared ONNX the engine is built from, as the host check runs it
+            import onnxruntime as ort
+
+            so, disabled, providers = ort.SessionOptions(), [], ["CPUExecutionProvider"]
+            so.log_severity_level = 3
+            label = f"the prepared ONNX in onnxruntime {ort.__version__} (not the engine)"
+            self._notes.append("TensorRT: the engine is built on the device; compared here is the prepared ONNX "
+                               "it is built from (Q/DQ placement, FP16 casts of a strongly typed build) in ONNX "
+                               "Runtime; the engine's own layer outputs need a GPU")
         model = onnx.load(str(bundle / manifest["runtime"]["artifact"]))
         # INT8 QDQ: what consumers read of tensor t is DQ(Q(t)) when t was quantized
         q_of = {n.input[0]: n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
@@ -247,7 +260,7 @@ class OrtBundle(BundleSource):
         kw = {"disabled_optimizers": disabled} if disabled else {}
         self._io = manifest["io"]
         self._src = OrtSource(model, lambda data: ort.InferenceSession(data, so, providers=providers, **kw), alias,
-                              label=f"onnxruntime {ort.__version__} (the bundle's session options)")
+                              label=label)
         self.available = self._src.available
         self.label = self._src.label
         self._quantized = set(alias)
@@ -256,6 +269,9 @@ class OrtBundle(BundleSource):
         from edgeopt_agent.bundle import to_artifact
 
         return self._src.run(names, [to_artifact(f, self._io["inputs"]) for f in feeds])
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
 
     def artifact_node(self, tensor: str) -> str | None:
         return self.producer.get(tensor) or self.producer.get(self._src.alias.get(tensor, tensor))
@@ -442,6 +458,8 @@ def artifact_source(bundle: Path, manifest: dict[str, Any], producers: dict[str,
         return OpenVinoBundle(bundle, manifest, producers)
     if name in ("tflite", "litert"):
         return TfliteBundle(bundle, manifest, list(producers))
+    if name == "tensorrt" and str(manifest["runtime"].get("artifact", "")).endswith(".onnx"):
+        return OrtBundle(bundle, manifest)
     if name == "tensorrt":
         raise BackendUnavailable("a TensorRT engine is built and run on the device (no GPU and no TensorRT "
                                  "on this host); debug the prepared ONNX with --target cpu for Q/DQ placement")
@@ -530,6 +548,17 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
     ref = reference_source(ref_model)
     art = source or artifact_source(bundle, manifest, {t: n.name for n in nodes for t in n.outputs})
     observed = [t for t in wanted if t in art.available and t in ref.available]
+    if manifest["runtime"]["name"] == "tensorrt":
+        # TensorRT's preparation folds a BatchNormalization into the Conv and keeps the Conv's output name, so a
+        # tensor whose ONNX consumer vanished may carry the consumer's value: not compared. (ONNX Runtime's own
+        # fusions name the fused kernel's output after the LAST node: the tensors that keep a name keep its value.)
+        outs_of = {n.name: n.outputs for n in nodes}
+        vanished = {n.name for n in nodes if n.outputs and not any(o in art.available for o in n.outputs)}
+        consumers: dict[str, list[str]] = {}
+        for n in nodes:
+            for i in n.inputs:
+                consumers.setdefault(i, []).append(n.name)
+        observed = [t for t in observed if not any(c in vanished and outs_of[c] for c in consumers.get(t, []))]
     sizes = tensor_bytes(ref_model, observed, feeds[0])
     groups = windows(observed, sizes, len(feeds), max_memory)
     progress(f"{len(nodes)} nodes, {len(observed)} of {len(wanted)} tensors observable in the artifact, "

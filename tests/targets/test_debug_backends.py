@@ -181,3 +181,19 @@ def test_cpu_int8_qdq_read_after_dequantize(cpu_bundle, cls_model, tmp_path):
     jump = res.first_jump
     assert jump is not None and victim in [jump["node"], *jump["covers"]], (victim, jump)
     assert res.bound == {"rel_l2_max": 0.25, "cosine_min": 0.97}
+
+
+def test_tensorrt_prepared_onnx_on_the_host(cls_model, tmp_path):
+    """A TensorRT bundle (jetson fp16) carries the prepared ONNX the engine is built from: debug runs it in ONNX
+    Runtime and says so. The preparation folds BatchNormalization into the Conv and keeps the Conv's output name;
+    that tensor (the BN's value under the Conv's name) is not compared, so a clean bundle passes."""
+    from edgeopt import api
+    from edgeopt.debug import debug_bundle
+
+    rep = api.build(str(cls_model), "jetson", precision="fp16", shapes=SHAPE, dist=str(tmp_path / "dist"),
+                    val_count=4, calib_count=4, raise_on_failure=False)
+    bundle = Path(rep.results[0].bundle)
+    res = debug_bundle(bundle, str(cls_model))
+    assert res.first_jump is None, res.first_jump
+    assert res.observed > 50
+    assert any("TensorRT" in n for n in res.notes) and "not the engine" in res.artifact
