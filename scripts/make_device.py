@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -177,6 +178,24 @@ def _chroot(root: Path, cmd: list[str], log: Path, timeout: float = 3600) -> sub
     return _run(["chroot", str(root), *cmd], log=log, timeout=timeout, env=env)
 
 
+def apt_sources(suite: str) -> list[str]:
+    """sources.list lines for the root from the host's own apt sources (the mirror it is set up to reach),
+    main, updates and security; [] (mmdebstrap's defaults) when the host has none to copy."""
+    text = ""
+    for p in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text += p.read_text() + "\n"
+        except OSError:
+            continue
+    uris = [u.rstrip("/") for u in re.findall(r"^(?:URIs:\s*|deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.M)]
+    main = next((u for u in uris if u.endswith("/debian")), None)
+    security = next((u for u in uris if u.endswith("/debian-security")), None)
+    if main is None:
+        return []
+    lines = [f"deb {main} {suite} main", f"deb {main} {suite}-updates main"]
+    return lines + ([f"deb {security} {suite}-security main"] if security else [])
+
+
 def build_root(suite: str, arch: str, root: Path, runtimes: list[str]) -> dict[str, Any]:
     """mmdebstrap the userland, then the venv with the runtimes; built in ROOT.partial, renamed when done."""
     partial = root.with_name(root.name + ".partial")
@@ -187,15 +206,28 @@ def build_root(suite: str, arch: str, root: Path, runtimes: list[str]) -> dict[s
         done = json.loads(stage.read_text())
         assert done["suite"] == suite and done["arch"] == arch and done["packages"] == PACKAGES
         t_debootstrap = float(done["mmdebstrap_s"])
+        notes = list(done.get("notes") or [])
         unmount(partial)
     except (OSError, ValueError, KeyError, AssertionError):
+        notes = []
         remove_tree(partial)
         log.write_text("")
-        _run(["mmdebstrap", f"--arch={arch}", "--variant=apt", f"--include={','.join(PACKAGES)}", suite,
-              str(partial)], log=log, timeout=3600)
+        sources = apt_sources(suite)
+        cmd = ["mmdebstrap", f"--arch={arch}", "--variant=apt", f"--include={','.join(PACKAGES)}", suite, str(partial)]
+        try:
+            _run([*cmd, *sources], log=log, timeout=3600)
+        except DeviceError:
+            # the mirror here may not carry the security suite for this arch (bullseye-security arm64: 404):
+            # the userland then comes from main + updates alone, said in the root's facts
+            if not any("-security" in s for s in sources) or not re.search(r"-security\S* .*\n\s+404", log.read_text()):
+                raise
+            remove_tree(partial)
+            sources = [s for s in sources if "-security" not in s]
+            notes.append(f"{suite}-security for {arch} is not on this mirror (404): built from main + updates only")
+            _run([*cmd, *sources], log=log, timeout=3600)
         t_debootstrap = time.monotonic() - t0
         stage.write_text(json.dumps({"suite": suite, "arch": arch, "packages": PACKAGES,
-                                     "mmdebstrap_s": round(t_debootstrap, 1)}))
+                                     "mmdebstrap_s": round(t_debootstrap, 1), "notes": notes}))
     t1 = time.monotonic()
     wheels = partial / "opt/edgeopt/wheels"
     found = download_wheels(suite, arch, wheels, log, runtimes)
@@ -222,7 +254,7 @@ def build_root(suite: str, arch: str, root: Path, runtimes: list[str]) -> dict[s
     finally:
         unmount(partial)
     info = {"spec": SPEC_VERSION, "suite": suite, "arch": arch, "packages": PACKAGES, **facts,
-            "runtimes": found["installed"], "refused": found["refused"],
+            "runtimes": found["installed"], "refused": found["refused"], "notes": notes,
             "build_s": round(t_debootstrap + time.monotonic() - t1, 1), "mmdebstrap_s": round(t_debootstrap, 1),
             "rest_s": round(time.monotonic() - t1, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
