@@ -4,6 +4,7 @@
     python scripts/make_device.py --arch arm64 --suite bookworm            # build (or reuse) + start sshd
     python scripts/make_device.py --arch arm64 --suite bookworm --down     # stop sshd, unmount, keep the root
     python scripts/make_device.py --arch arm64 --suite bookworm --purge    # ... and delete the cached root
+    python scripts/make_device.py --arch arm64 --suite bookworm --build-only  # build/cache the root (CI setup)
 
 Everything comes from the registries: Debian's packages (``qemu-user-static``, ``binfmt-support`` and
 ``mmdebstrap`` on the host; ``python3``, ``python3-numpy``, ``python3-venv`` and ``openssh-server`` in the
@@ -407,17 +408,14 @@ def _any_sshd(root: Path) -> bool:
 
 # ---- up / down ---------------------------------------------------------------------------------------------
 
-def up(arch: str = "arm64", suite: str = "bookworm", port: int | None = None, root: Path | None = None,
-       state: Path | None = None, name: str | None = None, agent_root: str = "/root/.edgeopt",
-       target: str | None = None, rebuild: bool = False, install: bool = True,
-       runtimes: list[str] | None = None) -> dict[str, Any]:
-    """Build or reuse the root, start its sshd, write the inventory; returns what was done (see --json)."""
+def ensure_root(arch: str = "arm64", suite: str = "bookworm", root: Path | None = None, rebuild: bool = False,
+                install: bool = True, runtimes: list[str] | None = None) -> dict[str, Any]:
+    """Host tools, binfmt, and the root built (or found in the cache); returns {"root", "device", "built"}."""
     if arch not in ARCHES:
         raise DeviceError(f"unknown arch {arch!r}", f"one of: {', '.join(ARCHES)}")
     if suite not in SUITES:
         raise DeviceError(f"unknown suite {suite!r}", f"one of: {', '.join(SUITES)}")
     require_root()
-    t0 = time.monotonic()
     host_tools(install)
     binfmt(arch)
     root = Path(root or default_root(suite, arch)).absolute()
@@ -429,6 +427,17 @@ def up(arch: str = "arm64", suite: str = "bookworm", port: int | None = None, ro
             stop_sshd(root)
             unmount(root)
         info = build_root(suite, arch, root, runtimes or ["onnxruntime", "ai-edge-litert", "openvino"])
+    return {"root": str(root), "device": info, "built": built}
+
+
+def up(arch: str = "arm64", suite: str = "bookworm", port: int | None = None, root: Path | None = None,
+       state: Path | None = None, name: str | None = None, agent_root: str = "/root/.edgeopt",
+       target: str | None = None, rebuild: bool = False, install: bool = True,
+       runtimes: list[str] | None = None) -> dict[str, Any]:
+    """Build or reuse the root, start its sshd, write the inventory; returns what was done (see --json)."""
+    t0 = time.monotonic()
+    got = ensure_root(arch, suite, root, rebuild, install, runtimes)
+    root, info, built = Path(got["root"]), got["device"], got["built"]
     t_root = time.monotonic() - t0
     mount_binds(root)
     port = port or free_port()
@@ -489,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="PyPI runtimes to try (each: the host's version, else the newest with a wheel)")
     ap.add_argument("--rebuild", action="store_true", help="build the root again even when cached")
     ap.add_argument("--no-install", action="store_true", help="never apt-get install the host tools")
+    ap.add_argument("--build-only", action="store_true", help="build (or check) the cached root; start nothing")
     ap.add_argument("--down", action="store_true", help="stop sshd and unmount (the root stays cached)")
     ap.add_argument("--purge", action="store_true", help="with --down: delete the cached root too")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -496,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.down or a.purge:
             out = down(a.arch, a.suite, a.port, a.root, a.purge)
+        elif a.build_only:
+            out = ensure_root(a.arch, a.suite, a.root, a.rebuild, not a.no_install,
+                              [r for r in a.runtimes.split(",") if r])
         else:
             out = up(a.arch, a.suite, a.port, a.root, a.state, a.name, a.agent_root, a.target, a.rebuild,
                      not a.no_install, [r for r in a.runtimes.split(",") if r])
@@ -507,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     if a.json:
         print(json.dumps(out))
+    elif a.build_only:
+        d = out["device"]
+        print(f"{out['root']}: {'built' if out['built'] else 'cached'} (Python {d.get('python')}, numpy "
+              f"{d.get('numpy')}, {', '.join(f'{k} {v}' for k, v in d.get('runtimes', {}).items()) or 'no runtime'})")
     elif "inventory" in out:
         d = out["device"]
         print(f"{out['name']}: Debian {a.suite} {a.arch} (Python {d.get('python')}, numpy {d.get('numpy')}, "
