@@ -149,14 +149,15 @@ def _convtranspose_3d(n, g) -> str | None:
     return f"{r}-D transposed convolution" if r is not None and r >= 3 else None
 
 
-def _any_convtranspose(n, g) -> str | None:
-    r = _spatial_rank(n, g)
-    return f"{r}-D transposed convolution" if r is not None else "a transposed convolution"
-
-
 def _runtime_weight(n, g) -> str | None:
     w = inp(n, 1)
     return f"weight {w!r} is a model input (computed at run time)" if w and w in g.runtime else None
+
+
+def _runtime_params(n, g) -> str | None:
+    idx = {"InstanceNormalization": (1, 2)}.get(n.op_type, (1, 2, 3))
+    names = [inp(n, i) for i in idx if inp(n, i) and inp(n, i) in g.runtime]
+    return f"parameters {names} are model inputs (computed at run time)" if names else None
 
 
 def _uneven_split(n, g) -> str | None:
@@ -222,12 +223,6 @@ def _ceil_drops_last_window(n, g) -> str | None:
             return f"ceil_mode=1 whose last window starts in the padding (axis {2 + i})"
     return None
 
-
-def _rnn_default(n, g) -> str | None:
-    return "a recurrent layer"
-
-
-# --- the tables -----------------------------------------------------------------------------------
 
 def _attention_gqa(n, g) -> str | None:
     q, kv = attr(n, "q_num_heads"), attr(n, "kv_num_heads")
@@ -351,14 +346,11 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("MaxPool",), _maxpool_indices, "onnx2tf's MaxPool has no indices output"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "onnx2tf takes sequence-first layers only"),
         Rule(("Conv", "ConvTranspose"), _runtime_weight,
-             "onnx2tf failed (IndexError in its own code) on the Conv/ConvTranspose node tests whose weight is a "
-             "model input", certain=False),
-        Rule(("ConvTranspose",), _any_convtranspose,
-             "onnx2tf failed on the basic ConvTranspose node tests (1-D, 2-D, 3-D); larger real models "
-             "often convert", certain=False),
-        Rule(("LSTM", "GRU"), _rnn_default,
-             "onnx2tf failed on the default LSTM/GRU node tests; real models' recurrent layers vary",
-             certain=False),
+             "onnx2tf needs the weight constant (IndexError in its own code on every Conv/ConvTranspose node "
+             "test whose weight is a model input: 1-D, 2-D, 3-D)"),
+        Rule(("InstanceNormalization", "LSTM", "GRU", "RNN"), _runtime_params,
+             "onnx2tf failed inside its own code on the node tests that feed these parameters as model inputs "
+             "(InstanceNormalization, GRU); some ops take them (BatchNormalization, Gemm)", certain=False),
     ],
 }
 

@@ -113,13 +113,24 @@ def test_probably_not_is_a_third_state_with_its_reason(tmp_path):
     from edgeopt.model import inspect
     from edgeopt.targets.registry import get_backend
 
-    p = _lstm(tmp_path / "sf.onnx", 0)
+    # InstanceNormalization whose scale/bias are model inputs (the node test instancenorm_example)
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="inorm")
+    p = _one_node(tmp_path / "in.onnx", node, [("x", [1, 2, 3, 3]), ("s", [2]), ("b", [2])],
+                  [("y", TensorProto.FLOAT, [1, 2, 3, 3])])
     info = inspect(p)
     tfl = get_backend("tflite")
-    assert "rnn" not in {n for _, n in tfl.unsupported_nodes(info, {})}  # not a refusal...
+    assert "inorm" not in {n for _, n in tfl.unsupported_nodes(info, {})}  # not a refusal...
     doubt = tfl.probable_refusals(info, {})
-    assert [d["node"] for d in doubt] == ["rnn"] and "onnx2tf" in doubt[0]["why"]  # ...but not a plain yes
+    assert [d["node"] for d in doubt] == ["inorm"] and "onnx2tf" in doubt[0]["why"]  # ...but not a plain yes
+    assert "model inputs" in doubt[0]["why"]
     assert get_backend("onnxruntime").probable_refusals(info, {}) == []
+    # the same op with constant parameters: a plain yes
+    from onnx import numpy_helper
+
+    consts = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("s", "b")]
+    p = _one_node(tmp_path / "inc.onnx", node, [("x", [1, 2, 3, 3])], [("y", TensorProto.FLOAT, [1, 2, 3, 3])],
+                  inits=consts)
+    assert tfl.probable_refusals(inspect(p), {}) == []
 
 
 def test_rules_off_lets_build_try(tmp_path, monkeypatch):
