@@ -121,8 +121,62 @@ def preprocess(src: str, dst: Path, notes: list[str]) -> bool:
         if not node.name or node.name in seen:
             node.name = f"{node.op_type}_{i}"
         seen.add(node.name)
+    renamed = rename_quantizer_collisions(model)
+    if renamed:
+        notes.append("renamed before quantizing (the name ORT's quantizer gives its own scale/zero-point/"
+                     "Q/DQ tensors): " + ", ".join(f"{a} -> {b}" for a, b in renamed.items()))
     onnx.save(model, str(dst))
     return per_channel
+
+
+# Suffixes ORT's QDQ quantizer appends to a tensor's name for the tensors it creates (scale, zero point,
+# quantized weight, Q/DQ nodes and outputs; ``qdq_quantizer``/``quant_utils``, ORT 1.23).  It does not
+# check them against the names already in the graph: a YOLO head's Conv output ``box`` followed by
+# Sigmoid and Mul by a constant named ``box_scale`` ([1,4,1,1]) had that constant taken for the Conv's
+# output scale -- a QLinearConv with a 4-element Y_scale that ONNX Runtime refuses at run time.
+QUANTIZER_SUFFIXES = ("_scale", "_zero_point", "_quantized", "_QuantizeLinear", "_DequantizeLinear")
+
+
+def rename_quantizer_collisions(model) -> dict[str, str]:
+    """Rename (in place) every tensor whose name is another tensor's name plus a suffix ORT's quantizer
+    generates (``QUANTIZER_SUFFIXES``); graph inputs and outputs keep their names (the other tensor of
+    the pair is renamed instead).  Returns {old: new}."""
+    g = model.graph
+    io = {v.name for v in g.input} | {v.name for v in g.output}
+    names = io | {i.name for i in g.initializer} | {t for n in g.node for t in [*n.input, *n.output] if t}
+    # a name a subgraph (If/Loop/Scan body) reads from the outer scope is left alone: renaming it
+    # would need the subgraph rewritten too
+    io |= {t for n in g.node for a in n.attribute for sg in [*([a.g] if a.HasField("g") else []), *a.graphs]
+           for m in sg.node for t in m.input}
+    todo: dict[str, str] = {}
+    for t in sorted(names):
+        for suffix in QUANTIZER_SUFFIXES:
+            at = t.find(suffix)
+            while at > 0:
+                prefix = t[:at]
+                if prefix in names and prefix not in todo and t not in todo:
+                    victim = t if t not in io else prefix if prefix not in io else None
+                    if victim is not None:
+                        new, k = f"{victim}.edgeopt", 1
+                        while new in names or new in todo.values():
+                            new, k = f"{victim}.edgeopt{k}", k + 1
+                        todo[victim] = new
+                at = t.find(suffix, at + 1)
+    if not todo:
+        return {}
+
+    def rn(seq) -> None:
+        for j, t in enumerate(seq):
+            if t in todo:
+                seq[j] = todo[t]
+
+    for n in g.node:
+        rn(n.input)
+        rn(n.output)
+    for v in [*g.initializer, *g.value_info, *(sp.values for sp in g.sparse_initializer)]:
+        if v.name in todo:
+            v.name = todo[v.name]
+    return todo
 
 
 def calibrate(model: Path, method: str, feeds: list[dict[str, np.ndarray]], work: Path) -> Any:

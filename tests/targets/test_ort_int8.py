@@ -348,3 +348,90 @@ def test_a_node_kept_float_runs_in_float_on_the_host_and_in_the_agent(tmp_path):
     assert requantized > 2 * searched, (requantized, searched)
     assert on_device == pytest.approx(searched, rel=1e-3)  # the agent runs what the search judged
     assert runner.info()["disabled_optimizers"] == ["WeightBiasQuantization"]
+
+
+def _yolo_box_scale_head(path: Path, const_name: str = "box_scale") -> None:
+    """A YOLO-style head: Conv ``box`` -> Sigmoid -> Mul by a per-channel [1,4,1,1] pixel scale (a constant
+    named ``box_scale``), beside Conv ``cls`` -> Sigmoid, concatenated and reshaped to [1, 4+C, N]."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def conv(x: str, cin: int, cout: int, k: int, s: int, name: str, bias: float = 0.0, gain: float = 1.0) -> str:
+        w = (rng.normal(size=(cout, cin, k, k)) * gain / np.sqrt(cin * k * k)).astype(np.float32)
+        inits.extend([numpy_helper.from_array(w, name + "_w"),
+                      numpy_helper.from_array(np.full(cout, bias, np.float32), name + "_b")])
+        nodes.append(helper.make_node("Conv", [x, name + "_w", name + "_b"], [name], kernel_shape=[k, k],
+                                      strides=[s, s], pads=[k // 2] * 4))
+        return name
+
+    h = "images"
+    for i, (cin, cout) in enumerate([(3, 16), (16, 32), (32, 32)]):
+        h = conv(h, cin, cout, 3, 2, f"c{i}")
+        nodes.append(helper.make_node("Relu", [h], [h + "r"]))
+        h += "r"
+    conv(h, 32, 4, 1, 1, "box")
+    nodes.append(helper.make_node("Sigmoid", ["box"], ["box_s"]))
+    inits.append(numpy_helper.from_array(np.array([1024, 1024, 256, 256], np.float32).reshape(1, 4, 1, 1),
+                                         const_name))
+    nodes.append(helper.make_node("Mul", ["box_s", const_name], ["box_px"]))
+    conv(h, 32, 6, 1, 1, "cls", bias=-3.0, gain=6.0)
+    nodes.append(helper.make_node("Sigmoid", ["cls"], ["cls_s"]))
+    nodes.append(helper.make_node("Concat", ["box_px", "cls_s"], ["cat"], axis=1))
+    inits.append(numpy_helper.from_array(np.array([1, 10, 256], np.int64), "shape"))
+    nodes.append(helper.make_node("Reshape", ["cat", "shape"], ["output0"]))
+    g = helper.make_graph(nodes, "yolo", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 128, 128])],
+                          [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 10, 256])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+
+
+def test_a_constant_named_like_a_quantizer_scale_does_not_become_a_qlinearconv_output_scale(tmp_path):
+    """ORT's quantizer names the scale of tensor ``box`` ``box_scale`` without checking the graph: with the
+    head's own [1,4,1,1] constant called that, the Conv got it as its output scale and ONNX Runtime
+    stopped the whole search ("QLinearConv : result scale must be a scalar").  The constant is renamed
+    before quantizing; the build completes and is checked."""
+    import onnx
+
+    from edgeopt.pipeline import build
+
+    _yolo_box_scale_head(tmp_path / "yolo.onnx")
+    report = build(tmp_path / "yolo.onnx", "cpu", ["int8"], out=tmp_path / "d", force=True, jobs=1,
+                   progress=lambda s: None)
+    r = report.results[0]
+    assert r.status in ("built", "failed"), r.error
+    assert "Traceback" not in (r.error or "") and "QLinearConv" not in (r.error or "")
+    if r.status == "failed":  # a refusal on accuracy is acceptable here, a crash is not
+        assert r.refused
+    else:
+        assert r.manifest["host_check"]["passed"] is True
+        assert any("box_scale -> box_scale.edgeopt" in n for n in r.manifest["notes"])
+        model = onnx.load(str(Path(r.bundle) / "model.onnx"))
+        scales = {i.name: i for i in model.graph.initializer}
+        q_box = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "box")
+        assert list(scales[q_box.input[1]].dims) in ([], [1])  # a per-tensor output scale, not the constant
+
+
+def test_rename_quantizer_collisions_keeps_graph_io_names(tmp_path):
+    import onnx
+
+    from edgeopt.targets.onnxruntime.quant import rename_quantizer_collisions
+
+    _yolo_box_scale_head(tmp_path / "a.onnx")
+    m = onnx.load(str(tmp_path / "a.onnx"))
+    assert rename_quantizer_collisions(m) == {"box_scale": "box_scale.edgeopt"}
+    mul = next(n for n in m.graph.node if n.op_type == "Mul")
+    assert mul.input[1] == "box_scale.edgeopt" and "box_scale.edgeopt" in {i.name for i in m.graph.initializer}
+    onnx.checker.check_model(m)
+    # no collision, nothing renamed
+    _yolo_box_scale_head(tmp_path / "b.onnx", const_name="pixels")
+    assert rename_quantizer_collisions(onnx.load(str(tmp_path / "b.onnx"))) == {}
+    # a graph output keeps its name: the other tensor of the pair is renamed
+    m = onnx.load(str(tmp_path / "b.onnx"))
+    m.graph.output[0].name = "cat_zero_point"
+    next(n for n in m.graph.node if n.op_type == "Reshape").output[0] = "cat_zero_point"
+    assert rename_quantizer_collisions(m) == {"cat": "cat.edgeopt"}
+    assert m.graph.output[0].name == "cat_zero_point"
+    onnx.checker.check_model(m)
