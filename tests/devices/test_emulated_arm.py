@@ -169,6 +169,9 @@ def arm_device(tmp_path_factory):
         pytest.fail(f"onnxruntime did not install in the arm64 root: {out['device']['refused']}")
     yield out
     md.down("arm64", "bookworm", port=port)
+    import shutil
+
+    shutil.rmtree(Path(out["root"]) / out["agent_root"].lstrip("/"), ignore_errors=True)  # this run's agent store
 
 
 @slow_unless_cached
