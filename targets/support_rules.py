@@ -278,7 +278,8 @@ def _dropout_passthrough(n, g) -> str | None:
 
 
 def _attention_qk_output(n, g) -> str | None:
-    return "its qk_matmul_output used" if len(n.output) > 3 and n.output[3] and n.output[3] in g.used else None
+    used = len(n.output) > 3 and n.output[3] and n.output[3] in g.used
+    return "its qk_matmul_output used with a past key" if used and inp(n, 4) else None
 
 
 _REF_WHY = ("ONNX Runtime 1.23's Attention gives outputs off the spec here (some runs not even repeatable), and "
@@ -301,12 +302,15 @@ TABLES: dict[str, list[Rule]] = {
              "which has no kernel for batch-first recurrent layers"),
         Rule(("LpNormalization",), _lpnorm_22, "the host check of the prepared ONNX runs in ONNX Runtime 1.23, "
              "which has no kernel for it"),
+        Rule(("Scan",), lambda n, g: f"Scan-8 (model opset {g.opset})" if g.opset < 9 else None,
+             "the prepared ONNX (onnxsim) loses Scan-8's batch axis: ONNX Runtime's check of it fails on the rank"),
     ],
     "openvino": [
         Rule(("LpNormalization",), _lpnorm_l2_axis0, "OpenVINO's result is off the spec (cosine 0 on the node test)"),
         Rule(("Dropout",), _dropout_passthrough, "OpenVINO removes the pass-through and the input's port with it "
              "(inference: 'Port for tensor name ... was not found')"),
-        Rule(("Attention",), _attention_qk_output, "OpenVINO's qk_matmul_output is off the spec (rel_l2 0.45)"),
+        Rule(("Attention",), _attention_qk_output, "OpenVINO's qk_matmul_output is off the spec with a past key "
+             "(rel_l2 0.45; without one it matches)"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "OpenVINO's ONNX frontend ignores layout=1: outputs off the "
              "spec and Y_h of another shape (measured on the node tests; edgeopt's check refuses it)"),
         Rule(("Resize",), _cubic_exclude_outside,
@@ -319,6 +323,8 @@ TABLES: dict[str, list[Rule]] = {
              "the translator needs this input constant (a weight, shape, axes or scales), not a model input's value"),
         Rule(("LayerNormalization",), _ln_extra_outputs, "the translator makes only the normalized output"),
         Rule(("ArgMax", "ArgMin"), _select_last, "Core ML's reduce_argmax/argmin return the first index"),
+        Rule(("Mod",), lambda n, g: "fmod=1" if attr(n, "fmod", 0) == 1 else None,
+             "the translator has no C-style fmod (Core ML's mod follows the divisor's sign)"),
         Rule(("ConvTranspose",), _convtranspose_3d, "Core ML's conv_transpose takes 1-D and 2-D"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "the translator takes sequence-first layers only"),
         Rule(("MaxPool", "AveragePool"), _same_lower, "Core ML pooling has no SAME_LOWER padding"),
