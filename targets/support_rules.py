@@ -324,7 +324,7 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("LayerNormalization",), _ln_extra_outputs, "the translator makes only the normalized output"),
         Rule(("ArgMax", "ArgMin"), _select_last, "Core ML's reduce_argmax/argmin return the first index"),
         Rule(("Mod",), lambda n, g: "fmod=1" if attr(n, "fmod", 0) == 1 else None,
-             "the translator has no C-style fmod (Core ML's mod follows the divisor's sign)"),
+             "the translator has no fmod=1 (the C-style remainder, sign of the dividend)"),
         Rule(("ConvTranspose",), _convtranspose_3d, "Core ML's conv_transpose takes 1-D and 2-D"),
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "the translator takes sequence-first layers only"),
         Rule(("MaxPool", "AveragePool"), _same_lower, "Core ML pooling has no SAME_LOWER padding"),
