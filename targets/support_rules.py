@@ -166,6 +166,11 @@ def _uneven_split(n, g) -> str | None:
         sizes = attr(n, "split")
     if sizes is not None and len(set(int(s) for s in list(sizes))) > 1:
         return f"uneven split {[int(s) for s in list(sizes)]}"
+    parts, shape = attr(n, "num_outputs"), g.shape(inp(n, 0))
+    if sizes is None and parts and shape:
+        size = shape[attr(n, "axis", 0) % len(shape)]
+        if size is not None and size % parts:
+            return f"num_outputs={parts} over a dimension of {size} (uneven)"
     return None
 
 
