@@ -358,6 +358,12 @@ def _cpuinfo_family(text: str) -> str | None:
     return None
 
 
+# a qemu user-mode interpreter (qemu-aarch64, qemu-aarch64-static, Debian's qemu-binfmt/aarch64-binfmt-P), not
+# qemu-system-*, qemu-img and the other tools
+_QEMU_USER = re.compile(r"(^|/)qemu-(?!system|img|nbd|io|storage|ga|pr-helper|edid|keymap)[\w.]+(-static)?$|"
+                        r"/qemu-binfmt/")
+
+
 def _link(path: Path) -> str | None:
     try:
         return os.readlink(path)
@@ -372,8 +378,8 @@ def emulation(base: str | Path = "/", machine: str | None = None, pid: int | Non
 
     qemu-user (a foreign-arch binary run through binfmt_misc) rewrites what this process reads of its own
     /proc entries (``/proc/self/{exe,maps,auxv,cmdline}`` and ``/proc/<own pid>/...``), so those cannot tell.
-    What can: ``/proc/thread-self/exe`` and the parent's ``/proc/<ppid>/exe`` (not rewritten: the kernel's
-    link names the qemu interpreter binfmt_misc started), and ``/proc/cpuinfo`` when it describes another
+    What can: ``/proc/thread-self/exe`` (not rewritten: the kernel's link names the qemu interpreter
+    binfmt_misc started; the parent's ``/proc/<ppid>/exe`` where thread-self is not there, kernels < 3.17), and ``/proc/cpuinfo`` when it describes another
     architecture than ``platform.machine()`` (qemu before 8.1 passes the host's through). An enabled
     ``binfmt_misc`` handler for this very architecture is supporting evidence only (never alone).
     Full-system qemu without KVM (TCG): DMI says QEMU and neither the ``hypervisor`` CPU flag nor the
@@ -386,10 +392,12 @@ def emulation(base: str | Path = "/", machine: str | None = None, pid: int | Non
     ppid = os.getppid() if ppid is None else ppid
     evidence: list[str] = []
     emulator: str | None = None
-    # 1. qemu-user: the kernel's own exe links of this thread and of the parent
-    for rel in ("proc/thread-self/exe", f"proc/{ppid}/exe"):
-        target = _link(b / rel)
-        if target and re.search(r"(^|/)qemu-[\w.-]+|qemu-binfmt/|/qemu-", target):
+    # 1. qemu-user: the kernel's own exe link of this thread; the parent's only where that cannot be read
+    #    (an emulated parent alone does not make this process emulated)
+    own = _link(b / "proc/thread-self/exe")
+    for rel, target in (("proc/thread-self/exe", own),
+                        (f"proc/{ppid}/exe", _link(b / f"proc/{ppid}/exe") if own is None else None)):
+        if target and _QEMU_USER.search(target):
             evidence.append(f"/{rel} -> {target}")
             emulator = "qemu-user"
     # 2. /proc/cpuinfo written by another architecture's kernel
@@ -406,6 +414,9 @@ def emulation(base: str | Path = "/", machine: str | None = None, pid: int | Non
         evidence.append(f"binfmt_misc {handler.name} enabled ({interp})")
     if emulator:
         return {"emulated": True, "emulator": emulator, "virtualization": None, "evidence": evidence}
+    if not info and own is None:  # no /proc to read (not Linux, or a chroot without it): cannot be told
+        return {"emulated": None, "emulator": None, "virtualization": None,
+                "evidence": ["neither /proc/cpuinfo nor /proc/thread-self/exe is readable"]}
     # 4. full-system virtual machines
     dmi = " ".join(_read(b / f"sys/class/dmi/id/{k}") or "" for k in ("sys_vendor", "product_name", "bios_vendor"))
     flags = set()

@@ -77,8 +77,8 @@ def test_qemu_user_seen_through_the_kernels_exe_link(tmp_path):
 
 
 def test_qemu_user_seen_through_the_parents_exe_and_a_foreign_cpuinfo(tmp_path):
-    fs = lay_out(tmp_path, X86_CPUINFO, links={"proc/39/exe": "/usr/bin/qemu-aarch64-static",
-                                                "proc/thread-self/exe": "/usr/bin/python3.11"})
+    # a kernel without /proc/thread-self: the parent's exe link (an emulated shell) and the host's cpuinfo
+    fs = lay_out(tmp_path, X86_CPUINFO, links={"proc/39/exe": "/usr/bin/qemu-aarch64-static"})
     e = emulation(fs, machine="aarch64", pid=40, ppid=39)
     assert e["emulated"] is True and e["emulator"] == "qemu-user"
     assert "/proc/39/exe -> /usr/bin/qemu-aarch64-static" in e["evidence"]
@@ -95,6 +95,12 @@ def test_native_boards_and_kvm_guests_are_not_emulated(tmp_path):
                  files={"proc/sys/fs/binfmt_misc/qemu-x86_64": BINFMT})
     e = emulation(fs, machine="aarch64", pid=40, ppid=39)
     assert e == {"emulated": False, "emulator": None, "virtualization": None, "evidence": []}
+    # qemu-system as a parent is no user-mode emulation; nor is an emulated parent of a native thread
+    fs = lay_out(tmp_path / "x86", X86_CPUINFO, links={"proc/thread-self/exe": "/usr/bin/python3.11",
+                                                        "proc/39/exe": "/usr/bin/qemu-aarch64-static"})
+    assert emulation(fs, machine="x86_64", pid=40, ppid=39)["emulated"] is False
+    fs = lay_out(tmp_path / "x86b", X86_CPUINFO, links={"proc/39/exe": "/usr/bin/qemu-system-x86_64"})
+    assert emulation(fs, machine="x86_64", pid=40, ppid=39)["emulated"] is False
     # a binfmt handler for this very arch (a host that could emulate it) is never evidence on its own
     fs = lay_out(tmp_path / "arm2", ARM_CPUINFO, files={"proc/sys/fs/binfmt_misc/qemu-aarch64": BINFMT})
     assert emulation(fs, machine="aarch64", pid=40, ppid=39)["emulated"] is False
@@ -104,6 +110,11 @@ def test_native_boards_and_kvm_guests_are_not_emulated(tmp_path):
         "sys/devices/system/clocksource/clocksource0/available_clocksource": "kvm-clock tsc acpi_pm \n"})
     e = emulation(fs, machine="x86_64", pid=40, ppid=39)
     assert e["emulated"] is False and e["virtualization"] == "kvm"
+
+
+def test_without_proc_emulation_is_unknown(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert emulation(tmp_path / "empty", machine="aarch64", pid=40, ppid=39)["emulated"] is None
 
 
 def test_full_system_qemu_without_kvm_is_emulated(tmp_path):
