@@ -37,9 +37,47 @@ class CheckFailed(BuildFailed):
     budget cut the search short (``cacheable=False``): on a less loaded machine the same inputs may
     pass, so the refusal is reported (and ``auto`` falls back) but not remembered."""
 
-    def __init__(self, message: str, hint: str | None = None, *, cacheable: bool = True) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, cacheable: bool = True,
+                 accuracy: bool = False) -> None:
         super().__init__(message, hint)
         self.cacheable = cacheable
+        self.accuracy = accuracy  # a refusal on accuracy: Target.build ends its hint with `edgeopt debug ...`
+
+
+# Job options that are the pipeline's, not the user's: not repeated in a suggested command line.
+_INTERNAL_OPTIONS = frozenset({"allow_mismatch", "check_timeout"})
+
+
+def debug_command(model_path: str, target: str, precision: str, io: dict[str, Any] | None = None,
+                  data_source: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> str:
+    """The ``edgeopt debug`` command line that localises an accuracy refusal of this build: the same
+    model, target, precision, the shapes of inputs the model leaves dynamic, the user's --calib and
+    --option values; ``--force`` because the refusal is remembered."""
+    import shlex
+
+    parts = ["edgeopt", "debug", shlex.quote(str(model_path)), "--target", target, "--precision", precision]
+    try:
+        import onnx
+
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+        dynamic = {i.name for i in graph.input
+                   if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in i.type.tensor_type.shape.dim)}
+    except Exception:  # noqa: BLE001 - unreadable here: give every shape
+        dynamic = None
+    for t in (io or {}).get("inputs", []):
+        if (dynamic is None or t.get("name") in dynamic) and t.get("shape"):
+            parts += ["--shape", shlex.quote(f"{t['name']}:" + "x".join(str(d) for d in t["shape"]))]
+    if (data_source or {}).get("path"):
+        parts += ["--calib", shlex.quote(str(data_source["path"]))]
+    for k, v in sorted((options or {}).items()):
+        if k not in _INTERNAL_OPTIONS and isinstance(v, (str, int, float, bool)):
+            parts += ["--option", shlex.quote(f"{k}={str(v).lower() if isinstance(v, bool) else v}")]
+    return " ".join(parts + ["--force"])
+
+
+def with_debug_hint(hint: str | None, command: str) -> str:
+    """``hint`` ending with the ``edgeopt debug`` command that finds the first diverging node."""
+    return (hint + "; " if hint else "") + f"to see which node breaks it: {command}"
 
 
 class UncalibratedBranch(CheckFailed):
@@ -279,6 +317,8 @@ class Target:
                                   hint="build it at fp32 (--precision fp32; auto falls back to it by itself)")
             out, selected, uncalibrated = self._build_ifs(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
+            if exc.accuracy:
+                exc.hint = with_debug_hint(exc.hint, self.debug_command(job))
             (bundle / CHECK_FAILED_MARK).write_text(json.dumps({"error": str(exc), "cacheable": exc.cacheable}) + "\n")
             raise
         if uncalibrated:
@@ -293,7 +333,7 @@ class Target:
                              + "; the values are the same, the branch not taken is computed too)")
         build_s = time.perf_counter() - t0
         if job.precision == "fp16" and not self.fp16_range_own:
-            out.warnings.extend(fp16_overflow_warnings(job))
+            out.warnings.extend(fp16_overflow_warnings(job, lambda: self.debug_command(job)))
         manifest = self._manifest(job, out, build_s)
         write_manifest(bundle, manifest)  # the check reads it
         if out.check == "numeric":
@@ -307,6 +347,11 @@ class Target:
                                       "note": "this host cannot run the artifact; the check runs on the device"}
         write_manifest(bundle, manifest)
         return manifest
+
+    def debug_command(self, job: BuildJob) -> str:
+        """``debug_command`` for this job."""
+        return debug_command(job.model_path, job.target["name"], job.precision, job.io, job.data_source,
+                             job.options)
 
     def _manifest(self, job: BuildJob, out: BuildOutput, build_s: float) -> dict[str, Any]:
         from edgeopt import __version__
@@ -364,9 +409,10 @@ def fp16_overflow_of(job: BuildJob) -> list[tuple[str, float]]:
     return fp16_overflow(onnx.load(job.prepared_path), feeds)
 
 
-def fp16_overflow_warnings(job: BuildJob) -> list[str]:
+def fp16_overflow_warnings(job: BuildJob, debug: Callable[[], str] | None = None) -> list[str]:
     """The FP16 range analysis of every fp16 artifact whose backend does not keep those layers in FP32
-    itself (mobile, intel-*): a warning naming the tensors that pass FP16's range."""
+    itself (mobile, intel-*): a warning naming the tensors that pass FP16's range (and ``debug``, the
+    ``edgeopt debug`` command that compares them layer by layer)."""
     try:
         over = fp16_overflow_of(job)
     except Exception as exc:  # noqa: BLE001 - the analysis must not stop a build
@@ -375,7 +421,8 @@ def fp16_overflow_warnings(job: BuildJob) -> list[str]:
         return []
     return ["FP16 overflow ahead: " + ", ".join(f"{t} reaches {v:.3g}" for t, v in over[:5])
             + (f" (+{len(over) - 5} more)" if len(over) > 5 else "")
-            + "; FP16 tops out at 65504 -- expect Inf/NaN in those layers unless they run in FP32 (build fp32)"]
+            + "; FP16 tops out at 65504 -- expect Inf/NaN in those layers unless they run in FP32 (build fp32)"
+            + (f"; to see which node breaks it: {debug()}" if debug else "")]
 
 
 # The ops INT8 quantization gains on (weights, or the matrix products of attention); a model with none of

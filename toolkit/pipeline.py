@@ -35,7 +35,7 @@ from typing import Any
 
 from edgeopt import __version__
 from edgeopt.errors import UsageError
-from edgeopt.targets.base import CHECK_FAILED_MARK
+from edgeopt.targets.base import CHECK_FAILED_MARK, debug_command, with_debug_hint
 
 STATUS_OK = ("built", "cached", "up-to-date")
 CACHED_FAILURE = "[cached outcome of an identical earlier build; --force retries]"
@@ -896,8 +896,10 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     passed = hc.get("passed") is not False
     if not passed and not allow_mismatch:
         res.status = "check-failed"
-        res.error = "host check failed: " + res.check + " (use --allow-mismatch to keep it)"
-        progress(f"{tag}: {res.error}")
+        res.error = ("host check failed: " + res.check + " (use --allow-mismatch to keep it)\n  hint: "
+                     + with_debug_hint(None, debug_command(job["model_path"], res.target, res.precision, job["io"],
+                                                           job["data_source"], job["options"])))
+        progress(f"{tag}: {res.error.splitlines()[0]}")
         if "error" not in hc:  # the check ran and the numbers missed: cache that outcome (not a crash or hang)
             res.refused = True
             _remember_failure(job["cache_key"], res, progress)

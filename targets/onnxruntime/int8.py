@@ -334,6 +334,16 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         if backend.sample_ranges is not None:  # samples run once for MinMax, shared with every fold
             search.timings["minmax_sample_runs"] = backend.sample_ranges.runs
         chosen, fp32_ms, rule = search.select(Path(job.prepared_path))
+        closest = search.closest() if search.variants else None
+        if chosen is None and job.options.get("allow_mismatch") and closest is not None and closest.outputs \
+                and closest.path and Path(closest.path).is_file():
+            # --allow-mismatch (edgeopt debug builds with it): the most accurate variant is shipped, judged by
+            # the host check (which fails) -- so the layer-by-layer comparison has an artifact to read
+            out = _output(job, plan, feat, why, search, closest, fp32_ms or 0.0, "none met the bound: the most "
+                          "accurate variant kept (--allow-mismatch)")
+            out.warnings.insert(0, f"no INT8 variant met the int8 bound ({bound_text('int8', plan.tolerance)}); "
+                                f"the most accurate one is kept because of --allow-mismatch: {closest.summary()}")
+            return out
         if chosen is None:
             raise CheckFailed(
                 f"no INT8 variant met the int8 bound ({bound_text('int8', plan.tolerance)}) after {len(search.variants)} "
@@ -343,7 +353,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                      "--option int8_search=full" + (" or a larger --option int8_budget_s (the time budget "
                      "stopped the search)" if search.budget_cut() else "") + ", or accept a looser bound with "
                      "e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8",
-                cacheable=not search.budget_cut())
+                cacheable=not search.budget_cut(), accuracy=True)
         if _quantized_nodes(chosen.path) == 0:
             # e.g. silero-vad: every weight lives inside If branches, which the quantizer does not enter
             raise CheckFailed("INT8 quantized nothing in this model (no QuantizeLinear node in the graph or its "

@@ -448,7 +448,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         # A crashed accuracy-control child may be transient (memory): only a search that ran is cached.
         failure = BuildFailed if any(t.get("crashed") for t in tried) else CheckFailed
         cut = any("budget" in str(t.get("skipped", "")) or "budget" in str(t.get("error", "")) for t in tried)
-        extra = {"cacheable": not cut} if failure is CheckFailed else {}
+        extra = {"cacheable": not cut, "accuracy": True} if failure is CheckFailed else {}
         raise failure(
             f"INT8 for {job.target['name']}: no variant meets the int8 bound ({bound_text('int8', override)}) "
             f"on {len(feeds)} validation samples, so no int8 bundle is shipped "

@@ -414,7 +414,7 @@ def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str,
             hint="use fp16 for this target, calibrate with more representative --calib data, try "
                  "--option int8_search=full (more variants, a longer float fallback), or accept a looser bound "
                  "with e.g. --option int8_tolerance=cosine_min=0.95,top1_min=0.8",
-            cacheable=not res.search.budget_cut())
+            cacheable=not res.search.budget_cut(), accuracy=True)
     return trt_prep.Quantized(res.model, res.report), plan.tolerance
 
 

@@ -448,7 +448,7 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
         raise BuildFailed(f"the TFLite converter crashed: exit code {proc.returncode}{sig}",
                           hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
     if reply.get("kind") == "int8_search":  # ran to the end, no INT8 candidate met the bound: its own line
-        raise CheckFailed(reply["error"], hint=reply.get("hint"))
+        raise CheckFailed(reply["error"], hint=reply.get("hint"), accuracy=True)
     if not reply.get("ok"):
         tail = log_tail(log_path, 8)
         raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",
