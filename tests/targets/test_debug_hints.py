@@ -75,3 +75,24 @@ def test_debug_command_leaves_out_the_pipelines_own_options(tmp_path):
     argv = shlex.split(cmd)  # the model cannot be read here: every input's shape is given
     assert argv == ["edgeopt", "debug", str(tmp_path / "m.onnx"), "--target", "mobile", "--precision", "fp16",
                     "--shape", "x:1x8", "--option", "onnx2tf_fixes=false", "--force"]
+
+
+def test_an_openvino_int8_refusal_names_edgeopt_debug_and_that_command_finds_the_node(tmp_path):
+    """intel-cpu INT8 (NNCF): the same as on cpu -- the refusal's hint names the command, and under
+    --allow-mismatch the variant closest to the bound is kept so that the command has an IR to compare."""
+    from edgeopt.debug import debug_model
+    from edgeopt.pipeline import build
+
+    outlier_net(tmp_path / "o.onnx")
+    opts = {"int8_tolerance": TIGHT, "int8_budget_s": 60}
+    res = build(tmp_path / "o.onnx", "intel-cpu", ["int8"], out=tmp_path / "d", options=opts, force=True, jobs=1,
+                progress=lambda s: None).results[0]
+    assert res.status == "failed" and res.refused and "no variant meets the int8 bound" in res.error
+    argv = _command(res.error)
+    assert argv[3:7] == ["--target", "intel-cpu", "--precision", "int8"]
+
+    bundle, result = debug_model(str(tmp_path / "o.onnx"), "intel-cpu", "int8", dist=str(tmp_path / "dbg"),
+                                 options=[f"{k}={v}" for k, v in opts.items()], force=True, progress=lambda s: None)
+    manifest = (Path(bundle) / "manifest.json").read_text()
+    assert "kept because of --allow-mismatch" in manifest
+    assert result.first_jump is not None, result.notes
