@@ -547,6 +547,10 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         refs = {}
     shapes = [i.get("shape") or [] for i in job.io["inputs"]]
     image_hw = shapes[0][2:] if len(shapes) == 1 and len(shapes[0]) == 4 and shapes[0][1] in (1, 3) else None
+    batch = _fixed_batch(job)
+    if batch:  # `build --batch B`: the kind is the batch-1 model's (a [B, 2] softmax is not [T, K] positions)
+        refs = {n: r.reshape(-1, 1, *r.shape[2:]) if r.ndim >= 2 and r.shape[1] == batch else r
+                for n, r in refs.items()}
     inferred = infer_kinds({n: refs[n] for n in names if n not in given and n in refs}, producers, image_hw)
     kinds = {}
     for name in names:
@@ -555,6 +559,30 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         elif name in inferred:
             kinds[name] = {**inferred[name], "source": "inferred"}
     return kinds
+
+
+def _fixed_batch(job: BuildJob) -> int | None:
+    """B when every input of the user's model has a dynamic leading (batch) dimension that this build
+    fixed to the same B > 1 (``build --batch B``); else None."""
+    try:
+        import onnx
+
+        graph = onnx.load(job.model_path, load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - no model to read: no batch folding
+        return None
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    fixed = {i["name"]: (i.get("shape") or [None])[0] for i in job.io["inputs"]}
+    sizes = set()
+    for vi in inputs:
+        dims = vi.type.tensor_type.shape.dim
+        if not dims or not (dims[0].dim_param or not dims[0].HasField("dim_value") or dims[0].dim_value == 0):
+            return None  # a static leading dimension: not a batch this build chose
+        sizes.add(fixed.get(vi.name))
+    if len(sizes) != 1:
+        return None
+    b = sizes.pop()
+    return b if isinstance(b, int) and b > 1 else None
 
 
 # Ops that only move an output's values around, and the producers whose meaning survives them.
