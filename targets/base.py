@@ -287,7 +287,11 @@ class Target:
         return [d for d in doubts(info.path, self.backend) if d["node"] not in refused]
 
     def toolchain(self) -> dict[str, str]:
-        return package_versions(["onnx", "onnxruntime", "numpy", *self.packages])
+        # "check": the host check's rules (edgeopt_agent.compare) are part of what a cached bundle or a
+        # cached refusal was judged by. rev 1: per-slice check, YOLO heads, regression/per-position kinds,
+        # kinds inferred on the batch-1 view
+        return {**package_versions(["onnx", "onnxruntime", "numpy", *self.packages]),
+                "check": "per-slice, output kinds (rev 1)"}
 
     def available(self) -> str | None:
         """None when the backend can build here, else why not."""

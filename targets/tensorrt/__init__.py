@@ -242,7 +242,7 @@ class TensorRtTarget(Target):
     def toolchain(self) -> dict[str, str]:
         tables = ", ".join(t.tensorrt_version + (f" for {t.for_tensorrt}" if t.for_tensorrt else "")
                            + f" ({', '.join(names)})" for t, names in _tables_in_use())
-        return {**package_versions(["onnx", "onnxruntime", "numpy", "onnxconverter-common", *self.packages]),
+        return {**super().toolchain(), **package_versions(["onnxconverter-common"]),
                 "tensorrt": "on the device", "tensorrt_ops_table": tables,
                 "typing": "strongly typed for TensorRT >= 11 targets (FP16: overflowing tensors' producers and readers FP32), builder flags for 10 (rev 3)",
                 "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback, task-first ranking, "
