@@ -25,7 +25,9 @@ Per backend (the real runtime, with the options the bundle ships):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -406,19 +408,40 @@ class TfliteBundle(BundleSource):
             idx = outs.get(spec.get("artifact_name") or spec["name"])
             if idx is not None:
                 self.map[spec["name"]] = int(idx)
+        # ONNX tensor -> Keras layer, recorded while onnx2tf converted (targets/tflite/convert.py NAMES_FILE);
+        # its keys are onnx2tf's sanitized names: compared on their letters and digits alone
+        layers: dict[str, str] = {}
+        with contextlib.suppress(OSError, ValueError):
+            layers = {_bare(k): v for k, v in json.loads((bundle / "onnx2tf_names.json").read_text()).items()}
         for onnx_name in onnx_names or []:
             if onnx_name not in self.map:
                 idx = self._match(onnx_name)
+                if idx is None and _bare(onnx_name) in layers:
+                    idx = self._layer(layers[_bare(onnx_name)])
                 if idx is not None:
                     self.map[onnx_name] = idx
         self.available = set(self.map)
         inner = len(self.map) - len([o for o in self._io["outputs"] if o["name"] in self.map])
         self._notes = [] if inner else [
             "no intermediate TFLite tensor carries an ONNX name (onnx2tf names TF ops by Keras' counters): only "
-            "the graph outputs are compared; the bundle would need onnx2tf's ONNX -> TF tensor map recorded at build"]
+            "the graph outputs are compared" + ("" if layers else "; the bundle has no onnx2tf_names.json (built "
+                                                "before the ONNX -> Keras layer map was recorded)")]
 
     def notes(self) -> list[str]:
         return list(self._notes)
+
+    def _layer(self, layer: str) -> int | None:
+        """The TFLite tensor a Keras layer computes: the one whose last op (a fused name's first entry) is in
+        that layer's scope (``model/tf.math.add_5/Add``)."""
+        try:  # only tensors an op computes (a layer's scope names its constants too)
+            computed = {int(i) for op in self.interp._get_ops_details() for i in op["outputs"]}
+        except Exception:  # noqa: BLE001 - an interpreter without it: every tensor
+            computed = None
+        for name, d in self.details.items():
+            if (computed is None or int(d["index"]) in computed) \
+                    and layer in name.split(";")[0].split(":")[0].split("/")[:-1]:
+                return int(d["index"])
+        return None
 
     def _match(self, onnx_name: str) -> int | None:
         """A TFLite tensor named after the ONNX tensor/node (``/`` and ``:`` made ``_``); a fused tensor's name is
@@ -447,6 +470,11 @@ class TfliteBundle(BundleSource):
     def artifact_node(self, tensor: str) -> str | None:
         idx = self.map.get(tensor)
         return None if idx is None else next((k for k, d in self.details.items() if d["index"] == idx), None)
+
+
+def _bare(name: str) -> str:
+    """A tensor name's letters and digits (onnx2tf's sanitizing and ours replace the rest)."""
+    return re.sub(r"[^0-9A-Za-z]", "", name)
 
 
 def artifact_source(bundle: Path, manifest: dict[str, Any], producers: dict[str, str]) -> BundleSource:
