@@ -265,6 +265,10 @@ def _coreml_runtime_input(n, g) -> str | None:
     return None
 
 
+def _since_22(n, g) -> str | None:
+    return f"{n.op_type}-22 (model opset {g.opset})" if g.opset >= 22 else None
+
+
 def _lpnorm_22(n, g) -> str | None:
     return f"LpNormalization-22 (model opset {g.opset})" if g.opset >= 22 else None
 
@@ -294,6 +298,10 @@ _REF_WHY = ("ONNX Runtime 1.23's Attention gives outputs off the spec here (some
 #: every backend: what the FP32 reference cannot compute (ONNX Runtime, else onnx.reference: a batch-first
 #: RNN, which ONNX Runtime has no kernel for, gets its reference from onnx.reference)
 REFERENCE: list[Rule] = [
+    Rule(("Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Multinomial"),
+         lambda n, g: "random outputs",
+         "no two runs agree, so no artifact can be checked against a reference (a seed does not make two "
+         "runtimes draw the same numbers)"),
     Rule(("Attention",), _attention_gqa, _REF_WHY),
     Rule(("Attention",), _attention_causal_past_qk, _REF_WHY),
 ]
@@ -302,12 +310,16 @@ TABLES: dict[str, list[Rule]] = {
     "onnxruntime": [
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "ONNX Runtime has no kernel for batch-first recurrent layers"),
         Rule(("LpNormalization",), _lpnorm_22, "ONNX Runtime 1.23 has no kernel for it"),
+        Rule(("DeformConv", "Bernoulli"), _since_22, "ONNX Runtime 1.23 has no kernel for it (Bernoulli: for the "
+             "RandomUniformLike-22 of its function body)"),
     ],
     "tensorrt": [
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "the host check of the prepared ONNX runs in ONNX Runtime, "
              "which has no kernel for batch-first recurrent layers"),
         Rule(("LpNormalization",), _lpnorm_22, "the host check of the prepared ONNX runs in ONNX Runtime 1.23, "
              "which has no kernel for it"),
+        Rule(("DeformConv", "Bernoulli"), _since_22, "the host check of the prepared ONNX runs in ONNX Runtime "
+             "1.23, which has no kernel for it"),
         Rule(("Scan",), lambda n, g: f"Scan-8 (model opset {g.opset})" if g.opset < 9 else None,
              "the prepared ONNX (onnxsim) loses Scan-8's batch axis: ONNX Runtime's check of it fails on the rank"),
     ],
