@@ -107,8 +107,9 @@ def debug_model(model: str, target: str, precision: str = "auto", dist: str | No
         raise BuildFailed(f"{target}: nothing was built to debug"
                           + (f" ({r.status}: {(r.error or '').splitlines()[0][:300] if r.error else ''})" if r else ""),
                           hint="a build whose check failed before is remembered: add --force to build it again "
-                               "(debug keeps a bundle that fails its check); an INT8 search that found no variant "
-                               "ships none: debug --precision fp16/fp32, or the search's best variant once it is kept")
+                               "(debug keeps a bundle that fails its check; cpu, intel-* and TensorRT INT8 searches "
+                               "keep their closest variant for it); mobile's INT8 search ships none: debug "
+                               "--precision fp16/fp32 there")
     return built[0].bundle, debug_bundle(built[0].bundle, model, samples=samples, max_memory=max_memory,
                                          progress=progress)
 
