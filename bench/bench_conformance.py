@@ -322,7 +322,7 @@ def main() -> int:
                 row["outcome"] = outcome(row, row["outcome"] == "crash")
     body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, `inspect` verdict vs "
             f"`build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec output|); "
-            f"{len(records)} tests; "
+            f"{len(records)} tests (per target: the last row); "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets) + "\n\n" + failures(records, targets))
     print(body)
     if a.write:
