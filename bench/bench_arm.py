@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ups: list[dict] = []
     for suite in [s for s in a.suites.split(",") if s]:
         try:
-            out = md.up("arm64", suite, agent_root=f"/root/.edgeopt-bench-{suite}")
+            out = md.up("arm64", suite, agent_root=f"/root/.edgeopt-bench-{suite}", state=work / f"{suite}-state")
         except md.DeviceError as e:
             rows.append({"device": f"{suite}-arm64", "bundle": "-", "status": f"no device: {e}"})
             continue
@@ -118,10 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     body = (f"## Emulated aarch64 boards (bench/bench_arm.py, {stamp()})\n\n"
             f"Host: {machine()}; {load()}. Debian arm64 userlands run by qemu-user on this host, reached over "
             f"real SSH (scripts/make_device.py). **Every latency of an `emulated` row is qemu's speed, not a "
-            f"latency measurement of any board**; the `host` row is this x86 CPU natively.\n\n{roots}\n\n{table}\n")
+            f"latency measurement of any board**; the `host` row is this x86 CPU natively. A runtime killed by "
+            f"SIGILL there met an instruction this host's qemu ({_qemu_version()}) does not emulate: that says "
+            f"nothing of a real board.\n\n{roots}\n\n{table}\n")
     if not a.no_write:
         write_section("emulated-arm", body)
     return 0
+
+
+def _qemu_version() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["qemu-aarch64-static", "--version"], capture_output=True, text=True).stdout
+    except OSError:
+        return "qemu-user"
+    return out.splitlines()[0].replace("qemu-aarch64 version", "qemu-user").strip() if out else "qemu-user"
 
 
 def _row(r, suite: str, info: dict | None, target: str, checked: bool | None, decide) -> dict:

@@ -399,6 +399,8 @@ def stop_sshd(root: Path, port: int | None = None) -> list[int]:
                     break
                 time.sleep(0.1)
             stopped.append(p)
+        if _pid_alive(d / "sshd.pid") is None:  # its host key and config go with it: a port is not reused
+            shutil.rmtree(d, ignore_errors=True)
     return stopped
 
 
