@@ -133,17 +133,19 @@ def test_this_host_is_not_emulated():
 
 # ---- the whole path on an emulated Debian bookworm arm64 board ---------------------------------------------
 
-def _root_cached() -> bool:
+def _root_cached(suite: str) -> bool:
     spec = importlib.util.spec_from_file_location("make_device", REPO / "scripts" / "make_device.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.root_info(mod.default_root("bookworm", "arm64")) is not None
+    return mod.root_info(mod.default_root(suite, "arm64")) is not None
 
 
-# Building the root the first time took 19 min on the 2-core CI machine under load (13 min mmdebstrap, 6 min
-# wheels + venv + imports under emulation): that is a `slow` test. Once built, the root is cached and the
-# test takes under a minute, so on a machine that has it, the README's test command runs it.
-slow_unless_cached = (lambda f: f) if _root_cached() else pytest.mark.slow
+# Building a root the first time took 17-19 min on the 2-core CI machine under load (11-13 min mmdebstrap,
+# 6 min wheels + venv + imports under emulation): that is a `slow` test. Once built, the root is cached and
+# the test takes under a minute, so on a machine that has it, the README's test command runs it.
+# bookworm: Python 3.11, numpy 1.24 (Raspberry Pi OS); bullseye: Python 3.9, numpy 1.19 (the agent's oldest here).
+SUITES = [pytest.param(s, marks=[] if _root_cached(s) else [pytest.mark.slow]) for s in ("bookworm", "bullseye")]
+EXPECT = {"bookworm": ("3.11.", "1.24.", "Debian GNU/Linux 12"), "bullseye": ("3.9.", "1.19.", "Debian GNU/Linux 11")}
 
 FAST = {"duration_s": 1.0, "min_iters": 5, "max_iters": 200, "warmup": 1, "timeout_s": 240}
 
@@ -155,9 +157,10 @@ def _make_device():
     return mod
 
 
-@pytest.fixture(scope="module")
-def arm_device(tmp_path_factory):
-    """A running emulated bookworm arm64 device (root built once, then cached), its inventory and facts."""
+@pytest.fixture(scope="module", params=SUITES)
+def arm_device(request, tmp_path_factory):
+    """A running emulated arm64 device of one Debian userland (root built once, then cached), its inventory."""
+    suite = request.param
     if sys.platform != "linux" or os.geteuid() != 0:
         pytest.skip("needs root on Linux (binfmt_misc, mmdebstrap, chroot)")
     md = _make_device()
@@ -169,7 +172,7 @@ def arm_device(tmp_path_factory):
     port = md.free_port()
     state = tmp_path_factory.mktemp("arm")
     try:
-        out = md.up("arm64", "bookworm", port=port, state=state, name="arm64-emu", target="cpu",
+        out = md.up("arm64", suite, port=port, state=state, name="arm64-emu", target="cpu",
                     agent_root=f"/root/.edgeopt-test-{port}")
     except md.DeviceError as e:
         if any(k in str(e).lower() for k in ("could not resolve", "connection", "network is unreachable",
@@ -179,13 +182,12 @@ def arm_device(tmp_path_factory):
     if "onnxruntime" not in out["device"]["runtimes"]:
         pytest.fail(f"onnxruntime did not install in the arm64 root: {out['device']['refused']}")
     yield out
-    md.down("arm64", "bookworm", port=port)
+    md.down("arm64", suite, port=port)
     import shutil
 
     shutil.rmtree(Path(out["root"]) / out["agent_root"].lstrip("/"), ignore_errors=True)  # this run's agent store
 
 
-@slow_unless_cached
 def test_push_bench_check_on_emulated_arm64_over_ssh(arm_device, cls_bundle, tmp_path):
     from edgeopt import decide
     from edgeopt.deploy import DeviceSession, load_bundle
@@ -202,8 +204,9 @@ def test_push_bench_check_on_emulated_arm64_over_ssh(arm_device, cls_bundle, tmp
     (rec,) = res.records
     assert rec.status == "ok", rec.error
     probe, bench = rec.probe, rec.bench
-    assert probe["arch"] == "aarch64" and probe["python"].startswith("3.11.") and probe["numpy"].startswith("1.24.")
-    assert probe["os_release"].startswith("Debian GNU/Linux 12") and probe["runtimes"]["onnxruntime"]
+    py, np_, distro = EXPECT[arm_device["device"]["suite"]]  # the distribution's own Python and numpy
+    assert probe["arch"] == "aarch64" and probe["python"].startswith(py) and probe["numpy"].startswith(np_)
+    assert probe["os_release"].startswith(distro) and probe["runtimes"]["onnxruntime"]
     assert probe["emulated"] is True and probe["emulator"] == "qemu-user", probe.get("emulation_evidence")
     env = bench["environment"]
     assert env["arch"] == "aarch64" and env["emulated"] is True and env["emulator"] == "qemu-user"
