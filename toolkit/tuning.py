@@ -79,6 +79,9 @@ class TuneResult:
     winners: dict[str, Point] = field(default_factory=dict)
     closest: dict[str, Point] = field(default_factory=dict)  # devices with no feasible point
     tuned: dict[str, str] = field(default_factory=dict)  # device -> tuned bundle folder
+    # device -> the confirmation's verdict (edgeopt.decide, as the report's SHIP): ratio, interval, or
+    # "no clear winner" and the more faithful finalist
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
     build_s: float = 0.0
     sweep_s: float = 0.0
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -302,6 +305,9 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                                 trust_new_host_keys, slo_d, acc_d, progress, scenario)
         if feasible:
             win = max(feasible, key=lambda p: p.objective(objective))
+            shipped = (result.verdicts.get(dev.name) or {}).get("ship")
+            if shipped:  # the confirmation's verdict: the interval decides, not the lowest median alone
+                win = next((p for p in feasible if _label(p) == shipped), win)
             result.winners[dev.name] = win
             result.tuned[dev.name] = str(write_tuned(Path(win.bundle), Path(dist) / info.name / "tuned" / dev.name,
                                                      win, result))
@@ -324,6 +330,7 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
 
     top = sorted(feasible, key=lambda p: -p.objective(objective))[:finalists]
     runs: dict[int, list[Point]] = {i: [p] for i, p in enumerate(top)}
+    records: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(top))}
     for r in range(1, rounds + 1):
         for i, p in enumerate(top):
             progress(f"{dev.name}: confirming {p.target} {p.precision} batch {p.batch} threads {p.threads} "
@@ -341,8 +348,10 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
                 result.points.append(q)
                 if q.status == "ok":
                     runs[i].append(q)
+                    records[i].append(recs[0].as_dict())
     out = []
-    for ps in runs.values():
+    rows = []
+    for i, ps in runs.items():
         med = Point(**{**asdict(ps[0]), "confirm": len(ps)})
         for attr in ("p50_ms", "p99_ms", "throughput_ips", "latency_ms", "max_qps"):
             vals = [getattr(x, attr) for x in ps if getattr(x, attr) is not None]
@@ -351,7 +360,34 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
         med.why_not = "; ".join(sorted({x.why_not for x in ps if x.why_not}))
         if med.feasible:
             out.append(med)
+            if records[i]:
+                rows.append(_confirm_row(med, records[i]))
+    if objective == "latency" and len(rows) > 1:
+        from edgeopt.decide import pick
+
+        v = pick(rows, one_group=True)[0]
+        result.verdicts[dev.name] = v.as_dict()
+        progress(f"{dev.name}: {v.line}")
     return out or top
+
+
+def _label(p: Point) -> str:
+    return f"{p.target}-{p.precision} batch {p.batch} threads {p.threads}"
+
+
+def _confirm_row(med: Point, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One finalist as a comparison row for ``edgeopt.decide``: its last confirmation run, with the latency
+    samples of all its confirmation rounds.  Tuning measures the device it tunes for, whatever hardware
+    the target names: the row counts as device truth."""
+    from edgeopt.reporting import row_of
+
+    rows = [row_of(r) for r in records]
+    row = dict(rows[-1])
+    row["_samples"] = [x for r in rows for x in (r.get("_samples") or [])]
+    row["label"] = _label(med)
+    row["device_truth"] = "device"
+    row["p50_ms"] = med.p50_ms  # the median of the rounds, as the pick before a verdict was
+    return row
 
 
 def _server_rate(p: Point, bundle, dev, slo: dict[str, float], trust_new: bool, progress) -> None:

@@ -30,6 +30,9 @@ def test_tune_picks_writes_a_tuned_bundle_that_bench_runs_as_tuned(tmp_path):
         assert len(vals) == 3
         med[t] = vals[1]
     assert win["p50_ms"] == med[win["threads"]] == min(med.values())  # picked on the medians
+    # the finalists are judged as the report's SHIP is (edgeopt.decide): a verdict with its criterion
+    v = res["verdicts"]["local"]
+    assert v["ship"] == f"cpu-fp32 batch 1 threads {win['threads']}" and "p50" in v["criterion"], v
     tuned = tmp_path / res["tuned"]["local"]
     m = json.loads((tuned / "manifest.json").read_text())
     assert m["runtime"]["options"]["threads"] == win["threads"] and m["tuned"]["device"] == "local"

@@ -121,6 +121,8 @@ def _print(res) -> None:
                    f"p99 {p.p99_ms:.2f} ms, "
                    + (f"{p.max_qps:.1f} QPS within the SLO (server)" if p.max_qps else f"{p.throughput_ips:.1f} inf/s")
                    + f" → {res.tuned[d]}")
+    for d, v in res.verdicts.items():
+        click.echo(f"{d}: {v.get('line')}")
     for d, p in res.closest.items():
         click.echo(f"{d}: nothing meets the goals; closest {p.target} {p.precision} batch {p.batch} threads "
                    f"{p.threads}: {p.why_not}")
