@@ -313,7 +313,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
     from edgeopt.hil.fresh import judge_fresh, measure_fresh
     from edgeopt.hil.paired import measure_pair, measure_unpaired
     from edgeopt.hil.rig import ThrottleWatch, calibrate, health_summary, run_hooks, wait_until_fit
-    from edgeopt.hil.stats import judge, judge_unpaired
+    from edgeopt.hil.stats import emulated_by, judge, judge_unpaired
 
     warnings: list[str] = []
     fresh: list[dict[str, Any]] = []
@@ -367,7 +367,8 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
     else:
         speed = calibration_ms / stored["calibration_ms"] if stored.get("calibration_ms") else None
         verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1], speed,
-                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note)
+                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note,
+                                  emulator=emulated_by(run))
         if speed is None:
             warnings.append("the stored baseline has no calibration time (saved from a bench run or by an older edgeopt): "
                             "a device slower or faster than then cannot be told from a model that is")

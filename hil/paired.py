@@ -14,7 +14,7 @@ from typing import Any
 
 from edgeopt.errors import DeviceError
 from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, judge, judge_unpaired, rounds_needed
+from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, emulated_by, judge, judge_unpaired, rounds_needed
 
 # A verdict is never drawn from one process: two ONNX Runtime sessions of the *same* bundle can differ
 # by a few percent for the life of the process (seen: one variant's 100-round reference in one child
@@ -35,6 +35,7 @@ def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, 
             "governor": env.get("governor"), "runtimes": {k: v for k, v in (p.get("runtimes") or {}).items() if v},
             "runner": (arm.get("runner") or {}).get("runtime"), "runner_version": (arm.get("runner") or {}).get("version"),
             "threads": (arm.get("runner") or {}).get("threads"),
+            **({"emulated": True, "emulator": p.get("emulator")} if p.get("emulated") else {}),
             **({"power_mode": jet.get("power_mode"), "clocks_locked": jet.get("clocks_locked")}
                if (jet := p.get("jetson")) else {})}
 
@@ -248,7 +249,8 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
             run.budget_note = clock.note
             progress(f"{run.device}: {clock.note}")
         verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1],
-                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note)
+                                  calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note,
+                                  emulator=emulated_by(run))
         progress(f"{run.device}: {done} candidate rounds (unpaired): "
                  + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
         if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note:

@@ -182,8 +182,31 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
     all_b = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
     out = _latency_verdicts(raw, spec, all_a, all_b)
     few_calls(out, run.calls, run.min_calls, run.budget_note)
+    not_on_emulation(out, emulated_by(run))
     out.extend(_accuracy_verdicts(run, spec))
     return out
+
+
+def emulated_by(run: PairedRun) -> str | None:
+    """The emulator behind this run's device (``qemu-user`` …) when the probe or any call's environment
+    says the CPU is emulated, else None."""
+    for facts in [run.fingerprint, *run.environment]:
+        if (facts or {}).get("emulated"):
+            return str(facts.get("emulator") or "an emulator")
+    return None
+
+
+def not_on_emulation(verdicts: list[Verdict], emulator: str | None) -> list[Verdict]:
+    """Latency on an emulated CPU is the emulator's speed, not the device's: every latency metric is
+    *inconclusive* ("not judged"), whatever the rounds said; accuracy is judged as everywhere."""
+    if not emulator:
+        return verdicts
+    for v in verdicts:
+        if v.metric in LATENCY_METRICS:
+            v.reason = (f"not judged: the device's CPU is emulated ({emulator}); its latency is the emulator's "
+                        f"speed, not a measurement (the rounds said {v.verdict})")
+            v.verdict = "inconclusive"
+    return verdicts
 
 
 def rounds_needed(run: PairedRun, spec: GateSpec) -> tuple[int, float, float] | None:
@@ -317,7 +340,7 @@ def _unpaired_tail(a_blocks, b_blocks, q: float, rng) -> tuple[float, float, flo
 
 def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[list[float]], spec: GateSpec,
                    candidate_arm: dict[str, Any] | None = None, speed: float | None = None, calls: int = 0,
-                   min_calls: int = 0, budget_note: str = "") -> list[Verdict]:
+                   min_calls: int = 0, budget_note: str = "", emulator: str | None = None) -> list[Verdict]:
     """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
     independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
     interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
@@ -359,6 +382,7 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
                 v.reason = f"would be {v.verdict} ({v.reason}), but {why}"
                 v.verdict = "inconclusive"
     few_calls(out, calls, min_calls, budget_note)
+    not_on_emulation(out, emulator)  # ``emulator``: ``emulated_by(run)`` of the candidate's run
     if candidate_arm is not None:
         out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
         out = [v for v in out if v.metric != "decisions"]

@@ -12,7 +12,7 @@ import pytest
 
 from edgeopt.errors import UsageError
 from edgeopt.hil.gatefile import load_gate
-from edgeopt.hil.stats import PairedRun, holm, judge
+from edgeopt.hil.stats import PairedRun, holm, judge, judge_unpaired
 from tests.devices.conftest import device_entry, known_hosts, write_inventory
 
 
@@ -175,3 +175,21 @@ def test_memory_and_cold_start_are_judged_in_fresh_processes(gate_bundles, tmp_p
         load_gate({"fresh_runs": 2})
     with pytest.raises(UsageError, match="did you mean 'max_increase'"):
         load_gate({"memory": {"max_increse": "10%"}})
+
+
+def test_latency_on_an_emulated_cpu_is_not_judged_but_accuracy_is():
+    # a clear 30% slowdown, measured on a device whose probe says qemu-user: the emulator's speed is no
+    # latency measurement, so every latency metric is inconclusive ("not judged"); accuracy is judged
+    rng = np.random.default_rng(3)
+    spec = load_gate(None)
+    real = {v.metric: v.verdict for v in judge(_run_from(rng, 20, 1.3), spec)}
+    assert real["p50"] == "regressed"
+    run = _run_from(np.random.default_rng(3), 20, 1.3)
+    run.fingerprint = {"emulated": True, "emulator": "qemu-user"}
+    got = {v.metric: v for v in judge(run, spec)}
+    for m in ("p50", "p90", "p99"):
+        if m in got:
+            assert got[m].verdict == "inconclusive" and "emulated (qemu-user)" in got[m].reason
+    unpaired = judge_unpaired([b["ms"] for b in run.blocks if b["arm"] == "A"],
+                              [b["ms"] for b in run.blocks if b["arm"] == "B"], spec, emulator="qemu-user")
+    assert all(v.verdict == "inconclusive" for v in unpaired if v.metric == "p50")
