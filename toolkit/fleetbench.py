@@ -203,5 +203,7 @@ def _bench_one(sess: DeviceSession, b: LocalBundle, opts: dict[str, Any], probe:
         return rec(b, "mismatch", {"type": "AccuracyMismatch", "message": "; ".join(bad)}, bench=bench,
                    probe=probe, push=push, agent=agent)
     progress(f"{name}: {tag}: p50 {lat.get('p50', float('nan')):.2f} ms, "
-             f"{bench.get('throughput_ips', float('nan')):.1f}/s over {bench.get('iterations')} iterations")
+             f"{bench.get('throughput_ips', float('nan')):.1f}/s over {bench.get('iterations')} iterations"
+             + (f" (EMULATED by {env.get('emulator') or 'an emulator'}: the emulator's speed, not a latency "
+                "measurement)" if (env := bench.get("environment") or {}).get("emulated") else ""))
     return rec(b, "ok", None, bench=bench, probe=probe, push=push, agent=agent)
