@@ -1157,6 +1157,26 @@ def words_task(bundle: Path) -> float | None:
     return float(np.mean([a == b for a, b in zip(o, r)]))
 
 NOTES = """Reading the table (2026-11-23; rows come from several runs, each re-run after the change it tests):
+- Four models added 2026-11-25 (issue 26), cpu / intel-cpu / mobile only (apple, jetson-orin and h100
+  not run for them), measured 00:01-00:40 UTC on this machine with the load average at ~20 on its 2
+  cores (other jobs): 24 runs, 14 built, 10 refused, 0 crashed, 0 tracebacks; every built row's task
+  figure is within the bound it states.  yolov8n-doclaynet (kind inferred: detection/yolov8, no option):
+  cpu FP32, mobile FP16 and intel-cpu `auto` (FP32 after its INT8 was refused) keep 104 of FP32's 104
+  boxes on the 8 validation pages; mobile INT8 98.1% (recall 1.000, 2 extra boxes); cpu INT8 refused on
+  the boxes (the search's best of 2 variants in its 190-s budget matched 23% of them at cosine 0.9989:
+  the check is not fooled by the cosine; the Conv-only per-channel INT8 the issue made by hand, 99.4%,
+  was not reached within the default budget, a larger int8_budget_s not tried here), intel-cpu INT8
+  refused (NNCF, cos 0.994, rel_l2 0.11).  mtcnn-onet: landmark error on the 16 validation crops FP32
+  keeps as faces: cpu INT8 0.39 px worst (mean 0.12), intel-cpu INT8 0.61 px, mobile INT8 0.45 px,
+  FP32/FP16 <= 0.013 px; 0 of 32 face decisions flipped anywhere; on every crop (non-faces too, whose
+  landmarks MTCNN discards) the worst coordinate moves 4.6 px at INT8.  skl-digits-forest: cpu builds
+  (12 of 12 labels; the ZipMap output is not judged), cpu INT8 refused as "nothing to quantize",
+  intel-cpu and mobile refused in one line naming Scaler / TreeEnsembleClassifier / ZipMap with the
+  zipmap=False hint; the int64 label output is listed as kind `regression` though judged exactly.
+  minilm-tagger: the check infers its tags as ctc_batch_major (the dominant "none" tag and short runs of
+  the others look like CTC), so the row says `--option output_kind=tags:per_position`; cpu FP32,
+  intel-cpu `auto` (FP32) and mobile FP16 flip 0 of 768 tags; INT8 refused on cpu (best cos 0.889), intel-cpu
+  (cos 0.856) and mobile (full-integer: 22% of tags flipped), as for MiniLM's sentence embedding above.
 - 17 models, 153 runs, every row measured on this machine (AVX2): the whole matrix between 16:53 and
   17:45 UTC, then the mobile column and hey-jarvis on intel-cpu again at 19:00-19:45 after the evening's
   fixes: 130 built, 23 refused, 0 crashed, 0 tracebacks (123 / 30 before them). Every refusal names what
@@ -1269,7 +1289,8 @@ def render(rows: list[dict], header: str) -> str:
     task_differs = [r for r in rows if r["outcome"] == "built" and r.get("task_value") is not None
                     and ((r["task"].split()[0] in ("decodings", "top-1", "detections", "words", "boxes", "labels")
                           and r["task_value"] < 1.0)
-                         or (r["task"].split()[0] in ("decisions", "tags", "landmarks") and r["task_value"] > 0))]
+                         or (r["task"].split()[0] in ("decisions", "tags") and r["task_value"] > 0)
+                         or (r["task"].startswith("landmarks") and r["task_value"] >= 0.01))]  # px; below: rounding
     outside = sum(r.get("within_bound") is False for r in rows if r["outcome"] == "built")
     for r in rows:
         r["what"] = r.get("reason") or r.get("check") or ""
