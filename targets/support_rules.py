@@ -365,9 +365,10 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("Split",), _uneven_split, "onnx2tf's split fails on uneven sizes (wrong shapes)"),
         Rule(("ReduceMean", "ReduceSum"), _reduce_all_keepdims,
              "onnx2tf fails on a reduction over every axis kept as size-1 dims"),
-        Rule(("Split",), lambda n, g: f"num_outputs={attr(n, 'num_outputs')}" if attr(n, "num_outputs") else None,
-             "onnx2tf's conversion of Split-18's num_outputs is off the spec (rel_l2 1.26 on an even 1-D split; "
-             "edgeopt's check refuses it)"),
+        Rule(("Split",), lambda n, g: None if (attr(n, "split") is not None or inp(n, 1))
+             else f"equal parts ({len(n.output)} outputs, no split sizes)",
+             "onnx2tf's equal-parts Split is off the spec (every such node test: opset 13 and 18, 1-D and 2-D, "
+             "rel_l2 ~1; edgeopt's check refuses it)"),
         Rule(("Clip",), _clip_no_bounds, "onnx2tf's Clip needs a bound"),
         Rule(("Pad",), _pad_axes, "onnx2tf reads pads for every axis; the axes input is not applied"),
         Rule(("MaxPool",), _maxpool_indices, "onnx2tf's MaxPool has no indices output"),
