@@ -282,8 +282,16 @@ def _lpnorm_l2_axis0(n, g) -> str | None:
 
 
 def _dropout_passthrough(n, g) -> str | None:
-    return "a Dropout from a model input straight to a model output" \
+    if n.op_type != "Dropout" and len([x for x in n.input if x]) != 1:
+        return None  # Max/Min/Sum/Mean of one input: a pass-through too
+    return f"a one-input {n.op_type} from a model input straight to a model output" \
         if inp(n, 0) in {i.name for i in g.inputs} and n.output[0] in g.graph_outputs else None
+
+
+def _rotary_no_heads(n, g) -> str | None:
+    if attr(n, "rotary_embedding_dim", 0) and not attr(n, "num_heads"):
+        return "rotary_embedding_dim without num_heads"
+    return None
 
 
 def _attention_qk_output(n, g) -> str | None:
@@ -310,6 +318,7 @@ TABLES: dict[str, list[Rule]] = {
     "onnxruntime": [
         Rule(("LSTM", "GRU", "RNN"), _batch_first, "ONNX Runtime has no kernel for batch-first recurrent layers"),
         Rule(("LpNormalization",), _lpnorm_22, "ONNX Runtime 1.23 has no kernel for it"),
+        Rule(("RotaryEmbedding",), _rotary_no_heads, "ONNX Runtime 1.23's kernel requires num_heads then"),
         Rule(("DeformConv", "Bernoulli"), _since_22, "ONNX Runtime 1.23 has no kernel for it (Bernoulli: for the "
              "RandomUniformLike-22 of its function body)"),
     ],
@@ -318,6 +327,8 @@ TABLES: dict[str, list[Rule]] = {
              "which has no kernel for batch-first recurrent layers"),
         Rule(("LpNormalization",), _lpnorm_22, "the host check of the prepared ONNX runs in ONNX Runtime 1.23, "
              "which has no kernel for it"),
+        Rule(("RotaryEmbedding",), _rotary_no_heads, "the host check of the prepared ONNX runs in ONNX Runtime "
+             "1.23, whose kernel requires num_heads then"),
         Rule(("DeformConv", "Bernoulli"), _since_22, "the host check of the prepared ONNX runs in ONNX Runtime "
              "1.23, which has no kernel for it"),
         Rule(("Scan",), lambda n, g: f"Scan-8 (model opset {g.opset})" if g.opset < 9 else None,
@@ -325,7 +336,9 @@ TABLES: dict[str, list[Rule]] = {
     ],
     "openvino": [
         Rule(("LpNormalization",), _lpnorm_l2_axis0, "OpenVINO's result is off the spec (cosine 0 on the node test)"),
-        Rule(("Dropout",), _dropout_passthrough, "OpenVINO removes the pass-through and the input's port with it "
+        Rule(("Resize",), lambda n, g: "antialias=1" if attr(n, "antialias", 0) == 1 else None,
+             "OpenVINO's antialiased Resize is off the spec (rel_l2 0.0175 on downsample_scales_linear_antialias)"),
+        Rule(("Dropout", "Max", "Min", "Sum", "Mean"), _dropout_passthrough, "OpenVINO removes the pass-through and the input's port with it "
              "(inference: 'Port for tensor name ... was not found')"),
         Rule(("Attention",), _attention_qk_output, "OpenVINO's qk_matmul_output past the plain QK product is off "
              "the spec (9 of 9 node tests; with softcap, Y too); mode 0 matches"),
