@@ -556,6 +556,14 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         refs = {n: r.reshape(-1, 1, *r.shape[2:]) if r.ndim >= 2 and r.shape[1] == batch else r
                 for n, r in refs.items()}
     inferred = infer_kinds({n: refs[n] for n in names if n not in given and n in refs}, producers, image_hw)
+    # One score vector per input token is a tagger, not CTC: a [1, T, K] output whose T is the length of
+    # an integer (token-id) input is judged per position, however dominant its "no tag" class is.
+    token_lengths = {(i.get("shape") or [0, 0])[-1] for i in job.io["inputs"]
+                     if str(i.get("dtype", "")).startswith(("int", "uint")) and len(i.get("shape") or []) == 2}
+    for name, k in inferred.items():
+        shape = refs[name].shape[1:]
+        if k.get("kind") == "ctc_batch_major" and len(shape) == 3 and shape[0] == 1 and shape[1] in token_lengths:
+            inferred[name] = {"kind": "per_position"}
     kinds = {}
     for name in names:
         if name in given:
