@@ -335,9 +335,12 @@ def test_inspect_json_lists_every_unsupported_silero_node(capsys):
     assert main(["inspect", str(fixture("silero-vad")), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     (row,) = [r for r in data["support"] if r["target"] == "apple"]
-    got = sorted((u["op"], u["node"]) for u in row["unsupported"])
+    got = sorted((u["op"], u["node"]) for u in row["unsupported"] if u["node"] != "sr")
     assert not row["supported"]
     assert got == _silero_expected()
+    # and the rank-0 `sr` input (support_rules: Core ML inputs have rank >= 1), as the translator says
+    assert [u["op"] for u in row["unsupported"] if u["node"] == "sr"] == [
+        "input 'sr' (rank 0) (a rank-0 (scalar) model input: Core ML takes inputs of rank >= 1)"]
     # LSTM is translated; the If nodes (branching on the `sr` input's value at run time) are not.
     assert {op for op, _ in got} == {"If"} and len(got) == 25
 
@@ -350,7 +353,8 @@ def test_build_of_silero_is_unsupported_with_every_node_named(tmp_path, capsys):
     assert rc == 3
     (res,) = json.loads(capsys.readouterr().out)["results"]
     assert res["status"] == "unsupported" and res["target"] == "apple"
-    assert res["error"].startswith("25 unsupported node(s): ")
+    assert res["error"].startswith("26 unsupported node(s): ")  # 25 Ifs and the rank-0 `sr` input
+    assert "input 'sr' (rank 0)" in res["error"]
     for op, name in _silero_expected():
         assert f"{op} ({name})" in res["error"]
     assert not any(p.name != ".edgeopt-probe" and p.is_dir() for p in tmp_path.iterdir())
