@@ -381,7 +381,7 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("Split",), lambda n, g: None if (attr(n, "split") is not None or inp(n, 1))
              else f"equal parts ({len(n.output)} outputs, no split sizes)",
              "onnx2tf's equal-parts Split is off the spec (every such node test: opset 13 and 18, 1-D and 2-D, "
-             "rel_l2 ~1; edgeopt's check refuses it)"),
+             "rel_l2 ~1; edgeopt's check refuses it); real models' splits were not measured", certain=False),
         Rule(("Clip",), _clip_no_bounds, "onnx2tf's Clip needs a bound"),
         Rule(("Pad",), _pad_axes, "onnx2tf reads pads for every axis; the axes input is not applied"),
         Rule(("MaxPool",), _maxpool_indices, "onnx2tf's MaxPool has no indices output"),
