@@ -142,7 +142,8 @@ def inspect(model: str | os.PathLike, config: str | None = None,
 
 def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]:
     """Per target: can it take the model (``supported``), the nodes it cannot (``unsupported``), why
-    (``why``), and ``format``: the opset/IR refusal when a runtime on the way cannot read the model's
+    (``why``), ``probably``: nodes only a conversion can tell about (``{"op", "node", "why"}``: what the
+    converter failed on in the conformance run; ``supported`` stays true), and ``format``: the opset/IR refusal when a runtime on the way cannot read the model's
     ONNX opset or IR version (``{"message", "hint"}``; None when every runtime reads it)."""
     from edgeopt.model import format_refusal
     from edgeopt.targets.registry import all_targets, get_backend
@@ -155,6 +156,7 @@ def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]
         rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad and fmt is None,
                      "unsupported": [{"op": op, "node": n} for op, n in bad],
                      "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
+                     "probably": [] if bad else backend.probable_refusals(info, spec.as_dict()),
                      "format": {"message": fmt[0], "hint": fmt[1]} if fmt else None,
                      "builds_here": backend.available() is None, "host_check": backend.check_kind})
     return rows

@@ -124,6 +124,20 @@ def test_probably_not_is_a_third_state_with_its_reason(tmp_path):
     assert [d["node"] for d in doubt] == ["inorm"] and "onnx2tf" in doubt[0]["why"]  # ...but not a plain yes
     assert "model inputs" in doubt[0]["why"]
     assert get_backend("onnxruntime").probable_refusals(info, {}) == []
+    # inspect shows it: a third state in the table, the reason below it, and `probably` in --json
+    import json
+    import subprocess
+    import sys
+
+    text = subprocess.run([sys.executable, "-m", "edgeopt", "inspect", str(p)], capture_output=True, text=True,
+                          timeout=300)
+    assert text.returncode == 0, text.stderr[-1500:]
+    assert "probably not: 1 node(s): InstanceNormalization" in text.stdout and "inorm: " in text.stdout
+    doc = json.loads(subprocess.run([sys.executable, "-m", "edgeopt", "inspect", str(p), "--json"],
+                                    capture_output=True, text=True, timeout=300).stdout)
+    rows = {r["target"]: r for r in doc["support"]}
+    assert rows["mobile"]["supported"] and [d["node"] for d in rows["mobile"]["probably"]] == ["inorm"]
+    assert rows["cpu"]["probably"] == []
     # the same op with constant parameters: a plain yes
     from onnx import numpy_helper
 

@@ -73,7 +73,10 @@ def run(args) -> int:
     print()
     rows = []
     for r in matrix:
-        if r["supported"]:
+        if r["supported"] and r.get("probably"):
+            ops = sorted({p["op"] for p in r["probably"]})
+            status = f"probably not: {len(r['probably'])} node(s): {', '.join(ops)} (see below)"
+        elif r["supported"]:
             status = "yes"
         elif r.get("format") and not r["unsupported"]:
             status = f"NO: opset {info.opset}, IR {info.ir_version} (see below)"
@@ -95,6 +98,11 @@ def run(args) -> int:
             print(f"\n{r['target']}: unsupported nodes" + (f" ({r['why']})" if r.get("why") else ""))
             for u in r["unsupported"]:
                 print(f"  {u['op']:<24} {u['node']}")
+    for r in matrix:
+        if r["supported"] and r.get("probably"):
+            print(f"\n{r['target']}: probably not (only converting can tell)")
+            for p in r["probably"]:
+                print(f"  {p['op']:<24} {p['node']}: {p['why']}")
     return 0
 
 
