@@ -437,7 +437,7 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
 
 
 def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel, verify, db, progress,
-           options: dict[str, Any]) -> FleetResult:
+           options: dict[str, Any], run_id: str | None = None) -> FleetResult:
     from edgeopt.deploy import find_bundles
     from edgeopt.fleetbench import bench_fleet, plan
     from edgeopt.results import DEFAULT_DB, ResultsDB
@@ -464,7 +464,7 @@ def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, 
                          hint="check the devices' `target` against the bundles under --dist (edgeopt devices)")
     with ResultsDB(db or DEFAULT_DB) as rdb:
         return bench_fleet(devs, found, opts, targets=picked, trust_new_host_keys=trust_new_host_keys,
-                           jobs=parallel, verify=verify, db=rdb, progress=progress)
+                           jobs=parallel, verify=verify, db=rdb, progress=progress, run_id=run_id)
 
 
 def check_target_filter(bundles: list, picked: list[str] | None, dist: str | os.PathLike | None = None) -> None:
@@ -514,9 +514,12 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
     dynamic), one fleet run per size, reported together: the latency/throughput curve per artifact.
     ``exact``: each bundle at its own batch only (a dynamic one at 1)."""
     import json
+    import uuid
 
     from edgeopt.deploy import find_bundles
     from edgeopt_agent.bench import _dynamic
+
+    run_id = uuid.uuid4().hex[:12]  # one run for the whole curve: every batch's records are stored under it
 
     for b in batches:
         bench_options(**{**options, "batch": b})  # every size's options checked before any work
@@ -537,7 +540,7 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
             continue
         progress(f"batch {b}: {len(mine)} bundle(s)")
         res = _bench(dist, devices, limit, labels, targets, mine, trust_new, parallel, verify, db, progress,
-                     {**options, "batch": b})
+                     {**options, "batch": b}, run_id=run_id)
         if merged is None:
             merged = res
         else:

@@ -104,14 +104,16 @@ def plan(devices: list[Device], bundles: list[LocalBundle], targets: list[str] |
 
 def bench_fleet(devices: list[Device], bundles: list[LocalBundle], options: dict[str, Any] | None = None,
                 targets: list[str] | None = None, trust_new_host_keys: bool = False, jobs: int = 4,
-                verify: bool = False, db=None, progress: Progress = lambda s: None) -> FleetResult:
-    """Push what is missing and bench every matching (device, bundle); see ``edgeopt bench --help``."""
+                verify: bool = False, db=None, progress: Progress = lambda s: None,
+                run_id: str | None = None) -> FleetResult:
+    """Push what is missing and bench every matching (device, bundle); see ``edgeopt bench --help``.
+    ``run_id``: the run these records belong to (one for a whole ``--batch 1,4,8`` curve); new if None."""
     opts = {**DEFAULT_OPTIONS, **(options or {})}
     work, skipped = plan(devices, bundles, targets)
     if not work:
         raise UsageError("nothing to bench: " + "; ".join(f"{s['device']}: {s['reason']}" for s in skipped),
                          hint="check the devices' `target` against the bundles under --dist (edgeopt devices)")
-    result = FleetResult(uuid.uuid4().hex[:12], skipped=skipped)
+    result = FleetResult(run_id or uuid.uuid4().hex[:12], skipped=skipped)
     lock = threading.Lock()
     t0 = time.perf_counter()
 

@@ -24,8 +24,10 @@ def test_build_and_bench_a_batch_curve(tmp_path):
     assert shapes == [1, 2] and any("batch2" in r["bundle"] for r in built)  # batch 2 under dist/batch2/
     p = _cli("bench", "--batch", "1,2", "--duration", "0.3", "--min-iters", "10", "--json", "-q", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
-    recs = json.loads(p.stdout)["records"]
+    doc = json.loads(p.stdout)
+    recs = doc["records"]
     assert sorted(r["bench"]["inputs"]["batch"] for r in recs) == [1, 2]
+    assert {r["run_id"] for r in recs} == {doc["run_id"]}  # one run id for the whole curve, as printed
     for r in recs:  # images/s counts every image of a batch
         b = r["bench"]
         assert b["throughput_ips"] == b["inputs"]["batch"] * b["iterations"] / b["duration_s"]
