@@ -576,21 +576,29 @@ def quarantined(db_path: str | Path | None, names: list[str]) -> dict[str, dict[
 
 # --- edgeopt rig status / release ----------------------------------------------------------------
 def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-results.db", probe: bool = True,
-           trust_new_host_keys: bool = False, jobs: int = 8) -> dict[str, Any]:
-    """Every device of the rig: its health now (probed, judged against the policy), last seen, quarantine
-    and recent failures (``edgeopt rig status``)."""
+           trust_new_host_keys: bool = False, jobs: int = 8, limit: str | list[str] | None = None,
+           labels: str | list[str] | None = None) -> dict[str, Any]:
+    """Every device of the rig (or those picked by ``limit``/``labels``, as bench and gate pick them): its
+    health now (probed, judged against the policy), last seen, quarantine and recent failures
+    (``edgeopt rig status``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from edgeopt.inventory import load_inventory
 
     rig = load_rig(devices)
     inv = load_inventory(devices or "local")
+    devs = list(inv.devices)
+    if limit or labels:
+        from edgeopt.api import select_devices
+
+        picked = {d.name for d in select_devices(devices, limit, labels)}
+        devs = [d for d in devs if d.name in picked]
     state: dict[str, dict[str, Any]] = {}
     events: dict[str, list[dict[str, Any]]] = {}
     if Path(db).is_file():
         with RigState(db) as st:
             state = {s["device"]: s for s in st.all()}
-            events = {d.name: st.events(d.name) for d in inv.devices}
+            events = {d.name: st.events(d.name) for d in devs}
 
     def one(dev) -> dict[str, Any]:
         pol = rig.for_device(dev.name)
@@ -616,8 +624,8 @@ def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-resul
             row.update({"health": "unreachable", "problems": [tidy(exc.message)], "figures": s.get("last_health")})
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(inv.devices)))) as pool:
-        rows = list(pool.map(one, inv.devices))
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(devs)))) as pool:
+        rows = list(pool.map(one, devs))
     return {"rig": rig.source, "db": str(db), "devices": rows}
 
 

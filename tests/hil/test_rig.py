@@ -124,6 +124,11 @@ def test_unfit_device_is_an_error_then_quarantined_skipped_and_released(gate_bun
     row = json.loads(p.stdout)["devices"][0]
     assert row["quarantined"] and row["health"] == "unfit" and row["consecutive_failures"] == 2
     assert any("max_load" in e["detail"] for e in row["recent_failures"])
+    p = _edgeopt("rig", "status", "--devices", str(rig), "--db", "r.db", "--no-probe", "--limit", "local", "--json",
+                 cwd=tmp_path)  # picked as bench and gate pick devices
+    assert [r["device"] for r in json.loads(p.stdout)["devices"]] == ["local"], p.stderr
+    p = _edgeopt("rig", "status", "--devices", str(rig), "--db", "r.db", "--label", "nosuch", cwd=tmp_path)
+    assert p.returncode == 2 and "--label nosuch" in p.stderr and "Traceback" not in p.stderr, p.stderr
     p = _edgeopt("rig", "release", "lokal", "--db", "r.db", cwd=tmp_path)
     assert p.returncode == 2 and "did you mean 'local'" in p.stderr
     p = _edgeopt("rig", "release", "local", "--db", "r.db", cwd=tmp_path)

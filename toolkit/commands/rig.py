@@ -26,15 +26,17 @@ examples:
 @click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (quarantine state).")
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Probe every device now and judge it against the policy (else: the last state recorded).")
+@click.option("--limit", default=None, metavar="NAMES", help="Only these devices (comma-separated), as bench and gate.")
+@click.option("--label", "labels", default=None, metavar="LABELS", help="Only devices with one of these labels.")
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def status(devices_file, db, probe, trust_new_host_keys, as_json) -> int:
+def status(devices_file, db, probe, limit, labels, trust_new_host_keys, as_json) -> int:
     """Every device: health now (fit / unfit and why / unreachable), last seen, quarantined or not, recent
     failures. Exit 0; 4 when a device is unfit, unreachable or quarantined (a rig needing attention)."""
     from edgeopt.commands import emit_json
     from edgeopt.hil.rig import status as rig_status
 
-    res = rig_status(devices_file, db, probe, trust_new_host_keys)
+    res = rig_status(devices_file, db, probe, trust_new_host_keys, limit=limit, labels=labels)
     if as_json:
         emit_json(res, "rig-status")
     else:
