@@ -215,6 +215,10 @@ def test_a_dead_host_is_stale_and_its_unconfirmed_trials_are_listed_then_resume_
     time.sleep(0.5)  # let the host read the activate reply and start the health check
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert f"rollout {rid} started" in proc.stderr.read()  # the id was on screen before the host died
+    ls = json.loads(_edgeopt("rollout", "list", "--json", cwd=tmp_path).stdout)["rollouts"]
+    assert [(r["id"], r["status"]) for r in ls] == [(rid, "interrupted")], ls
+    assert f"edgeopt rollout resume {rid}" in _edgeopt("rollout", "list", cwd=tmp_path).stdout
     p = _edgeopt("rollout", "status", rid, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "stale (host process gone" in p.stdout and f"pid {proc.pid}" in p.stdout, p.stdout

@@ -247,6 +247,37 @@ def _stale(r: dict, host: dict | None) -> str | None:
     return f"stale (no heartbeat from pid {host['pid']} on {host['host']} for {host['heartbeat_age_s']:.0f} s)"
 
 
+@command.command("list")
+@click.option("--db", default="edgeopt-results.db", show_default=True)
+@click.option("--last", default=20, show_default=True, help="How many rollouts, newest first.")
+@click.option("--json", "as_json", is_flag=True)
+def list_(db, last, as_json) -> int:
+    """The rollouts journalled here, newest first; one whose host process is gone reads `interrupted`
+    (resumable with `edgeopt rollout resume ID`)."""
+    from edgeopt.fleet.journal import Journal
+
+    if not Path(db).is_file():
+        if as_json:
+            _emit({"rollouts": []}, "rollout-list")
+        else:
+            click.echo(f"no rollout journalled in {db}")
+        return 0
+    with Journal(db) as j:
+        rows = j.rollouts(last)
+        for r in rows:
+            stale = _stale(r, j.host(r["id"]))
+            r["journal_status"] = r["status"]
+            if stale:
+                r["status"], r["stale_reason"] = "interrupted", stale
+    if as_json:
+        _emit({"rollouts": rows}, "rollout-list")
+        return 0
+    for r in rows:
+        click.echo(f"{r['id']}  {r['time']}  {r['model']}  {r['status']}"
+                   + (f" ({r['stale_reason']}; `edgeopt rollout resume {r['id']}`)" if r.get("stale_reason") else ""))
+    return 0
+
+
 @command.command("status")
 @click.argument("rollout_id")
 @click.option("--db", default="edgeopt-results.db", show_default=True)

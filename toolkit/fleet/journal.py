@@ -126,6 +126,12 @@ class Journal:
                              hint=("recent: " + ", ".join(ids)) if ids else "no rollout has been started here")
         return {"id": row[0], "time": row[1], "model": row[2], "status": row[3], "spec": json.loads(row[4])}
 
+    def rollouts(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest rollouts first: id, time, model, status (as journalled)."""
+        rows = self._conn.execute("SELECT id, time, model, status FROM rollouts ORDER BY time DESC LIMIT ?",
+                                  (int(limit),)).fetchall()
+        return [{"id": r[0], "time": r[1], "model": r[2], "status": r[3]} for r in rows]
+
     def events(self, rollout_id: str) -> list[dict[str, Any]]:
         self.flush()
         return [json.loads(r[0]) for r in self._conn.execute(

@@ -284,6 +284,7 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
                                                 "bundle_paths": {b.bundle_id: str(Path(b.path).resolve())
                                                                  for b in bundles.values()}})
         bundles = kept_bundles(bundles, kept)
+        progress(f"rollout {rollout_id} started: if this host stops, `edgeopt rollout resume {rollout_id}` finishes it")
     journal.start_heartbeat(rollout_id)
     try:
         summary = _run(plan, devices, bundles, opts, journal, rollout_id, dict(done or {}), progress)
