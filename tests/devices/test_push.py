@@ -179,3 +179,24 @@ def test_a_device_python_older_than_3_8_is_said_in_one_line(ssh_env, sshd, tmp_p
         DeviceSession.open(make_device("old", entry))
     assert e.value.message == "Python 3.6 on old is older than the agent needs (≥ 3.8)", e.value.message
     assert not (tmp_path / "r").exists()  # refused before anything was installed
+
+
+def test_the_push_command_prints_the_hint_of_a_failed_device(ssh_env, sshd, tmp_path, cls_bundle):
+    """`edgeopt push`'s table keeps one line per failure; what to do about it (the error's hint) follows on
+    stderr (issue 29 item 15: push printed no hints)."""
+    import socket
+    import subprocess
+    import sys
+
+    from .conftest import write_inventory
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    kh = known_hosts(tmp_path / "known_hosts", sshd)
+    inv = write_inventory(tmp_path / "d.yaml", {
+        "off": {**device_entry(ssh_env, sshd, tmp_path / "r", kh, target="cpu"), "port": dead, "connect_timeout": 2}})
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "push", str(cls_bundle), "--devices", str(inv)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4 and "FAILED" in p.stdout, p.stdout + p.stderr
+    assert "off: " in p.stderr and "hint:" in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from . import emit_json
@@ -69,4 +71,8 @@ def run(args) -> int:
         print(table(rows, [("device", "device"), ("bundle", "bundle"), ("status", "status"), ("bytes", "bytes sent"),
                            ("time", "time"), ("id", "bundle id"), ("error", "error")]))
         print(f"{sum(r.bytes_sent for r in results)} bytes of bundles sent to {len(results)} device(s)")
+        for r in results:  # the table keeps one line per failure; what to do about it follows
+            rest = [x.strip() for x in (r.error or "").splitlines()[1:] if x.strip()]
+            if rest:
+                print(f"{r.device}: " + "; ".join(rest), file=sys.stderr)
     return 0 if all(r.ok for r in results) else EXIT_DEVICE_FAILED
