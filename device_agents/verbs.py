@@ -98,16 +98,23 @@ def verb_pairbench(req: dict[str, Any]) -> dict[str, Any]:
         return _pairbench(req, root, ids)
 
 
-def _pairbench(req: dict[str, Any], root: Any, ids: list[Any]) -> dict[str, Any]:
-    from .bench import BenchError, bench_in_child, parse_options
+def _verified_bundles(root: Any, ids: list[Any], error: type[Exception]) -> list[Any]:
+    """The installed bundles ``ids`` under ``root``, each verified (``error`` names the first that fails)."""
     from .store import resolve_bundle
 
     paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
     for p in paths:
         v = verify(p, load_manifest(p))
         if not v["ok"]:
-            raise BenchError(f"bundle {p.name[:12]}… fails verification: "
-                             + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+            raise error(f"bundle {p.name[:12]}… fails verification: "
+                        + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+    return paths
+
+
+def _pairbench(req: dict[str, Any], root: Any, ids: list[Any]) -> dict[str, Any]:
+    from .bench import BenchError, bench_in_child, parse_options
+
+    paths = _verified_bundles(root, ids, BenchError)
     o = dict(req.get("options") or {})
     opts = parse_options({"timeout_s": o.pop("timeout_s", 600), "limits": o.pop("limits", {})})
     reply = bench_in_child(paths[0], opts, pair=paths, pair_options=o)
@@ -119,7 +126,7 @@ def _pairbench(req: dict[str, Any], root: Any, ids: list[Any]) -> dict[str, Any]
 def verb_evaluate(req: dict[str, Any]) -> dict[str, Any]:
     """Installed bundles' decisions on an evaluation set already on the device (a rollout's --eval)."""
     from .evaluate import evaluate
-    from .store import agent_root, resolve_bundle
+    from .store import agent_root
 
     ids, data = req.get("bundle_ids"), req.get("data")
     if not isinstance(ids, list) or not ids or not isinstance(data, str):
@@ -129,12 +136,7 @@ def verb_evaluate(req: dict[str, Any]) -> dict[str, Any]:
     if path.parent != (root / "eval").resolve() or not path.is_file():
         raise ValueError(f"evaluation data {data!r} is not a file under {root / 'eval'}")
     with _held(req, ids):
-        paths = [resolve_bundle({"root": str(root), "bundle_id": b}) for b in ids]
-        for p in paths:
-            v = verify(p, load_manifest(p))
-            if not v["ok"]:
-                raise ValueError(f"bundle {p.name[:12]}… fails verification: "
-                                 + "; ".join(f"{x['file']}: {x['problem']}" for x in v["problems"][:5]))
+        paths = _verified_bundles(root, ids, ValueError)
         return {"ok": True, "evaluate": evaluate(paths, path, req.get("threads"))}
 
 

@@ -204,8 +204,9 @@ def _bench_one(sess: DeviceSession, b: LocalBundle, opts: dict[str, Any], probe:
         progress(f"{name}: {tag}: ACCURACY MISMATCH on the device: {'; '.join(bad)[:200]}")
         return rec(b, "mismatch", {"type": "AccuracyMismatch", "message": "; ".join(bad)}, bench=bench,
                    probe=probe, push=push, agent=agent)
+    env = bench.get("environment") or {}
+    emulated = (f" (EMULATED by {env.get('emulator') or 'an emulator'}: the emulator's speed, not a latency "
+                "measurement)") if env.get("emulated") else ""
     progress(f"{name}: {tag}: p50 {lat.get('p50', float('nan')):.2f} ms, "
-             f"{bench.get('throughput_ips', float('nan')):.1f}/s over {bench.get('iterations')} iterations"
-             + (f" (EMULATED by {env.get('emulator') or 'an emulator'}: the emulator's speed, not a latency "
-                "measurement)" if (env := bench.get("environment") or {}).get("emulated") else ""))
+             f"{bench.get('throughput_ips', float('nan')):.1f}/s over {bench.get('iterations')} iterations{emulated}")
     return rec(b, "ok", None, bench=bench, probe=probe, push=push, agent=agent)
