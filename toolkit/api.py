@@ -12,8 +12,14 @@ instead. An unknown keyword is a ``UsageError`` naming the closest one. The CLI
 
     report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", calib="images/")
     fleet = edgeopt.bench(dist="dist", devices="rig.yaml", duration=2)
-    for rec in fleet.records:
-        print(rec.device["name"], rec.bundle["target"], rec.bundle["precision"], rec.ok)
+    for rec in fleet.records:  # edgeopt.results.BenchRecord: typed (rec.raw is the whole reply)
+        print(rec.device.name, rec.bundle.target, rec.bundle.precision, rec.status,
+              rec.latency.p50_ms if rec.latency else None, rec.energy.joules_per_inference if rec.energy else None)
+
+Records are ``edgeopt.results.BenchRecord`` (``device: DeviceInfo``, ``bundle: BundleInfo``,
+``latency: Latency``, ``accuracy: AccuracyInfo``, ``energy: Energy``, ``error: ErrorInfo``, ``raw``), made by
+``results.record_from_dict``; ``to_dict()`` is the JSON the CLI prints. Reading one as a dict
+(``rec.device["name"]``) still works and warns (DeprecationWarning).
 
 Heavy modules load on use.
 """
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import FleetResult
     from edgeopt.pipeline import BuildReport
+    from edgeopt.results import BenchRecord, BenchResult
     from edgeopt.tuning import TuneResult
 
 Progress = Callable[[str], None]
@@ -414,24 +421,27 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
           labels: str | list[str] | None = None, targets: str | list[str] | None = None,
           bundles: list | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           verify: bool = False, db: str | None = None, progress: Progress = _quiet, raise_on_failure: bool = True,
-          **options: Any) -> FleetResult:
+          **options: Any) -> BenchResult:
     """Push what is missing and measure every bundle on its devices (``edgeopt bench``)
-    -> ``fleetbench.FleetResult``. ``options``: see :func:`bench_options`.
+    -> ``results.BenchResult`` (``records``: typed ``results.BenchRecord``). ``options``: see
+    :func:`bench_options`.
 
     A device that was unreachable or a run that failed (the CLI's exit 4) raises ``DeviceError`` with the
-    FleetResult as ``err.result`` (the other devices finished, every run is in the database); with
+    BenchResult as ``err.result`` (the other devices finished, every run is in the database); with
     ``raise_on_failure=False`` it is returned and ``result.ok`` says it. Bad input (``UsageError``) is
     raised before the results database is opened: nothing is written."""
-    res = _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel, verify, db, progress,
-                 options)
+    from edgeopt.results import BenchResult
+
+    res = BenchResult.from_fleet(_bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel,
+                                        verify, db, progress, options))
     if raise_on_failure and not res.ok:
         bad = [r for r in res.records if not r.ok]
         first = bad[0]
-        msg = ((first.error or {}).get("message") or first.status).strip().splitlines()[0][:300]
+        msg = ((first.error.message if first.error else "") or first.status).strip().splitlines()[0][:300]
         raise DeviceError(f"{len(bad)} of {len(res.records)} run(s) failed: "
-                          + ", ".join(sorted({f"{r.device.get('name')} ({r.status})" for r in bad}))
-                          + f"; {first.device.get('name')}: {msg}",
-                          hint="the FleetResult is err.result (the other runs are in it and in the results "
+                          + ", ".join(sorted({f"{r.device.name} ({r.status})" for r in bad}))
+                          + f"; {first.device.name}: {msg}",
+                          hint="the BenchResult is err.result (the other runs are in it and in the results "
                                "database); raise_on_failure=False returns it instead", result=res)
     return res
 
@@ -655,14 +665,16 @@ def resolve_target_filter(value: str | list[str] | None) -> str | None:
 @_api()
 def query(db: str | None = None, model: str | None = None, targets: str | list[str] | None = None,
           device: str | None = None, precision: str | None = None, since: str | None = None,
-          run_id: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
-    """Run records from the results database (the latest of each unless ``all_runs``)."""
-    from edgeopt.results import DEFAULT_DB, ResultsDB
+          run_id: str | None = None, all_runs: bool = False) -> list[BenchRecord]:
+    """Run records from the results database (the latest of each unless ``all_runs``), typed
+    (``results.BenchRecord``; ``rec.to_dict()`` is the stored JSON)."""
+    from edgeopt.results import DEFAULT_DB, ResultsDB, record_from_dict
 
     target = resolve_target_filter(targets)
     with ResultsDB(db or DEFAULT_DB, create=False) as rdb:
-        return rdb.query(model=model, target=target, device=device, precision=precision,
-                         since=since, run_id=run_id, latest=not all_runs)
+        return [record_from_dict(r) for r in rdb.query(model=model, target=target, device=device,
+                                                       precision=precision, since=since, run_id=run_id,
+                                                       latest=not all_runs)]
 
 
 @_api(extra=_keywords_of("edgeopt.api:query"))

@@ -2,7 +2,8 @@
 
 Rows come from the results database (by default the latest run of each (model, target, precision,
 device)): latency percentiles, throughput, load time, memory, and accuracy against the FP32
-reference.  The HTML page is self-contained: inline CSS and plots drawn by matplotlib (Agg) as
+reference; energy per inference and mean power where the device has a source the agent read ("—" and
+the reason in a note where it has none).  The HTML page is self-contained: inline CSS and plots drawn by matplotlib (Agg) as
 base64 PNG — the latency distribution of every artifact (from the bench's samples) and latency
 against accuracy.
 """
@@ -23,7 +24,8 @@ FORMATS = ("table", "md", "html", "json", "csv")
 COLUMNS = [
     ("model", "model"), ("target", "target"), ("precision", "precision"), ("device", "device"),
     ("device_truth", "measured on"), ("status", "status"), ("ship", "ship"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
-    ("p99_9_ms", "p99.9 ms"), ("throughput_ips", "inf/s"), ("vs_fp32", "× fp32"), ("load_s", "load s"),
+    ("p99_9_ms", "p99.9 ms"), ("throughput_ips", "inf/s"), ("vs_fp32", "× fp32"), ("energy_j", "J/inf"),
+    ("load_s", "load s"),
     ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("artifact_mb", "size MB"),
     ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"),
     ("agreement_ci", "agreement (k/n, 95% CI)"), ("gate_accepts", "gate defaults vs FP32"),
@@ -37,8 +39,18 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def records_of(records: list[Any]) -> list[dict[str, Any]]:
+    """The records as dicts: ``results.BenchRecord`` (the API's typed records) read through its ``raw``,
+    ``fleetbench.RunRecord`` through ``as_dict()``, dicts as they are."""
+    from edgeopt.results import BenchRecord
+
+    return [r.raw if isinstance(r, BenchRecord) else r if isinstance(r, dict) else r.as_dict() for r in records]
+
+
 def row_of(rec: dict[str, Any]) -> dict[str, Any]:
     """The comparison row of one record (plain numbers; formatting is the output's job)."""
+    from edgeopt.results import energy_of
+
     b, bench = rec.get("bundle") or {}, rec.get("bench") or {}
     lat = bench.get("latency_ms") or {}
     acc = bench.get("accuracy") or {}
@@ -66,6 +78,7 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
     target = b.get("target")
     truth, truth_why = decide.device_truth(rec)
     gate_ok, gate_why = decide.gate_defaults_accept(acc) if rec.get("status") == "ok" else (None, "")
+    energy = energy_of(bench, rec)
     return {
         "model": b.get("model"), "target": target, "precision": b.get("precision"),
         "backend": b.get("backend"), "device": dev.get("name"), "status": rec.get("status"),
@@ -73,6 +86,15 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
         "p99_ms": _num(lat.get("p99")), "p99_9_ms": _num(lat.get("p99_9")), "mean_ms": _num(lat.get("mean")),
         "std_ms": _num(lat.get("std")), "min_ms": _num(lat.get("min")), "max_ms": _num(lat.get("max")),
         "throughput_ips": _num(bench.get("throughput_ips")), "iterations": bench.get("iterations"),
+        # energy: J per inference and mean W where the agent read a source; the source (None: not
+        # available, energy_why_not says why; all None: the agent reported no energy at all)
+        "energy_j": energy.joules_per_inference if energy else None,
+        "energy_w": energy.mean_power_w if energy else None,
+        "energy_source": energy.source if energy else None,
+        "energy_resolution": energy.resolution if energy else None,
+        "energy_samples": energy.samples if energy else None,
+        "energy_why_not": (None if energy.measured else energy.why_not or "the agent gave no reading")
+        if energy else None,
         "load_s": _num(bench.get("load_s")), "first_inference_ms": None if first is None else first * 1000,
         "peak_rss_mb": _num(bench.get("peak_rss_mb")),
         "artifact_mb": None if not art.get("artifact_bytes") else art["artifact_bytes"] / 1e6,
@@ -158,6 +180,38 @@ def notes_of(rows: list[dict[str, Any]]) -> list[str]:
                        + (f" batch {r['batch']}" if (r.get("batch") or 1) > 1 else "") + f": {r['noise']}")
     for w in sorted({w for r in rows for w in r["build_warnings"]}):
         out.append(f"build warning: {w}")
+    return out + energy_notes(rows)
+
+
+def _has_energy(r: dict[str, Any]) -> bool:
+    """The agent reported on energy for this row (measured, or said why not)."""
+    return r.get("energy_source") is not None or r.get("energy_why_not") is not None
+
+
+def energy_detail(r: dict[str, Any]) -> str:
+    """What stands behind a J/inf cell: mean power, the source, its resolution and readings (or why not)."""
+    if r.get("energy_j") is None:
+        return f"energy not available: {r.get('energy_why_not')}" if _has_energy(r) else ""
+    res = r.get("energy_resolution")
+    bits = [f"{r['energy_w']:.3g} W mean" if r.get("energy_w") is not None else None,
+            f"source {r.get('energy_source')}",
+            f"resolution {res:g}" if isinstance(res, (int, float)) else f"resolution {res}" if res else None,
+            f"{r['energy_samples']} readings" if r.get("energy_samples") else None]
+    return ", ".join(b for b in bits if b)
+
+
+def energy_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The footnotes of the J/inf column: per measured row its mean power and source; where energy could
+    not be read, why (once per device and reason)."""
+    out, seen = [], set()
+    for r in rows:
+        if r.get("energy_j") is not None:
+            out.append(f"energy: {r['target']}-{r['precision']} @ {r['device']}: {_fmt('energy_j', r['energy_j'])} "
+                       f"J/inf, {energy_detail(r)}")
+    for r in rows:
+        if r.get("energy_j") is None and _has_energy(r) and (r["device"], r["energy_why_not"]) not in seen:
+            seen.add((r["device"], r["energy_why_not"]))
+            out.append(f"energy not available on {r['device']} (J/inf —): {r['energy_why_not']}")
     return out
 
 
@@ -177,6 +231,8 @@ def _fmt(key: str, v: Any) -> str:
         return TRUTH_TEXT.get(v, str(v))
     if key == "vs_fp32":
         return f"{v:.2f}x"
+    if key == "energy_j":
+        return f"{v:.3g}"
     if key == "time":
         return str(v)[:16].replace("T", " ")
     if key == "throughput_ips":
@@ -191,16 +247,18 @@ def _fmt(key: str, v: Any) -> str:
 
 
 # Columns a narrow terminal loses first (COLUMNS, or the terminal's width).
-DROP_ORDER = ["time", "runtime", "cosine_min", "first_inference_ms", "load_s", "p99_9_ms", "peak_rss_mb",
+DROP_ORDER = ["time", "runtime", "cosine_min", "energy_j", "first_inference_ms", "load_s", "p99_9_ms", "peak_rss_mb",
               "artifact_mb", "p90_ms", "vs_fp32", "model"]
 
 
 def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """COLUMNS, with a batch column after precision when some run used a batch above 1 (a batch curve)."""
+    """COLUMNS, with a batch column after precision when some run used a batch above 1 (a batch curve), and
+    the J/inf column only when some agent reported on energy (measured, or why not)."""
+    cols = COLUMNS if any(map(_has_energy, rows)) else [c for c in COLUMNS if c[0] != "energy_j"]
     if not any((r.get("batch") or 1) > 1 for r in rows):
-        return COLUMNS
-    i = [k for k, _ in COLUMNS].index("precision") + 1
-    return [*COLUMNS[:i], ("batch", "batch"), *COLUMNS[i:]]
+        return cols
+    i = [k for k, _ in cols].index("precision") + 1
+    return [*cols[:i], ("batch", "batch"), *cols[i:]]
 
 
 def _cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -209,6 +267,8 @@ def _cells(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
         c = {k: _fmt(k, r.get(k)) for k, _ in columns_for(rows)}
         if r.get("error") and r["status"] != "ok":
             c["status"] = f"{r['status']}"
+        if "energy_j" in c and r.get("energy_j") is None and _has_energy(r):
+            c["energy_j"] = "—"  # the agent could not read energy there: why is in the notes
         out.append(c)
     return out
 
@@ -229,12 +289,13 @@ def _errors(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def render(records: list[dict[str, Any]], fmt: str = "table", title: str = "edgeopt report",
+def render(records: list[Any], fmt: str = "table", title: str = "edgeopt report",
            filters: dict[str, Any] | None = None) -> str:
     """The report of these records in one format (see ``FORMATS``); gate verdicts (``edgeopt gate``) get
     their own baseline-vs-candidate section (``edgeopt.gate_report``), bench runs the comparison table."""
     from edgeopt import gate_report
 
+    records = records_of(records)
     gates = [r for r in records if gate_report.is_gate(r)]
     records = [r for r in records if not gate_report.is_gate(r)]
     rows = rows_of(records)
@@ -295,7 +356,8 @@ def _markdown(rows: list[dict[str, Any]], title: str) -> str:
         return "\n".join(lines + ["No runs match.", ""])
     cols = columns_for(rows)
     lines.append("| " + " | ".join(h for _, h in cols) + " |")
-    lines.append("|" + "|".join("---:" if k.endswith(("_ms", "_s", "_mb", "_ips")) else "---" for k, _ in cols)
+    lines.append("|" + "|".join("---:" if k.endswith(("_ms", "_s", "_mb", "_ips")) or k == "energy_j" else "---"
+                                for k, _ in cols)
                  + "|")
     for c in _cells(rows):
         lines.append("| " + " | ".join(esc(c[k]) for k, _ in cols) + " |")
@@ -372,14 +434,18 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
     models = sorted({str(r["model"]) for r in rows})
     # One model: say it once in the heading and give its column's width to the numbers.
     cols = [c for c in columns_for(rows) if not (c[0] == "model" and len(models) == 1)]
-    num = {k for k, _ in cols if k.endswith(("_ms", "_s", "_mb", "_ips")) or k in ("cosine_min", "top1", "vs_fp32")}
+    num = {k for k, _ in cols if k.endswith(("_ms", "_s", "_mb", "_ips"))
+           or k in ("cosine_min", "top1", "vs_fp32", "energy_j")}
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in cols)
     body = []
     for r, c in zip(rows, _cells(rows)):
         cls = ("ok" if r["status"] == "ok" else "bad") + (" ship" if r.get("ship") else "") + (
             " host" if r.get("on_build_host") else "") + (
             " untrue" if r.get("device_truth") not in (None, "device") else "")
-        tds = "".join(f'<td class="{"num" if k in num else k}">{html.escape(c[k])}</td>' for k, _ in cols)
+        tip = {"energy_j": energy_detail(r)}  # the J/inf cell's title: mean W, source, resolution (or why not)
+        tds = "".join(f'<td class="{"num" if k in num else k}"'
+                      + (f' title="{html.escape(tip[k])}"' if tip.get(k) else "") + f">{html.escape(c[k])}</td>"
+                      for k, _ in cols)
         body.append(f'<tr class="{cls}">{tds}</tr>')
     errs = _errors(rows)
     note = html_dependency_note()

@@ -2,7 +2,9 @@
 
 Columns hold what queries filter and sort on (model, target, precision, device, status, time and a
 few headline numbers); ``json`` holds the whole record (bench reply, probe, push, error), so nothing
-measured is ever lost to a schema.  Failed runs are rows too.  Times are ISO 8601 UTC strings, which
+measured is ever lost to a schema.  Failed runs are rows too.  The database and the fan-out hand records
+around as dicts; the Python API hands them out typed (``BenchRecord``, made by ``record_from_dict`` from a
+stored or freshly benched dict; ``to_dict()`` gives the dict back as it was, the JSON the CLI prints).  Times are ISO 8601 UTC strings, which
 sort as text.  Only standard JSON is stored (``edgeopt.jsonsafe``: NaN/Infinity become null with a
 ``<key>_null_reason``); a row that cannot be read back (written by an older edgeopt, or damaged) is
 skipped with one line on stderr, never the whole query.
@@ -10,6 +12,7 @@ skipped with one line on stderr, never the whole query.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import math
@@ -17,6 +20,8 @@ import re
 import sqlite3
 import sys
 import threading
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +173,347 @@ def parse_since(text: str) -> str:
         if t.tzinfo is None:
             t = t.replace(tzinfo=_dt.timezone.utc)
     return t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --- typed records: what the Python API hands out ------------------------------------------------------
+
+
+def _fnum(v: Any) -> float | None:
+    """A finite number as float, else None (a stored null, a string, a bool)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _inum(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+class _DictCompat:
+    """``x["key"]`` / ``x.get("key")`` as when records held plain dicts: the raw dict's value, with a
+    DeprecationWarning naming the typed attribute to read instead. Kept for scripts written against the
+    dict records; nothing in edgeopt's own code reads a record this way."""
+
+    raw: dict[str, Any]
+    _RENAMED: dict[str, str] = {}
+
+    def _warn(self, key: str) -> None:
+        attr = self._RENAMED.get(key, key)
+        fields = getattr(self, "__dataclass_fields__", {})
+        use = f".{attr}" if attr in fields and attr != "raw" else f".raw[{key!r}]"
+        warnings.warn(f"{type(self).__name__}[{key!r}] reads the record as a dict, which is deprecated: use "
+                      f"the typed attribute ({type(self).__name__}{use})", DeprecationWarning, stacklevel=3)
+
+    def __getitem__(self, key: str) -> Any:
+        self._warn(key)
+        return self.raw[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._warn(key)
+        return self.raw.get(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dict this was read from, as it was (a copy)."""
+        return copy.deepcopy(self.raw)
+
+
+@dataclass(frozen=True)
+class DeviceInfo(_DictCompat):
+    """The device a record was measured on: the inventory's entry and the facts the agent found there.
+    ``device_truth``: ``device`` (the hardware the target is for), ``build-host``, ``other-vendor`` or
+    ``emulated`` (``edgeopt.decide.device_truth``; only ``device`` can be the basis of a SHIP)."""
+
+    name: str
+    transport: str | None = None
+    host: str | None = None
+    target: str | None = None
+    labels: tuple[str, ...] = ()
+    arch: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    os: str | None = None
+    emulated: bool = False
+    emulator: str | None = None
+    device_truth: str = "device"
+    device_truth_why: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BundleInfo(_DictCompat):
+    """The bundle a record measured: ``id`` is its content hash (``bundle_id``); ``batch`` the batch it ran
+    at (None when it was not benched)."""
+
+    id: str | None
+    model: str | None = None
+    target: str | None = None
+    precision: str | None = None
+    backend: str | None = None
+    path: str | None = None
+    batch: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _RENAMED = {"bundle_id": "id"}
+
+
+@dataclass(frozen=True)
+class Latency(_DictCompat):
+    """Latency per inference (per batch when ``batch`` > 1) over the timed loop, and what a cold start costs:
+    ``load_s`` (loading the artifact), ``first_inference_ms``, ``cold_start_ms`` = both together (a fresh
+    process's time to its first answer). ``raw``: the agent's ``latency_ms``; ``samples_ms``: each timed
+    inference (empty when the bench ran with ``no_samples``)."""
+
+    p50_ms: float | None
+    p90_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    p999_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    throughput_ips: float | None = None
+    iterations: int | None = None
+    duration_s: float | None = None
+    load_s: float | None = None
+    first_inference_ms: float | None = None
+    cold_start_ms: float | None = None
+    peak_rss_mb: float | None = None
+    samples_ms: tuple[float, ...] = field(default=(), repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _RENAMED = {"p50": "p50_ms", "p90": "p90_ms", "p95": "p95_ms", "p99": "p99_ms", "p99_9": "p999_ms",
+                "mean": "mean_ms", "std": "std_ms", "min": "min_ms", "max": "max_ms"}
+
+
+@dataclass(frozen=True)
+class AccuracyInfo(_DictCompat):
+    """The on-device check against the FP32 reference. ``passed``: within the precision's tolerances;
+    ``metric``/``k``/``n``/``interval``: the task agreement of the worst output (``top-1``, ``decoded equal``,
+    ``boxes matched`` or ``decisions kept``: k of n, 95% Wilson interval; None when the outputs have no
+    such count); ``data``: where the validation inputs came from (``random`` means not representative)."""
+
+    passed: bool | None
+    precision: str | None = None
+    summary: str | None = None
+    metric: str | None = None
+    output: str | None = None
+    share: float | None = None
+    k: int | None = None
+    n: int | None = None
+    interval: tuple[float, float] | None = None
+    samples: int | None = None
+    data: str | None = None
+    cosine_min: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """Per output: passed, reasons, metrics (the agent's own dicts)."""
+        return dict(self.raw.get("outputs") or {})
+
+
+@dataclass(frozen=True)
+class Energy(_DictCompat):
+    """Energy over the timed loop, where the device exposes a source (the agent reads it, never estimates;
+    ``edgeopt_agent.energy``): ``source`` names it (None: not available, ``why_not`` says why),
+    ``resolution`` is the source's own (as the agent words it), ``scope`` what it covers (package, board,
+    GPU), ``samples`` how many readings, ``rails`` per rail ``{"energy_j", "mean_power_w"}``, ``energy_j``
+    the total over ``window_s`` for ``inferences``; ``others``: the other sources measured at once;
+    ``unavailable``: per source known to the agent, why it was not read."""
+
+    source: str | None
+    joules_per_inference: float | None = None
+    mean_power_w: float | None = None
+    resolution: str | float | None = None
+    scope: str | None = None
+    samples: int | None = None
+    rails: dict[str, dict[str, Any]] = field(default_factory=dict)
+    energy_j: float | None = None
+    window_s: float | None = None
+    inferences: int | None = None
+    why_not: str | None = None
+    others: tuple[Energy, ...] = ()
+    unavailable: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def measured(self) -> bool:
+        """A source was read and gave joules per inference."""
+        return self.source is not None and self.joules_per_inference is not None
+
+
+@dataclass(frozen=True)
+class ErrorInfo(_DictCompat):
+    """Why a run has no measurement (or failed its check): the error's type, one-line message and hint."""
+
+    type: str | None
+    message: str = ""
+    hint: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BenchRecord(_DictCompat):
+    """One (device, bundle) run: measured (``status`` ``ok``, or ``mismatch`` when the device's outputs failed
+    the check) or the reason there is none (``error``). A gate's stored verdict is a record too
+    (``is_gate``; its figures in ``gate``). ``raw`` is the whole record as stored, the agent's full bench
+    reply in ``raw["bench"]`` (also ``.bench``): nothing measured is lost to the typed view.
+    ``to_dict()`` gives it back (the JSON ``edgeopt bench --json`` prints per record)."""
+
+    run_id: str
+    time: str
+    status: str
+    device: DeviceInfo
+    bundle: BundleInfo
+    latency: Latency | None = None
+    accuracy: AccuracyInfo | None = None
+    energy: Energy | None = None
+    error: ErrorInfo | None = None
+    agent: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def is_gate(self) -> bool:
+        return self.status.startswith("gate-") and isinstance(self.raw.get("gate"), dict)
+
+    @property
+    def bench(self) -> dict[str, Any] | None:
+        """The agent's bench reply as it sent it (scenario, decomposition, environment, options ...)."""
+        return self.raw.get("bench")
+
+    @property
+    def probe(self) -> dict[str, Any] | None:
+        return self.raw.get("probe")
+
+    @property
+    def push(self) -> dict[str, Any] | None:
+        return self.raw.get("push")
+
+    @property
+    def gate(self) -> dict[str, Any] | None:
+        return self.raw.get("gate") if self.is_gate else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The same as ``to_dict()`` (the name ``fleetbench.RunRecord`` used)."""
+        return self.to_dict()
+
+
+@dataclass
+class BenchResult:
+    """What ``edgeopt.bench`` returns: every (device, bundle) run of one invocation under ``run_id`` (one id
+    for a whole ``--batch 1,4,8`` curve), the pushes made on the way, the devices that had nothing to run.
+    ``as_dict()`` is what ``edgeopt bench --json`` prints."""
+
+    run_id: str
+    records: list[BenchRecord] = field(default_factory=list)
+    pushes: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.records)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "ok": self.ok, "time_s": self.time_s,
+                "records": [r.as_dict() for r in self.records], "pushes": self.pushes, "skipped": self.skipped}
+
+    to_dict = as_dict
+
+    @classmethod
+    def from_fleet(cls, fleet: Any) -> BenchResult:
+        """From ``fleetbench.FleetResult`` (records as dicts)."""
+        return cls(fleet.run_id, [record_from_dict(r) for r in fleet.records], list(fleet.pushes),
+                   list(fleet.skipped), float(fleet.time_s))
+
+
+def energy_of(bench: dict[str, Any] | None, rec: dict[str, Any] | None = None) -> Energy | None:
+    """The energy figures of one bench reply (``bench["energy"]``; a record-level ``energy`` is read too),
+    None when the reply has none (an agent that does not read energy)."""
+    e = bench.get("energy") if isinstance(bench, dict) else None
+    if not isinstance(e, dict):
+        e = (rec or {}).get("energy")
+    return _energy(e) if isinstance(e, dict) else None
+
+
+def _energy(e: dict[str, Any]) -> Energy:
+    res = e.get("resolution")
+    rails = e.get("rails") if isinstance(e.get("rails"), dict) else {}
+    return Energy(source=_str(e.get("source")) if e.get("source") else None,
+                  joules_per_inference=_fnum(e.get("joules_per_inference")), mean_power_w=_fnum(e.get("mean_power_w")),
+                  resolution=res if isinstance(res, (str, int, float)) and not isinstance(res, bool) else None,
+                  scope=_str(e.get("scope")), samples=_inum(e.get("samples")),
+                  rails={str(k): dict(v) if isinstance(v, dict) else {"value": v} for k, v in rails.items()},
+                  energy_j=_fnum(e.get("energy_j")), window_s=_fnum(e.get("window_s")),
+                  inferences=_inum(e.get("inferences")), why_not=_str(e.get("why_not")),
+                  others=tuple(_energy(o) for o in e.get("others") or () if isinstance(o, dict)),
+                  unavailable={str(k): str(v) for k, v in (e.get("unavailable") or {}).items()}
+                  if isinstance(e.get("unavailable"), dict) else {}, raw=e)
+
+
+def record_from_dict(rec: dict[str, Any] | Any) -> BenchRecord:
+    """The one way a record becomes typed: a results-database row's JSON, ``fleetbench.RunRecord`` (or its
+    ``as_dict()``), or a ``BenchRecord`` (returned as is). Missing parts are None, never an error: a failed
+    run has no latency, a gate verdict only a p50."""
+    if isinstance(rec, BenchRecord):
+        return rec
+    if not isinstance(rec, dict):
+        rec = rec.as_dict()
+    from edgeopt import decide
+
+    dev, b = rec.get("device") or {}, rec.get("bundle") or {}
+    bench = rec.get("bench") if isinstance(rec.get("bench"), dict) else {}
+    env = bench.get("environment") or {}
+    probe = rec.get("probe") or {}
+    pcpu = probe.get("cpu") if isinstance(probe.get("cpu"), dict) else {}
+    truth, why = decide.device_truth(rec)
+    device = DeviceInfo(
+        name=str(dev.get("name") or ""), transport=_str(dev.get("transport")), host=_str(dev.get("host")),
+        target=_str(dev.get("target")), labels=tuple(str(x) for x in dev.get("labels") or ()),
+        arch=_str(env.get("arch") or probe.get("arch")), cpu_model=_str(env.get("cpu_model") or pcpu.get("model")),
+        cores=_inum(env.get("cores_usable") or env.get("cores") or pcpu.get("cores_usable") or pcpu.get("cores")),
+        os=_str(probe.get("os_release") or env.get("os") or probe.get("os")), emulated=truth == "emulated",
+        emulator=_str(env.get("emulator") or probe.get("emulator") or dev.get("emulator")) if truth == "emulated"
+        else None, device_truth=truth, device_truth_why=why, raw=dev)
+    bundle = BundleInfo(id=_str(b.get("bundle_id")), model=_str(b.get("model")), target=_str(b.get("target")),
+                        precision=_str(b.get("precision")), backend=_str(b.get("backend")), path=_str(b.get("path")),
+                        batch=_inum((bench.get("inputs") or {}).get("batch")) if bench else None, raw=b)
+    lat = bench.get("latency_ms") if isinstance(bench.get("latency_ms"), dict) else None
+    latency = None
+    if lat is not None:
+        load, first = _fnum(bench.get("load_s")), _fnum(bench.get("first_inference_s"))
+        latency = Latency(
+            p50_ms=_fnum(lat.get("p50")), p90_ms=_fnum(lat.get("p90")), p95_ms=_fnum(lat.get("p95")),
+            p99_ms=_fnum(lat.get("p99")), p999_ms=_fnum(lat.get("p99_9")), mean_ms=_fnum(lat.get("mean")),
+            std_ms=_fnum(lat.get("std")), min_ms=_fnum(lat.get("min")), max_ms=_fnum(lat.get("max")),
+            throughput_ips=_fnum(bench.get("throughput_ips")), iterations=_inum(bench.get("iterations")),
+            duration_s=_fnum(bench.get("duration_s")), load_s=load,
+            first_inference_ms=None if first is None else first * 1000,
+            cold_start_ms=None if load is None or first is None else (load + first) * 1000,
+            peak_rss_mb=_fnum(bench.get("peak_rss_mb")),
+            samples_ms=tuple(x for x in (_fnum(v) for v in bench.get("samples_ms") or ()) if x is not None), raw=lat)
+    acc = bench.get("accuracy") if isinstance(bench.get("accuracy"), dict) else None
+    accuracy = None
+    if acc is not None and "passed" in acc:
+        a = decide.agreement(acc) or {}
+        cos = [_fnum(((o or {}).get("metrics") or {}).get("cosine")) for o in (acc.get("outputs") or {}).values()]
+        cos = [c for c in cos if c is not None]
+        data = acc.get("data") or {}
+        accuracy = AccuracyInfo(
+            passed=None if acc.get("passed") is None else bool(acc["passed"]), precision=_str(acc.get("precision")),
+            summary=_str(acc.get("summary")), metric=a.get("metric"), output=a.get("output"), share=a.get("share"),
+            k=a.get("k"), n=a.get("n"), interval=(a["ci_low"], a["ci_high"]) if a else None,
+            samples=_inum(acc.get("samples") or data.get("n")), data=_str(data.get("kind")),
+            cosine_min=min(cos) if cos else None, raw=acc)
+    err = rec.get("error") if isinstance(rec.get("error"), dict) else None
+    error = None if not err else ErrorInfo(type=_str(err.get("type")), message=str(err.get("message") or ""),
+                                           hint=_str(err.get("hint")), raw=err)
+    return BenchRecord(run_id=str(rec.get("run_id") or ""), time=str(rec.get("time") or ""),
+                       status=str(rec.get("status") or ""), device=device, bundle=bundle, latency=latency,
+                       accuracy=accuracy, energy=energy_of(bench, rec), error=error, agent=_str(rec.get("agent")),
+                       raw=rec)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -47,7 +48,7 @@ def test_bench_and_report_through_the_api(built):
     tmp, _ = built
     db = str(tmp / "r.db")
     fleet = edgeopt.bench(dist=tmp / "dist", devices="local", duration=0.3, min_iters=5, warmup="0.1s", db=db)
-    assert fleet.ok and {r.bundle["target"] for r in fleet.records} == {"cpu", "intel-cpu"}
+    assert fleet.ok and {r.bundle.target for r in fleet.records} == {"cpu", "intel-cpu"}
     rows = json.loads(edgeopt.report(db=db, format="json", targets="intel-cpu"))
     assert rows["schema"] == "edgeopt/v1" and [r["target"] for r in rows["rows"]] == ["intel-cpu"]
     assert len(edgeopt.query(db=db)) == 2
@@ -224,14 +225,16 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
         fleet = edgeopt.bench(dist="dist", devices="rig.yaml", limit="nuc-01", duration=5, warmup="2s")
     except EdgeoptError as exc:
         raise SystemExit(f"edgeopt: {exc} (exit {exc.exit_code})")  # noqa: B904 (as the README has it)
-    for rec in fleet.records:
-        print(rec.device["name"], rec.bundle["target"], rec.bundle["precision"], rec.status)
+    for rec in fleet.records:  # typed: edgeopt.results.BenchRecord
+        print(rec.device.name, rec.bundle.target, rec.bundle.precision, rec.status,
+              f"p50 {rec.latency.p50_ms:.2f} ms" if rec.ok else rec.error.message)
     print(edgeopt.report(format="md", targets="intel-cpu"))
     # --- end of the example ---
     out = capsys.readouterr().out
     assert built.ok and len(built.results) == 4
-    assert sorted(out.splitlines()[:4]) == ["nuc-01 cpu fp32 ok", "nuc-01 cpu int8 ok", "nuc-01 intel-cpu fp32 ok",
-                                            "nuc-01 intel-cpu int8 ok"]
+    assert sorted(" ".join(ln.split()[:4]) for ln in out.splitlines()[:4]) == [
+        "nuc-01 cpu fp32 ok", "nuc-01 cpu int8 ok", "nuc-01 intel-cpu fp32 ok", "nuc-01 intel-cpu int8 ok"]
+    assert all(re.search(r" ok p50 \d+\.\d\d ms$", ln) for ln in out.splitlines()[:4]), out
     assert "intel-cpu" in "\n".join(out.splitlines()[4:])  # the report, filtered to intel-cpu
 
 

@@ -1,0 +1,114 @@
+"""The API's results are typed all the way down (issue 27 item 6): a bench record is a
+``results.BenchRecord`` whose device, bundle, latency, accuracy, energy and error are dataclasses, made by
+one function from the stored/agent dict; ``to_dict()`` gives that dict back, so the CLI's ``--json`` keeps
+its shape. Real parts: a tiny CNN built for cpu, benched by the agent on the local device, stored in a
+results database and read back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import edgeopt
+from edgeopt.results import (
+    AccuracyInfo,
+    BenchRecord,
+    BenchResult,
+    BundleInfo,
+    DeviceInfo,
+    Latency,
+    record_from_dict,
+)
+from tests.conftest import tiny_cnn
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("typed")
+    edgeopt.build(tiny_cnn(tmp / "tiny.onnx"), "cpu", precision="fp32", dist=tmp / "dist", calib_count=4,
+                  val_count=4)
+    db = str(tmp / "r.db")
+    fleet = edgeopt.bench(dist=tmp / "dist", devices="local", duration=0.2, min_iters=5, warmup="0.05s", db=db)
+    return tmp, db, fleet
+
+
+def test_bench_records_are_typed_with_annotations(benched):
+    _, _, fleet = benched
+    assert isinstance(fleet, BenchResult) and fleet.ok
+    (rec,) = fleet.records
+    assert isinstance(rec, BenchRecord)
+    assert isinstance(rec.device, DeviceInfo) and rec.device.name == "local" and rec.device.transport == "local"
+    assert rec.device.device_truth == "device" and rec.device.emulated is False and rec.device.arch
+    assert isinstance(rec.bundle, BundleInfo) and (rec.bundle.model, rec.bundle.target, rec.bundle.precision,
+                                                   rec.bundle.batch) == ("tiny", "cpu", "fp32", 1)
+    assert isinstance(rec.latency, Latency)
+    lat = rec.latency
+    assert 0 < lat.min_ms <= lat.p50_ms <= lat.p90_ms <= lat.p99_ms <= lat.p999_ms <= lat.max_ms
+    assert lat.throughput_ips > 0 and lat.iterations >= 5 and len(lat.samples_ms) >= 5
+    assert lat.cold_start_ms == pytest.approx((lat.load_s * 1000) + lat.first_inference_ms)
+    assert isinstance(rec.accuracy, AccuracyInfo) and rec.accuracy.passed is True
+    assert rec.accuracy.metric == "top-1" and rec.accuracy.k == rec.accuracy.n == 4
+    lo, hi = rec.accuracy.interval
+    assert 0 < lo < hi == 1.0 and rec.accuracy.data == "random"
+    assert rec.error is None and rec.agent
+    # every field of every record type is annotated (the dataclass machinery needs it; say it anyway)
+    for cls in (BenchRecord, DeviceInfo, BundleInfo, Latency, AccuracyInfo):
+        assert all(f.type not in (None, "") for f in dataclasses.fields(cls)), cls
+
+
+def test_the_typed_record_gives_back_the_stored_json_and_query_is_typed(benched):
+    _, db, fleet = benched
+    (rec,) = fleet.records
+    (stored,) = edgeopt.query(db=db)
+    assert isinstance(stored, BenchRecord)
+    assert stored.to_dict() == json.loads(json.dumps(rec.to_dict()))  # what the database holds, nothing lost
+    assert stored.latency == rec.latency and stored.device == rec.device and stored.bundle == rec.bundle
+    assert record_from_dict(stored.to_dict()) == stored and record_from_dict(stored) is stored
+    assert rec.raw["bench"] is rec.bench and rec.bench["latency_ms"]["p50"] == rec.latency.p50_ms
+
+
+def test_reading_a_record_as_a_dict_still_works_and_warns(benched):
+    _, _, fleet = benched
+    (rec,) = fleet.records
+    with pytest.warns(DeprecationWarning, match=r"DeviceInfo\['name'\].*DeviceInfo\.name"):
+        assert rec.device["name"] == rec.device.name
+    with pytest.warns(DeprecationWarning, match=r"BundleInfo\.id"):
+        assert rec.bundle.get("bundle_id") == rec.bundle.id
+    with pytest.warns(DeprecationWarning):
+        assert rec["status"] == "ok"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the typed path warns about nothing
+        assert (rec.device.name, rec.bundle.target, rec.latency.p50_ms) == ("local", "cpu", rec.bench["latency_ms"]["p50"])
+
+
+def test_the_cli_json_keeps_its_shape(benched, capsys):
+    """``edgeopt bench --json`` prints the same record shape as before the records were typed: the keys of
+    ``fleetbench.RunRecord``, and each record is what the typed record's ``to_dict()`` gives."""
+    from edgeopt.cli import main
+    from edgeopt.fleetbench import RunRecord
+
+    tmp, _, _ = benched
+    rc = main(["bench", "--dist", str(tmp / "dist"), "--db", str(tmp / "cli.db"), "--duration", "0.2",
+               "--min-iters", "5", "--json", "-q"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and set(doc) == {"schema", "kind", "run_id", "ok", "time_s", "records", "pushes", "skipped"}
+    (rec,) = doc["records"]
+    assert set(rec) == {f.name for f in dataclasses.fields(RunRecord)}
+    assert record_from_dict(rec).to_dict() == rec and rec["device"]["name"] == "local"
+
+
+def test_an_unreachable_device_is_a_typed_error_record(benched, tmp_path):
+    tmp, _, _ = benched
+    rig = Path(tmp_path / "rig.yaml")
+    rig.write_text(f"devices:\n  gone: {{host: 127.0.0.1, port: 1, user: ci, target: cpu, "
+                   f"known_hosts: {tmp_path / 'kh'}}}\n")
+    with pytest.raises(edgeopt.DeviceError) as exc:
+        edgeopt.bench(dist=tmp / "dist", devices=str(rig), duration=0.2, db=str(tmp_path / "r.db"),
+                      trust_new_host_keys=True)
+    (rec,) = exc.value.result.records
+    assert rec.status == "unreachable" and rec.latency is None and rec.accuracy is None
+    assert rec.error.type and rec.error.message and rec.device.name == "gone" and "gone" in exc.value.message
