@@ -15,7 +15,9 @@ In the child (``run_bench``, also callable in-process by a benchmark harness):
    ``runner.run(feed)`` with ``perf_counter_ns`` into a preallocated list, until both the minimum
    duration and the minimum count are reached.  A runner that keeps its own per-phase timings
    (TensorRT's H2D/compute/D2H) has a ``reset_timings()``, called after the warm-up so that those
-   timings in ``info()`` cover the timed runs only.
+   timings in ``info()`` cover the timed runs only.  Energy (``energy.py``) is measured over the same
+   window where the device exposes a source: counters read right before and after the loop, sampled
+   rails read by a thread during it; ``result["energy"]`` says the source or why there is none.
 
 Standard library + numpy only; the runtime is imported by its runner.
 """
@@ -79,6 +81,7 @@ DEFAULTS: dict[str, Any] = {
     "max_queue_delay_ms": None,  # server: dynamic batching, up to `batch` queries per run, waiting this long
     "loadgen_accuracy": True,  # with LoadGen: the accuracy check again through its AccuracyOnly mode
     "profile": 0,  # > 0: after the timed loop, the stages of one request and a per-op profile over N runs
+    "energy": True,  # energy over the timed loop where the device exposes it (energy.py); false: not measured
 }
 LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
 MAX_SAMPLES = 2000
@@ -158,6 +161,7 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
     opts["return_samples"] = bool(opts["return_samples"])
     opts["verify"] = bool(opts["verify"])
     opts["loadgen_accuracy"] = bool(opts["loadgen_accuracy"])
+    opts["energy"] = bool(opts["energy"])
     return opts
 
 
@@ -352,6 +356,24 @@ def environment(threads: Any) -> dict[str, Any]:
 # ---- the bench itself -------------------------------------------------------------------------
 
 
+def _energy_meter(opts: dict[str, Any], manifest: dict[str, Any], runner_opts: dict[str, Any],
+                  env: dict[str, Any]) -> Any:
+    """Start measuring energy for the timed loop (``energy.Meter``), or the reply's ``energy`` at once
+    when nothing can be measured here.  A GPU bundle (TensorRT, or ONNX Runtime's CUDA/TensorRT
+    providers) prefers the GPU's counter to the CPU's RAPL where a device has both."""
+    from . import energy
+
+    if not opts["energy"]:
+        return {"source": None, "why_not": "not measured: the bench option energy is false"}
+    providers = " ".join(str(p) for p in (runner_opts.get("providers") or []))
+    gpu = (manifest.get("runtime") or {}).get("name") == "tensorrt" or "CUDA" in providers or "Tensorrt" in providers
+    try:
+        return energy.start(gpu=gpu, emulated=env.get("emulator") or ("emulated" if env.get("emulated") else None))
+    except Exception as exc:  # energy is a side figure: it never fails the bench
+        return {"source": None, "why_not": f"not available on this device (the energy probe failed: "
+                                           f"{type(exc).__name__}: {exc})"}
+
+
 def _digest(feed: dict[str, np.ndarray]) -> str:
     h = hashlib.sha1()
     for name in sorted(feed):
@@ -424,9 +446,16 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         else:
             scenario = None
         stage("timed", {})
+        meter = _energy_meter(opts, manifest, runner_opts, env)
         t0 = time.perf_counter()
-        ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
+        try:
+            ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
+        except BaseException:
+            if not isinstance(meter, dict):
+                meter.abort()
+            raise
         wall = time.perf_counter() - t0
+        energy = meter if isinstance(meter, dict) else meter.stop(int(ns.size) * opts["batch"])
         stage("report", {})
         from . import probe
 
@@ -445,7 +474,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             "latency_ms": latency_stats(ns), "iterations": int(ns.size), "duration_s": wall,
             "throughput_ips": ns.size * opts["batch"] / wall if wall > 0 else None,
             "peak_rss_mb": peak_rss_mb(), "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,
-            "accuracy": accuracy,
+            "accuracy": accuracy, "energy": energy,
             "inputs": {"validation_samples": len(samples), "batch": opts["batch"], "feeds": len(feeds),
                        "distinct_in_loop": len({_digest(feeds[j]) for j in range(used)})},
             "runner": info, "environment": env, "options": opts,

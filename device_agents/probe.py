@@ -490,6 +490,17 @@ def _emulation_facts() -> dict[str, Any]:
             "emulation_evidence": emu["evidence"]}
 
 
+def energy_sources() -> dict[str, Any]:
+    """The energy sources a bench can read here (``energy.py``: Jetson INA3221, NVML, RAPL, Raspberry
+    Pi 5 PMIC) and, for each one absent, why; ``{"error": ...}`` if looking failed."""
+    try:
+        from .energy import available
+
+        return available(emulated=emulation_cached()["emulator"] or None)
+    except Exception as exc:  # the probe never fails on a fact it cannot read
+        return {"sources": [], "unavailable": {}, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
     """The whole probe reply (see SCHEMA.md)."""
     cpu = cpu_info()
@@ -514,6 +525,7 @@ def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
         **_emulation_facts(),
         "runtimes": runtime_versions(import_fallback),
         "environment": sample_environment(),
+        "energy": energy_sources(),
         "agent": AGENT_VERSION,
         "agent_path": str(Path(__file__).resolve().parent),
     }
