@@ -101,7 +101,8 @@ def loadgen_available() -> bool:
     return True
 
 
-RunFn = Callable[[Any], Any]
+# a string: collections.abc.Callable cannot be subscripted at run time before Python 3.9 (the agent runs on 3.8)
+RunFn = "Callable[[Any], Any]"
 
 
 def run(run_fn: RunFn, feeds: Sequence[Any], opts: dict[str, Any],

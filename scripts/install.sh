@@ -25,6 +25,18 @@ if [ "${1:-}" = "--test" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
   fi
+  # The agent's oldest supported Python (3.8, as on JetPack 5) with JetPack 5's numpy (1.17.4, PyPI's wheel):
+  # tests/devices/test_agent_floor.py runs the agent under it. Only where pyenv has a 3.8 (this image does).
+  floor_py="${PYENV_ROOT:-$HOME/.pyenv}/versions/3.8.18/bin/python3.8"
+  floor_venv="$HOME/.cache/edgeopt/agent-floor/py3.8"
+  if [ -x "$floor_py" ] && [ "$(uname -m)" = x86_64 ] && ! "$floor_venv/bin/python" -c "import numpy" >/dev/null 2>&1; then
+    rm -rf "$floor_venv"
+    "$floor_py" -m venv --without-pip "$floor_venv" \
+      && .venv/bin/python -m pip install -q --disable-pip-version-check --only-binary=:all: --no-deps \
+           --python-version 3.8 --platform manylinux1_x86_64 --implementation cp --target \
+           "$floor_venv/lib/python3.8/site-packages" numpy==1.17.4 \
+      || { echo "agent floor venv (Python 3.8) not made: its test skips"; rm -rf "$floor_venv"; }
+  fi
   if [ "$(id -u)" = 0 ]; then
     # An emulated Debian arm64 board for tests/devices/test_emulated_arm.py (Debian's packages + PyPI's
     # aarch64 wheels; 13-19 min the first time on 2 cores, then cached in ~/.cache/edgeopt/devices).
