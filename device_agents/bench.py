@@ -358,7 +358,7 @@ def environment(threads: Any) -> dict[str, Any]:
 
 def _energy_meter(opts: dict[str, Any], manifest: dict[str, Any], runner_opts: dict[str, Any],
                   env: dict[str, Any]) -> Any:
-    """Start measuring energy for the timed loop (``energy.Meter``), or the reply's ``energy`` at once
+    """The energy meter for the timed loop (``energy.Meter``, not started), or the reply's ``energy`` at once
     when nothing can be measured here.  A GPU bundle (TensorRT, or ONNX Runtime's CUDA/TensorRT
     providers) prefers the GPU's counter to the CPU's RAPL where a device has both."""
     from . import energy
@@ -368,7 +368,7 @@ def _energy_meter(opts: dict[str, Any], manifest: dict[str, Any], runner_opts: d
     providers = " ".join(str(p) for p in (runner_opts.get("providers") or []))
     gpu = (manifest.get("runtime") or {}).get("name") == "tensorrt" or "CUDA" in providers or "Tensorrt" in providers
     try:
-        return energy.start(gpu=gpu, emulated=env.get("emulator") or ("emulated" if env.get("emulated") else None))
+        return energy.prepare(gpu=gpu, emulated=env.get("emulator") or ("emulated" if env.get("emulated") else None))
     except Exception as exc:  # energy is a side figure: it never fails the bench
         return {"source": None, "why_not": f"not available on this device (the energy probe failed: "
                                            f"{type(exc).__name__}: {exc})"}
@@ -404,6 +404,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
     limits = before_load() if before_load else None
     env = environment(opts["threads"])
     rss_before = current_rss_mb()
+    meter = None
 
     try:
         stage("load", {})
@@ -420,6 +421,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         accuracy = _accuracy(runner, manifest, bundle, groups, feeds, first)
 
         stage("warmup", {})
+        meter = _energy_meter(opts, manifest, runner_opts, env)  # sources found before the warm-up
         t0 = time.perf_counter()
         j = 0
         while j < opts["warmup"] or (opts["warmup_s"] and time.perf_counter() - t0 < opts["warmup_s"]):
@@ -446,14 +448,10 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         else:
             scenario = None
         stage("timed", {})
-        meter = _energy_meter(opts, manifest, runner_opts, env)
+        if not isinstance(meter, dict):
+            meter.start()
         t0 = time.perf_counter()
-        try:
-            ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
-        except BaseException:
-            if not isinstance(meter, dict):
-                meter.abort()
-            raise
+        ns = timed_loop(runner.run, feeds, opts["min_iters"], opts["duration_s"], opts["max_iters"], capacity)
         wall = time.perf_counter() - t0
         energy = meter if isinstance(meter, dict) else meter.stop(int(ns.size) * opts["batch"])
         stage("report", {})
@@ -491,6 +489,8 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             result["decomposition"] = decompose(runner, manifest, feeds, first, result["latency_ms"]["p50"],
                                                 opts["profile"])
     except BaseException:
+        if meter is not None and not isinstance(meter, dict):
+            meter.abort()  # no sampling thread outlives a failed bench
         with contextlib.suppress(Exception):  # the first failure is the one to report
             runner.close()
         raise

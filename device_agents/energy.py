@@ -524,6 +524,7 @@ class Meter:
         self.prefer = prefer or []
         self._before: dict[str, tuple[float, dict[str, float]]] = {}
         self._samplers: dict[str, _Sampler] = {}
+        self._closed = False
 
     def start(self) -> None:
         for s in self.sources:
@@ -547,19 +548,23 @@ class Meter:
             except Exception as exc:
                 m = None
                 self.why_not[s.name] = f"{type(exc).__name__}: {exc}"
-            finally:
-                s.close()
             if m is not None:
                 measured.append(m)
+        self.abort()
         return report(measured, self.why_not, self.prefer)
 
     def abort(self) -> None:
-        """Stop the sampling threads and close the sources (the timed loop failed)."""
+        """Stop the sampling threads and close the sources (also when the bench failed; idempotent)."""
         for sampler in self._samplers.values():
             sampler.stop_event.set()
             sampler.join(timeout=5)
-        for s in self.sources:
-            s.close()
+        if not self._closed:
+            self._closed = True
+            for s in self.sources:
+                try:
+                    s.close()
+                except Exception:
+                    pass
 
     def _finish(self, s: Source, inferences: int) -> dict[str, Any] | None:
         rails: dict[str, dict[str, float]] = {}
@@ -637,15 +642,23 @@ def not_measured(why: str) -> dict[str, Any]:
     return {"source": None, "why_not": f"not available on this device ({why})"}
 
 
-def start(gpu: bool = False, emulated: str | None = None, root: str | Path = "/",
-          only: list[str] | None = None) -> Meter | dict[str, Any]:
-    """Find the sources and start measuring; a report dict instead of a meter when nothing can be
-    measured here (``emulated``: the emulator's name — the sensors seen there are the host's)."""
+def prepare(gpu: bool = False, emulated: str | None = None, root: str | Path = "/",
+            only: list[str] | None = None) -> Meter | dict[str, Any]:
+    """Find the sources (NVML's initialisation can take a second: done before the warm-up), a meter not
+    yet started; a report dict instead when nothing can be measured here (``emulated``: the emulator's
+    name — the sensors seen there are the host's).  ``gpu``: NVIDIA sources before RAPL."""
     if emulated:
         return not_measured(_emulated(emulated))
     found, why = discover(root, only)
     if not found:
         return report([], why)
-    meter = Meter(found, why, list(GPU_ORDER if gpu else ORDER))
-    meter.start()
+    return Meter(found, why, list(GPU_ORDER if gpu else ORDER))
+
+
+def start(gpu: bool = False, emulated: str | None = None, root: str | Path = "/",
+          only: list[str] | None = None) -> Meter | dict[str, Any]:
+    """``prepare`` and start measuring at once."""
+    meter = prepare(gpu, emulated, root, only)
+    if isinstance(meter, Meter):
+        meter.start()
     return meter
