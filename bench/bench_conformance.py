@@ -25,6 +25,13 @@ build did), ``check-caught`` (built, edgeopt's check refused it: a wrong convers
 
 Resumable: one JSON line per test in ``--work``/results.jsonl; tests already there are skipped.
 
+``--fast``: the builds run in this process (``edgeopt.api.build``, not one ``edgeopt build`` CLI per test) and
+each backend's converter worker is one long-lived process per backend (restarted every ``--recycle`` jobs,
+after a crash and after a timeout) instead of a fresh ``python -m edgeopt.worker`` per (test, target): the
+imports (ONNX Runtime, OpenVINO, coremltools, TensorFlow) are paid once, not 499 times.  Only the process
+isolation differs from ``edgeopt build``; the worker code, the pipeline, the checks and the cache are the
+same.  ``--work`` of a ``--fast`` run and of a plain run can be compared (``--compare DIR``).
+
     .venv/bin/python bench/bench_conformance.py --targets cpu,intel-cpu,apple,h100 --limit 40
     .venv/bin/python bench/bench_conformance.py --targets mobile --ops Resize,Conv,Split
     .venv/bin/python bench/bench_conformance.py --report      # today's inspect vs the recorded builds
@@ -174,7 +181,163 @@ def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: di
     return {"allclose": ok, "max_abs": worst}
 
 
-def run_test(test: str, targets: list[str], work: Path, timeout: int) -> dict[str, Any]:
+_SERVER = r"""
+import os, sys
+devnull = os.open(os.devnull, os.O_WRONLY)
+os.dup2(devnull, 1)  # converters print to stdout: the edgeopt worker's stdout is /dev/null too
+from edgeopt import worker
+for line in sys.stdin:
+    job, res = line.rstrip("\n").split("\t")
+    err = os.open(res + ".err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(err, 2)
+    os.close(err)
+    code = 0
+    try:
+        worker.main([job, res])
+    except SystemExit as exc:  # a converter calling sys.exit(): the worker process would exit here
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    sys.stderr.flush()
+    with open(res + ".done.tmp", "w") as f:
+        f.write(str(code))
+    os.replace(res + ".done.tmp", res + ".done")
+    if code:
+        os._exit(code)
+"""
+
+
+class _Server:
+    """One long-lived ``edgeopt.worker`` loop for a backend (``--fast``)."""
+
+    def __init__(self, backend: str, recycle: int) -> None:
+        self.backend, self.recycle, self.proc, self.jobs = backend, recycle, None, 0
+
+    def send(self, job: str, result: str) -> None:
+        if self.proc is not None and (self.proc.poll() is not None or self.jobs >= self.recycle):
+            self.stop()
+        if self.proc is None:
+            env = {**os.environ, "EDGEOPT_SUPPORT_RULES": "off"}
+            self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=env)
+            self.jobs = 0
+        self.jobs += 1
+        self.proc.stdin.write(f"{job}\t{result}\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+class _ServedJob:
+    """What ``edgeopt.pipeline`` uses of the ``Popen`` of a worker (stderr lines, wait, kill, returncode),
+    answered by a ``_Server``."""
+
+    def __init__(self, server: _Server, job: str, result: str) -> None:
+        import threading
+
+        self.server, self.result, self.returncode = server, result, None
+        self.done = Path(result + ".done")
+        self._ended = threading.Event()
+        server.send(job, result)
+        self.stderr = self._lines()
+
+    def _lines(self):
+        self._ended.wait()
+        err = Path(self.result + ".err")
+        yield from (err.read_text(errors="replace").splitlines(True) if err.exists() else [])
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.time() + timeout
+        while True:
+            if self.done.exists():
+                self.returncode = int(self.done.read_text() or 0)
+                if self.returncode:
+                    self.server.stop()
+                break
+            proc = self.server.proc
+            if proc is None or proc.poll() is not None:
+                self.returncode = proc.returncode if proc is not None else -9
+                self.server.stop()
+                break
+            if deadline is not None and time.time() > deadline:
+                raise subprocess.TimeoutExpired("edgeopt.worker", timeout)
+            time.sleep(0.02)
+        self._ended.set()
+        return self.returncode
+
+    def kill(self) -> None:
+        self.server.stop()
+        self.returncode = -9
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+def serve_workers(recycle: int) -> None:
+    """``--fast``: ``edgeopt.pipeline`` starts its converter workers through long-lived per-backend loops."""
+    import types
+
+    from edgeopt import pipeline
+
+    servers: dict[str, _Server] = {}
+    real = subprocess.Popen
+
+    def popen(args, *a, **kw):
+        if list(args[1:3]) != ["-m", "edgeopt.worker"]:
+            return real(args, *a, **kw)
+        job, result = str(args[3]), str(args[4])
+        backend = json.loads(Path(job).read_text())["target"]["backend"]
+        server = servers.setdefault(backend, _Server(backend, recycle))
+        return _ServedJob(server, job, result)
+
+    shim = types.ModuleType("subprocess")
+    shim.__dict__.update(subprocess.__dict__)
+    shim.Popen = popen
+    pipeline.subprocess = shim
+
+
+def build_in_process(model: str, targets: list[str], dist: Path, calib: Path, timeout: int) -> tuple[int, str, str]:
+    """``edgeopt build MODEL -t ... -p fp32 --json -j 1 --calib ...`` in this process: (exit code, the --json
+    report, stderr)."""
+    import traceback
+
+    from edgeopt import api
+    from edgeopt.errors import EdgeoptError
+
+    os.environ["EDGEOPT_SUPPORT_RULES"] = "off"
+    try:
+        rep = api.build(model, targets, precision="fp32", calib=str(calib), dist=str(dist), jobs=1,
+                        timeout=timeout, raise_on_failure=False)
+        return (0 if rep.ok else 3), json.dumps(rep.as_dict(), default=str), ""
+    except EdgeoptError as exc:
+        code = getattr(exc, "exit_code", 2)
+        return code, json.dumps({"kind": "error", "exit_code": code, "message": str(exc)}), ""
+    except Exception:  # noqa: BLE001 - a traceback out of build: a crash, as the CLI's exit 1
+        return 1, "", traceback.format_exc()
+    finally:
+        os.environ.pop("EDGEOPT_SUPPORT_RULES", None)
+
+
+def build_cli(cmd: list[str], timeout: int) -> tuple[int, str, str]:
+    """One ``edgeopt build`` CLI per test, as a user runs it: (exit code, stdout, stderr)."""
+    try:
+        # the build tries every conversion (no attribute-level preflight refusal): is each rule right?
+        env = {**os.environ, "EDGEOPT_SUPPORT_RULES": "off"}
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return 124, "", "timeout"
+
+
+def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool = False) -> dict[str, Any]:
     model = str(node_dir() / test / "model.onnx")
     rec: dict[str, Any] = {"test": test, "targets": {}}
     try:
@@ -191,13 +354,10 @@ def run_test(test: str, targets: list[str], work: Path, timeout: int) -> dict[st
     cmd = [sys.executable, "-m", "edgeopt", "build", model, "-t", ",".join(targets), "-p", "fp32",
            "-o", str(dist), "--json", "-j", "1", "--calib", str(calib)]
     t0 = time.time()
-    try:
-        # the build tries every conversion (no attribute-level preflight refusal): is each rule right?
-        env = {**os.environ, "EDGEOPT_SUPPORT_RULES": "off"}
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired:
-        rc, out, err = 124, "", "timeout"
+    if fast:
+        rc, out, err = build_in_process(model, targets, dist, calib, timeout)
+    else:
+        rc, out, err = build_cli(cmd, timeout)
     rec.update({"rc": rc, "build_s": round(time.time() - t0, 1)})
     try:
         report = json.loads(out) if out.strip() else {}
@@ -278,6 +438,9 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0, help="with --every: begin at this index (another sample)")
     ap.add_argument("--work", default="/tmp/edgeopt-conformance")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per build call")
+    ap.add_argument("--fast", action="store_true", help="builds in this process, one long-lived converter worker "
+                    "per backend (imports paid once; see the module's doc)")
+    ap.add_argument("--recycle", type=int, default=40, help="with --fast: restart a backend's worker after N jobs")
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
     ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
     a = ap.parse_args()
@@ -296,11 +459,13 @@ def main() -> int:
         tests = tests[:a.limit]
     if not a.report:
         os.environ.setdefault("EDGEOPT_NO_COLOR", "1")
+        if a.fast:
+            serve_workers(a.recycle)
         for i, (test, _types) in enumerate(tests):
             todo = [t for t in targets if t not in done.get(test, {}).get("targets", {})]
             if not todo:
                 continue
-            rec = run_test(test, todo, work, a.timeout)
+            rec = run_test(test, todo, work, a.timeout, a.fast)
             with res.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             done.setdefault(test, {"test": test, "targets": {}})["targets"].update(rec["targets"])

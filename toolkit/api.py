@@ -159,7 +159,7 @@ def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]
     for spec in all_targets(config).values():
         backend = get_backend(spec.backend)
         bad = backend.unsupported_nodes(info, spec.as_dict())
-        fmt = format_refusal(info.opset, info.ir_version, spec.backend, spec.as_dict())
+        fmt = format_refusal(info.opset, info.ir_version, spec.backend, spec.as_dict(), model=info.path)
         rows.append({"target": spec.name, "backend": spec.backend, "supported": not bad and fmt is None,
                      "unsupported": [{"op": op, "node": n} for op, n in bad],
                      "why": backend.unsupported_why(spec.as_dict(), bad) if bad else None,
@@ -182,7 +182,7 @@ def check_model_format(model: str | os.PathLike) -> None:
     except Exception:  # not ONNX, truncated ...: the pipeline's own message says it
         return
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
-    fmt = format_refusal(opset, m.ir_version, "onnxruntime")
+    fmt = format_refusal(opset, m.ir_version, "onnxruntime", model=model)  # convertible down: build converts it
     if fmt is not None:
         raise ModelError(f"{Path(model).name}: {fmt[0]}", hint=fmt[1])
 

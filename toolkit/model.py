@@ -682,11 +682,9 @@ def runtime_limit(runtime: str, opset: int, ir: int) -> FormatLimit | None:
     return FormatLimit(f"{name} {version}", new_opset, new_ir)
 
 
-def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | None = None
-                   ) -> tuple[str, str] | None:
-    """Why ``backend`` (for the target ``spec``) cannot take a model stamped with ONNX opset ``opset`` and IR
-    ``ir``: ``(message, hint)``, or None when every runtime on the way reads it. The message names the
-    runtime, its limit and why it reads the model; the hint says what to re-export with."""
+def format_limits(opset: int, ir: int, backend: str, spec: dict[str, Any] | None = None) -> list[FormatLimit]:
+    """The runtimes on ``backend``'s way (for the target ``spec``) that cannot read ONNX opset ``opset`` / IR
+    ``ir``, each with the newest it reads (empty: every runtime reads the model)."""
     limits: list[FormatLimit] = []
     ort = runtime_limit("onnxruntime", opset, ir)
     if ort is not None:
@@ -707,21 +705,147 @@ def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | Non
                 limits.append(FormatLimit(table.parser, table.opset_max, None, "it builds the engine on the device"))
         except Exception:  # a profile naming no known TensorRT is refused by the build itself
             pass
+    return limits
+
+
+def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | None = None,
+                   model: str | os.PathLike | None = None) -> tuple[str, str] | None:
+    """Why ``backend`` (for the target ``spec``) cannot take a model stamped with ONNX opset ``opset`` and IR
+    ``ir``: ``(message, hint)``, or None when every runtime on the way reads it. The message names the
+    runtime, its limit and why it reads the model; the hint says what to re-export with.
+
+    ``model``: the model file; then a model ``onnx.version_converter`` takes down to what the runtimes read
+    is not refused (``build`` converts it and keeps the conversion only when its outputs are identical,
+    ``down_convert``), and one it cannot take is refused with the converter's reason."""
+    limits = format_limits(opset, ir, backend, spec)
     if not limits:
         return None
     max_opset = min((lim.opset for lim in limits if lim.opset is not None), default=None)
     max_ir = min((lim.ir for lim in limits if lim.ir is not None), default=None)
+    conv_why = None
+    if model is not None:
+        conv_why = conversion_error(model, max_opset, max_ir)
+        if conv_why is None:
+            return None
     said = []
     for lim in limits:
         reads = " and ".join(x for x in (f"opset <= {lim.opset}" if lim.opset is not None else "",
                                          f"IR <= {lim.ir}" if lim.ir is not None else "") if x)
         said.append(f"{lim.runtime} reads ONNX {reads}" + (f" ({lim.why})" if lim.why else ""))
-    msg = (f"the model is ONNX opset {opset}, IR {ir}: " + "; ".join(said))
+    msg = (f"the model is ONNX opset {opset}, IR {ir}: " + "; ".join(said)
+           + (f"; onnx.version_converter cannot take it to opset {max_opset}: {conv_why}" if conv_why else ""))
     fixes = []
     if max_opset is not None:
-        fixes.append(f"re-export with opset <= {max_opset} (or onnx.version_converter.convert_version(model, "
-                     f"{max_opset}))")
+        fixes.append(f"re-export with opset <= {max_opset}" + ("" if conv_why else
+                     f" (or onnx.version_converter.convert_version(model, {max_opset}))"))
     if max_ir is not None:
         fixes.append(f"save it with IR version <= {max_ir} (model.ir_version = {max_ir}; the version converter "
                      "keeps the IR)")
     return msg, "; ".join(fixes)
+
+
+# --- down-conversion of a model stamped newer than the runtimes read (issue 32) -------------------------------
+# onnx writes opset 24 by default; ONNX Runtime 1.23 reads <= 23. Most such models use no op whose semantics
+# changed (Flatten, Shape, Transpose ...): onnx.version_converter re-stamps them, and the build keeps the
+# converted model only when onnx.reference gives identical outputs for both on the validation inputs.
+
+
+def conversion_target(opset: int, ir: int, targets: list[tuple[str, dict[str, Any]]]) -> tuple[int | None, int | None] | None:
+    """The (opset, IR) every runtime on the way of ``targets`` (``[(backend, spec)]``) reads, where the model's
+    own is newer (None in a place: that one needs no change); None when nothing needs converting."""
+    limits = [lim for backend, spec in targets for lim in format_limits(opset, ir, backend, spec)]
+    to_opset = min((lim.opset for lim in limits if lim.opset is not None), default=None)
+    to_ir = min((lim.ir for lim in limits if lim.ir is not None), default=None)
+    return None if to_opset is None and to_ir is None else (to_opset, to_ir)
+
+
+def _converter_reason(exc: Exception) -> str:
+    import re
+
+    text = str(exc).strip()
+    m = re.search(r"(?:failed|Assertion[^:]*):\s*(.+)", text)
+    return ((m.group(1) if m else text).splitlines() or [type(exc).__name__])[0][:200]
+
+
+def down_convert(model: Any, opset: int | None, ir: int | None) -> Any:
+    """A copy of ``model`` (ModelProto) taken down to ONNX ``opset`` by ``onnx.version_converter`` and stamped
+    IR ``ir`` (None: keep that one). ``ModelError`` (one line) when the converter cannot take it there."""
+    import onnx
+    from onnx import version_converter
+
+    have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if opset is not None and have > opset:
+        try:
+            out = version_converter.convert_version(out, opset)
+        except Exception as exc:  # noqa: BLE001 - the converter's C++ assertion: its reason, one line
+            raise ModelError(f"onnx.version_converter cannot take the model from opset {have} to {opset}: "
+                             f"{_converter_reason(exc)}", hint=f"re-export with opset <= {opset}") from None
+    if ir is not None and out.ir_version > ir:
+        out.ir_version = ir
+    return out
+
+
+_CONVERTIBLE: dict[tuple[str, int, int, int | None, int | None], str | None] = {}
+
+
+def conversion_error(model: str | os.PathLike, opset: int | None, ir: int | None) -> str | None:
+    """None when ``down_convert`` takes the model file to ``opset``/``ir`` (the converter's structure only:
+    build verifies the outputs), else the converter's reason. Cached per file (size, mtime) and limits."""
+    import onnx
+
+    try:
+        st = os.stat(model)
+    except OSError:
+        return "the model file cannot be read"
+    key = (str(model), st.st_size, st.st_mtime_ns, opset, ir)
+    if key not in _CONVERTIBLE:
+        try:
+            down_convert(onnx.load(str(model), load_external_data=False), opset, ir)
+            _CONVERTIBLE[key] = None
+        except ModelError as exc:
+            _CONVERTIBLE[key] = exc.message.split(": ", 1)[-1]
+        except Exception as exc:  # noqa: BLE001 - not readable: the loader's own message says it elsewhere
+            _CONVERTIBLE[key] = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    return _CONVERTIBLE[key]
+
+
+def verify_conversion(original: Any, converted: Any, feeds: list[dict[str, Any]], samples: int = 4) -> dict[str, Any]:
+    """Run ``original`` and ``converted`` (ModelProtos) in ``onnx.reference`` (the spec's implementation: ONNX
+    Runtime cannot load the original, which is why it is converted) on up to ``samples`` of ``feeds``: the
+    conversion record for the bundle manifest when every output is identical, else ``ModelError`` (one line)."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    def opset_of(m: Any) -> int:
+        return next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    rec = {"from_opset": opset_of(original), "to_opset": opset_of(converted), "from_ir": original.ir_version,
+           "to_ir": converted.ir_version, "converter": "onnx.version_converter"}
+    hint = f"re-export with opset <= {rec['to_opset']}" + (f" and IR <= {rec['to_ir']}" if rec["to_ir"] < rec["from_ir"]
+                                                          else "")
+    used = feeds[:samples]
+    if rec["from_opset"] == rec["to_opset"]:  # only the IR stamp lowered: the graph is the same graph
+        return {**rec, "verified": "the graph is unchanged (only the IR version stamp lowered)", "samples": 0}
+    try:
+        a_ev, b_ev = ReferenceEvaluator(original), ReferenceEvaluator(converted)
+        for feed in used:
+            for x, y in zip(a_ev.run(None, feed), b_ev.run(None, feed)):
+                x, y = np.asarray(x), np.asarray(y)
+                if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
+                    diff = (float(np.nanmax(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+                            if x.shape == y.shape and x.size and x.dtype.kind in "fciu" else None)
+                    raise ModelError(
+                        f"the opset {rec['from_opset']} -> {rec['to_opset']} conversion (onnx.version_converter) "
+                        "changes the model's outputs on the validation inputs ("
+                        + (f"max abs difference {diff:.3g}" if diff is not None else
+                           f"shape {list(y.shape)} instead of {list(x.shape)}") + "), so it is not used", hint=hint)
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the spec's evaluator cannot run one of them: no verification
+        raise ModelError(f"the opset {rec['from_opset']} -> {rec['to_opset']} conversion cannot be verified: "
+                         f"onnx.reference fails on it ({(str(exc).splitlines() or [type(exc).__name__])[0][:160]})",
+                         hint=hint) from None
+    return {**rec, "verified": f"identical outputs: onnx.reference on the original and the converted model, "
+                               f"{len(used)} validation sample(s)", "samples": len(used), "max_abs_diff": 0.0}

@@ -260,7 +260,11 @@ def build(
         work = Path(tempfile.mkdtemp(prefix=".edgeopt-work-", dir=out)).resolve()
         (work / "owner.pid").write_text(str(os.getpid()))
         try:
-            data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress)
+            # a model newer than a runtime on the way reads (onnx's default opset 24): converted down when exact
+            convert = modelmod.conversion_target(info.opset, info.ir_version,
+                                                 [(spec.backend, spec.as_dict()) for _, spec, _, _ in todo])
+            data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress,
+                                   convert)
             if non_tensor:
                 data_source["prepare_warnings"] = [_non_tensor_warning(name, what) for name, what in non_tensor.items()]
             for w in ([data_source["warning"]] if data_source.get("warning") else []) + data_source.get(
@@ -607,8 +611,11 @@ def _hardlink_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, options, progress) -> dict[str, Any]:
-    """Static-shape model, calibration/validation data and FP32 reference outputs, shared by all jobs."""
+def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, options, progress,
+             convert: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
+    """Static-shape model, calibration/validation data and FP32 reference outputs, shared by all jobs.
+    ``convert``: the (opset, IR) to take the model down to (``model.conversion_target``), kept only when
+    onnx.reference gives identical outputs before and after (``model.verify_conversion``)."""
     import onnx
 
     from edgeopt import calib as calibmod
@@ -616,6 +623,9 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
 
     progress("preparing: static shapes, data, FP32 reference")
     original = modelmod.load(model)
+    unconverted = None
+    if convert:
+        unconverted, original = original, modelmod.down_convert(original, *convert)
     m = modelmod.make_static(original, static)
     notes = []
     big = m.ByteSize() > 1_900_000_000
@@ -650,6 +660,13 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     progress(calibmod.describe(data.source))
     for w in ([data.source["note"]] if data.source.get("note") else []) + data.source.get("data_warnings", []):
         progress(f"WARNING: data: {w}")
+    conversion = None
+    if unconverted is not None:
+        conversion = modelmod.verify_conversion(unconverted, original, data.validation)
+        notes.append(f"converted from ONNX opset {conversion['from_opset']} (IR {conversion['from_ir']}) to opset "
+                     f"{conversion['to_opset']} (IR {conversion['to_ir']}), the newest every runtime on the way "
+                     f"reads, with onnx.version_converter; verified: {conversion['verified']}")
+        progress(f"note: {notes[-1]}")
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
     refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
@@ -658,6 +675,7 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     out_names = [o["name"] for o in io["outputs"]]
     calibmod.save_stacked(work / "reference.npz", refs, out_names, "out")
     return {**data.source, **({"prepare_notes": notes} if notes else {}),
+            **({"converted_from_opset": conversion["from_opset"], "opset_conversion": conversion} if conversion else {}),
             **({"reference_engine": engine} if engine != "onnxruntime" else {})}
 
 

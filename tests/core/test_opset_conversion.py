@@ -1,0 +1,60 @@
+"""A model stamped with an opset newer than ONNX Runtime reads (onnx 1.19 writes opset 24, ONNX Runtime 1.23
+reads <= 23; issue 32): build converts it with onnx.version_converter and keeps the conversion only when
+onnx.reference gives identical outputs before and after; a model the converter cannot take is refused in one
+line naming the converter's reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import edgeopt
+from edgeopt.api import support_matrix
+from edgeopt.errors import ModelError
+from edgeopt.model import inspect, verify_conversion
+
+
+def _one_node(path, op: str, opset: int = 24, out: tuple = (2, 3, 4), **attrs):
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])  # IR 12: onnx's default
+    onnx.save(m, str(path))
+    return m
+
+
+def test_opset24_model_converted_verified_and_recorded(tmp_path):
+    path = tmp_path / "flat.onnx"
+    _one_node(path, "Flatten", out=(6, 4), axis=2)
+    rows = {r["target"]: r for r in support_matrix(inspect(path))}
+    assert rows["cpu"]["supported"] and rows["cpu"]["format"] is None  # build converts it: not a refusal
+    rep = edgeopt.build(str(path), "cpu", precision="fp32", dist=tmp_path / "d", jobs=1)
+    man = rep.results[0].manifest
+    conv = man["validation"]["source"]["opset_conversion"]
+    assert man["validation"]["source"]["converted_from_opset"] == 24
+    assert (conv["from_opset"], conv["to_opset"], conv["from_ir"], conv["to_ir"]) == (24, 23, 12, 11)
+    assert conv["verified"].startswith("identical outputs: onnx.reference") and conv["samples"] >= 1
+    assert any(n.startswith("converted from ONNX opset 24") for n in man["notes"])
+
+
+def test_opset24_model_the_converter_cannot_take_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "swish.onnx"
+    _one_node(path, "Swish")  # Swish-24 has no earlier version
+    with pytest.raises(ModelError) as err:
+        edgeopt.build(str(path), "cpu", precision="fp32", dist=tmp_path / "d", jobs=1)
+    assert "\n" not in err.value.message and "No Previous Version of Swish" in err.value.message
+    assert err.value.hint.startswith("re-export with opset <= 23")
+    rows = {r["target"]: r for r in support_matrix(inspect(path))}
+    assert not rows["cpu"]["supported"] and "version_converter cannot" in rows["cpu"]["format"]["message"]
+
+
+def test_a_conversion_that_changes_the_outputs_is_refused(tmp_path):
+    original = _one_node(tmp_path / "a.onnx", "Flatten", out=(6, 4), axis=2)
+    changed = _one_node(tmp_path / "b.onnx", "Flatten", opset=23, out=(2, 12), axis=1)  # stands in for a wrong adapter
+    feeds = [{"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)}]
+    with pytest.raises(ModelError, match=r"opset 24 -> 23 conversion .* changes the model's outputs"):
+        verify_conversion(original, changed, feeds)
+    same = _one_node(tmp_path / "c.onnx", "Flatten", opset=23, out=(6, 4), axis=2)
+    assert verify_conversion(original, same, feeds)["max_abs_diff"] == 0.0
