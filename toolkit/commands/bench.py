@@ -220,34 +220,8 @@ def print_fleet(result) -> None:
 
                 print(f"  accuracy through {acc['harness']}: {summary_line(acc)}"
                       + ("" if acc.get("same_as_direct") else " (differs from the agent's own pass)"))
-    for line in energy_lines(result.records):
-        print(line)
     bad = sum(not r.ok for r in result.records)
     print(f"done in {result.time_s:.1f}s: {len(result.records) - bad} ok, {bad} failed (run {result.run_id})")
-
-
-def energy_lines(records: list) -> list[str]:
-    """Energy per inference as the agent measured it over the timed loop (its ``energy``): one line per
-    measured run; for a device with no source, one line saying why."""
-    def field(obj, key: str):  # a typed record's attribute, or a plain record dict's key
-        return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-    lines, said = [], set()
-    for r in records:
-        e = (r.bench or {}).get("energy") if r.ok else None
-        if not isinstance(e, dict):
-            continue
-        name = field(r.device, "name")
-        if e.get("source"):
-            jpi, watts = e.get("joules_per_inference"), e.get("mean_power_w")
-            lines.append(f"{name} {field(r.bundle, 'target')}-{field(r.bundle, 'precision')}: energy "
-                         + (f"{jpi * 1e3:.3f} mJ/inference" if jpi is not None else "? J/inference")
-                         + (f", mean {watts:.2f} W" if watts is not None else "")
-                         + f" ({e['source']}: {e.get('scope') or 'measured'})")
-        elif name not in said:
-            said.add(name)
-            lines.append(f"{name}: energy {e.get('why_not') or 'not measured'}")
-    return lines
 
 
 def run(args) -> int:
