@@ -48,14 +48,16 @@ def rec_pair(rec_base) -> dict[str, Path]:
     from edgeopt.api import build
 
     work, common = rec_base["work"], rec_base["common"]
-    # The candidate is judged by tensors alone (its output declared a dense map, not a CTC recogniser):
-    # it passed that bound, as the INT8 rec of issue 2 did before CTC decodings were checked.
+    # The candidate is judged by tensors alone (its output declared a dense map, not a CTC recogniser), at a
+    # bound its builder relaxed knowingly (int8_tolerance, recorded in its manifest): NNCF's first variant
+    # keeps cosine ~0.969 (the default INT8 bound is 0.97, which it had passed at 0.98 before the variant
+    # search changed), as the INT8 rec of issue 2 passed before CTC decodings were checked.  The gate must
+    # still refuse what it reads.
     rep = build(fixture("ocr-rec"), "intel-cpu", ["int8"], dist=str(work / "cand"),
-                options={"output_kind": "softmax_11.tmp_0:dense"}, raise_on_failure=False, **common)
+                options={"output_kind": "softmax_11.tmp_0:dense", "int8_tolerance": "cosine_min=0.95,rel_l2_max=0.3"},
+                raise_on_failure=False, **common)
     cand = rep.results[0]
-    if not cand.ok:
-        # the build's own checks (per-slice bounds) now refuse this artifact: the gate cannot be shown one
-        pytest.skip(f"the build now refuses the INT8 candidate this test gates: {(cand.error or '').splitlines()[0][:200]}")
+    assert cand.ok, cand.error
     return {"base": rec_base["base"], "cand": Path(cand.bundle), "work": work}
 
 
