@@ -18,8 +18,9 @@ Sources, each read in the format its kernel driver or tool documents:
 * ``rapl`` — Intel/AMD RAPL through powercap, ``/sys/class/powercap/intel-rapl:*/energy_uj`` (µJ,
   wrapping at ``max_energy_range_uj``).  Root-only since Linux 5.10 (CVE-2020-8694).  Read before and after.
 
-A *counter* source is read right before and right after the timed loop; a *sampled* source is read
-in a thread every ``interval_s`` (and once at each end of the window) and integrated with the
+A *counter* source is read right before and right after the timed loop (and, by a thread, every
+``COUNTER_POLL_S`` in between, so that a long loop sees every wraparound); a *sampled* source is read
+by a thread every ``interval_s`` (and once at each end of the window) and integrated with the
 trapezoid rule.  The energy is the whole rail's over the window — the device's idle draw included,
 nothing subtracted, nothing modelled.  ``joules_per_inference`` = that energy / (timed calls x batch).
 
@@ -44,6 +45,9 @@ SOURCES = ("ina3221", "nvml", "rapl", "pmic")
 # a Jetson rail that is the module's whole input: the total, the others are its parts
 INA_TOTAL_RAILS = ("VDD_IN", "POM_5V_IN")
 INTERVALS = {"ina3221": 0.02, "pmic": 0.1, "nvml-power": 0.05, "nvidia-smi": 0.1}
+# a counter is also read every this often during the window, so that a long loop sees each wraparound
+# (an AMD package's RAPL range is about 65 kJ: 5 minutes at 200 W)
+COUNTER_POLL_S = 10.0
 RAPL_ROOT_ONLY = "energy_uj readable by root only (kernel ≥ 5.10 restricts RAPL, CVE-2020-8694)"
 
 
@@ -492,10 +496,19 @@ def integrate(times: list[float], watts: list[float]) -> float:
     return float(sum((times[i] - times[i - 1]) * (watts[i] + watts[i - 1]) / 2 for i in range(1, len(times))))
 
 
+def counter_energy(reads: list[float], delta: Callable[[float, float], float]) -> float:
+    """Joules from successive reads of a counter: the sum of each step's ``delta`` (a counter read
+    every COUNTER_POLL_S wraps at most once per step, however long the window)."""
+    return float(sum(delta(reads[i - 1], reads[i]) for i in range(1, len(reads))))
+
+
 class _Sampler(threading.Thread):
-    def __init__(self, source: Source):
+    """Reads one source every ``interval_s`` until stopped (a counter: to see every wraparound)."""
+
+    def __init__(self, source: Source, interval_s: float | None):
         super().__init__(name=f"energy-{source.name}", daemon=True)
         self.source = source
+        self.interval_s = interval_s or 0.1
         self.times: list[float] = []
         self.values: list[dict[str, float]] = []
         self.errors = 0
@@ -511,7 +524,7 @@ class _Sampler(threading.Thread):
         self.values.append(v)
 
     def run(self) -> None:
-        while not self.stop_event.wait(self.source.interval_s):
+        while not self.stop_event.wait(self.interval_s):
             self.sample()
 
 
@@ -522,22 +535,18 @@ class Meter:
         self.sources = sources
         self.why_not = dict(why_not)
         self.prefer = prefer or []
-        self._before: dict[str, tuple[float, dict[str, float]]] = {}
         self._samplers: dict[str, _Sampler] = {}
         self._closed = False
 
     def start(self) -> None:
         for s in self.sources:
-            if s.kind == "counter":
-                try:
-                    self._before[s.name] = (time.perf_counter(), s.read())
-                except Exception as exc:
-                    self.why_not[s.name] = f"read failed at the start: {exc}"
-            else:
-                sampler = _Sampler(s)
-                sampler.sample()
-                sampler.start()
-                self._samplers[s.name] = sampler
+            sampler = _Sampler(s, COUNTER_POLL_S if s.kind == "counter" else s.interval_s)
+            sampler.sample()
+            if s.kind == "counter" and not sampler.times:
+                self.why_not[s.name] = "the counter could not be read at the start"
+                continue
+            sampler.start()
+            self._samplers[s.name] = sampler
 
     def stop(self, inferences: int) -> dict[str, Any]:
         """The energy report (the bench reply's ``energy``), sources closed."""
@@ -567,36 +576,31 @@ class Meter:
                     pass
 
     def _finish(self, s: Source, inferences: int) -> dict[str, Any] | None:
+        sampler = self._samplers.get(s.name)
+        if sampler is None:
+            return None
+        sampler.stop_event.set()
+        sampler.join(timeout=10)
+        sampler.sample()
+        times, values = sampler.times, sampler.values
+        if len(times) < 2:
+            self.why_not[s.name] = f"fewer than 2 readings over the window ({sampler.errors} failed)"
+            return None
+        window = times[-1] - times[0]
+        samples = len(times)
         rails: dict[str, dict[str, float]] = {}
-        if s.kind == "counter":
-            if s.name not in self._before:
-                return None
-            t0, before = self._before[s.name]
-            after = s.read()
-            window = time.perf_counter() - t0
-            for rail in before:
-                if rail in after:
-                    j = s.delta(rail, before[rail], after[rail])
-                    rails[rail] = {"energy_j": j, "mean_power_w": j / window if window > 0 else None}
-            samples, resolution = 2, s.resolution
-        else:
-            sampler = self._samplers[s.name]
-            sampler.stop_event.set()
-            sampler.join(timeout=10)
-            sampler.sample()
-            times, values = sampler.times, sampler.values
-            if len(times) < 2:
-                self.why_not[s.name] = f"fewer than 2 readings over the window ({sampler.errors} failed)"
-                return None
-            window = times[-1] - times[0]
-            for rail in values[0]:
-                pts = [(t, v[rail]) for t, v in zip(times, values) if rail in v]
+        for rail in values[0]:
+            pts = [(t, v[rail]) for t, v in zip(times, values) if rail in v]
+            if s.kind == "counter":  # consecutive reads' differences: each spans at most one wraparound
+                j = counter_energy([p[1] for p in pts], lambda a, b, rail=rail: s.delta(rail, a, b))
+            else:
                 j = integrate([p[0] for p in pts], [p[1] for p in pts])
-                rails[rail] = {"energy_j": j, "mean_power_w": j / window if window > 0 else None}
-            samples = len(times)
-            mean_gap = window / (samples - 1)
+            rails[rail] = {"energy_j": j, "mean_power_w": j / window if window > 0 else None}
+        if s.kind == "counter":
+            resolution = s.resolution
+        else:
             resolution = (f"{s.resolution}; sampled every {s.interval_s * 1e3:.0f} ms "
-                          f"(mean gap {mean_gap * 1e3:.1f} ms, {samples} samples"
+                          f"(mean gap {window / (samples - 1) * 1e3:.1f} ms, {samples} samples"
                           + (f", {sampler.errors} failed reads" if sampler.errors else "") + ")")
         total = sum(rails[r]["energy_j"] for r in s.total_rails if r in rails)
         if not rails or window <= 0:
@@ -604,7 +608,8 @@ class Meter:
             return None
         if total <= 0:
             self.why_not[s.name] = (f"the counter did not advance over the {window:.3f} s window "
-                                    "(shorter than its update interval: bench longer)")
+                                    "(shorter than its update interval: bench longer)" if s.kind == "counter"
+                                    else f"the rails read no power over the {window:.3f} s window")
             return None
         return {"source": s.name, "resolution": resolution, "scope": s.scope,
                 "joules_per_inference": total / inferences if inferences else None,

@@ -144,6 +144,13 @@ def test_rapl_counter_wraps_around_its_range(tmp_path):
     assert energy.counter_delta(10.0, 4.0, 12.0) == pytest.approx(6.0) and energy.counter_delta(1, 3, None) == 2
 
 
+def test_a_long_window_sums_every_step_of_the_counter():
+    """Read every COUNTER_POLL_S, a counter that wraps twice over the window still adds up: 8 + 10 + 6 J
+    on a 12 J range."""
+    reads = [2.0, 10.0, 8.0, 2.0]  # +8, wrap (+10), wrap (+6)
+    assert energy.counter_energy(reads, lambda a, b: energy.counter_delta(a, b, 12.0)) == pytest.approx(24.0)
+
+
 def test_a_counter_that_did_not_move_is_no_measurement(tmp_path):
     _powercap(tmp_path, 1_000, 1_000, 1_000)
     meter = energy.Meter([energy.Rapl(tmp_path)], {})
