@@ -110,7 +110,7 @@ class Ina3221Hwmon(Source):
                     continue
                 volt, curr = os.path.join(d, f"in{ch}_input"), os.path.join(d, f"curr{ch}_input")
                 # in7 is the "sum of shunt voltages" (µV, no current): not a rail; NC = not connected
-                if "sum of shunt" in label.lower() or label.upper().startswith("NC") or not os.path.isfile(curr):
+                if "sum of shunt" in label.lower() or label.upper() == "NC" or not os.path.isfile(curr):
                     continue
                 enable = os.path.join(d, f"in{ch}_enable")
                 try:
@@ -158,7 +158,7 @@ class Ina3221Iio(Source):
                 _number(power)
             except (OSError, ValueError):
                 continue
-            if label.upper().startswith("NC"):
+            if label.upper() == "NC":
                 continue
             if any(label == c[0] for c in self.channels):
                 label = f"{label}@{Path(nf).parent.parent.name}"
@@ -481,11 +481,18 @@ def available(root: str | Path = "/", emulated: str | None = None) -> dict[str, 
     if emulated:
         return {"sources": [], "unavailable": {name: _emulated(emulated) for name in SOURCES}}
     found, why = discover(root)
-    out = {"sources": [{"source": s.name, "kind": s.kind, "resolution": s.resolution, "scope": s.scope,
-                        "rails": sorted(s.read())} for s in found], "unavailable": why}
+    sources = []
     for s in found:
-        s.close()
-    return out
+        try:
+            rails = sorted(s.read())
+        except Exception as exc:  # present a moment ago, unreadable now: say so
+            why[s.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        finally:
+            s.close()
+        sources.append({"source": s.name, "kind": s.kind, "resolution": s.resolution, "scope": s.scope,
+                        "rails": rails})
+    return {"sources": sources, "unavailable": why}
 
 
 # ---- measuring --------------------------------------------------------------------------------

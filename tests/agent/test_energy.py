@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgeopt_agent import energy
+from tests.agent.conftest import agent
 
 # ---- fixture trees as the kernel lays them out -------------------------------------------------------
 
@@ -57,6 +58,18 @@ def test_jetson_orin_nano_hwmon_rails_and_the_module_input_as_total(tmp_path):
     assert watts == pytest.approx({"VDD_IN": 5.064 * 1.080, "VDD_CPU_GPU_CV": 5.056 * 0.160, "VDD_SOC": 5.056 * 0.384})
     assert src.total_rails == ["VDD_IN"] and "module's input" in src.scope
     assert src.kind == "sampled" and "update interval 33 ms" in src.resolution
+
+
+def test_probe_lists_the_sources_present(tmp_path):
+    """What the probe reports: the INA3221 of a fixture tree with its rails, and why RAPL is not there."""
+    _ina3221_hwmon(tmp_path, "1-0040", "hwmon3", {1: ("VDD_IN", 5064, 1080), 2: ("VDD_SOC", 5056, 384)})
+    found = energy.available(tmp_path)
+    (ina,) = [s for s in found["sources"] if s["source"] == "ina3221"]
+    assert ina["rails"] == ["VDD_IN", "VDD_SOC"] and ina["kind"] == "sampled" and "VDD_IN" in ina["scope"]
+    assert "powercap absent" in found["unavailable"]["rapl"]
+    rc, reply = agent("probe", {"import_fallback": False})  # the probe verb on this machine: one entry per source
+    assert rc == 0 and set(reply["probe"]["energy"]["unavailable"]) | {
+        _family(s["source"]) for s in reply["probe"]["energy"]["sources"]} >= set(energy.SOURCES)
 
 
 def test_jetson_agx_orin_two_chips_not_connected_and_disabled_channels(tmp_path):
@@ -262,6 +275,11 @@ def test_an_emulated_cpu_reads_no_sensor():
 # ---- a real bench on `local` ------------------------------------------------------------------------------
 
 
+def _family(source: str) -> str:
+    """The discovery slot a source fills (NVML's fallbacks are NVML's)."""
+    return {"nvml-power": "nvml", "nvidia-smi": "nvml"}.get(source, source)
+
+
 def _expected_here() -> dict[str, str | None]:
     """What this machine offers, judged from the filesystem (not from the code under test): the phrase
     each source's reason must carry, or None where the source is present and may measure."""
@@ -303,7 +321,7 @@ def test_bench_on_local_carries_energy_or_why_not(tiny_bundle, tmp_path, capsys)
                 assert phrase in e["unavailable"][name], (name, e["unavailable"][name])
         assert all(expected[name] is None for name in energy.SOURCES if name not in e["unavailable"])
     else:  # a source this machine really offers (RAPL as root, a GPU's NVML): a real measurement
-        assert expected.get(e["source"].split("-")[0], None) is None
+        assert expected[_family(e["source"])] is None
         assert e["joules_per_inference"] > 0 and e["mean_power_w"] > 0 and e["samples"] >= 2
         assert e["inferences"] == rec.bench["iterations"] * rec.bench["inputs"]["batch"]
     stored = edgeopt.query(db=db)[0].to_dict()
