@@ -454,14 +454,16 @@ def decide(rows: list[dict[str, Any]]) -> list[ShipVerdict]:
     return out
 
 
-def pick(rows_or_records: list[dict[str, Any]], one_group: bool = False) -> list[ShipVerdict]:
-    """The verdicts for measured rows (``reporting.row_of`` rows) or raw results records (``RunRecord.as_dict()``):
+def pick(rows_or_records: list[Any], one_group: bool = False) -> list[ShipVerdict]:
+    """The verdicts for measured rows (``reporting.row_of`` rows) or results records (the API's typed
+    ``results.BenchRecord``, or dicts as stored: ``RunRecord.as_dict()``):
     the entry point for ``tune``'s pick (and anything else that compares artifacts).  A row may carry a
     ``label`` (e.g. ``"cpu-int8 batch 1 threads 4"``) that names it instead of ``target-precision``;
     ``one_group=True`` compares every row with every other (one verdict, e.g. one device's tune points)
     instead of one verdict per (model, device, batch).  The criterion is always the lowest p50."""
-    from edgeopt.reporting import rows_of
+    from edgeopt.reporting import records_of, rows_of
 
+    rows_or_records = records_of(list(rows_or_records))
     if rows_or_records and isinstance(rows_or_records[0].get("bundle"), dict):
         rows = rows_of(rows_or_records)
     else:

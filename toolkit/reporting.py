@@ -145,9 +145,10 @@ def choose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [v.as_dict() for v in verdicts]
 
 
-def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted model, target, precision, batch, device; the ship marks and × fp32 filled in."""
-    rows = [row_of(r) for r in records]
+def rows_of(records: list[Any]) -> list[dict[str, Any]]:
+    """Rows sorted model, target, precision, batch, device; the ship marks and × fp32 filled in (records:
+    typed or dicts, see ``records_of``)."""
+    rows = [row_of(r) for r in records_of(records)]
     rows = sorted(rows, key=lambda r: (*(str(r.get(k) or "") for k in ("model", "target", "precision")),
                                        r.get("batch") or 1, str(r.get("device") or "")))
     choose(rows)

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import edgeopt
+from edgeopt import decide
+from edgeopt.reporting import render
 from edgeopt.results import (
     AccuracyInfo,
     BenchRecord,
@@ -81,8 +83,11 @@ def test_reading_a_record_as_a_dict_still_works_and_warns(benched):
     with pytest.warns(DeprecationWarning):
         assert rec["status"] == "ok"
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the typed path warns about nothing
+        warnings.simplefilter("error")  # the typed path warns about nothing, nor do report and decide on it
         assert (rec.device.name, rec.bundle.target, rec.latency.p50_ms) == ("local", "cpu", rec.bench["latency_ms"]["p50"])
+        assert json.loads(render(fleet.records, "json"))["rows"] == json.loads(render([rec.to_dict()], "json"))["rows"]
+        (verdict,) = decide.pick(fleet.records)
+        assert verdict.ship == "cpu-fp32" and verdict.device == "local"
 
 
 def test_the_cli_json_keeps_its_shape(benched, capsys):
