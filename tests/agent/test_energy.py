@@ -189,8 +189,12 @@ def test_rapl_root_only_says_so(tmp_path):
         pid = os.fork()
         if pid == 0:  # the child: another user (nobody), the module already imported
             try:
-                os.setgid(65534)
-                os.setuid(65534)
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                except OSError as e:  # a root without CAP_SETUID (some containers)
+                    os.write(w, f"SKIP: cannot become nobody: {e}".encode())
+                    os._exit(0)
                 try:
                     energy.Rapl(base)
                     msg = "read"
@@ -203,6 +207,8 @@ def test_rapl_root_only_says_so(tmp_path):
         with os.fdopen(r) as f:
             said = f.read()
         os.waitpid(pid, 0)
+        if said.startswith("SKIP: "):
+            pytest.skip(said[6:])
         assert said == energy.RAPL_ROOT_ONLY
     finally:
         shutil.rmtree(base)
