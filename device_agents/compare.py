@@ -26,9 +26,12 @@ and each output has a *kind* (``OUTPUT_KINDS``) that adds what the task sees:
 - ``decision``: per-position thresholded decisions (sigmoid > 0.5 / logit > 0), ``flip_rate``
 - ``embedding``: per-vector cosine (``vector_cosine_min``), no top-1
 - ``detection`` (a known detector head: YOLOX's ``[anchors, 4 + 1 + classes]`` table over stride-8/16/32
-  grids; YOLOv5/v8/v10/v11's ``[4 + classes, anchors]`` / ``[anchors, 4 (+1) + classes]``): boxes decoded and
-  NMS'd as the head's own post-processing does; the share of boxes matched by one of the same class at
+  grids; YOLOv5/v8/v11's ``[4 + classes, anchors]`` / ``[anchors, 4 (+1) + classes]``; YOLOv10's end-to-end
+  ``[1, 300, 6]`` rows ``x1, y1, x2, y2, score, class`` sorted by score, NMS-free): boxes decoded (and NMS'd)
+  as the head's own post-processing does; the share of boxes matched by one of the same class at
   IoU >= 0.5 (``box_match``, the lower of recall and precision)
+- ``label`` (an integer class id per sample or position: scikit-learn's ``output_label``, an ArgMax output):
+  exact agreement of the labels, counted k of n as top-1 agreement is (``top1``, ``top1_n``)
 - ``dense`` (a map: detection, segmentation) and ``regression`` (boxes, landmarks, offsets): the tensor
   metrics alone, against the output's own scale
 
@@ -53,8 +56,13 @@ import numpy as np
 PROBABILITY_FLOOR = 1e-3  # decision outputs in [0, 1]: rel_l2's denominator is at least this RMS value
 
 OUTPUT_KINDS = ("classification", "probability", "ctc_time_major", "ctc_batch_major", "sequence", "per_position",
-                "decision", "embedding", "detection", "dense", "regression")
-DETECTION_FORMATS = ("yolox", "yolov8", "yolov5")
+                "decision", "embedding", "detection", "label", "dense", "regression")
+DETECTION_FORMATS = ("yolox", "yolov8", "yolov5", "yolov10")  # yolov10: end-to-end rows (v10, YOLO26), no NMS
+# Kinds whose outputs carry per-sample decisions (the gate compares them between two bundles): the others
+# (dense maps, regression, embeddings) are judged on their tensors alone and have none.
+DECISION_KINDS = ("classification", "probability", "ctc_time_major", "ctc_batch_major", "sequence", "per_position",
+                  "decision", "detection", "label")
+LABEL_MAX = 4096  # an integer output of at most this many values per sample is labels (class ids)
 
 # Bounds per precision. A metric passes when rel_l2 <= rel_l2_max and cosine >= cosine_min and
 # max_abs_norm <= max_abs_norm_max, plus the bound of the output's kind: top1_min (classification),
@@ -128,7 +136,8 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """``"classification"``, ``"classification@1"`` (axis), ``"decision@0.5"`` (threshold),
     ``"probability@0.2"`` (class probabilities the application thresholds at 0.2), ``"detection@416x416"``
     (a YOLOX head on that input size), ``"detection@yolov8"`` / ``"detection@yolov5"`` (a YOLOv5/v8/v11 head:
-    ``[4 + classes, anchors]`` or ``[anchors, 4 (+1) + classes]``), ``"regression@48"`` (errors also reported
+    ``[4 + classes, anchors]`` or ``[anchors, 4 (+1) + classes]``), ``"detection@yolov10"`` (``@end2end``: a
+    YOLOv10 / YOLO26 end-to-end output ``[1, 300, 6]``), ``"label"`` (integer class ids), ``"regression@48"`` (errors also reported
     in the unit of that scale, e.g. pixels of a 48-px crop for normalised landmarks) or a dict ``{"kind": ...,
     "axis"|"threshold"|"input_hw"|"format"|"scale": ...}`` -> the dict form; ValueError for an unknown kind."""
     if spec is None:
@@ -146,7 +155,9 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     if kind not in OUTPUT_KINDS:
         raise ValueError(f"unknown output kind {kind!r} (kinds: {', '.join(OUTPUT_KINDS)})")
     out: dict[str, Any] = {"kind": kind}
-    if kind == "detection" and param.lower() in ("yolo", "yolov8", "yolov11", "yolov10", "yolov5"):
+    if kind == "detection" and param.lower() in ("yolov10", "end2end", "e2e", "yolo26"):
+        return {"kind": "detection", "format": "yolov10"}
+    if kind == "detection" and param.lower() in ("yolo", "yolov8", "yolov11", "yolov5"):
         return {"kind": "detection", "format": "yolov5" if param.lower() == "yolov5" else "yolov8"}
     if kind == "detection":
         try:
@@ -155,7 +166,8 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
             hw = []
         if len(hw) != 2 or min(hw) < 32:
             raise ValueError("output kind detection needs the input's size for a YOLOX head (detection@416x416), "
-                             f"or a YOLO head's format (detection@yolov8, detection@yolov5), not {spec!r}")
+                             "or a YOLO head's format (detection@yolov8, detection@yolov5, detection@yolov10), "
+                             f"not {spec!r}")
         return {"kind": "detection", "format": "yolox", "input_hw": hw}
     if param:
         key = {"classification": "axis", "regression": "scale"}.get(kind, "threshold")
@@ -238,6 +250,33 @@ def _yolo_head(ref: np.ndarray, input_hw: list[int] | None = None) -> dict[str, 
     return {"kind": "detection", "format": fmt}
 
 
+def _labels(ref: np.ndarray) -> bool:
+    """Integer class ids (not bool): non-negative, at most LABEL_MAX per sample (scikit-learn's ``output_label``,
+    an ArgMax over classes, a greedy decoder's token ids)."""
+    if ref.dtype.kind not in "iu" or ref.size == 0 or ref.ndim < 1:
+        return False
+    return bool(ref.size // max(ref.shape[0], 1) <= LABEL_MAX and ref.min() >= 0)
+
+
+def _yolo_end2end(ref: np.ndarray) -> bool:
+    """A YOLOv10 / YOLO26 end-to-end output, stacked ``[N, (1,) D, 6]``: per row ``x1, y1, x2, y2, score,
+    class`` -- scores in [0, 1] not increasing down the rows (top-k order; padding rows score 0), class ids
+    integral and >= 0, corners ordered (x2 >= x1, y2 >= y1) wherever the score is > 0, some score > 0."""
+    per = ref.shape[1:]
+    if len(per) == 3 and per[0] == 1:
+        per = per[1:]
+    if len(per) != 2 or per[1] != 6 or not 8 <= per[0] <= 10_000 or ref.dtype.kind != "f":
+        return False
+    t = ref.reshape(ref.shape[0], *per).astype(np.float64)
+    score, cls = t[..., 4], t[..., 5]
+    if not np.all(np.isfinite(t)) or score.min() < 0 or score.max() > 1 or score.max() <= 0:
+        return False
+    if np.any(np.diff(score, axis=1) > 1e-6) or cls.min() < 0 or np.any(np.abs(cls - np.rint(cls)) > 1e-3):
+        return False
+    live = score > 0
+    return bool(np.all(t[..., 2][live] >= t[..., 0][live]) and np.all(t[..., 3][live] >= t[..., 1][live]))
+
+
 def _yolo_rows(table: np.ndarray, channels_first: bool | None = None) -> np.ndarray:
     """A stacked YOLO table ``[N, (1,) K, A]`` or ``[N, (1,) A, K]`` as rows ``[N, A, K]``."""
     t = table.reshape(table.shape[0], *table.shape[-2:])
@@ -263,10 +302,14 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
     unclear is ``regression``.  ``infer_kinds`` adds the rules that look at the model's other outputs."""
     per = ref.shape[1:]
     low = name.lower()
+    if _labels(ref) or (producer == "ArgMax" and ref.size and np.all(np.isfinite(ref))):
+        return {"kind": "label"}
     if ref.dtype.kind not in "f" or ref.ndim < 2:
         return {"kind": "regression"}
     if input_hw and _yolox_table(ref, input_hw):
         return {"kind": "detection", "format": "yolox", "input_hw": [int(v) for v in input_hw]}
+    if _yolo_end2end(ref):
+        return {"kind": "detection", "format": "yolov10"}
     yolo = _yolo_head(ref, input_hw)
     if yolo and producer not in ("Softmax", "LogSoftmax"):
         return yolo
@@ -338,6 +381,18 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
         return {"shape_mismatch": 1.0}
+    k = parse_kind(kind) if kind is not None else None
+    if (k or {}).get("kind") == "label" or (k is None and _labels(ref)):
+        return label_metrics(out, ref)
+    if (k or {}).get("kind") == "detection" and k.get("format") == "yolov10":
+        if not np.all(np.isfinite(out.astype(np.float64))):
+            return {"non_finite": float(np.mean(~np.isfinite(out.astype(np.float64))))}
+        # rows in score order: a near-tie swaps two rows, so the tensor figures are the matched detections'
+        pairs = end2end_pairs(out, ref)
+        m = tensor_metrics(*pairs, "regression")
+        m["detections_compared"] = float(len(pairs[1]))
+        m.update(detection_metrics(out, ref, k))
+        return m
     if ref.dtype.kind in "biu" or out.dtype.kind in "biu":
         # bool and integer outputs: exact (a float artifact output of a bool is compared as 0/1)
         o = out.astype(ref.dtype) if ref.dtype.kind == "b" and out.dtype.kind == "f" else out
@@ -358,7 +413,7 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         "max_abs_norm": float(np.max(np.abs(diff)) / scale) if scale > 0 else float(np.max(np.abs(diff), initial=0)),
     }
     m["snr_db"] = float(10 * math.log10((rn**2) / max(float(np.sum(diff**2)), 1e-30))) if rn > 0 else 0.0
-    k = parse_kind(kind) if kind is not None else infer_kind("", ref)
+    k = k or infer_kind("", ref)
     name = k["kind"]
     if name == "classification":
         m.update(_topk(out, ref, k.get("axis", ref.ndim - 2)))
@@ -391,6 +446,26 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(column_metrics(out, ref))
         m.update(detection_metrics(out, ref, k))
     return m
+
+
+def label_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """Integer class ids (``label``): each value is a decision, equal to FP32's or not -- counted as top-1
+    agreement is (``top1`` the share, ``top1_n`` the labels), judged on ``top1_min``; ``label_output`` marks
+    them.  An artifact that returns the ids as floats is read rounded."""
+    o = np.rint(out) if out.dtype.kind == "f" else out
+    r = np.rint(ref) if ref.dtype.kind == "f" else ref
+    with np.errstate(invalid="ignore"):
+        equal = (o == r) & np.isfinite(o.astype(np.float64))
+    n = int(equal.size)
+    return {"top1": float(np.mean(equal)) if n else 1.0, "top1_n": float(n), "label_output": 1.0}
+
+
+def judged_view(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    """What the tensor and per-slice figures compare: the outputs themselves, or for an end-to-end detector's
+    score-ordered rows the matched detections (``end2end_pairs``)."""
+    if kind and kind.get("kind") == "detection" and kind.get("format") == "yolov10":
+        return end2end_pairs(out, ref)
+    return out, ref
 
 
 def channel_axis(shape: tuple[int, ...], axis_max: int = SLICE_AXIS_MAX) -> int | None:
@@ -561,9 +636,50 @@ def yolo_boxes(table: np.ndarray, fmt: str = "yolov8", score_thr: float = YOLO_S
     return boxes[kept], cls[kept]
 
 
+def _e2e_rows(table: np.ndarray) -> np.ndarray:
+    t = np.asarray(table, dtype=np.float64)
+    return t.reshape(-1, t.shape[-1])
+
+
+def end2end_boxes(table: np.ndarray, score_thr: float = YOLO_SCORE_THR) -> tuple[np.ndarray, np.ndarray]:
+    """One image's YOLOv10 / YOLO26 end-to-end output ``[(1,) D, 6]`` (``x1, y1, x2, y2, score, class``, top-k
+    rows, no NMS needed) -> (boxes xyxy [K, 4], classes [K]) as ultralytics keeps them: score > 0.25."""
+    p = _e2e_rows(table)
+    keep = p[:, 4] > score_thr
+    return p[keep, :4], np.rint(p[keep, 5]).astype(np.int64)
+
+
+def end2end_pairs(out: np.ndarray, ref: np.ndarray, score_thr: float = YOLO_SCORE_THR
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The detections both end-to-end outputs (stacked ``[N, (1,) D, 6]``) hold, as aligned rows ``[M, 5]``
+    (corners and score) of the artifact and FP32: each FP32 detection (score > ``score_thr``) beside the
+    artifact's row of the same class that overlaps it most (IoU >= 0.5, at any score > 0: a score that fell
+    below the threshold is a score error here, and a lost box in ``box_match``).  Detections one side has
+    and the other has not are ``box_match``'s to judge.  The rows are in score order, so a near-tie swaps
+    two of them: compared row by row the tensor would differ where the detections do not."""
+    os_, rs_ = [], []
+    for o, r in zip(out, ref):
+        po, pr = _e2e_rows(o), _e2e_rows(r)
+        free = po[:, 4] > 0
+        co, cr = np.rint(po[:, 5]), np.rint(pr[:, 5])
+        for i in np.flatnonzero(pr[:, 4] > score_thr):
+            cand = np.flatnonzero(free & (co == cr[i]))
+            if cand.size:
+                ious = _iou(pr[i, :4], po[cand, :4])
+                if ious.max() >= 0.5:
+                    j = int(cand[int(ious.argmax())])
+                    free[j] = False
+                    rs_.append(pr[i, :5])
+                    os_.append(po[j, :5])
+    shape = (len(rs_), 5)
+    return np.asarray(os_, np.float64).reshape(shape), np.asarray(rs_, np.float64).reshape(shape)
+
+
 def _boxes_of(table: np.ndarray, kind: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     if kind.get("format", "yolox") == "yolox":
         return yolox_boxes(table, kind["input_hw"])
+    if kind["format"] == "yolov10":
+        return end2end_boxes(table)
     return yolo_boxes(table, kind["format"])
 
 
@@ -633,12 +749,17 @@ def ctc_metrics(out: np.ndarray, ref: np.ndarray, time_major: bool = False) -> d
     if counts[blank] < 0.3 * r_idx.size:
         return {}
 
-    def decode(seq: np.ndarray) -> list[int]:
-        keep = np.concatenate([[True], seq[1:] != seq[:-1]]) & (seq != blank)
-        return seq[keep].tolist()
-
-    same = [decode(a) == decode(b) for a, b in zip(o_idx, r_idx)]
+    same = [ctc_decode(a, blank) == ctc_decode(b, blank) for a, b in zip(o_idx, r_idx)]
     return {"seq_match": float(np.mean(same)), "ctc_blank": float(blank), "sequences": float(len(same))}
+
+
+def ctc_decode(seq: np.ndarray, blank: int) -> list[int]:
+    """Greedy CTC decoding of one sequence of class indices: repeats merged, then the blank dropped."""
+    seq = np.asarray(seq).ravel()
+    if seq.size == 0:
+        return []
+    keep = np.concatenate([[True], seq[1:] != seq[:-1]]) & (seq != blank)
+    return seq[keep].tolist()
 
 
 def sequence_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
@@ -705,6 +826,13 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         return ["shape differs from the reference"]
     if "non_finite" in metrics:
         return [f"non_finite: {metrics['non_finite']:.1%} of values are NaN/Inf"]
+    if "label_output" in metrics:
+        n, differ = int(metrics["top1_n"]), int(round((1.0 - metrics["top1"]) * metrics["top1_n"]))
+        allowed = top1_allowed(n, tol["top1_min"]) if tol.get("top1_min") is not None else n
+        if differ > allowed:
+            reasons.append(f"labels: {n - differ}/{n} equal to FP32's ({metrics['top1']:.1%}) < "
+                           f"{tol['top1_min']:.0%}: {differ} differ, at most {allowed} allowed")
+        return reasons
     if "exact_match" in metrics:
         if metrics["exact_match"] < 1.0:
             reasons.append(f"exact_match: integer/bool output equal on {metrics['exact_match']:.1%} of elements only")
@@ -817,7 +945,7 @@ def compare_outputs(
         out = np.asarray(outputs[name])
         metrics = tensor_metrics(out, ref, kind)
         if "cosine" in metrics:  # a float output: also per slice, whatever its kind
-            metrics.update(slice_metrics(out, ref, floor))
+            metrics.update(slice_metrics(*judged_view(out, ref, kind), floor))
         reasons = judge(metrics, tol)
         per[name] = {"passed": not reasons, "reasons": reasons, "metrics": metrics, "kind": kind["kind"],
                      "failed": [r.split(":")[0].split(" ")[0] for r in reasons]}
@@ -834,7 +962,7 @@ _SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "{} {:.0%
 
 def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
     if key == "top1":
-        return fmt.format(top1_text(m))
+        return ("labels {}" if m.get("label_output") else fmt).format(top1_text(m))
     if key == "seq_match":
         return fmt.format(seq_label(m), m[key])
     return fmt.format(m[key])

@@ -90,12 +90,16 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         # the arm's own artifact layout): how often a new version decides differently from the old.
         shared = validation_inputs(arms[0]["bundle"], arms[0]["manifest"])
         kind = decision_kind(arms[0]["manifest"]) or decision_kind(arms[1]["manifest"])
+        raws: list[list[np.ndarray] | None] = []
         for arm in arms:
             try:
-                arm["decisions"] = _decisions(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared],
-                                              kind)
+                raws.append(_raw_outputs(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared],
+                                         (kind or {}).get("output")))
             except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
-                arm["decisions"], arm["decisions_error"] = None, f"{type(exc).__name__}: {exc}"[:300]
+                raws.append(None)
+                arm["decisions_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        for arm, dec in zip(arms, pair_decisions(raws[0], raws[1], kind)):
+            arm["decisions"] = dec
         stage("warmup", {})
         for arm in arms:
             _block(arm["runner"].run, arm["feeds"], 0, warmup)
@@ -136,6 +140,7 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
                 "runtime": (m.get("runtime") or {}).get("name"),
                 "accuracy": arm["accuracy"], "decisions": arm["decisions"], "decisions_on": "baseline inputs",
                 "decisions_kind": (kind or {}).get("kind", "argmax"),
+                **({"decisions_output": kind["output"]} if kind and kind.get("output") else {}),
                 "runner": arm["runner"].info()})
     finally:
         for arm in arms:
@@ -151,41 +156,110 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
     return result
 
 
-def _decisions(arm: dict[str, Any], feeds: list[Any], kind: dict[str, Any] | None = None) -> list[list[int]]:
-    """Per validation sample, the decisions of the first output (small and exact): lets the host count how
-    often two bundles decide differently on the same inputs.  What a decision is follows the output's kind
-    (``kind``: the baseline's, from its manifest): a CTC recogniser's greedy decoding (repeats merged,
-    blanks dropped: the text it reads, so a merged word is a different decision), a thresholded map's
-    positions, otherwise the argmax of the last axis."""
-    out = []
+def _raw_outputs(arm: dict[str, Any], feeds: list[Any], output: str | None = None) -> list[np.ndarray]:
+    """One output (``output``, else the first) of an arm's runner on each feed, in the ONNX layout."""
     io = arm["manifest"]["io"]
-    first = io["outputs"][0]["name"]
-    raws = [np.asarray(from_artifact(arm["runner"].run(feed), io["outputs"])[first]) for feed in feeds]
+    name = output or io["outputs"][0]["name"]
+    return [np.asarray(from_artifact(arm["runner"].run(feed), io["outputs"])[name]) for feed in feeds]
+
+
+def _decisions(arm: dict[str, Any], feeds: list[Any], kind: dict[str, Any] | None = None) -> list[list[int]] | None:
+    """Per sample, one arm's decisions (``decisions_of``) on ``feeds``: of the output ``kind`` names (its
+    ``output``), else of the first output."""
+    return decisions_of(_raw_outputs(arm, feeds, (kind or {}).get("output")), kind)
+
+
+def decisions_of(raws: list[np.ndarray], kind: dict[str, Any] | None = None,
+                 blank: int | None = None) -> list[list[int]] | None:
+    """Per validation sample, the decisions of one output (small and exact): lets the host count how often two
+    bundles decide differently on the same inputs, by the rule the build check judges that kind with
+    (``edgeopt_agent.compare``: one decoder for both).  ``kind`` (the baseline's, from its manifest):
+
+    - CTC: the greedy decoding (repeats merged, the blank dropped: the text read, so a merged word is a
+      different decision); the blank is ``blank`` (the baseline's) or the most frequent class here;
+    - ``decision``: each position above its threshold; ``probability@T``: each class's probability above T
+      (a sample differs when any class crosses, as ``probability_metrics`` counts a flip);
+    - ``classification`` (over its axis), ``per_position``, ``sequence``: the argmax of every position;
+    - ``label``: the class ids themselves; ``detection``: the boxes the head's own decoding keeps (class and
+      corners in whole pixels; ``pair_decisions`` counts two of them equal when they match one to one);
+    - a kind without decisions (a map, a regression, an embedding): None;
+    - no kind declared (an older manifest): the argmax of the last axis."""
+    from . import compare
+
     name = (kind or {}).get("kind")
+    if kind is not None and name not in compare.DECISION_KINDS:
+        return None
     if name in ("ctc_time_major", "ctc_batch_major") and raws and raws[0].ndim == 3:
         idx = [np.argmax(np.swapaxes(a, 0, 1) if name == "ctc_time_major" else a, -1) for a in raws]  # [B, T]
-        blank = int(np.argmax(np.bincount(np.concatenate([i.ravel() for i in idx]))))  # CTC output: mostly blank
+        if blank is None:
+            blank = int(np.argmax(np.bincount(np.concatenate([i.ravel() for i in idx]))))  # mostly blank
+        out = []
         for i in idx:
-            seqs = []
+            seqs: list[int] = []
             for row in i:
-                keep = np.concatenate([[True], row[1:] != row[:-1]]) & (row != blank)
-                seqs.extend(row[keep].tolist() + [-1])  # -1 ends a sequence of the batch
+                seqs.extend(compare.ctc_decode(row, blank) + [-1])  # -1 ends a sequence of the batch
             out.append(seqs)
         return out
     if name == "decision":
         thr = float((kind or {}).get("threshold", 0.5))
         return [(a > thr).astype(int).ravel().tolist() for a in raws]
-    for a in raws:
-        out.append(np.argmax(a, axis=-1).ravel().tolist() if a.ndim else [int(a > 0)])
-    return out
+    if name == "probability":
+        thr = float((kind or {}).get("threshold", 0.5))
+        return [(a > thr).astype(int).ravel().tolist() for a in raws]
+    if name == "label":
+        return [np.rint(a).astype(np.int64).ravel().tolist() if a.dtype.kind == "f" else
+                a.astype(np.int64).ravel().tolist() for a in raws]
+    if name == "detection":
+        out = []
+        for a in raws:
+            boxes, cls = compare._boxes_of(a, kind)
+            out.append(np.concatenate([cls[:, None], np.rint(boxes)], 1).astype(np.int64).ravel().tolist()
+                       if len(boxes) else [])
+        return out
+    if name == "classification" and kind.get("axis") is not None:
+        return [np.argmax(a, axis=int(kind["axis"])).ravel().tolist() if a.ndim > int(kind["axis"]) else
+                np.argmax(a, axis=-1).ravel().tolist() for a in raws]
+    return [np.argmax(a, axis=-1).ravel().tolist() if a.ndim else [int(a > 0)] for a in raws]
+
+
+def pair_decisions(base: list[np.ndarray] | None, cand: list[np.ndarray] | None, kind: dict[str, Any] | None
+                   ) -> tuple[list[list[int]] | None, list[list[int]] | None]:
+    """Both arms' decisions on the same samples (None for an arm whose outputs are missing). A CTC blank is
+    the baseline's; a detector's sample is decided alike when its boxes match one to one (same class, IoU >=
+    0.5: ``compare.detection_metrics``' ``images_equal``, the build check's rule), and then the candidate's
+    entry is the baseline's, so that the host's plain comparison counts exactly the samples that differ."""
+    from . import compare
+
+    name = (kind or {}).get("kind")
+    blank = None
+    if name in ("ctc_time_major", "ctc_batch_major") and base and base[0].ndim == 3:
+        idx = [np.argmax(np.swapaxes(a, 0, 1) if name == "ctc_time_major" else a, -1).ravel() for a in base]
+        blank = int(np.argmax(np.bincount(np.concatenate(idx))))  # the baseline's (the reference's) blank
+    da = decisions_of(base, kind, blank) if base is not None else None
+    db = decisions_of(cand, kind, blank) if cand is not None else None
+    if name == "detection" and da is not None and db is not None:
+        for i, (a, b) in enumerate(zip(base, cand)):
+            if a.shape == b.shape and compare.detection_metrics(b[None], a[None], kind).get("images_equal") == 1.0:
+                db[i] = da[i]
+    return da, db
 
 
 def decision_kind(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The declared kind of the manifest's first output (``output_kinds``), parsed; None when not declared."""
-    from .compare import parse_kind
+    """The declared kind (``output_kinds``) of the output whose decisions the gate compares, parsed, with that
+    output's name as ``output``: the first output whose kind carries decisions (``compare.DECISION_KINDS``: an
+    O-Net's face probabilities, not its box regression before them), else the first output's (no decisions);
+    None when the manifest declares no kinds (the first output's argmax, as before kinds were recorded)."""
+    from .compare import DECISION_KINDS, parse_kind
 
-    first = manifest["io"]["outputs"][0]["name"]
-    try:
-        return parse_kind((manifest.get("output_kinds") or {}).get(first))
-    except ValueError:
-        return None
+    names = [o["name"] for o in manifest["io"]["outputs"]]
+    declared = manifest.get("output_kinds") or {}
+    kinds: dict[str, dict[str, Any]] = {}
+    for name in names:
+        try:
+            k = parse_kind(declared.get(name))
+        except ValueError:
+            k = None
+        if k:
+            kinds[name] = k
+    pick = next((n for n in names if kinds.get(n, {}).get("kind") in DECISION_KINDS), names[0])
+    return {**kinds[pick], "output": pick} if pick in kinds else None

@@ -420,8 +420,9 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         rate = diff / n if n else 0.0
         limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
         what = {"ctc_time_major": "CTC decodings (the text read)", "ctc_batch_major": "CTC decodings (the text read)",
-                "decision": "thresholded decisions"}.get(b.get("decisions_kind") or a.get("decisions_kind") or "",
-                                                          "argmax decisions")
+                "decision": "thresholded decisions", "probability": "decisions at the probability threshold",
+                "detection": "detections (boxes matched one to one, same class, IoU >= 0.5)",
+                "label": "labels"}.get(b.get("decisions_kind") or a.get("decisions_kind") or "", "argmax decisions")
         d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
                     method=f"exact: {what} of the first output, candidate vs baseline, on the baseline's "
                            "validation inputs",

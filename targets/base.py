@@ -542,6 +542,11 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
                 node, hops = nodes.get(node.input[0]), hops + 1
             if hops and node is not None and node.op_type in ELEMENTWISE_KIND_OPS:
                 producers[name] = (node.op_type, None)  # an axis does not survive a reshape
+            node, hops = nodes.get(name), 0  # class ids, whatever their type: an ArgMax (through Cast/reshapes)
+            while node is not None and node.op_type in (*SHAPE_ONLY_OPS, "Cast") and node.input and hops < 8:
+                node, hops = nodes.get(node.input[0]), hops + 1
+            if node is not None and node.op_type == "ArgMax":
+                producers[name] = ("ArgMax", None)
     except Exception:  # noqa: BLE001 - no graph: the kinds come from the data alone
         producers = {}
     try:
