@@ -47,7 +47,7 @@ class OpenVinoTarget(Target):
         # rev 1: an If branch no calibration sample takes -> built again with the Ifs as a Where
         # rev 2: candidates judged as the saved IR read back; mixed-scale Concats in the ignored scope
         return {**super().toolchain(), "int8": "NNCF search; uncalibrated If branches retried as a Where; "
-                "judged as saved (rev 2)"}
+                "judged as saved (rev 2)", "fp32": "IR layers marked precise (rev 1)"}
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
@@ -127,8 +127,12 @@ class OpenVinoTarget(Target):
         precision_hint = INFERENCE_PRECISION.get(job.precision)
         if precision_hint and device.split(".")[0] in ("CPU", "GPU"):  # the NPU plugin takes no such hint
             runtime_options["inference_precision"] = precision_hint
+        if job.precision == "fp32":  # the hint in the IR too, for whoever reads model.xml (see keep_fp32)
+            model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
         progress("saving the IR" + (" (FP16-compressed weights)" if job.precision == "fp16" else ""))
         ov.save_model(model, str(bundle / "model.xml"), compress_to_fp16=(job.precision == "fp16"))
+        if job.precision == "fp32":
+            options["ir_precision"] = keep_fp32(bundle / "model.xml")
         options["weights"] = {"fp32": "FP32", "fp16": "FP16 (compressed)", "int8": "INT8 (NNCF)"}[job.precision]
 
         check_options: dict[str, Any] = {}
@@ -144,6 +148,33 @@ class OpenVinoTarget(Target):
         return BuildOutput(runtime={"name": "openvino", "artifact": "model.xml", "options": runtime_options},
                            options=options, notes=notes, warnings=warnings, extra_manifest=extra_manifest,
                            check_options=check_options)
+
+
+def keep_fp32(xml: Path) -> str:
+    """Mark every layer of the saved IR ``precise`` (OpenVINO's DisablePrecisionConversion, which ``read_model``
+    restores): OpenVINO's CPU plugin keeps such nodes in their original precision where it would otherwise
+    run bf16 (a CPU with AMX or AVX512-BF16) or f16 (ARM), so a user loading ``model.xml`` with OpenVINO's
+    defaults gets the FP32 the bundle was checked at, not only edgeopt's runner (which passes
+    INFERENCE_PRECISION_HINT=f32).  The ``runtime_options/INFERENCE_PRECISION_HINT=f32`` written into the IR's
+    rt_info says the same in words, but OpenVINO 2026.4's CPU plugin applies only its KV-cache and
+    dynamic-quantization keys from there (measured), hence the per-layer mark.  Returns what the manifest says."""
+    import xml.etree.ElementTree as ET
+
+    tree = ET.parse(xml)
+    marked = 0
+    for layer in tree.getroot().iter("layer"):
+        rt = layer.find("rt_info")
+        if rt is None:
+            rt = ET.Element("rt_info")
+            layer.insert(0, rt)
+        if not any(a.get("name") == "precise" for a in rt.findall("attribute")):
+            ET.SubElement(rt, "attribute", {"name": "precise", "version": "0"})
+            marked += 1
+    tmp = xml.with_name(xml.name + ".tmp")
+    tree.write(tmp, encoding="utf-8", xml_declaration=True)
+    os.replace(tmp, xml)
+    return (f"FP32 kept inside the IR: {marked} layers marked precise (OpenVINO keeps them FP32 under a bf16/f16 "
+            "default) and rt_info runtime_options INFERENCE_PRECISION_HINT=f32")
 
 
 @contextlib.contextmanager
