@@ -201,8 +201,8 @@ class _DictCompat:
 
     def _warn(self, key: str) -> None:
         attr = self._RENAMED.get(key, key)
-        fields = getattr(self, "__dataclass_fields__", {})
-        use = f".{attr}" if attr in fields and attr != "raw" else f".raw[{key!r}]"
+        typed = attr in getattr(self, "__dataclass_fields__", {}) or isinstance(getattr(type(self), attr, None), property)
+        use = f".{attr}" if typed and attr not in ("raw", "get") else f".raw[{key!r}]"
         warnings.warn(f"{type(self).__name__}[{key!r}] reads the record as a dict, which is deprecated: use "
                       f"the typed attribute ({type(self).__name__}{use})", DeprecationWarning, stacklevel=3)
 

@@ -75,10 +75,10 @@ def test_tune_offline_picks_on_loadgens_offline_images_per_second(tmp_path):
     from edgeopt import api
 
     recs = [r for r in api.query(db=str(tmp_path / "edgeopt-results.db"), all_runs=True)
-            if (r.get("bench") or {}).get("scenario")]
-    assert len(recs) == 2 and {r["bench"]["scenario"]["scenario"] for r in recs} == {"offline"}
-    rate = {r["bench"]["inputs"]["batch"]: r["bench"]["scenario"]["images_per_second"]
-            if r["bench"]["inputs"]["batch"] > 1 else r["bench"]["scenario"]["samples_per_second"] for r in recs}
+            if (r.bench or {}).get("scenario")]
+    assert len(recs) == 2 and {r.bench["scenario"]["scenario"] for r in recs} == {"offline"}
+    rate = {r.bundle.batch: r.bench["scenario"]["images_per_second"]
+            if r.bundle.batch > 1 else r.bench["scenario"]["samples_per_second"] for r in recs}
     assert {pt["batch"]: pt["throughput_ips"] for pt in res["points"]} == rate  # LoadGen's rate, not the loop's
     md = api.report(db=str(tmp_path / "edgeopt-results.db"), format="md")  # the report shows the scenario runs
     assert "## Load scenarios" in md and "| offline |" in md and "loadgen" in md and "passed" in md
