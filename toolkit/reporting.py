@@ -192,7 +192,7 @@ def _has_energy(r: dict[str, Any]) -> bool:
 def energy_detail(r: dict[str, Any]) -> str:
     """What stands behind a J/inf cell: mean power, the source, its resolution and readings (or why not)."""
     if r.get("energy_j") is None:
-        return f"energy not available: {r.get('energy_why_not')}" if _has_energy(r) else ""
+        return f"energy: {r.get('energy_why_not')}" if _has_energy(r) else ""
     res = r.get("energy_resolution")
     bits = [f"{r['energy_w']:.3g} W mean" if r.get("energy_w") is not None else None,
             f"source {r.get('energy_source')}",
@@ -212,7 +212,7 @@ def energy_notes(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         if r.get("energy_j") is None and _has_energy(r) and (r["device"], r["energy_why_not"]) not in seen:
             seen.add((r["device"], r["energy_why_not"]))
-            out.append(f"energy not available on {r['device']} (J/inf —): {r['energy_why_not']}")
+            out.append(f"J/inf — on {r['device']}: {r['energy_why_not']}")
     return out
 
 
