@@ -403,6 +403,54 @@ class BenchRecord(_DictCompat):
         return self.to_dict()
 
 
+@dataclass(frozen=True)
+class BundlePushInfo(_DictCompat):
+    """One bundle of a push: ``status`` present (the device had it) | installed | repaired | failed."""
+
+    bundle_id: str
+    status: str
+    model: str | None = None
+    target: str | None = None
+    precision: str | None = None
+    path: str | None = None
+    bytes_sent: int = 0
+    files_sent: int = 0
+    time_s: float | None = None
+    error: str | None = None
+    activated: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PushInfo(_DictCompat):
+    """What one device was sent before its runs (``deploy.PushResult`` as ``bench`` keeps it): the agent
+    (``agent``: uploaded or not, its path) and each bundle."""
+
+    device: str
+    ok: bool
+    bundles: tuple[BundlePushInfo, ...] = ()
+    bytes_sent: int = 0
+    error: str | None = None
+    time_s: float | None = None
+    agent: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def push_from_dict(p: dict[str, Any]) -> PushInfo:
+    """A push as ``deploy.PushResult.as_dict()`` wrote it, typed (``to_dict()`` gives it back)."""
+    bundles = tuple(BundlePushInfo(bundle_id=str(b.get("bundle_id") or ""), status=str(b.get("status") or ""),
+                                   model=_str(b.get("model")), target=_str(b.get("target")),
+                                   precision=_str(b.get("precision")), path=_str(b.get("path")),
+                                   bytes_sent=_inum(b.get("bytes_sent")) or 0, files_sent=_inum(b.get("files_sent")) or 0,
+                                   time_s=_fnum(b.get("time_s")), error=_str(b.get("error")),
+                                   activated=_str(b.get("activated")), raw=b)
+                    for b in p.get("bundles") or () if isinstance(b, dict))
+    return PushInfo(device=str(p.get("device") or ""), ok=bool(p.get("ok", True)), bundles=bundles,
+                    bytes_sent=_inum(p.get("bytes_sent")) or sum(b.bytes_sent for b in bundles),
+                    error=_str(p.get("error")), time_s=_fnum(p.get("time_s")),
+                    agent=dict(p.get("agent") or {}), raw=p)
+
+
 @dataclass
 class BenchResult:
     """What ``edgeopt.bench`` returns: every (device, bundle) run of one invocation under ``run_id`` (one id
@@ -411,8 +459,8 @@ class BenchResult:
 
     run_id: str
     records: list[BenchRecord] = field(default_factory=list)
-    pushes: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    pushes: list[PushInfo] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"device", "reason"}: nothing to run there
     time_s: float = 0.0
 
     @property
@@ -421,14 +469,16 @@ class BenchResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "ok": self.ok, "time_s": self.time_s,
-                "records": [r.as_dict() for r in self.records], "pushes": self.pushes, "skipped": self.skipped}
+                "records": [r.as_dict() for r in self.records], "pushes": [p.to_dict() for p in self.pushes],
+                "skipped": [dict(s) for s in self.skipped]}
 
     to_dict = as_dict
 
     @classmethod
     def from_fleet(cls, fleet: Any) -> BenchResult:
-        """From ``fleetbench.FleetResult`` (records as dicts)."""
-        return cls(fleet.run_id, [record_from_dict(r) for r in fleet.records], list(fleet.pushes),
+        """From ``fleetbench.FleetResult`` (records and pushes as dicts)."""
+        return cls(fleet.run_id, [record_from_dict(r) for r in fleet.records],
+                   [p if isinstance(p, PushInfo) else push_from_dict(p) for p in fleet.pushes],
                    list(fleet.skipped), float(fleet.time_s))
 
 

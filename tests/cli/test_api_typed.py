@@ -23,6 +23,8 @@ from edgeopt.results import (
     BundleInfo,
     DeviceInfo,
     Latency,
+    PushInfo,
+    push_from_dict,
     record_from_dict,
 )
 from tests.conftest import tiny_cnn
@@ -57,6 +59,9 @@ def test_bench_records_are_typed_with_annotations(benched):
     lo, hi = rec.accuracy.interval
     assert 0 < lo < hi == 1.0 and rec.accuracy.data == "random"
     assert rec.error is None and rec.agent
+    (push,) = fleet.pushes  # what was sent on the way, typed too
+    assert isinstance(push, PushInfo) and push.device == "local" and push.ok
+    assert [(b.target, b.precision, b.status in ("installed", "present")) for b in push.bundles] == [("cpu", "fp32", True)]
     # every field of every record type is annotated (the dataclass machinery needs it; say it anyway)
     for cls in (BenchRecord, DeviceInfo, BundleInfo, Latency, AccuracyInfo):
         assert all(f.type not in (None, "") for f in dataclasses.fields(cls)), cls
@@ -94,6 +99,7 @@ def test_the_cli_json_keeps_its_shape(benched, capsys):
     """``edgeopt bench --json`` prints the same record shape as before the records were typed: the keys of
     ``fleetbench.RunRecord``, and each record is what the typed record's ``to_dict()`` gives."""
     from edgeopt.cli import main
+    from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import RunRecord
 
     tmp, _, _ = benched
@@ -103,6 +109,9 @@ def test_the_cli_json_keeps_its_shape(benched, capsys):
     assert rc == 0 and set(doc) == {"schema", "kind", "run_id", "ok", "time_s", "records", "pushes", "skipped"}
     (rec,) = doc["records"]
     assert set(rec) == {f.name for f in dataclasses.fields(RunRecord)}
+    (push,) = doc["pushes"]
+    assert set(push) == {*(f.name for f in dataclasses.fields(PushResult)), "bytes_sent"}
+    assert push_from_dict(push).to_dict() == push and push_from_dict(push).bundles[0].status in ("present", "installed")
     assert record_from_dict(rec).to_dict() == rec and rec["device"]["name"] == "local"
 
 
