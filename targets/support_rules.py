@@ -265,6 +265,13 @@ def _coreml_runtime_input(n, g) -> str | None:
     return None
 
 
+#: ONNX ops onnx2tf 1.29 lowers to one TensorFlow op that LiteRT has no builtin for (a Flex op: TensorFlow 2.19's
+#: TFLite converter refuses each with builtins only, measured op by op; onnx2tf's replace_to_pseudo_operators,
+#: which edgeopt does not pass, would approximate some)
+TFLITE_NO_BUILTIN = {"Acos": "acos", "Acosh": "acosh", "Asin": "asin", "Asinh": "asinh", "Atan": "atan",
+                     "Atanh": "atanh", "Cosh": "cosh", "Sinh": "sinh", "Tan": "tan", "Softsign": "softsign"}
+
+
 def _since_22(n, g) -> str | None:
     return f"{n.op_type}-22 (model opset {g.opset})" if g.opset >= 22 else None
 
@@ -369,6 +376,11 @@ TABLES: dict[str, list[Rule]] = {
              "Core ML's resize has no antialiasing"),
     ],
     "tflite": [
+        Rule(tuple(TFLITE_NO_BUILTIN), lambda n, g: f"lowered to TensorFlow's {TFLITE_NO_BUILTIN[n.op_type]}",
+             "LiteRT's builtin ops lack it (a Flex op): the TFLite conversion fails"),
+        Rule(("Erf",), lambda n, g: "lowered to TensorFlow's erf unless onnx2tf matches it inside a GELU",
+             "LiteRT's builtin ops lack erf (a Flex op); a whole GELU pattern becomes LiteRT's GELU instead",
+             certain=False),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
              "builtins lack (FlexResizeBicubic)"),
         Rule(("Conv", "ConvTranspose", "MaxPool", "AveragePool"), _same_lower,

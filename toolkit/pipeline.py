@@ -95,6 +95,9 @@ def check_result(manifest: dict[str, Any] | None, summary: str = "") -> dict[str
                        for name, o in (hc.get("outputs") or {}).items()}}
     if "error" in hc:
         out["error"] = hc["error"]
+    pre = manifest.get("prepared_onnx_check")
+    if hc.get("kind") == "device" and pre:  # passed stays null (the engine is checked on the device)
+        out["prepared_onnx"] = {"passed": pre.get("passed"), "what": pre.get("what"), "error": pre.get("error")}
     return out
 
 
@@ -110,11 +113,16 @@ def _check_summary(manifest: dict[str, Any]) -> str:
     hc = manifest.get("host_check") or {}
     if hc.get("kind") == "structural":
         return "structural " + ("ok" if hc.get("passed") else "FAILED") + "; numeric on device"
-    if hc.get("kind") == "device":
-        return "on device"
+    from edgeopt_agent.compare import summary_line
+
+    if hc.get("kind") == "device":  # h100 & co: the engine is checked on the device; the prepared ONNX was here
+        pre = manifest.get("prepared_onnx_check")
+        if not pre:
+            return "on device"
+        return ("prepared ONNX " + ("FAILED: " + str(pre["error"]) if "error" in pre else summary_line(pre))
+                + " in ONNX Runtime on the host; engine checked on the device")
     if "error" in hc:
         return "FAILED: " + hc["error"]
-    from edgeopt_agent.compare import summary_line
 
     line = summary_line(hc)  # a failed output names the metric that failed, a passing one its figures
     return f"{line}; {hc['why']}" if hc.get("why") else line

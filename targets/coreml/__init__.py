@@ -274,7 +274,7 @@ def structural_check(ct: Any, package: Path, io: dict[str, list[dict[str, Any]]]
         if name != t["artifact_name"]:
             problems.append(f"output {t['name']!r}: package names it {name!r}, expected {t['artifact_name']!r}")
         if not ok:
-            problems.append(f"output {t['name']!r}: Core ML infers {inferred} (spec {spec_shape}), "
+            problems.append(f"output {t['name']!r}: Core ML infers {inferred} (the package declares {spec_shape}), "
                             f"ONNX Runtime gives {ort}")
         if dtype != t["artifact_dtype"]:
             problems.append(f"output {t['name']!r}: package dtype {dtype}, expected {t['artifact_dtype']}")

@@ -211,3 +211,27 @@ def test_grouped_kv_attention_is_refused_everywhere_as_the_reference_is_off_the_
                    _refused(backend, path)), backend
     # equal heads: no refusal
     assert _refused("onnxruntime", str(node_dir() / "test_attention_4d" / "model.onnx")) == []
+
+
+def test_h100_result_shows_the_host_check_of_its_prepared_onnx(tiny_model, tmp_path):
+    """The engine is checked on the device (passed stays null), but the prepared ONNX passed here: the result
+    line and --json's check say so instead of a bare "on device" (issue 32 item 4)."""
+    from edgeopt.pipeline import build
+
+    rep = build(str(tiny_model), "h100", "fp32", out=tmp_path / "d", jobs=1)
+    res = rep.results[0]
+    assert res.ok and res.check.startswith("prepared ONNX passed") and "on the host" in res.check
+    check = rep.as_dict()["results"][0]["check"]
+    assert check["passed"] is None and check["prepared_onnx"]["passed"] is True
+    assert "not the TensorRT engine" in check["prepared_onnx"]["what"]
+
+
+def test_mobile_refuses_ops_onnx2tf_lowers_to_a_flex_op(tmp_path):
+    for op in ("Acosh", "Softsign", "Erf", "Cos"):
+        p = _one_node(tmp_path / f"{op}.onnx", helper.make_node(op, ["x"], ["y"], name="n"), [("x", [2, 3])],
+                      [("y", TensorProto.FLOAT, [2, 3])])
+        bad = _refused("tflite", p)
+        if op in ("Acosh", "Softsign"):  # certain: one TensorFlow op, no LiteRT builtin
+            assert len(bad) == 1 and "Flex op" in bad[0][0] and op.lower() in bad[0][0]
+        else:  # Erf: "probably not" (a GELU pattern converts); Cos: a builtin
+            assert bad == []
