@@ -151,9 +151,14 @@ class QdqSearch:
         so.log_severity_level = 3
         fsess = ort.InferenceSession(str(backend.float_path), so, providers=["CPUExecutionProvider"])
         self.float_session = fsess
-        self.calib_reference = run_all(fsess, self.calib_check, self.out_names)
         self.notes: list[str] = []
+        self._found_outputs: dict[str, np.ndarray] = {}  # FP32 outputs of calib_check, from mixed_concat's runs
         self.mixed_concats = self._mixed_concats()
+        found = self._found_outputs
+        self.calib_reference = (found if set(self.out_names) <= set(found)
+                                and all(len(found[n]) == len(self.calib_check) for n in self.out_names)
+                                else run_all(fsess, self.calib_check, self.out_names))
+        self.decode_tail = self._decode_tail()
         self.variants: list[Variant] = []
         self.cross_checks: list[dict[str, Any]] = []
         self._folds: list[tuple[Any, list[int], Path]] | None = None  # (backend, held-out indices, work)
@@ -170,7 +175,8 @@ class QdqSearch:
         if not hasattr(self.backend, "always_float"):
             return []
         try:
-            found = mixed_concat.find(self.backend.float_path, self.calib)
+            found = mixed_concat.find(self.backend.float_path, self.calib, samples=len(self.calib_check),
+                                      outputs=self._found_outputs)
         except Exception as exc:  # noqa: BLE001 - a graph whose Concat inputs cannot be exposed: no rule, said
             self.notes.append(f"mixed-scale concat check not possible ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
@@ -181,6 +187,33 @@ class QdqSearch:
             self.progress(f"int8: {len(found)} concat(s) of differently-scaled tensors kept float: "
                           + ", ".join(f"{mc.node} ({mc.ratio:.0f}x)" for mc in found))
         return found
+
+    def detection_outputs(self) -> list[str]:
+        """The outputs judged as detections (``compare`` kind ``detection``: boxes after the head's own
+        decoding and NMS)."""
+        return [n for n in self.out_names if (self.kinds or {}).get(n, {}).get("kind") == "detection"]
+
+    def _decode_tail(self) -> list[str]:
+        """The decoding of each detection output (``mixed_concat.decode_tail``): kept float, like the
+        mixed-scale Concats, in every variant (the backend's ``always_float``), and said in the notes."""
+        dets = self.detection_outputs()
+        if not dets or not hasattr(self.backend, "always_float"):
+            return []
+        try:
+            tail = mixed_concat.decode_tail(self.backend.float_path, dets)
+        except Exception as exc:  # noqa: BLE001 - a graph the walk cannot read: no rule, said
+            self.notes.append(f"detection decode-tail rule not applied ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+            return []
+        if tail:
+            why = f"decoding of detection output(s) {', '.join(dets)} (after the head's last weighted op)"
+            added = [n for n in tail if n not in self.backend.always_float]
+            self.backend.always_float = {**self.backend.always_float, **dict.fromkeys(added, why)}
+            self.notes.append(f"placement rule: {mixed_concat.TAIL_RULE}; kept float here: {len(tail)} node(s) "
+                              f"after the last weighted op before {', '.join(dets)}")
+            self.progress(f"int8: the decoding of {', '.join(dets)} kept float ({len(tail)} node(s) after the "
+                          "head's last weighted op)")
+        return tail
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -246,6 +279,7 @@ class QdqSearch:
     def run_grid(self, settings: list[Any], prepare: Callable[[str], None] | None = None) -> None:
         """Try ``settings`` grouped by calibration method (``prepare(method)`` computes its ranges)."""
         methods = list(dict.fromkeys(s.calibration for s in settings))
+        skipped = 0  # variants not needed after all: the stage counts ("grid k/n") leave them out
         for i, method in enumerate(methods):
             if self.variants and self.over_budget():
                 self.notes.append(f"time budget ({self.budget_s:.0f}s) spent: calibration "
@@ -259,7 +293,12 @@ class QdqSearch:
                     self.notes.append(f"time budget ({self.budget_s:.0f}s) spent with a passing variant: "
                                       f"{', '.join(x.label() for x in todo[j:])} not tried")
                     return
-                self.set_stage("grid", settings.index(s) + 1, len(settings))
+                if getattr(s, "ops", "all") == "weighted" and self.passing():
+                    # an accuracy fallback (fewer ops INT8: never the faster one), not needed once one passes
+                    self.notes.append(f"{s.label()} not tried: a variant with more ops in INT8 already passes")
+                    skipped += 1
+                    continue
+                self.set_stage("grid", settings.index(s) + 1 - skipped, len(settings) - skipped)
                 self.try_variant(s, "grid")
             if (self.mode == "quick" and self.backend.stop_early and self.passing()
                     and i + 1 < len(methods)):
@@ -399,7 +438,7 @@ class QdqSearch:
                 got[i] = {n: outs[n][j] for n in self.out_names}
         outputs = {n: np.stack([g[n] for g in got]) for n in self.out_names}
         if self._pool_reference is None:
-            self._pool_reference = run_all(self.float_session, pool, self.out_names)
+            self._pool_reference = self._pool_fp32()
         result = compare_outputs(outputs, self._pool_reference, "int8", self.tolerance, self.kinds)
         rec = {"label": v.settings.label(), "folds": CROSS_FOLDS, "samples": len(pool),
                "passed": bool(result["passed"]), "summary": result["summary"],
@@ -410,6 +449,20 @@ class QdqSearch:
         self.progress(f"int8: {CROSS_FOLDS}-fold cross-check on {len(pool)} samples "
                       f"{'PASS' if rec['passed'] else 'fail'} {v.settings.label()}: {rec['summary']} ({rec['time_s']:.1f}s)")
         return rec
+
+    def _pool_fp32(self) -> dict[str, np.ndarray]:
+        """FP32 outputs of the pooled calibration + validation samples, in pool order: the calibration
+        samples' already computed (``calib_reference``) and the validation set's reference (what the host
+        check judges against) reused; only the calibration samples past ``CALIB_CHECK_SAMPLES`` are run."""
+        n_cal = len(self.calib_check)
+        rest = self.calib[n_cal:]
+        extra = run_all(self.float_session, rest, self.out_names) if rest else None
+        parts: dict[str, list[np.ndarray]] = {}
+        for n in self.out_names:
+            parts[n] = [self.calib_reference[n][:n_cal]] + ([extra[n]] if extra is not None else []) \
+                + [np.asarray(self.reference[n])[: len(self.val)]]
+        self.timings["cross_check_fp32_runs"] = len(rest)
+        return {n: np.concatenate(v) for n, v in parts.items()}
 
     def _fold_backends(self) -> list[tuple[Any, list[int], Path]]:
         """One backend per fold, calibrated on the other folds (made once; each caches its calibration
@@ -454,4 +507,5 @@ class QdqSearch:
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
                 "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes,
-                "mixed_scale_concats": [mc.record() for mc in self.mixed_concats]}
+                "mixed_scale_concats": [mc.record() for mc in self.mixed_concats],
+                "decode_tail": list(self.decode_tail)}

@@ -184,8 +184,15 @@ def _reference(path: str, names: list[str]) -> dict[str, np.ndarray]:
 
 # --- the search -----------------------------------------------------------------------------
 
-def grid(plan: SearchPlan, feat: dict[str, Any], per_channel_ok: bool) -> tuple[list[OrtSettings], str]:
-    """Variants to try before any node is kept in float, in order (cheapest calibration first)."""
+def grid(plan: SearchPlan, feat: dict[str, Any], per_channel_ok: bool,
+         detector: bool = False) -> tuple[list[OrtSettings], str]:
+    """Variants to try before any node is kept in float, in order (cheapest calibration first).
+
+    ``detector`` (a detection output, or a mixed-scale Concat: a head that decodes coordinates): the
+    weighted-ops-only variant of the first setting comes second, before the per-tensor and the other
+    calibration methods -- the variant most likely to keep every box after the first, tried while the
+    budget lasts (a 1024x1024 detector's variant costs ~20 s on a loaded 2-core host, its percentile
+    calibration over 2 min); ``run_grid`` skips it once a variant passes."""
     act, wt, rr, why = choose_types(feat)
     if plan.activation or plan.weight or plan.reduce_range is not None:
         act, wt = plan.activation or act, plan.weight or wt
@@ -205,6 +212,8 @@ def grid(plan: SearchPlan, feat: dict[str, Any], per_channel_ok: bool) -> tuple[
     if plan.mode == "full":  # symmetric activations change accuracy, not kernels: once per type
         out += [OrtSettings(m, pc, a, w, r, symmetric_activation=True)
                 for m in methods for (a, w, r) in types for pc in pcs]
+    if detector and out:
+        out.insert(1, replace(out[0], ops="weighted"))
     return out, why
 
 
@@ -219,7 +228,7 @@ def weighted_only(search: QdqSearch) -> None:
     if not done:
         return
     best = max(done, key=lambda v: v.accuracy)
-    if best.settings.ops == "weighted":
+    if best.settings.ops == "weighted" or replace(best.settings, ops="weighted") in {v.settings for v in done}:
         return
     search.progress("int8: no variant passes; trying the weighted ops (Conv/MatMul/Gemm) only, the rest float")
     search.set_stage("weighted ops", 1, 1)
@@ -316,7 +325,8 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                            mode=plan.mode, budget_s=plan.budget_s, work=work, tolerance=plan.tolerance,
                            kinds=output_kinds(job), progress=progress)
         search.notes.extend(notes)
-        settings, why = grid(plan, feat, per_channel_ok)
+        settings, why = grid(plan, feat, per_channel_ok,
+                             detector=bool(search.detection_outputs() or search.mixed_concats))
         progress(f"int8: {plan.mode} search, budget {plan.budget_s:.0f}s; types: {why}")
         search.run_grid(settings, backend.prepare)
         if not search.passing() and not search.over_budget():
@@ -404,7 +414,8 @@ def _output(job: BuildJob, plan: SearchPlan, feat: dict[str, Any], why: str, sea
             "timings": rec["timings"], "timing_threads": TIMING_THREADS,
             "calibration_samples": rec["calibration_samples"],
             "validation_samples": rec["validation_samples"], "cross_checks": rec["cross_checks"],
-            "notes": rec["notes"], "selection": rule, "mixed_scale_concats": rec["mixed_scale_concats"]}
+            "notes": rec["notes"], "selection": rule, "mixed_scale_concats": rec["mixed_scale_concats"],
+            "decode_tail": rec["decode_tail"]}
     notes = [f"INT8 (ORT static QDQ) kept {chosen.summary()}; FP32 {fp32_ms:.2f} ms on the build host (x{speedup})"]
     notes += [f"int8 variant tried: {v.summary()}" for v in search.variants] + search.notes
     if feat["source"].startswith("build host"):
