@@ -24,8 +24,9 @@ class OnnxRuntimeTarget(Target):
         # rev 2: INT8 bundles run without ORT's WeightBiasQuantization (the nodes kept float stay float)
         # rev 3: variants ranked by their task figure before cosine
         # rev 4: mixed-scale Concats kept float; calibration ranges merged across folds
+        # rev 5: a detection output's decoding kept float; detectors try weighted-ops-only second
         return {**super().toolchain(), "int8": "qdq_search, float nodes kept float at load, task-first ranking, "
-                "mixed-scale concats float (rev 4)"}
+                "mixed-scale concats and detection decoding float (rev 5)"}
 
     def known_options(self) -> frozenset[str] | None:
         from .int8 import OPTION_KEYS

@@ -246,7 +246,7 @@ class TensorRtTarget(Target):
                 "tensorrt": "on the device", "tensorrt_ops_table": tables,
                 "typing": "strongly typed for TensorRT >= 11 targets (FP16: overflowing tensors' producers and readers FP32), builder flags for 10 (rev 3)",
                 "int8": "qdq_search: clipping rules x per-channel, sensitivity float fallback, task-first ranking, "
-                "mixed-scale concats float (rev 3)"}
+                "mixed-scale concats and detection decoding float (rev 4)"}
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         import onnx
