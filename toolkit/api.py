@@ -12,14 +12,18 @@ instead. An unknown keyword is a ``UsageError`` naming the closest one. The CLI
 
     report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", calib="images/")
     fleet = edgeopt.bench(dist="dist", devices="rig.yaml", duration=2)
-    for rec in fleet.records:  # edgeopt.results.BenchRecord: typed (rec.raw is the whole reply)
+    for rec in fleet.records:  # typed: edgeopt.results.BenchRecord
         print(rec.device.name, rec.bundle.target, rec.bundle.precision, rec.status,
-              rec.latency.p50_ms if rec.latency else None, rec.energy.joules_per_inference if rec.energy else None)
+              f"p50 {rec.latency.p50_ms:.2f} ms" if rec.ok else rec.error.message)
 
-Records are ``edgeopt.results.BenchRecord`` (``device: DeviceInfo``, ``bundle: BundleInfo``,
-``latency: Latency``, ``accuracy: AccuracyInfo``, ``energy: Energy``, ``error: ErrorInfo``, ``raw``), made by
-``results.record_from_dict``; ``to_dict()`` is the JSON the CLI prints. Reading one as a dict
-(``rec.device["name"]``) still works and warns (DeprecationWarning).
+``bench`` returns ``edgeopt.results.BenchResult``; its records (and ``query``'s) are
+``edgeopt.results.BenchRecord``: ``device: DeviceInfo`` (name, host, arch, emulated, device_truth ...),
+``bundle: BundleInfo`` (id, target, precision, batch ...), ``latency: Latency | None`` (p50_ms ... p999_ms,
+throughput_ips, cold_start_ms ...), ``accuracy: AccuracyInfo | None`` (passed, metric, k, n, interval ...),
+``energy: Energy | None`` (joules_per_inference, mean_power_w, source, or why_not), ``error: ErrorInfo | None``
+and ``raw`` (the whole record, the agent's reply in ``raw["bench"]``), made by ``results.record_from_dict``;
+``to_dict()`` is the JSON the CLI prints. Reading one as a dict (``rec.device["name"]``) still works and
+warns (DeprecationWarning).
 
 Heavy modules load on use.
 """
