@@ -418,8 +418,19 @@ class TfliteBundle(BundleSource):
                 idx = self._match(onnx_name)
                 if idx is None and _bare(onnx_name) in layers:
                     idx = self._layer(layers[_bare(onnx_name)])
+                if idx is None and _bare(onnx_name) in layers:  # fused into a later op's kernel
+                    idx = self._layer(layers[_bare(onnx_name)], any_entry=True)
                 if idx is not None:
                     self.map[onnx_name] = idx
+        # A fused kernel's tensor (``matmul/MatMul;add/Add;Const``: a FULLY_CONNECTED with its bias) holds the
+        # value of the LAST op it fuses, whichever entry comes first in its name: of the ONNX tensors mapped to
+        # one TFLite tensor, only the last in topological order keeps it (the others were fused away).
+        order = {n: i for i, n in enumerate(onnx_names or [])}
+        last: dict[int, str] = {}
+        for name, idx in self.map.items():
+            if idx not in last or order.get(name, len(order)) >= order.get(last[idx], len(order)):
+                last[idx] = name
+        self.map = {n: i for n, i in self.map.items() if last[i] == n}
         self.available = set(self.map)
         inner = len(self.map) - len([o for o in self._io["outputs"] if o["name"] in self.map])
         self._notes = [] if inner else [
@@ -430,18 +441,25 @@ class TfliteBundle(BundleSource):
     def notes(self) -> list[str]:
         return list(self._notes)
 
-    def _layer(self, layer: str) -> int | None:
-        """The TFLite tensor a Keras layer computes: the one whose last op (a fused name's first entry) is in
-        that layer's scope (``model/tf.math.add_5/Add``)."""
-        try:  # only tensors an op computes (a layer's scope names its constants too)
-            computed = {int(i) for op in self.interp._get_ops_details() for i in op["outputs"]}
-        except Exception:  # noqa: BLE001 - an interpreter without it: every tensor
-            computed = None
-        for name, d in self.details.items():
-            if (computed is None or int(d["index"]) in computed) \
-                    and layer in name.split(";")[0].split(":")[0].split("/")[:-1]:
-                return int(d["index"])
-        return None
+    def _layer(self, layer: str, any_entry: bool = False) -> int | None:
+        """The TFLite tensor a Keras layer computes: the LAST tensor (in the interpreter's op order) whose name's
+        first entry is in that layer's scope (``model/tf.math.add_5/Add``; a conv1d layer is ExpandDims ->
+        Conv2D -> Squeeze, its value the Squeeze's); ``any_entry``: a later entry of a fused name counts too (the
+        layer's op was fused into another op's kernel: which ONNX tensor keeps that tensor is decided by the
+        caller)."""
+        if not hasattr(self, "_computed"):
+            try:  # only tensors an op computes (a layer's scope names its constants too), in op order
+                self._computed = [int(i) for op in self.interp._get_ops_details() for i in op["outputs"]]
+            except Exception:  # noqa: BLE001 - an interpreter without it: every tensor, in index order
+                self._computed = sorted(int(d["index"]) for d in self.details.values())
+            self._names = {int(d["index"]): n for n, d in self.details.items()}
+        found = None
+        for idx in self._computed:
+            name = self._names.get(idx, "")
+            entries = name.split(";") if any_entry else name.split(";")[:1]
+            if any(layer in e.split(":")[0].split("/")[:-1] for e in entries):
+                found = idx
+        return found
 
     def _match(self, onnx_name: str) -> int | None:
         """A TFLite tensor named after the ONNX tensor/node (``/`` and ``:`` made ``_``); a fused tensor's name is
@@ -501,19 +519,34 @@ def artifact_source(bundle: Path, manifest: dict[str, Any], producers: dict[str,
 
 def align(out: np.ndarray, ref: np.ndarray) -> np.ndarray | None:
     """``out`` in ``ref``'s layout: equal shapes as they are; otherwise the axis permutation that gives
-    ref's shape (NHWC -> NCHW first), else a reshape of the same size; None when nothing fits."""
+    ref's shape (NHWC -> NCHW first), also after dropping unit axes on both sides (a TF conv1d's
+    ``[1, 1, T, C]`` is ONNX's ``[1, C, T]``), else a reshape of the same size; None when nothing fits."""
     if out.shape == ref.shape:
         return out
     if out.size != ref.size:
         return None
     if out.ndim == ref.ndim:
-        # axis 0 is the sample axis; NHWC->NCHW (and N,T,C->N,C,T) tried first
-        nd = out.ndim
-        first = [(0, 1, nd - 1, *range(2, nd - 1))] if nd >= 4 else []
-        for perm in first + [(0, *p) for p in itertools.permutations(range(1, nd))]:
-            if len(perm) == nd and tuple(out.shape[i] for i in perm) == ref.shape:
-                return np.transpose(out, perm)
+        got = _permuted(out, ref.shape)
+        if got is not None:
+            return got
+    sq_out = out.reshape((out.shape[0], *[d for d in out.shape[1:] if d != 1]))
+    sq_ref = (ref.shape[0], *[d for d in ref.shape[1:] if d != 1])
+    if sq_out.ndim == len(sq_ref):
+        got = _permuted(sq_out, sq_ref)
+        if got is not None:
+            return got.reshape(ref.shape)
     return out.reshape(ref.shape)
+
+
+def _permuted(out: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``out`` transposed to ``shape`` (axis 0, the sample axis, stays; NHWC->NCHW and N,T,C->N,C,T first)."""
+    nd = out.ndim
+    first = [(0, nd - 1, *range(1, nd - 1))] if nd >= 3 else []
+    first = [(0, 1, nd - 1, *range(2, nd - 1))] + first if nd >= 4 else first
+    for perm in first + [(0, *p) for p in itertools.permutations(range(1, nd))]:
+        if len(perm) == nd and tuple(out.shape[i] for i in perm) == tuple(shape):
+            return np.transpose(out, perm)
+    return None
 
 
 def node_metrics(out: np.ndarray, ref: np.ndarray, precision: str, kind: Any = None,
