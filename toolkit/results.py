@@ -356,7 +356,8 @@ class ErrorInfo(_DictCompat):
 @dataclass(frozen=True)
 class BenchRecord(_DictCompat):
     """One (device, bundle) run: measured (``status`` ``ok``, or ``mismatch`` when the device's outputs failed
-    the check) or the reason there is none (``error``). A gate's stored verdict is a record too
+    the check) or the reason there is none (``error``: set on every run that is not ok, a gate's verdict
+    aside, so ``rec.error.message`` can be read whenever ``not rec.ok``). A gate's stored verdict is a record too
     (``is_gate``; its figures in ``gate``). ``raw`` is the whole record as stored, the agent's full bench
     reply in ``raw["bench"]`` (also ``.bench``): nothing measured is lost to the typed view.
     ``to_dict()`` gives it back (the JSON ``edgeopt bench --json`` prints per record)."""
@@ -561,9 +562,11 @@ def record_from_dict(rec: dict[str, Any] | Any) -> BenchRecord:
             samples=_inum(acc.get("samples") or data.get("n")), data=_str(data.get("kind")),
             cosine_min=min(cos) if cos else None, raw=acc)
     err = rec.get("error") if isinstance(rec.get("error"), dict) else None
-    error = None if not err else ErrorInfo(type=_str(err.get("type")), message=str(err.get("message") or ""),
+    status = str(rec.get("status") or "")
+    error = None if not err else ErrorInfo(type=_str(err.get("type")), message=str(err.get("message") or status),
                                            hint=_str(err.get("hint")), raw=err)
-    return BenchRecord(run_id=str(rec.get("run_id") or ""), time=str(rec.get("time") or ""),
-                       status=str(rec.get("status") or ""), device=device, bundle=bundle, latency=latency,
+    if error is None and status != "ok" and not status.startswith("gate-"):  # a failed run always says so
+        error = ErrorInfo(type=None, message=f"{status or 'failed'} (no error recorded)")
+    return BenchRecord(run_id=str(rec.get("run_id") or ""), time=str(rec.get("time") or ""), status=status, device=device, bundle=bundle, latency=latency,
                        accuracy=accuracy, energy=energy_of(bench, rec), error=error, agent=_str(rec.get("agent")),
                        raw=rec)

@@ -76,6 +76,8 @@ def test_the_typed_record_gives_back_the_stored_json_and_query_is_typed(benched)
     assert stored.latency == rec.latency and stored.device == rec.device and stored.bundle == rec.bundle
     assert record_from_dict(stored.to_dict()) == stored and record_from_dict(stored) is stored
     assert rec.raw["bench"] is rec.bench and rec.bench["latency_ms"]["p50"] == rec.latency.p50_ms
+    failed = record_from_dict({**rec.to_dict(), "status": "failed", "error": None})  # a failed run always says so
+    assert not failed.ok and failed.error.message == "failed (no error recorded)"
 
 
 def test_reading_a_record_as_a_dict_still_works_and_warns(benched):
