@@ -44,6 +44,7 @@ from edgeopt.errors import BuildFailed, DeviceError, GoalNotMet, UsageError, use
 if TYPE_CHECKING:
     from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import FleetResult
+    from edgeopt.inventory import Device
     from edgeopt.pipeline import BuildReport
     from edgeopt.results import BenchRecord, BenchResult
     from edgeopt.tuning import TuneResult
@@ -314,7 +315,7 @@ def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int
 
 @_api()
 def select_devices(devices: str | os.PathLike | None = "local", limit: str | list[str] | None = None,
-                   labels: str | list[str] | None = None) -> list:
+                   labels: str | list[str] | None = None) -> list[Device]:
     """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error."""
     from edgeopt.inventory import load_inventory
 
