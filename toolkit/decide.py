@@ -155,22 +155,25 @@ def agreement_text(a: dict[str, Any] | None) -> str:
 def _decisions_of(acc: dict[str, Any]) -> tuple[int, int, str] | None:
     """(differing, n, kind) of the first output's decisions against the FP32 reference, as the bench
     counted them (what the gate counts against the baseline's decisions)."""
-    outs = list(((acc or {}).get("outputs") or {}).values())
-    if not outs:
-        return None
-    m = (outs[0] or {}).get("metrics") or {}
-    if isinstance(m.get("seq_match"), (int, float)) and m.get("sequences"):
-        n = int(m["sequences"])
-        return n - int(round(m["seq_match"] * n)), n, "decision"
-    if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
-        n = int(m["top1_n"])
-        return n - int(round(m["top1"] * n)), n, "argmax"
-    if isinstance(m.get("windows_equal"), (int, float)) and acc.get("samples"):  # per-position classes
-        n = int(acc["samples"])
-        return n - int(round(m["windows_equal"] * n)), n, "argmax"
-    n = _flip_n(m)
-    if n:
-        return int(m["flips"]), n, "decision"
+    for o in ((acc or {}).get("outputs") or {}).values():  # the first output with decisions, as the gate's
+        m = (o or {}).get("metrics") or {}
+        if isinstance(m.get("seq_match"), (int, float)) and m.get("sequences"):
+            n = int(m["sequences"])
+            return n - int(round(m["seq_match"] * n)), n, "decision"
+        if "max_abs_prob" in m and (n := _flip_n(m) or int(acc.get("samples") or 0)):  # probability@T: samples
+            return int(m["flips"]), n, "probability"  # with a class across T
+        if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
+            n = int(m["top1_n"])
+            return n - int(round(m["top1"] * n)), n, "label" if m.get("label_output") else "argmax"
+        if isinstance(m.get("images_equal"), (int, float)) and acc.get("samples"):  # a detector's images
+            n = int(acc["samples"])
+            return n - int(round(m["images_equal"] * n)), n, "detection"
+        if isinstance(m.get("windows_equal"), (int, float)) and acc.get("samples"):  # per-position classes
+            n = int(acc["samples"])
+            return n - int(round(m["windows_equal"] * n)), n, "argmax"
+        n = _flip_n(m)
+        if n:
+            return int(m["flips"]), n, "decision"
     return None
 
 

@@ -201,3 +201,18 @@ def test_a_gate_on_the_detector_counts_images_whose_boxes_differ(e2e, tmp_path):
     dec = next(v for v in json.loads(p.stdout)["devices"][0]["verdicts"] if v["metric"] == "decisions")
     assert dec["verdict"] == "regressed" and dec["n"] == 8 and dec["ratio"] == 1.0
     assert "detections" in dec["method"], dec["method"]
+
+
+def test_the_reports_gate_prediction_counts_a_detectors_images_as_the_gate_does(e2e):
+    """``decide.gate_defaults_accept`` (what report/run's SHIP must pass) counts the images whose boxes do not
+    all match, as the gate does: the Conv-only INT8 keeps 98% of the boxes (the build passes it) but 7 of the
+    8 images lose or gain a box near the threshold -- more than the gate's default 5% of samples."""
+    from edgeopt.decide import _decisions_of, gate_defaults_accept
+
+    acc = {**compare_outputs({"output0": e2e["convs"]}, {"output0": e2e["ref"]}, "int8"), "samples": 8}
+    assert acc["passed"]
+    diff, n, kind = _decisions_of(acc)
+    da, db = pair_decisions(list(e2e["ref"][:, 0]), list(e2e["convs"][:, 0]), {"kind": "detection", "format": "yolov10"})
+    assert (diff, n, kind) == (sum(a != b for a, b in zip(da, db)), 8, "detection")
+    ok, why = gate_defaults_accept(acc)
+    assert ok is (diff <= 0.05 * 8), why
