@@ -708,6 +708,8 @@ def _err(m: dict[str, Any]) -> float:
         return float("inf")
     if "exact_match" in m:
         return 1.0 - float(m["exact_match"])
+    if "label_output" in m:  # integer class ids (compare's label kind): the share that differs
+        return 1.0 - float(m["top1"])
     v = m.get("rel_l2")
     return float(v) if v is not None and np.isfinite(v) else float("inf")
 
