@@ -3,6 +3,9 @@
 A backend says how to make a Q/DQ model from one setting (``QdqBackend.make``) and how it runs on the
 host; the search does the rest, the same way for both:
 
+0. **Placement rules for every variant** (the backend's ``always_float``, ``mixed_concat``): a Concat of
+   differently-scaled tensors and its readers, and a detection output's decoding (the nodes after the
+   head's last weighted op), stay float.
 1. **The grid**: calibration method x per-channel weights x activation types/symmetry, as the
    backend lists them (TensorRT: symmetric INT8 only, zero points 0, per its explicit-quantization
    rules).  Every variant is judged by the host check's own rule
@@ -26,7 +29,8 @@ host; the search does the rest, the same way for both:
    (one calibration per fold and method, shared by every variant), and the out-of-fold outputs of the
    whole pool (20 samples from 20 images, not 8) are judged by the same rule. A variant that fails it
    counts as failed, so the grid goes on to the next calibration method and the float fallback runs,
-   as for any other miss.
+   as for any other miss.  Its FP32 outputs reuse the validation reference and the calibration
+   samples' outputs already computed (only calibration samples past ``CALIB_CHECK_SAMPLES`` are run).
 """
 
 from __future__ import annotations

@@ -281,6 +281,28 @@ def mixed_scale_ignored(model, prepared_path: str, calib: list[dict[str, np.ndar
     return names, found
 
 
+def decode_tail_ignored(model, prepared_path: str, outputs: list[str]) -> tuple[list[str], list[str]]:
+    """OpenVINO op names of the decoding of the detection ``outputs`` (``mixed_concat.decode_tail``: the
+    nodes after the head's last weighted op, kept float, as ultralytics' own OpenVINO export keeps its
+    head's post-processing out of NNCF), matched by output tensor name; and the ONNX nodes found."""
+    import onnx
+
+    from ..mixed_concat import decode_tail
+
+    if not outputs:
+        return [], []
+    onnx_model = onnx.load(prepared_path, load_external_data=False)
+    tail = decode_tail(onnx_model, outputs)
+    if not tail:
+        return [], []
+    produced = {n.name: list(n.output) for n in onnx_model.graph.node}
+    wanted = {t for node in tail for t in produced.get(node, [])}
+    names = [op.get_friendly_name() for op in model.get_ordered_ops()
+             if op.get_type_name() not in ("Result", "Constant", "Parameter")
+             and any(wanted & set(port.get_names()) for port in op.outputs())]
+    return names, tail
+
+
 def _load_sets(job_like: dict[str, Any]):
     from edgeopt.calib import load_stacked
 
@@ -387,6 +409,21 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         mixed_note = mixed_concat_note(mixed) + " (NNCF ignored scope: " + ", ".join(ignored) + ")" if mixed else ""
     if mixed:
         progress(f"INT8: {len(mixed)} concat(s) of differently-scaled tensors kept float (NNCF ignored scope)")
+    detections = [n for n in sets["out_names"] if (kinds or {}).get(n, {}).get("kind") == "detection"]
+    try:
+        tail_names, tail = decode_tail_ignored(model, job.prepared_path, detections)
+    except Exception as exc:  # noqa: BLE001 - the walk cannot read this graph: no rule, said
+        tail_names, tail = [], []
+        mixed_note = "; ".join(x for x in (mixed_note, f"detection decode-tail rule not applied ({_first_line(exc)[:160]})")
+                               if x)
+    if tail_names:
+        from ..mixed_concat import TAIL_RULE
+
+        ignored = list(dict.fromkeys(ignored + tail_names))
+        mixed_note = "; ".join(x for x in (mixed_note, f"placement rule: {TAIL_RULE}; kept float here: {len(tail)} "
+                                           f"node(s) after the last weighted op before {', '.join(detections)} (NNCF "
+                                           f"ignored scope: {len(tail_names)} op(s))") if x)
+        progress(f"INT8: the decoding of {', '.join(detections)} kept float ({len(tail_names)} op(s), NNCF ignored scope)")
     attention = has_attention(model)
     tried: list[dict[str, Any]] = []
     models: dict[str, Any] = {}
@@ -480,7 +517,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
               "calibration_samples": len(calib), "search_s": round(time.perf_counter() - t_start, 1),
               "latency_ms_build_host": {"int8": chosen["latency_ms"], "fp32_ir_f32": fp32_ms, "device": device},
               "judged": "the serialized IR read back (what the bundle holds), with the bundle's compile config",
-              "mixed_scale_concats": [mc.record() for mc in mixed]}
+              "mixed_scale_concats": [mc.record() for mc in mixed], "decode_tail": tail_names}
     notes = [f"INT8 by NNCF {nncf.__version__}, variant {chosen['variant']} {chosen['settings']} chosen of "
              f"{sum('passed' in t for t in tried)} tried ({_figures(chosen['metrics'])}); "
              f"build-host latency {chosen['latency_ms']} ms vs FP32 IR {fp32_ms} ms on {device}"]
