@@ -46,8 +46,9 @@ class OpenVinoTarget(Target):
     def toolchain(self) -> dict[str, str]:
         # rev 1: an If branch no calibration sample takes -> built again with the Ifs as a Where
         # rev 2: candidates judged as the saved IR read back; mixed-scale Concats in the ignored scope
+        # rev 3: a detection output's decoding in the ignored scope
         return {**super().toolchain(), "int8": "NNCF search; uncalibrated If branches retried as a Where; "
-                "judged as saved (rev 2)", "fp32": "IR layers marked precise (rev 1)"}
+                "judged as saved; detection decoding float (rev 3)", "fp32": "IR layers marked precise (rev 1)"}
 
     # --- options ------------------------------------------------------------------------
     def known_options(self) -> frozenset[str] | None:
