@@ -130,3 +130,17 @@ def test_cpu_int8_of_a_decoding_head_passes_at_its_first_variant(built, tmp_path
     got = run_all(session(ort, tmp_path / "old.onnx"), calib, ["output0"])
     verdict = compare_outputs(got, ref, "int8", None, {"output0": kinds["output0"]})
     assert not verdict["passed"] and verdict["outputs"]["output0"]["metrics"]["box_match"] < 0.9, verdict["summary"]
+
+
+def test_openvino_ignored_scope_holds_the_decoding(tmp_path):
+    """intel-*: the same decoding goes to NNCF's ignored scope, named as OpenVINO names the ops."""
+    ov = pytest.importorskip("openvino")
+    from edgeopt.targets.openvino.int8 import decode_tail_ignored
+
+    path = yolov8_decoding_head(tmp_path / "head.onnx")
+    names, tail = decode_tail_ignored(ov.convert_model(str(path)), str(path), ["output0"])
+    assert {"centre", "x1y1", "head_concat"} <= set(tail)
+    ops = {op.get_friendly_name(): op.get_type_name() for op in ov.convert_model(str(path)).get_ordered_ops()}
+    assert names and all(n in ops for n in names)
+    assert not {ops[n] for n in names} & {"Convolution", "Parameter"}  # the features stay INT8
+    assert decode_tail_ignored(ov.convert_model(str(path)), str(path), []) == ([], [])
