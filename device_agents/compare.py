@@ -251,9 +251,9 @@ def _yolo_head(ref: np.ndarray, input_hw: list[int] | None = None) -> dict[str, 
 
 
 def _labels(ref: np.ndarray) -> bool:
-    """Integer class ids (not bool): non-negative, at most LABEL_MAX per sample (scikit-learn's ``output_label``,
-    an ArgMax over classes, a greedy decoder's token ids)."""
-    if ref.dtype.kind not in "iu" or ref.size == 0 or ref.ndim < 1:
+    """Integer class ids: 32- or 64-bit integers (not bool, not 8/16-bit pixels or codes), non-negative, at most
+    LABEL_MAX per sample (scikit-learn's ``output_label``, an ArgMax over classes, a greedy decoder's token ids)."""
+    if ref.dtype.kind not in "iu" or ref.dtype.itemsize < 4 or ref.size == 0 or ref.ndim < 1:
         return False
     return bool(ref.size // max(ref.shape[0], 1) <= LABEL_MAX and ref.min() >= 0)
 
