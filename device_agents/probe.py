@@ -529,3 +529,43 @@ def probe(root: str | Path, import_fallback: bool = True) -> dict[str, Any]:
         "agent": AGENT_VERSION,
         "agent_path": str(Path(__file__).resolve().parent),
     }
+
+
+# ---- TensorRT on this device (issue 31: a TensorRT bundle is refused before it is pushed where it cannot run) --
+
+def tensorrt_runtime() -> dict[str, Any]:
+    """What a TensorRT bundle needs here, each imported for real (a package can be installed and still not
+    load: libnvinfer or the CUDA driver missing): ``tensorrt`` with its builder (the agent builds the engine on
+    the device, ``trt_compile``), ``tensorrt_lean`` (a runtime only: it cannot build one) and cuda-python's
+    runtime API (the runner's buffers and streams). ``{"tensorrt": version|None, "tensorrt_error": why, ...}``.
+    Not part of ``probe()``: importing TensorRT takes seconds; the host asks only before a TensorRT push."""
+    out: dict[str, Any] = {}
+    for key in ("tensorrt", "tensorrt_lean"):
+        out[key], out[f"{key}_error"] = _import_version(key)
+    out["cuda_python"], out["cuda_python_error"] = None, None
+    for module in ("cuda.bindings.runtime", "cuda.cudart"):  # cuda-python >= 12.6, then older
+        version, why = _import_version(module, dist="cuda-python")
+        if version is not None:
+            out["cuda_python"], out["cuda_python_error"] = version, None
+            break
+        out["cuda_python_error"] = out["cuda_python_error"] or why
+    return out
+
+
+def _import_version(module: str, dist: str | None = None) -> tuple[str | None, str | None]:
+    """(version, None) when ``module`` imports, else (None, why in one line)."""
+    import importlib
+
+    try:
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            return None, "not installed"
+        m = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a broken install (missing shared library, driver) says why
+        return None, (f"{type(exc).__name__}: {exc}".splitlines() or ["import failed"])[0][:300]
+    version = getattr(m, "__version__", None)
+    if version is None and dist:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    return str(version or "unknown"), None

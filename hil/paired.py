@@ -129,11 +129,16 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
     the caller's own clock started, for the budget a verdict would need."""
     run = PairedRun(device=session.device.name, min_calls=MIN_CALLS)
     clock = _Budget(budget_s, reserve_calls, started_at)
-    want = spec.rounds_start
+    # an emulated CPU's latency is never judged (stats.not_on_emulation): one short call, for accuracy (issue 31)
+    emulated = bool((probe or {}).get("emulated"))
+    want = 1 if emulated else spec.rounds_start
+    if emulated:
+        progress(f"{run.device}: the CPU is emulated ({probe.get('emulator') or 'an emulator'}): latency is not judged "
+                 "there; one short call for accuracy")
     while True:
         agent_s = clock.agent_budget(run.calls)
         if agent_s is None:
-            if clock.cannot_reach(run.calls, len(run.blocks) // 2, run.device, force=True):
+            if not emulated and clock.cannot_reach(run.calls, len(run.blocks) // 2, run.device, force=True):
                 run.budget_note = clock.note
                 progress(f"{run.device}: {clock.note}")
             break
@@ -141,8 +146,9 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         if rounds <= 0:
             break
         req = {"root": session.root, "bundle_ids": [baseline_id, candidate_id],
-               "options": {"rounds": rounds, "block_iters": spec.block_iters, "budget_s": agent_s,
-                           "warmup": 10, "timeout_s": timeout_s or max(60.0, agent_s * 2 + 60),
+               "options": {"rounds": rounds, "block_iters": min(spec.block_iters, 5) if emulated else spec.block_iters,
+                           "budget_s": agent_s, "warmup": 2 if emulated else 10,
+                           "timeout_s": timeout_s or max(300.0 if emulated else 60.0, agent_s * 2 + 60),
                            **_calibrating(check)}}
         t_call = time.monotonic()
         reply = session.agent("pairbench", req, timeout=req["options"]["timeout_s"] + 30)
@@ -157,12 +163,13 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         if check is not None:
             check()
         done = len(run.blocks) // 2
-        if clock.cannot_reach(run.calls, done, run.device):
+        if not emulated and clock.cannot_reach(run.calls, done, run.device):
             run.budget_note = clock.note
             progress(f"{run.device}: {clock.note}")
         verdicts = judge(run, spec)
         progress(f"{run.device}: {done} rounds: " + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
-        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note:
+        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note \
+                or emulated_by(run):
             break
         want = min(spec.rounds_max, max(done * 2, done + 1))
     run.elapsed_s = round(time.monotonic() - clock.t0, 3)

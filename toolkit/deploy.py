@@ -329,6 +329,7 @@ class DeviceSession:
         self.connect_s = 0.0
         self.free_mb: float | None = None  # free space under the root, as the last `has` saw it
         self.read_only = False  # the root's filesystem is mounted read-only, as the last `has` saw it
+        self._tensorrt: dict[str, Any] | None = None  # edgeopt_agent.probe.tensorrt_runtime(), asked once
 
     @classmethod
     def open(cls, device: Device, trust_new_host_keys: bool = False, retries: int = 2,
@@ -479,8 +480,9 @@ class DeviceSession:
         t0 = time.perf_counter()
         res = PushResult(self.device.name, agent={"path": self.agent_dir, "uploaded": self.agent_uploaded,
                                                   "bytes_sent": self.agent_bytes_sent})
+        refused = self.runtime_refusals(bundles)  # before anything is sent: a bundle this device cannot run
         present = self.has([b.bundle_id for b in bundles])
-        need = sum(b.size for b in bundles if not present.get(b.bundle_id)) / (1 << 20)
+        need = sum(b.size for b in bundles if not present.get(b.bundle_id) and b.bundle_id not in refused) / (1 << 20)
         if need and self.read_only:
             raise DeviceError(f"{self.device.name}: the filesystem under {self.root} is read-only; nothing can be "
                               "installed there",
@@ -493,6 +495,10 @@ class DeviceSession:
         for b in bundles:
             bp = BundlePush(b.bundle_id, str(b.path), b.model, b.target, b.precision, "present")
             res.bundles.append(bp)
+            if b.bundle_id in refused:
+                bp.status, bp.error, res.ok = "failed", refused[b.bundle_id], False
+                self.progress(f"{self.device.name}: {b.model} {b.target}-{b.precision}: REFUSED: {bp.error}")
+                continue
             tb = time.perf_counter()
             try:
                 if present.get(b.bundle_id) and verify:
@@ -522,6 +528,29 @@ class DeviceSession:
             bp.time_s = round(time.perf_counter() - tb, 3)
         res.time_s = round(time.perf_counter() - t0, 3)
         return res
+
+    def runtime_refusals(self, bundles: list[LocalBundle]) -> dict[str, str]:
+        """bundle id -> why this device cannot run it, for what the device can tell before anything is sent:
+        a TensorRT bundle where TensorRT (with its builder: the engine is built on the device) or cuda-python
+        does not import. Asked of the device once per session, and only when a TensorRT bundle is pushed."""
+        trt = [b for b in bundles if b.backend == "tensorrt"]
+        if not trt:
+            return {}
+        if self._tensorrt is None:
+            code = ("import json\nfrom edgeopt_agent.probe import tensorrt_runtime\n"
+                    "print(json.dumps(tensorrt_runtime()))")
+            rc, out, err = self.transport.run([*self.python, "-c", code], cwd=self.agent_dir,
+                                              timeout=min(180.0, self.device.command_timeout))
+            reply = _last_json(out)
+            if not isinstance(reply, dict) or "tensorrt" not in reply:
+                raise self._no_reply("the agent's TensorRT check", rc, out, err)
+            self._tensorrt = reply
+        out: dict[str, str] = {}
+        for b in trt:
+            why = tensorrt_refusal(self.device.name, b, self._tensorrt)
+            if why:
+                out[b.bundle_id] = why
+        return out
 
     # slots --------------------------------------------------------------------------------
     def _verb(self, verb: str, **request: Any) -> dict[str, Any]:
@@ -577,6 +606,42 @@ class DeviceSession:
             raise DeviceError(f"{name}: install of {b.model} {b.target}-{b.precision} failed: {reply_error(reply)}")
         if (reply.get("install") or {}).get("present"):
             bp.status = "present"  # another push installed it meanwhile
+
+
+def _tensorrt_needed(b: LocalBundle) -> str:
+    """The TensorRT a bundle's target names (``tensorrt: "10.3"`` in its profile) as ``10.x``; else ``8.5 or newer``."""
+    from edgeopt_agent.trt_compile import MIN_TENSORRT
+
+    try:
+        spec = json.loads((b.path / "manifest.json").read_text()).get("target_spec") or {}
+    except (OSError, ValueError):
+        spec = {}
+    prof = spec.get("profile") or {}
+    version = str(prof.get("tensorrt") or prof.get("tensorrt_major") or "")
+    return f"{version.split('.')[0]}.x" if version else f"{'.'.join(map(str, MIN_TENSORRT))} or newer"
+
+
+def tensorrt_refusal(device: str, b: LocalBundle, facts: dict[str, Any]) -> str | None:
+    """One line saying what a device lacks to run TensorRT bundle ``b`` (``facts``: the device's
+    ``edgeopt_agent.probe.tensorrt_runtime()``), or None when it has it."""
+    from edgeopt_agent.trt_compile import MIN_TENSORRT, version_tuple
+
+    need = f"{b.target} bundles need TensorRT {_tensorrt_needed(b)}"
+    if not facts.get("tensorrt"):
+        lean = (f"; tensorrt_lean {facts['tensorrt_lean']} is, but a lean runtime cannot build the engine, which "
+                "edgeopt builds on the device") if facts.get("tensorrt_lean") else ""
+        what = "not installed" if facts.get("tensorrt_error") == "not installed" else \
+            f"{facts.get('tensorrt_error') or 'import failed'}"
+        return (f"{device} has no TensorRT runtime (tensorrt not importable: {what}{lean}; {need} with its "
+                "builder and cuda-python)")
+    if version_tuple(str(facts["tensorrt"])) < MIN_TENSORRT:
+        return (f"TensorRT {facts['tensorrt']} on {device} is older than edgeopt's TensorRT runner needs "
+                f"(≥ {'.'.join(map(str, MIN_TENSORRT))}); {need}")
+    if not facts.get("cuda_python"):
+        return (f"{device} has TensorRT {facts['tensorrt']} but no cuda-python (cuda.bindings / cuda.cudart not "
+                f"importable: {facts.get('cuda_python_error') or 'import failed'}); {need} and cuda-python, the "
+                "major of the device's CUDA")
+    return None
 
 
 def space_margin_mb(need_mb: float) -> float:
