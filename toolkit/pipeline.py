@@ -31,11 +31,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeopt import __version__
 from edgeopt.errors import UsageError
 from edgeopt.targets.base import CHECK_FAILED_MARK, debug_command, with_debug_hint
+
+if TYPE_CHECKING:
+    from edgeopt.results import AccuracyInfo
 
 STATUS_OK = ("built", "cached", "up-to-date")
 CACHED_FAILURE = "[cached outcome of an identical earlier build; --force retries]"
@@ -58,6 +61,15 @@ class TargetResult:
     @property
     def ok(self) -> bool:
         return self.status in STATUS_OK
+
+    @property
+    def accuracy(self) -> AccuracyInfo | None:
+        """The host check, typed (``results.AccuracyInfo``: passed, metric, k of n with its interval, data);
+        None when no check ran."""
+        from edgeopt.results import accuracy_info
+
+        m = self.manifest or {}
+        return accuracy_info(m.get("host_check"), (((m.get("validation") or {}).get("source")) or {}).get("kind"))
 
 
 @dataclass

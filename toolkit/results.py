@@ -507,6 +507,26 @@ def _energy(e: dict[str, Any]) -> Energy:
                   if isinstance(e.get("unavailable"), dict) else {}, raw=e)
 
 
+def accuracy_info(acc: dict[str, Any] | None, data_kind: str | None = None) -> AccuracyInfo | None:
+    """A check against the FP32 reference, typed: the agent's ``accuracy`` in a bench reply, or a bundle's
+    ``host_check`` (``data_kind``: its validation data's kind, which the manifest keeps apart). None when
+    no check ran."""
+    if not isinstance(acc, dict) or "passed" not in acc:
+        return None
+    from edgeopt import decide
+
+    a = decide.agreement(acc) or {}
+    cos = [_fnum(((o or {}).get("metrics") or {}).get("cosine")) for o in (acc.get("outputs") or {}).values()]
+    cos = [c for c in cos if c is not None]
+    data = acc.get("data") if isinstance(acc.get("data"), dict) else {}
+    return AccuracyInfo(
+        passed=None if acc.get("passed") is None else bool(acc["passed"]), precision=_str(acc.get("precision")),
+        summary=_str(acc.get("summary")), metric=a.get("metric"), output=a.get("output"), share=a.get("share"),
+        k=a.get("k"), n=a.get("n"), interval=(a["ci_low"], a["ci_high"]) if a else None,
+        samples=_inum(acc.get("samples") or data.get("n")), data=_str(data.get("kind") or data_kind),
+        cosine_min=min(cos) if cos else None, raw=acc)
+
+
 def record_from_dict(rec: dict[str, Any] | Any) -> BenchRecord:
     """The one way a record becomes typed: a results-database row's JSON, ``fleetbench.RunRecord`` (or its
     ``as_dict()``), or a ``BenchRecord`` (returned as is). Missing parts are None, never an error: a failed
@@ -548,19 +568,7 @@ def record_from_dict(rec: dict[str, Any] | Any) -> BenchRecord:
             cold_start_ms=None if load is None or first is None else (load + first) * 1000,
             peak_rss_mb=_fnum(bench.get("peak_rss_mb")),
             samples_ms=tuple(x for x in (_fnum(v) for v in bench.get("samples_ms") or ()) if x is not None), raw=lat)
-    acc = bench.get("accuracy") if isinstance(bench.get("accuracy"), dict) else None
-    accuracy = None
-    if acc is not None and "passed" in acc:
-        a = decide.agreement(acc) or {}
-        cos = [_fnum(((o or {}).get("metrics") or {}).get("cosine")) for o in (acc.get("outputs") or {}).values()]
-        cos = [c for c in cos if c is not None]
-        data = acc.get("data") or {}
-        accuracy = AccuracyInfo(
-            passed=None if acc.get("passed") is None else bool(acc["passed"]), precision=_str(acc.get("precision")),
-            summary=_str(acc.get("summary")), metric=a.get("metric"), output=a.get("output"), share=a.get("share"),
-            k=a.get("k"), n=a.get("n"), interval=(a["ci_low"], a["ci_high"]) if a else None,
-            samples=_inum(acc.get("samples") or data.get("n")), data=_str(data.get("kind")),
-            cosine_min=min(cos) if cos else None, raw=acc)
+    accuracy = accuracy_info(bench.get("accuracy"))
     err = rec.get("error") if isinstance(rec.get("error"), dict) else None
     status = str(rec.get("status") or "")
     error = None if not err else ErrorInfo(type=_str(err.get("type")), message=str(err.get("message") or status),

@@ -34,15 +34,15 @@ from tests.conftest import tiny_cnn
 @pytest.fixture(scope="module")
 def benched(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("typed")
-    edgeopt.build(tiny_cnn(tmp / "tiny.onnx"), "cpu", precision="fp32", dist=tmp / "dist", calib_count=4,
-                  val_count=4)
+    built = edgeopt.build(tiny_cnn(tmp / "tiny.onnx"), "cpu", precision="fp32", dist=tmp / "dist", calib_count=4,
+                          val_count=4)
     db = str(tmp / "r.db")
     fleet = edgeopt.bench(dist=tmp / "dist", devices="local", duration=0.2, min_iters=5, warmup="0.05s", db=db)
-    return tmp, db, fleet
+    return tmp, db, fleet, built
 
 
 def test_bench_records_are_typed_with_annotations(benched):
-    _, _, fleet = benched
+    _, _, fleet, _ = benched
     assert isinstance(fleet, BenchResult) and fleet.ok
     (rec,) = fleet.records
     assert isinstance(rec, BenchRecord)
@@ -70,7 +70,7 @@ def test_bench_records_are_typed_with_annotations(benched):
 
 
 def test_the_typed_record_gives_back_the_stored_json_and_query_is_typed(benched):
-    _, db, fleet = benched
+    _, db, fleet, _ = benched
     (rec,) = fleet.records
     (stored,) = edgeopt.query(db=db)
     assert isinstance(stored, BenchRecord)
@@ -83,7 +83,7 @@ def test_the_typed_record_gives_back_the_stored_json_and_query_is_typed(benched)
 
 
 def test_reading_a_record_as_a_dict_still_works_and_warns(benched):
-    _, _, fleet = benched
+    _, _, fleet, _ = benched
     (rec,) = fleet.records
     with pytest.warns(DeprecationWarning, match=r"DeviceInfo\['name'\].*DeviceInfo\.name"):
         assert rec.device["name"] == rec.device.name
@@ -106,7 +106,7 @@ def test_the_cli_json_keeps_its_shape(benched, capsys):
     from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import RunRecord
 
-    tmp, _, _ = benched
+    tmp, _, _, _ = benched
     rc = main(["bench", "--dist", str(tmp / "dist"), "--db", str(tmp / "cli.db"), "--duration", "0.2",
                "--min-iters", "5", "--json", "-q"])
     doc = json.loads(capsys.readouterr().out)
@@ -120,7 +120,7 @@ def test_the_cli_json_keeps_its_shape(benched, capsys):
 
 
 def test_an_unreachable_device_is_a_typed_error_record(benched, tmp_path):
-    tmp, _, _ = benched
+    tmp, _, _, _ = benched
     rig = Path(tmp_path / "rig.yaml")
     rig.write_text(f"devices:\n  gone: {{host: 127.0.0.1, port: 1, user: ci, target: cpu, "
                    f"known_hosts: {tmp_path / 'kh'}}}\n")
@@ -130,3 +130,13 @@ def test_an_unreachable_device_is_a_typed_error_record(benched, tmp_path):
     (rec,) = exc.value.result.records
     assert rec.status == "unreachable" and rec.latency is None and rec.accuracy is None
     assert rec.error.type and rec.error.message and rec.device.name == "gone" and "gone" in exc.value.message
+
+
+def test_the_build_report_carries_its_host_check_typed(benched):
+    """BuildReport's results are dataclasses; the host check reads as the bench's accuracy does."""
+    *_, built = benched
+    (res,) = built.results
+    acc = res.accuracy
+    assert isinstance(acc, AccuracyInfo) and acc.passed is True and (acc.metric, acc.k, acc.n) == ("top-1", 4, 4)
+    assert acc.data == "random" and acc.interval[1] == 1.0
+    assert "accuracy" not in built.as_dict()["results"][0]  # --json unchanged: its check stays under "check"
