@@ -86,15 +86,6 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
         "p99_ms": _num(lat.get("p99")), "p99_9_ms": _num(lat.get("p99_9")), "mean_ms": _num(lat.get("mean")),
         "std_ms": _num(lat.get("std")), "min_ms": _num(lat.get("min")), "max_ms": _num(lat.get("max")),
         "throughput_ips": _num(bench.get("throughput_ips")), "iterations": bench.get("iterations"),
-        # energy: J per inference and mean W where the agent read a source; the source (None: not
-        # available, energy_why_not says why; all None: the agent reported no energy at all)
-        "energy_j": energy.joules_per_inference if energy else None,
-        "energy_w": energy.mean_power_w if energy else None,
-        "energy_source": energy.source if energy else None,
-        "energy_resolution": energy.resolution if energy else None,
-        "energy_samples": energy.samples if energy else None,
-        "energy_why_not": (None if energy.measured else energy.why_not or "the agent gave no reading")
-        if energy else None,
         "load_s": _num(bench.get("load_s")), "first_inference_ms": None if first is None else first * 1000,
         "peak_rss_mb": _num(bench.get("peak_rss_mb")),
         "artifact_mb": None if not art.get("artifact_bytes") else art["artifact_bytes"] / 1e6,
@@ -116,6 +107,16 @@ def row_of(rec: dict[str, Any]) -> dict[str, Any]:
         "threads": env.get("threads"), "cpu_model": env.get("cpu_model"),
         "build_warnings": art.get("build_warnings") or [],
         "ship": None, "vs_fp32": None,
+        # energy (last: the CSV columns before it keep their places): J per inference and mean W where the
+        # agent read a source; the source (None: not available, energy_why_not says why; all None: the
+        # agent reported no energy at all)
+        "energy_j": energy.joules_per_inference if energy else None,
+        "energy_w": energy.mean_power_w if energy else None,
+        "energy_source": energy.source if energy else None,
+        "energy_resolution": energy.resolution if energy else None,
+        "energy_samples": energy.samples if energy else None,
+        "energy_why_not": (None if energy.measured else energy.why_not or "the agent gave no reading")
+        if energy else None,
         # private (never written out): what the verdict resamples and the bundle's folder for its hint
         "_samples": [float(x) for x in (bench.get("samples_ms") or []) if _num(x) is not None],
         "_bundle_path": b.get("path"),
