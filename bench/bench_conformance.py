@@ -441,6 +441,10 @@ def main() -> int:
     ap.add_argument("--fast", action="store_true", help="builds in this process, one long-lived converter worker "
                     "per backend (imports paid once; see the module's doc)")
     ap.add_argument("--recycle", type=int, default=40, help="with --fast: restart a backend's worker after N jobs")
+    ap.add_argument("--merge", action="append", default=[], help="also read DIR/results.jsonl (another --work; "
+                    "a later line wins): runs split over processes")
+    ap.add_argument("--sample", action="append", default=[], help="TARGET=K: that target measured on every K-th "
+                    "test of the full list (its other rows left out of the table)")
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
     ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
     a = ap.parse_args()
@@ -448,12 +452,20 @@ def main() -> int:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     res = work / "results.jsonl"
-    done = {}
-    if res.exists():
-        for line in res.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                done.setdefault(rec["test"], {"test": rec["test"], "targets": {}})["targets"].update(rec["targets"])
+    done: dict[str, dict[str, Any]] = {}
+    for f in [res] + [Path(d) / "results.jsonl" for d in a.merge]:  # a later line wins (a re-run)
+        if f.exists():
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    done.setdefault(rec["test"], {"test": rec["test"], "targets": {}})["targets"].update(rec["targets"])
+    samples = {t: int(k) for t, k in (x.split("=") for x in a.sample)}
+    if samples:  # a target measured on every K-th test of the full list only: its other rows are left out
+        index = {name: i for i, (name, _) in enumerate(float32_tests())}
+        for name, rec in done.items():
+            for t, k in samples.items():
+                if t in rec["targets"] and index.get(name, 0) % k:
+                    del rec["targets"][t]
     tests = float32_tests({o for o in a.ops.split(",") if o} or None, a.match)[a.start::max(a.every, 1)]
     if a.limit:
         tests = tests[:a.limit]
@@ -487,7 +499,8 @@ def main() -> int:
                 row["outcome"] = outcome(row, row["outcome"] == "crash")
     body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, `inspect` verdict vs "
             f"`build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec output|); "
-            f"{len(records)} tests (per target: the last row); "
+            f"{len(records)} tests (per target: the last row)"
+            + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets) + "\n\n" + failures(records, targets))
     print(body)
     if a.write:

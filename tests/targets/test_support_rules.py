@@ -78,6 +78,23 @@ def test_intel_cpu_refuses_a_ceil_mode_maxpool_whose_last_window_starts_in_the_p
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, name="mp")
     p = _one_node(tmp_path / "mp3.onnx", node, [("x", [1, 1, 3, 3])], [("y", TensorProto.FLOAT, [1, 1, 2, 2])])
     assert _refused("openvino", p) == []
+    # AveragePool of the refused geometry: OpenVINO matches the spec, Core ML declares the spec's shape
+    # (the node test averagepool_2d_ceil_last_window_starts_on_pad built and passed on both)
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 2], ceil_mode=1, name="ap")
+    p = _one_node(tmp_path / "ap.onnx", node, [("x", [1, 1, 2, 2])], [("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+    assert _refused("openvino", p) == [] and _refused("coreml", p) == []
+
+
+def test_intel_cpu_refuses_qk_matmul_output_modes_1_and_2_only(tmp_path):
+    """OpenVINO's qk_matmul_output is off the spec after the mask/bias (1) and the softcap (2); the plain QK
+    product (0) and the softmax output (3) match (node tests attention_*_qk_matmul{,_bias,_softcap,_softmax})."""
+    for mode in range(4):
+        node = helper.make_node("Attention", ["q", "k", "v"], ["y", "", "", "qk"], qk_matmul_output_mode=mode,
+                                name="att")
+        p = _one_node(tmp_path / f"att{mode}.onnx", node, [(n, [1, 2, 3, 4]) for n in "qkv"],
+                      [("y", TensorProto.FLOAT, [1, 2, 3, 4]), ("qk", TensorProto.FLOAT, [1, 2, 3, 3])], opset=23)
+        bad = _refused("openvino", p)
+        assert (len(bad) == 1 and f"qk_matmul_output_mode={mode}" in bad[0][0]) if mode in (1, 2) else bad == []
 
 
 def _lstm(path, layout, seq=3):
