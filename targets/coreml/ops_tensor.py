@@ -227,7 +227,8 @@ def reshape(ctx: Context, node: Any) -> Any:
 @op("Flatten")
 def flatten(ctx: Context, node: Any) -> Any:
     s = ctx.shape(node)
-    axis = norm_axis(ctx.attr(node, "axis", 1), len(s) + 1) if len(s) else 0
+    a = int(ctx.attr(node, "axis", 1))  # in [-r, r]: r is allowed, a negative axis counts from r (not r + 1)
+    axis = (norm_axis(a, len(s) + 1) if a >= 0 else norm_axis(a, len(s))) if len(s) else 0
     out = [int(np.prod(s[:axis])), int(np.prod(s[axis:]))]
     return ctx.mb.reshape(x=ctx.x(node), shape=out, name=ctx.nm(node))
 

@@ -203,6 +203,7 @@ CASES = {
                           {"x": V(f(2, 3, 4)), "one": K(np.array([1], np.int64))}, ["y0"]),
     "Reshape": lambda: one("Reshape", {"x": V(f(2, 3, 4)), "s": K(np.array([0, -1, 2], np.int64))}),
     "Flatten": lambda: one("Flatten", {"x": V(f(2, 3, 4, 5))}, axis=2),
+    "Flatten-negative-axis": lambda: one("Flatten", {"x": V(f(2, 3, 4, 5))}, axis=-1),  # [24, 5]: -1 counts from r
     "Transpose": lambda: one("Transpose", {"x": V(f(2, 3, 4, 5))}, perm=[2, 0, 3, 1]),
     "Concat": lambda: one("Concat", {"a": V(f(2, 3)), "b": K(f(2, 2)), "c": V(f(2, 1))}, axis=-1),
     "Slice": lambda: one("Slice", {"x": V(f(6, 7, 8)), "s": K(np.array([1, -1, 0], np.int64)),
