@@ -98,7 +98,13 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
                 raws.append(None)
                 arm["decisions_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        for arm, dec in zip(arms, pair_decisions(raws[0], raws[1], kind)):
+        try:
+            decided = pair_decisions(raws[0], raws[1], kind)
+        except Exception as exc:  # noqa: BLE001 - outputs the kind's decoder cannot read: no comparison
+            decided = (None, None)
+            for arm in arms:
+                arm.setdefault("decisions_error", f"{type(exc).__name__}: {exc}"[:300])
+        for arm, dec in zip(arms, decided):
             arm["decisions"] = dec
         stage("warmup", {})
         for arm in arms:
