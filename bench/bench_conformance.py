@@ -304,7 +304,7 @@ def serve_workers(recycle: int) -> None:
     pipeline.subprocess = shim
 
 
-def build_in_process(model: str, targets: list[str], dist: Path, calib: Path, timeout: int) -> tuple[int, str, str]:
+def build_in_process(model: str, targets: list[str], dist: Path, calib: Path | None, timeout: int) -> tuple[int, str, str]:
     """``edgeopt build MODEL -t ... -p fp32 --json -j 1 --calib ...`` in this process: (exit code, the --json
     report, stderr)."""
     import traceback
@@ -314,7 +314,7 @@ def build_in_process(model: str, targets: list[str], dist: Path, calib: Path, ti
 
     os.environ["EDGEOPT_SUPPORT_RULES"] = "off"
     try:
-        rep = api.build(model, targets, precision="fp32", calib=str(calib), dist=str(dist), jobs=1,
+        rep = api.build(model, targets, precision="fp32", calib=str(calib) if calib else None, dist=str(dist), jobs=1,
                         timeout=timeout, raise_on_failure=False)
         return (0 if rep.ok else 3), json.dumps(rep.as_dict(), default=str), ""
     except EdgeoptError as exc:
@@ -351,8 +351,10 @@ def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool
     import numpy as np
 
     np.savez(calib, **{k: v[None] for k, v in inputs.items()})
+    if not inputs:  # a model without inputs (a Constant): no data to give, as a user would run it
+        calib = None
     cmd = [sys.executable, "-m", "edgeopt", "build", model, "-t", ",".join(targets), "-p", "fp32",
-           "-o", str(dist), "--json", "-j", "1", "--calib", str(calib)]
+           "-o", str(dist), "--json", "-j", "1"] + (["--calib", str(calib)] if calib else [])
     t0 = time.time()
     if fast:
         rc, out, err = build_in_process(model, targets, dist, calib, timeout)

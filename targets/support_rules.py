@@ -420,6 +420,10 @@ def _graph_rules(g: Graph, backend: str) -> list[tuple[str, str, str, bool]]:
                 conv = "edgeopt's input matcher for onnx2tf" if backend == "tflite" else "Core ML"
                 out.append((f"input {i.name!r} (rank 0)", i.name,
                             f"a rank-0 (scalar) model input: {conv} takes inputs of rank >= 1", True))
+    if not g.inputs and backend != "coreml":  # Core ML's check is structural: it builds
+        out.append(("no model input", g.graph_outputs and sorted(g.graph_outputs)[0] or "graph",
+                    "a model without inputs (its outputs are constants): edgeopt's host check stacks validation "
+                    "inputs and has none (it fails with 'need at least one array to stack')", True))
     for i in g.inputs:
         s = g.shape(i.name)
         if s and any(d == 0 for d in s):
