@@ -23,7 +23,7 @@ class EdgeoptError(Exception):
     """A user-facing error: one message, an optional hint, no traceback."""
 
     exit_code = EXIT_USAGE
-    #: the typed result of the run that failed (``edgeopt.build``'s BuildReport, ``bench``'s FleetResult ...),
+    #: the typed result of the run that failed (``edgeopt.build``'s BuildReport, ``bench``'s BenchResult ...),
     #: when the error ends a run that produced one; None otherwise
     result: Any = None
 

@@ -132,11 +132,11 @@ def thread_steps(cores: int, given: list[int] | None) -> list[int]:
 
 
 def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc) -> Point:
-    b = rec.bundle or {}
-    p = Point(dev, b.get("target", ""), b.get("precision", ""), batch, threads, str(bundle.path), rec.status,
+    b = rec.bundle
+    p = Point(dev, b.target or "", b.precision or "", batch, threads, str(bundle.path), rec.status,
               run_id=rec.run_id)
     if not rec.ok:
-        p.why_not = ((rec.error or {}).get("message") or rec.status)[:200]
+        p.why_not = ((rec.error.message if rec.error else "") or rec.status)[:200]
         return p
     bench = rec.bench or {}
     lat = bench.get("latency_ms") or {}
@@ -267,7 +267,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                                    duration=duration, min_iters=20, warmup="0.3s", db=db,
                                    trust_new_host_keys=trust_new_host_keys, raise_on_failure=False,
                                    **_scenario_args(scenario, rates.get((target, prec))))
-                    recs = [r for r in fr.records if r.device.get("name") == dev.name]
+                    recs = [r for r in fr.records if r.device.name == dev.name]
                     if not recs:
                         break
                     p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d)
@@ -339,7 +339,7 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
             fr = api.bench(devices=devices, limit=dev.name, bundles=[bundle], threads=p.threads, batch=p.batch,
                            duration=duration, min_iters=20, warmup="0.3s", db=db, trust_new_host_keys=trust_new,
                            raise_on_failure=False, **_scenario_args(scenario, p.throughput_ips))
-            recs = [x for x in fr.records if x.device.get("name") == dev.name]
+            recs = [x for x in fr.records if x.device.name == dev.name]
             if recs:
                 q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc)
                 if scenario == "server":

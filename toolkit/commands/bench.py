@@ -195,9 +195,9 @@ def print_fleet(result) -> None:
     for s in result.skipped:
         print(f"skipped {s['device']}: {s['reason']}")
     for p in result.pushes:
-        n = sum(b["status"] in ("installed", "repaired") for b in p["bundles"])
-        print(f"{p['device']}: pushed {n} bundle(s), {p['bytes_sent']} bytes"
-              + (", agent installed" if p["agent"].get("uploaded") else ""))
+        n = sum(b.status in ("installed", "repaired") for b in p.bundles)
+        print(f"{p.device}: pushed {n} bundle(s), {p.bytes_sent} bytes"
+              + (", agent installed" if p.agent.get("uploaded") else ""))
     for r in result.records:
         sc = (r.bench or {}).get("scenario") if hasattr(r, "bench") else None
         if sc:
@@ -206,7 +206,7 @@ def print_fleet(result) -> None:
             rate = sc.get("completed_qps") or sc.get("samples_per_second") or sc.get("queries_per_second")
             who = (f", {sc['concurrency']} clients" if sc.get("concurrency") else "") + \
                 (f", {sc['workers']} workers" if (sc.get("workers") or 1) > 1 else "")
-            print(f"{r.device['name']}: {sc['scenario']} ({sc['engine']}{who}): {valid}"
+            print(f"{r.device.name}: {sc['scenario']} ({sc['engine']}{who}): {valid}"
                   + (f" ({', '.join(r + ': NO' for r in sc['invalid_reasons'])})" if sc.get("invalid_reasons") else "")
                   + f"; p50 {lat.get('p50', float('nan')):.2f} ms, p99 {lat.get('p99', float('nan')):.2f} ms"
                   + (f", {rate:.1f}/s" if rate else ""))
