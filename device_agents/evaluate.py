@@ -2,8 +2,8 @@
 
 A rollout with ``--eval DATA`` scores the candidate against labels on the device, beside the bundle it
 replaces, on the same inputs: the host uploads ``DATA`` (a ``.npz``: one array per model input, samples
-on axis 0, in the ONNX layout) into ``<root>/eval/<sha256>.npz`` and asks for the decisions (argmax of
-the first output, per sample) of every bundle; it holds the labels and does the scoring, so the device
+on axis 0, in the ONNX layout) into ``<root>/eval/<sha256>.npz`` and asks for the decisions (the class ids
+of a label output, else the argmax of the first output, per sample) of every bundle; it holds the labels and does the scoring, so the device
 never sees them. Standard library + numpy only; the runtimes are imported by their runners.
 """
 
@@ -43,8 +43,9 @@ def eval_feeds(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.nd
 
 
 def evaluate(bundles: list[Path], data: Path, threads: Any = None) -> dict[str, Any]:
-    """Each bundle's decisions (argmax of its first output) on every sample of ``data``."""
-    from .paired import _decisions
+    """Each bundle's decisions on every sample of ``data``: the class ids of a declared ``label`` or
+    ``classification`` output (``paired.decision_kind``), else the argmax of the first output."""
+    from .paired import _decisions, decision_kind
     from .runners import get_runner
 
     arms = []
@@ -55,7 +56,10 @@ def evaluate(bundles: list[Path], data: Path, threads: Any = None) -> dict[str, 
         runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {"threads": threads} if threads else {})
         try:
             runner.load()
-            decisions = _decisions({"manifest": manifest, "runner": runner}, feeds)
+            kind = decision_kind(manifest)
+            if kind is not None and kind.get("kind") not in ("label", "classification"):
+                kind = None  # the labels the host scores against are class ids
+            decisions = _decisions({"manifest": manifest, "runner": runner}, feeds, kind)
         finally:
             runner.close()
         arms.append({"bundle_id": sha256_file(bundle / "manifest.json"), "decisions": decisions})

@@ -118,3 +118,11 @@ def test_an_argmax_output_is_inferred_as_labels_at_build(tmp_path):
     assert res.ok, res.error
     kinds = json.loads((Path(res.bundle) / "manifest.json").read_text())["output_kinds"]
     assert kinds["label"]["kind"] == "label" and kinds["label_f"]["kind"] == "label"
+    # rollout --eval scores the class ids a label output gives (it took the argmax of a [1, 1] id: always 0)
+    from edgeopt_agent.evaluate import evaluate
+
+    xs = np.random.default_rng(2).normal(size=(20, 1, 16)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", x=xs)
+    arm = evaluate([Path(res.bundle)], tmp_path / "eval.npz")["arms"][0]
+    want = np.argmax(xs[:, 0] @ w, axis=1)
+    assert [int(np.ravel(d)[0]) for d in arm["decisions"]] == want.tolist() and len(set(want.tolist())) > 1
