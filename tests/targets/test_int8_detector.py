@@ -114,6 +114,10 @@ def test_cpu_int8_of_a_decoding_head_passes_at_its_first_variant(built, tmp_path
     assert any("a detection output's decoding" in n for n in res.manifest["notes"])
     box = res.manifest["host_check"]["outputs"]["output0"]["metrics"]
     assert box["box_match"] >= 0.9 and box["boxes_ref"] >= 50
+    # the cross-check's FP32 pool: the validation reference and the calibration outputs reused, only the
+    # calibration samples past the 8 already run are run again
+    assert info["cross_checks"] and info["cross_checks"][0]["passed"]
+    assert info["timings"]["cross_check_fp32_runs"] == info["calibration_samples"] - 8
 
     # The old placement (only the mixed-scale Concats float) on the same first setting and calibration:
     # one per-tensor step over the corners' 0..16 grid units moves the ~10-px boxes off their IoU.
