@@ -272,6 +272,18 @@ TFLITE_NO_BUILTIN = {"Acos": "acos", "Acosh": "acosh", "Asin": "asin", "Asinh": 
                      "Atanh": "atanh", "Cosh": "cosh", "Sinh": "sinh", "Tan": "tan", "Softsign": "softsign"}
 
 
+def _attention_extras(n, g) -> str | None:
+    used = [what for i, what in ((3, "an attn_mask"), (4, "a past key"), (5, "a past value")) if inp(n, i)]
+    if len(n.output) > 3 and n.output[3] and n.output[3] in g.used:
+        used.append("its qk_matmul_output")
+    return " and ".join(used) + " used" if used else None
+
+
+def _pool_dilated(n, g) -> str | None:
+    d = attr(n, "dilations")
+    return f"dilations {list(d)}" if d is not None and any(int(x) != 1 for x in d) else None
+
+
 def _since_22(n, g) -> str | None:
     return f"{n.op_type}-22 (model opset {g.opset})" if g.opset >= 22 else None
 
@@ -384,6 +396,11 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("Erf",), lambda n, g: "lowered to TensorFlow's erf unless onnx2tf matches it inside a GELU",
              "LiteRT's builtin ops lack erf (a Flex op); a whole GELU pattern becomes LiteRT's GELU instead",
              certain=False),
+        Rule(("Attention",), _attention_extras,
+             "onnx2tf failed inside its own code on every Attention node test sampled with a mask, a past key/value "
+             "or the qk_matmul_output (3-D and 4-D); the plain 4-D one converts", certain=False),
+        Rule(("AveragePool",), _pool_dilated,
+             "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
              "builtins lack (FlexResizeBicubic)"),
         Rule(("Conv", "ConvTranspose", "MaxPool", "AveragePool"), _same_lower,
