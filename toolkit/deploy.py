@@ -154,8 +154,22 @@ def agent_package() -> AgentPackage:
         if not p.is_file() or "__pycache__" in p.parts or p.suffix not in (".py", ".md", ".json"):
             continue
         files.append((rel, p))
-        h.update(rel.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+        h.update(rel.encode() + b"\0" + bytes.fromhex(file_sum(p)[0]))
     return AgentPackage(edgeopt_agent.AGENT_VERSION, h.hexdigest(), tuple(files))
+
+
+_SUMS: dict[tuple, tuple[str, int]] = {}
+
+
+def file_sum(p: Path) -> tuple[str, int]:
+    """(sha256 hex, size) of a host file, hashed once per content: every session of a rollout checks the
+    same agent files (200 devices hashed them 400 times). Keyed by the file's identity and its mtime/ctime in
+    ns, so a file changed meanwhile is hashed again."""
+    st = p.stat()
+    key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _SUMS:
+        _SUMS[key] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size)
+    return _SUMS[key]
 
 
 # --- before any agent code runs on the device ---------------------------------------------------
@@ -406,8 +420,7 @@ class DeviceSession:
     def _preflight(self) -> str:
         """Run PREFLIGHT on the device: the agent's state (``ok``, ``missing`` or what differs); raises
         one line when the device's Python is too old or the agent root is not safe to run code from."""
-        files = {rel: [hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_size]
-                 for rel, p in self.package.files}
+        files = {rel: list(file_sum(p)) for rel, p in self.package.files}
         argv = [*self.python, "-I", "-c", PREFLIGHT]
         rc, out, err = self.transport.run(argv, stdin=json.dumps({"root": self.root, "agent_dir": self.agent_dir,
                                                                   "files": files}),
