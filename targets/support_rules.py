@@ -398,8 +398,8 @@ TABLES: dict[str, list[Rule]] = {
     "tflite": [
         Rule(tuple(TFLITE_NO_BUILTIN), lambda n, g: f"lowered to TensorFlow's {TFLITE_NO_BUILTIN[n.op_type]}",
              "LiteRT's builtin ops lack it (a Flex op): the TFLite conversion fails"),
-        Rule(("MaxPool",), _pool_3d, "onnx2tf lowers it to TensorFlow's MaxPool3D, which LiteRT's builtin ops "
-             "lack (FlexMaxPool3D: the check refuses it)"),
+        Rule(("MaxPool", "AveragePool"), _pool_3d, "onnx2tf lowers it to TensorFlow's MaxPool3D/AvgPool3D, which "
+             "LiteRT's builtin ops lack (FlexMaxPool3D, FlexAvgPool3D: the check refuses it)"),
         Rule(("Attention",), _attention_extras,
              "onnx2tf failed inside its own code on every Attention node test sampled with a mask, a past key/value "
              "or the qk_matmul_output (3-D and 4-D); the plain 4-D one converts", certain=False),
