@@ -163,13 +163,17 @@ _SUMS: dict[tuple, tuple[str, int]] = {}
 
 def file_sum(p: Path) -> tuple[str, int]:
     """(sha256 hex, size) of a host file, hashed once per content: every session of a rollout checks the
-    same agent files (200 devices hashed them 400 times). Keyed by the file's identity and its mtime/ctime in
-    ns, so a file changed meanwhile is hashed again."""
+    same agent files (200 devices hashed them 600 times). Keyed by the file's identity and its mtime/ctime in
+    ns, so a file changed meanwhile is hashed again; a file changed in the last 2 s is never kept (as git's
+    "racy" rule: a rewrite within one timestamp tick would not change the key)."""
     st = p.stat()
     key = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key not in _SUMS:
-        _SUMS[key] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size)
-    return _SUMS[key]
+    if key in _SUMS:
+        return _SUMS[key]
+    got = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_size)
+    if time.time() - max(st.st_mtime, st.st_ctime) > 2.0:
+        _SUMS[key] = got
+    return got
 
 
 # --- before any agent code runs on the device ---------------------------------------------------
