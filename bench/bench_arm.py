@@ -1,13 +1,18 @@
 """The whole path on emulated aarch64 boards: push, bench (cpu ORT, mobile LiteRT, intel-cpu OpenVINO where its
-wheel installed) and the on-device check, over real SSH, on Debian arm64 userlands run by qemu-user.
+wheel installed) and the on-device check, `gate`, a mixed-fleet `rollout`, and a jetson-orin bundle refused where
+TensorRT is missing, over real SSH, on Debian arm64 userlands run by qemu-user.
 
-    sudo .venv/bin/python bench/bench_arm.py [--suites bookworm,bullseye] [--duration 2]
+    sudo .venv/bin/python bench/bench_arm.py [--suites bookworm,bullseye] [--duration 2] [--no-write]
 
 Each suite's root is brought up with scripts/make_device.py (built once, then cached; see its --help). The
-ocr-cls model is built on this host for cpu fp32, mobile fp16 and intel-cpu fp32; the same cpu bundle is also
-benched on the host itself (``local``) for comparison. Every latency from an emulated board is qemu's
-speed, not the board's: the table says so in every row (``emulated``), as the records' facts do.
-Writes the ``emulated-arm`` section of docs/BENCHMARKS.md.
+ocr-cls model is built on this host for cpu fp32, mobile fp16, intel-cpu fp32 and jetson-orin fp16 (the
+TensorRT build spec: the engine is built on the device, so a board without TensorRT refuses it), plus a
+perturbed cpu fp32 candidate for the gate; the same cpu bundle is also benched on the host itself (``local``)
+for comparison. Per board: bench of every bundle, the check verb, then `gate` (perturbed candidate vs the cpu
+bundle: accuracy judged, latency not). Then one `rollout` of the cpu and intel-cpu bundles across a mixed
+fleet: two x86 ``local``-transport devices (intel-cpu, cpu) and every board (cpu). Every latency from an
+emulated board is qemu's speed, not the board's: the table says so in every row (``emulated``), as the
+records' facts do. Writes the ``emulated-arm`` section of docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import ROOT, load, machine, md_table, stamp, write_section  # noqa: E402
 
-TARGETS = {"cpu": "fp32", "mobile": "fp16", "intel-cpu": "fp32"}
-RUNTIME_DIST = {"cpu": "onnxruntime", "mobile": "ai-edge-litert", "intel-cpu": "openvino"}
+TARGETS = {"cpu": "fp32", "mobile": "fp16", "intel-cpu": "fp32", "jetson-orin": "fp16"}
+RUNTIME_DIST = {"cpu": "onnxruntime", "mobile": "ai-edge-litert", "intel-cpu": "openvino", "jetson-orin": "tensorrt"}
 
 
 def _make_device():
@@ -48,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     from edgeopt.deploy import DeviceSession, find_bundles
     from edgeopt.fixtures import path
     from edgeopt.fleetbench import bench_fleet
+    from edgeopt.hil.gate import gate
     from edgeopt.inventory import load_inventory, local_device
     from edgeopt.pipeline import build
+    from tests.hil.models import perturbed
 
     md = _make_device()
     work = Path(tempfile.mkdtemp(prefix="bench-arm-"))
@@ -61,12 +68,17 @@ def main(argv: list[str] | None = None) -> int:
                     preprocess="preset=pm1", out=work / "dist", n_calib=4, n_val=4)
         if not rep.ok:
             print(f"build {target}-{prec} failed: {rep.results}", file=sys.stderr)
-    print(f"built {len(TARGETS)} bundles in {time.monotonic() - t0:.0f} s")
+    src = path("ocr-cls")
+    rep = build(perturbed(src, work / "bad" / src.name, scale=0.3), "cpu", ["fp32"], shapes={"x": [1, 3, 48, 192]},
+                calib=str(path("images")), preprocess="preset=pm1", out=work / "dist-bad", n_calib=4, n_val=4)
+    bad = Path(rep.results[0].bundle) if rep.ok else None
+    print(f"built {len(TARGETS) + 1} bundles in {time.monotonic() - t0:.0f} s")
     bundles = find_bundles(work / "dist")
     opts = {"duration_s": a.duration, "min_iters": 5, "max_iters": 500, "warmup": 2, "timeout_s": 600}
 
     rows: list[dict] = []
     ups: list[dict] = []
+    fleet_boards: dict[str, dict] = {}
     for suite in [s for s in a.suites.split(",") if s]:
         try:
             out = md.up("arm64", suite, agent_root=f"/root/.edgeopt-bench-{suite}", state=work / f"{suite}-state")
@@ -95,11 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         for s in res.skipped:
             rows.append({"device": s["device"], "bundle": "-", "status": f"skipped: {s['reason']}"})
         rows.append({"device": f"{suite}-arm64", "bundle": "(all)", "status": f"whole path {wall:.0f} s"})
+        cpu = next((b for b in bundles if b.target == "cpu"), None)
+        if bad is not None and cpu is not None:
+            rows.append(_gate_row(gate, bad, cpu.path, inv, f"{suite}-cpu", suite, info, work))
+        fleet_boards[f"{suite}-arm64"] = {**entry, "target": "cpu"}
     # the same cpu bundle on this host, natively, for comparison
     cpu = [b for b in bundles if b.target == "cpu"]
     res = bench_fleet([local_device(str(work / "local-root"))], cpu, opts, jobs=1)
     for r in res.records:
         rows.append(_row(r, "host", None, "cpu", None, decide))
+    if fleet_boards:
+        rows.extend(_rollout_rows(bundles, fleet_boards, work))
     for out in ups:
         md.down("arm64", out["device"]["suite"], port=out["port"])
 
@@ -120,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             f"real SSH (scripts/make_device.py). **Every latency of an `emulated` row is qemu's speed, not a "
             f"latency measurement of any board**; the `host` row is this x86 CPU natively. A runtime killed by "
             f"SIGILL there met an instruction this host's qemu ({_qemu_version()}) does not emulate: that says "
-            f"nothing of a real board.\n\n{roots}\n\n{table}\n")
+            f"nothing of a real board. `gate` rows: a perturbed candidate against the cpu bundle on the board "
+            f"(accuracy judged there, latency not: qemu's speed is no measurement). `rollout` rows: one rollout of "
+            f"the cpu and intel-cpu bundles across two x86 `local`-transport devices and the boards, each device "
+            f"on its own target's bundle. The jetson-orin rows are refused before anything is installed (no "
+            f"TensorRT on these userlands).\n\n{roots}\n\n{table}\n")
     if not a.no_write:
         write_section("emulated-arm", body)
     return 0
@@ -136,13 +158,75 @@ def _qemu_version() -> str:
     return out.splitlines()[0].replace("qemu-aarch64 version", "qemu-user").strip() if out else "qemu-user"
 
 
+def _gate_row(gate, candidate: Path, baseline: Path, inv: Path, device: str, suite: str, info: dict,
+              work: Path) -> dict:
+    """`edgeopt gate` of the perturbed candidate against the cpu bundle on one board: the verdict, each metric."""
+    t = time.monotonic()
+    try:
+        res = gate(str(candidate), str(baseline), devices=str(inv), limit=[device], budget="60s",
+                   db=str(work / "gate.db"), progress=lambda s: print("  [gate] " + s, flush=True))
+    except Exception as exc:  # noqa: BLE001 - a bench row, not a crash
+        return {"device": device, "bundle": "gate: perturbed cpu-fp32 vs cpu-fp32", "status": f"gate error: {exc}"}
+    wall = time.monotonic() - t
+    dev = (res.get("devices") or [{}])[0]
+    emu = (dev.get("fingerprint") or {}).get("emulated")
+    parts = []
+    for v in dev.get("verdicts") or []:
+        why = "not judged (emulated)" if "emulated" in (v.get("reason") or "") else v["verdict"]
+        parts.append(f"{v['metric']} {why}" + (f" ({v['reason']})" if v["metric"] == "decisions" else ""))
+    status = f"gate {res['verdict']} (exit {res['exit_code']}) in {wall:.0f} s: " + "; ".join(parts)
+    if dev.get("error"):
+        status += f"; error: {dev['error'][:160]}"
+    return {"device": device, "userland": f"{suite} py{info['python']} np{info['numpy']}",
+            "bundle": "gate: perturbed cpu-fp32 vs cpu-fp32", "runtime": "onnxruntime", "status": status,
+            "truth": "emulated" if emu else "device"}
+
+
+def _rollout_rows(bundles, boards: dict[str, dict], work: Path) -> list[dict]:
+    """One `edgeopt rollout` of the cpu and intel-cpu bundles across x86 local devices and the boards."""
+    import json
+    import subprocess
+
+    import yaml
+
+    chosen = [b for b in bundles if b.target in ("cpu", "intel-cpu")]
+    fleet = {"x86-intel": {"transport": "local", "root": str(work / "r-x86-intel"), "target": "intel-cpu"},
+             "x86-cpu": {"transport": "local", "root": str(work / "r-x86-cpu"), "target": "cpu"}, **boards}
+    (work / "fleet.yaml").write_text(yaml.safe_dump({"devices": fleet}, sort_keys=False))
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "rollout", *[str(b.path) for b in chosen], "--devices",
+                        "fleet.yaml", "--waves", "1,100%", "--json", "--db", "rollout.db"], cwd=work,
+                       capture_output=True, text=True, timeout=1800)
+    wall = time.monotonic() - t
+    try:
+        summary = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [{"device": "(fleet)", "bundle": "rollout", "status": f"rollout exit {p.returncode}: "
+                 f"{(p.stderr or p.stdout).strip()[-200:]}"}]
+    by_id = {b.bundle_id: f"{b.target}-{b.precision}" for b in chosen}
+    rows = []
+    for w, wave in enumerate(summary.get("waves") or []):
+        for o in wave.get("outcomes") or []:
+            name = o["device"]
+            rows.append({"device": name, "userland": "emulated board" if name in boards else "host (native)",
+                         "bundle": f"rollout: {by_id.get(o.get('after') or '', fleet[name]['target'])}",
+                         "status": f"rollout wave {w}: {o['status']}" + (f" ({o.get('reason')})" if o.get("reason")
+                                                                          else ""),
+                         "truth": "emulated" if name in boards else "device"})
+    rows.append({"device": "(fleet)", "bundle": "rollout", "status": f"rollout {summary.get('status')} (exit "
+                 f"{p.returncode}) in {wall:.0f} s across {len(fleet)} devices"})
+    return rows
+
+
 def _row(r, suite: str, info: dict | None, target: str, checked: bool | None, decide) -> dict:
     b = r.bench or {}
     lat = b.get("latency_ms") or {}
     truth, _ = decide.device_truth(r.as_dict())
     runner = b.get("runner") or {}
     err = r.error or {}
-    status = r.status if r.status == "ok" else f"{r.status}: {(err.get('message') or '')[:90]}"
+    msg = err.get("message") or ""
+    status = r.status if r.status == "ok" else (f"refused: {msg}" if "has no TensorRT runtime" in msg
+                                                else f"{r.status}: {msg[:90]}")
     acc = b.get("accuracy") or {}
     return {"device": r.device["name"], "userland": f"{suite} py{info['python']} np{info['numpy']}" if info else
             "host (native)", "bundle": f"{target}-{r.bundle.get('precision')}",

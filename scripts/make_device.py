@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, why in d.get("refused", {}).items():
             print(f"  not installed: {k}: {why}")
         print(f"  inventory: {out['inventory']}\n  try: edgeopt bench --dist DIST --devices {out['inventory']}")
-        print(f"  stop: python {sys.argv[0]} --arch {a.arch} --suite {a.suite} --down")
+        print(f"  stop: python {sys.argv[0]} --arch {a.arch} --suite {a.suite} --down --port {out['port']}")
     else:
         print(f"stopped sshd on {out['stopped_ports'] or 'nothing'}; unmounted: {out['unmounted']}"
               + ("; root deleted" if out["purged"] else ""))
