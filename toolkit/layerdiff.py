@@ -62,11 +62,25 @@ class Node:
     outputs: list[str]  # float outputs only (the ones compared)
 
 
+def tensor_types(model) -> dict[str, int]:
+    """Element type of every tensor ONNX's shape inference can type (inputs, outputs, intermediates).
+
+    An intermediate exposed as a graph output must be declared with its own type: ORT refuses to load a
+    model that declares an int32 tensor (magika's one-hot indices) as float."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - e.g. a model over 2 GB, a custom op: nothing typed
+        inferred = model
+    g = inferred.graph
+    return {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
+
+
 def nodes_of(model) -> list[Node]:
     """Top-level nodes in topological order (ONNX stores them sorted), Constants left out; a node without
     a name is named after its first output."""
-    from edgeopt.targets.onnxruntime.quant import tensor_types
-
     types = tensor_types(model)
     inits = {i.name for i in model.graph.initializer}
     out = []
@@ -147,7 +161,7 @@ class Source:
         return []
 
 
-def _with_outputs_bytes(model, names: list[str], types: dict[str, int]) -> bytes:
+def with_outputs_bytes(model, names: list[str], types: dict[str, int]) -> bytes:
     """The model with ``names`` as its only outputs besides its own (serialized; the proto is restored)."""
     from onnx import TensorProto, helper
 
@@ -166,11 +180,13 @@ class OrtSource(Source):
     """An ONNX model in ONNX Runtime; ``alias`` maps an ONNX tensor name to the artifact's tensor."""
 
     def __init__(self, model, make_session: Callable[[bytes], Any], alias: dict[str, str] | None = None,
-                 label: str = "onnxruntime"):
-        from edgeopt.targets.onnxruntime.quant import tensor_types
-
+                 label: str = "onnxruntime", types: dict[str, int] | None = None, keep_session: bool = False):
         self.model, self.make_session, self.label = model, make_session, label
-        self.types = tensor_types(model)
+        # keep_session: the last session stays open for the next run of the same tensors (a caller going
+        # sample by sample through one window); off, each run's session is freed at its end (less memory)
+        self.keep_session = keep_session
+        self._kept: tuple[Any, Any, list[str] | None] | None = None
+        self.types = tensor_types(model) if types is None else types
         produced = {o for n in model.graph.node for o in n.output if o} | {i.name for i in model.graph.input}
         self.alias = {k: v for k, v in (alias or {}).items() if v in produced}
         self.available = set(self.alias) | {t for t in produced if self.types.get(t, 1) in FLOAT_TYPES}
@@ -191,12 +207,20 @@ class OrtSource(Source):
 
     def run(self, names, feeds):
         real = [self.alias.get(n, n) for n in names]
-        cut = self._upstream(real) if self.truncate else None
-        if cut is not None:
-            sess = self.make_session(cut[0])
-            feeds = [{k: v for k, v in f.items() if k in cut[1]} for f in feeds]
+        key = (tuple(real), self.truncate)
+        if self._kept is not None and self._kept[0] == key:
+            sess, keep_in = self._kept[1], self._kept[2]
         else:
-            sess = self.make_session(_with_outputs_bytes(self.model, real, self.types))
+            self._kept = None
+            cut = self._upstream(real) if self.truncate else None
+            if cut is not None:
+                sess, keep_in = self.make_session(cut[0]), cut[1]
+            else:
+                sess, keep_in = self.make_session(with_outputs_bytes(self.model, real, self.types)), None
+            if self.keep_session:
+                self._kept = (key, sess, keep_in)
+        if keep_in is not None:
+            feeds = [{k: v for k, v in f.items() if k in keep_in} for f in feeds]
         got: dict[str, list[np.ndarray]] = {n: [] for n in names}
         for feed in feeds:
             vals = sess.run(real, feed)
@@ -563,6 +587,35 @@ def node_metrics(out: np.ndarray, ref: np.ndarray, precision: str, kind: Any = N
     return m, judge(m, tol)
 
 
+def compare_tensors(ref: Source, art: Source, names: list[str], feeds: list[dict[str, np.ndarray]],
+                    sizes: dict[str, int], max_memory: int,
+                    measure: Callable[[str, np.ndarray, np.ndarray], dict[str, Any]],
+                    progress: Callable[[str], None] = _say) -> tuple[dict[str, dict[str, Any]], int]:
+    """``measure(tensor, artifact value in ref's layout, ref value)`` of every tensor in ``names``, both sides read
+    in windows whose stacked values fit ``max_memory`` (``windows``).  A tensor whose artifact value cannot be laid
+    out as the reference's gets ``{"metrics": {"shape_mismatch": 1.0}, "reasons": [...]}``.  Returns the records
+    and the number of windows.  The one per-layer comparison: ``compare_layers`` (edgeopt debug) and the INT8
+    sensitivity pass (``targets.onnxruntime.quant.sensitivity``) both run through it."""
+    groups = windows(names, sizes, len(feeds), max_memory)
+    out: dict[str, dict[str, Any]] = {}
+    for wi, group in enumerate(groups):
+        if len(groups) > 1:
+            progress(f"window {wi + 1}/{len(groups)}: {len(group)} tensor(s)")
+        r = ref.run(group, feeds)
+        a = art.run(group, feeds)
+        for t in group:
+            got = align(a[t], r[t])
+            if got is None:
+                out[t] = {"metrics": {"shape_mismatch": 1.0}, "reasons": [
+                    f"shape {list(a[t].shape[1:])} != ONNX {list(r[t].shape[1:])}"]}
+                continue
+            if got.dtype != r[t].dtype and r[t].dtype.kind == "f":
+                got = got.astype(r[t].dtype)
+            out[t] = measure(t, got, r[t])
+        del r, a
+    return out, len(groups)
+
+
 @dataclass
 class DebugResult:
     bundle: str
@@ -621,33 +674,26 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
                 consumers.setdefault(i, []).append(n.name)
         observed = [t for t in observed if not any(c in vanished and outs_of[c] for c in consumers.get(t, []))]
     sizes = tensor_bytes(ref_model, observed, feeds[0])
-    groups = windows(observed, sizes, len(feeds), max_memory)
+    n_windows = len(windows(observed, sizes, len(feeds), max_memory))
     progress(f"{len(nodes)} nodes, {len(observed)} of {len(wanted)} tensors observable in the artifact, "
-             f"{len(groups)} window(s), {len(feeds)} sample(s)")
+             f"{n_windows} window(s), {len(feeds)} sample(s)")
     graph_outputs = {o.name for o in ref_model.graph.output}
-    per_tensor: dict[str, dict[str, Any]] = {}
-    for wi, names in enumerate(groups):
-        progress(f"window {wi + 1}/{len(groups)}: {len(names)} tensor(s)")
-        r = ref.run(names, feeds)
-        a = art.run(names, feeds)
-        for t in names:
-            out = align(a[t], r[t])
-            if out is None:
-                per_tensor[t] = {"metrics": {"shape_mismatch": 1.0}, "reasons": [
-                    f"shape {list(a[t].shape[1:])} != ONNX {list(r[t].shape[1:])}"]}
-                continue
-            if out.dtype != r[t].dtype and r[t].dtype.kind == "f":
-                out = out.astype(r[t].dtype)
-            m, reasons = node_metrics(out, r[t], precision, kinds.get(t) if t in graph_outputs else None, override)
-            per_tensor[t] = {"metrics": m, "reasons": reasons}
-        del r, a
+
+    def measure(t: str, out: np.ndarray, want: np.ndarray) -> dict[str, Any]:
+        m, reasons = node_metrics(out, want, precision, kinds.get(t) if t in graph_outputs else None, override)
+        return {"metrics": m, "reasons": reasons}
+
+    if n_windows == 1:
+        ref.truncate = False  # one window runs every tensor: cutting the model first would only cost time
+    per_tensor, n_windows = compare_tensors(ref, art, observed, feeds, sizes, max_memory, measure,
+                                            progress if n_windows > 1 else _say)
     precisions = art.precisions()
     tol = tolerance_for(precision, override)
     res = DebugResult(bundle=str(bundle), model=str(model), target=manifest.get("target", "?"),
                       backend=manifest.get("backend", "?"), precision=precision, reference=ref.label,
                       artifact=art.label, samples=len(feeds),
                       bound={k: v for k, v in tol.items() if k in TENSOR_BOUNDS and v is not None},
-                      windows=len(groups), observed=len(observed), notes=list(art.notes()))
+                      windows=n_windows, observed=len(observed), notes=list(art.notes()))
     err_of: dict[str, float] = {}
     by_output = {t: n for n in nodes for t in n.outputs}
     res_status: dict[str, str] = {}

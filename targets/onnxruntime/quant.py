@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.layerdiff import FLOAT_TYPES  # noqa: F401 - re-exported (mixed_concat reads it here)
+
 CALIB_CHUNK = 4  # samples per calibration pass (the histogram calibrators hold all outputs of a pass)
 # Ops whose output, when it is a model output, is better left in float: quantizing a final Softmax or
 # Sigmoid only adds a Q/DQ pair before a float output, rounding small probabilities to 0 (seen on the
@@ -374,45 +376,39 @@ def interleaved_ms(sessions: list[Any], feed: dict[str, np.ndarray], rounds: int
 # --- per-node sensitivity -------------------------------------------------------------------
 
 def _with_outputs(model, names: list[str], types: dict[str, int] | None = None):
-    from onnx import TensorProto, helper
+    """A copy of ``model`` with ``names`` added as graph outputs, typed (``edgeopt.layerdiff.with_outputs_bytes``)."""
+    import onnx
 
-    m = copy.deepcopy(model)
-    have = {o.name for o in m.graph.output}
-    for n in names:
-        if n not in have:
-            m.graph.output.append(helper.make_tensor_value_info(n, (types or {}).get(n, TensorProto.FLOAT), None))
-    return m
+    from edgeopt.layerdiff import with_outputs_bytes
 
-
-FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+    return onnx.load_from_string(with_outputs_bytes(model, names, types or {}))
 
 
 def tensor_types(model) -> dict[str, int]:
-    """Element type of every tensor ONNX's shape inference can type (inputs, outputs, intermediates).
+    """Element type of every tensor ONNX's shape inference can type (``edgeopt.layerdiff.tensor_types``)."""
+    from edgeopt.layerdiff import tensor_types as _types
 
-    An intermediate exposed as a graph output must be declared with its own type: ORT refuses to load a
-    model that declares an int32 tensor (magika's one-hot indices) as float."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - e.g. a model over 2 GB, a custom op: nothing typed
-        inferred = model
-    g = inferred.graph
-    return {v.name: v.type.tensor_type.elem_type for v in [*g.input, *g.value_info, *g.output]
-            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
+    return _types(model)
 
 
 def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.ndarray]],
-                work: Path) -> list[tuple[str, str, float]]:
+                work: Path, max_memory: int | None = None) -> list[tuple[str, str, float]]:
     """Quantized nodes ranked by the SQNR they lose (dB), most sensitive first.
 
-    Both models run unoptimized (the QDQ one as fake-quant in float) with every node output exposed.
-    For each tensor: the noise-to-signal ratio of the value consumers read in the QDQ model (after
-    its DequantizeLinear) against the float model.  A node's sensitivity is the SQNR of its worst
-    activation input minus that of its worst output: the precision lost at that node.
+    Both models run unoptimized (the QDQ one as fake-quant in float).  For each tensor: the noise-to-signal
+    ratio of the value consumers read in the QDQ model (after its DequantizeLinear) against the float model.
+    A node's sensitivity is the SQNR of its worst activation input minus that of its worst output: the
+    precision lost at that node.
+
+    The tensors are read and compared by ``edgeopt debug``'s per-layer machinery (``layerdiff.OrtSource`` with
+    typed intermediate outputs and the QDQ side read after its DequantizeLinear, ``layerdiff.compare_tensors``
+    in windows of at most ``max_memory`` bytes): the SQNR is ``node_metrics``' ``snr_db`` (10 log10 |ref|^2 /
+    |out - ref|^2), summed sample by sample, so the search ranks nodes on the error ``edgeopt debug
+    --precision int8`` shows (its rel_l2 = 10^(-SQNR/20)).  ``work`` is unused (kept for callers).
     """
     import onnx
+
+    from edgeopt.layerdiff import DEFAULT_MAX_MEMORY, OrtSource, compare_tensors, tensor_bytes, windows
 
     fm, qm = onnx.load(str(float_path)), onnx.load(str(qdq_path))
     init = {i.name for i in fm.graph.initializer}
@@ -429,28 +425,53 @@ def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.
     # a DequantizeLinear output of it: the float model's types say it all.
     f_types = tensor_types(fm)
     typed = len(f_types) > len(fm.graph.input) + len(fm.graph.output)
-    common = [t for t in tensors if seen[t] in q_names and t in f_names
+    # only the tensors the ranking reads: the quantizable nodes' activation inputs and outputs, and the output of a
+    # Relu/Clip that alone consumes one of those outputs (see out_sqnr below)
+    ops = set(quantizable_ops())
+    consumers: dict[str, list[Any]] = {}
+    for node in fm.graph.node:
+        for t in node.input:
+            consumers.setdefault(t, []).append(node)
+    needed: set[str] = set()
+    for node in fm.graph.node:
+        if node.op_type in ops:
+            needed.update(t for t in node.input if t and t not in init)
+            for t in node.output:
+                needed.add(t)
+                if len(consumers.get(t, [])) == 1 and consumers[t][0].op_type in ("Relu", "Clip"):
+                    needed.add(consumers[t][0].output[0])
+    common = [t for t in tensors if t in needed and seen[t] in q_names and t in f_names
               and (not typed or f_types.get(t) in FLOAT_TYPES)]
-    fa, qa = work / "sens-float.onnx", work / "sens-qdq.onnx"
-    onnx.save(_with_outputs(fm, common, f_types), str(fa))
-    onnx.save(_with_outputs(qm, [seen[t] for t in common], {seen[t]: f_types[t] for t in common if t in f_types}),
-              str(qa))
-    fs, qs = session(ort, fa, optimize=False), session(ort, qa, optimize=False)
+
+    def make(data: bytes):  # both unoptimized, as session(optimize=False)
+        return ort.InferenceSession(data, _plain(ort), providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=list(DISABLED_OPTIMIZERS))
+
+    fsrc = OrtSource(fm, make, label="float", types=f_types, keep_session=True)
+    qsrc = OrtSource(qm, make, alias={t: seen[t] for t in common if seen[t] != t}, label="int8 QDQ",
+                     types={seen[t]: f_types[t] for t in common if t in f_types}, keep_session=True)
+
+    def measure(_: str, out: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+        if ref.dtype.kind != "f":
+            return {}
+        a64 = ref.astype(np.float64)
+        return {"noise": float(np.sum((a64 - out) ** 2)), "signal": float(np.sum(a64 ** 2))}
+
+    # One sample at a time (SQNR's sums add up over samples): a window holds one sample's tensors, so the
+    # memory is that of one sample's activations within ``max_memory``, and each window's two sessions are
+    # made once for all samples.
+    budget = DEFAULT_MAX_MEMORY if max_memory is None else max_memory
     noise = dict.fromkeys(common, 0.0)
     signal = dict.fromkeys(common, 0.0)
-    for feed in feeds:  # one sample at a time: all activations of a detector are large
-        fv = dict(zip(common, fs.run(common, feed)))
-        qv = dict(zip(common, qs.run([seen[t] for t in common], feed)))
-        for t in common:
-            a, b = fv[t], qv[t]
-            if a.shape != b.shape or a.dtype.kind != "f":
-                continue
-            a64 = a.astype(np.float64)
-            noise[t] += float(np.sum((a64 - b) ** 2))
-            signal[t] += float(np.sum(a64 ** 2))
-    del fs, qs
-    fa.unlink(missing_ok=True)
-    qa.unlink(missing_ok=True)
+    sizes = tensor_bytes(fm, common, feeds[0]) if feeds else {}
+    for group in windows(common, sizes, 1, budget) if feeds else []:
+        for feed in feeds:
+            per, _ = compare_tensors(fsrc, qsrc, group, [feed], sizes, budget, measure)
+            for t, m in per.items():
+                if "noise" in m:
+                    noise[t] += m["noise"]
+                    signal[t] += m["signal"]
+    del fsrc, qsrc
 
     def sqnr(t: str) -> float | None:
         if signal.get(t, 0.0) <= 0:
@@ -459,18 +480,12 @@ def sensitivity(ort, float_path: Path, qdq_path: Path, feeds: list[dict[str, np.
 
     # A Relu/Clip right after a quantized node is folded into that node's output quantization, so the
     # node's own output may not exist in the QDQ model: measure it after the folded activation.
-    consumers: dict[str, list[Any]] = {}
-    for node in fm.graph.node:
-        for t in node.input:
-            consumers.setdefault(t, []).append(node)
-
     def out_sqnr(t: str) -> float | None:
         v = sqnr(t)
         if v is None and len(consumers.get(t, [])) == 1 and consumers[t][0].op_type in ("Relu", "Clip"):
             v = sqnr(consumers[t][0].output[0])
         return v
 
-    ops = set(quantizable_ops())
     ranked = []
     for node in fm.graph.node:
         if node.op_type not in ops:
