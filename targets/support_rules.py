@@ -403,6 +403,9 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("Attention",), _attention_extras,
              "onnx2tf failed inside its own code on every Attention node test sampled with a mask, a past key/value "
              "or the qk_matmul_output (3-D and 4-D); the plain 4-D one converts", certain=False),
+        Rule(("GridSample",), lambda n, g: "mode=nearest" if attr(n, "mode", "linear") == "nearest" else None,
+             "onnx2tf's nearest GridSample gave an output of another shape ([1, 4, 2, 1] for the spec's [1, 1, 2, 4]) "
+             "on both such node tests; linear and bilinear convert", certain=False),
         Rule(("AveragePool",), _pool_dilated,
              "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
