@@ -448,6 +448,8 @@ def main() -> int:
     ap.add_argument("--sample", action="append", default=[], help="TARGET=K: that target measured on every K-th "
                     "test of the full list (its other rows left out of the table)")
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
+    ap.add_argument("--keep-spec", action="store_true", help="with --report: the recorded comparisons with the spec "
+                    "(not run again)")
     ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
     a = ap.parse_args()
     targets = [t for t in a.targets.split(",") if t]
@@ -493,7 +495,7 @@ def main() -> int:
             spec = None
             for t, row in r["targets"].items():
                 bundle = Path(row.get("bundle") or work / "dist" / r["test"] / "model" / f"{t}-fp32")
-                if row.get("spec") and (bundle / "manifest.json").exists():  # today's comparison
+                if row.get("spec") and not a.keep_spec and (bundle / "manifest.json").exists():  # today's comparison
                     spec = spec or spec_data(r["test"])
                     row["spec"] = spec_compare(bundle, t, *spec)
                 row.setdefault("verdict_at_run", row["verdict"])
