@@ -149,6 +149,17 @@ def variants_cls(work: Path, src: Path, dev, goals: list[float], quick: bool = F
     return {g: min(measured.values(), key=lambda v: abs(v[1] - g)) for g in goals}
 
 
+def fixed_cnn(work: Path, src: Path, photos: Path, goals: list[float], widths: list[int]) -> dict[float, tuple[Path, None]]:
+    """``--cnn-widths``: the side branch's width per goal (in the goals' order), built as given, its slowdown
+    not measured beforehand: the gates' own pooled p50 ratio (the table's column) measures it."""
+    from tests.hil.models import slower
+
+    if len(widths) != len(goals):
+        raise SystemExit(f"--cnn-widths: one width per slowdown case ({len(goals)}), got {len(widths)}")
+    return {g: (build_cnn(slower(src, work / f"cnn-slow{ch}" / src.name, channels=ch), work / f"dist-cnn-slow{ch}",
+                          photos), None) for g, ch in zip(goals, widths)}
+
+
 def variants_cnn(work: Path, src: Path, photos: Path, dev, goals: list[float]) -> dict[float, tuple[Path, float]]:
     """Side-branch widths screened in one ONNX Runtime process (interleaved), the closest to each goal built
     and its slowdown measured as the gate measures (2 fresh agent processes x 10 interleaved rounds); when
@@ -270,6 +281,10 @@ def main() -> None:
     ap.add_argument("--write", action="store_true",
                     help="write this run into the models' own parts of the `gate` section (the other models' "
                          "parts are kept), after every round so a cut-short run leaves its figures")
+    ap.add_argument("--cnn-widths", default=None, metavar="W,W",
+                    help="cnn: the side branch's channels for each slowdown case in order (e.g. 20,36 for 10,20), "
+                         "not screened nor measured first: the gates' pooled p50 ratio says the slowdown")
+    ap.add_argument("--work", default=None, help="work folder (builds there are reused) [a new one]")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     models = [m.strip() for m in a.models.split(",") if m.strip()]
@@ -282,7 +297,8 @@ def main() -> None:
     from edgeopt.hil.gatefile import load_gate
     from edgeopt.inventory import local_device
 
-    work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-gate-"))
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="edgeopt-bench-gate-"))
+    work.mkdir(parents=True, exist_ok=True)
     dev = local_device(str(work / "agent-root"))
     spec = load_gate(None)
     plan = []  # (model, case name, base, cand, budget, naive)
@@ -302,7 +318,10 @@ def main() -> None:
             from bench.imagenet_cnn import efficientnet_lite0
 
             src, photos = efficientnet_lite0()
-            var = variants_cnn(work, src, photos, dev, goals) if goals else {}
+            if a.cnn_widths and goals:
+                var = fixed_cnn(work, src, photos, goals, [int(w) for w in a.cnn_widths.split(",")])
+            else:
+                var = variants_cnn(work, src, photos, dev, goals) if goals else {}
             base = build_cnn(src, work / "dist-cnn-base", photos)
             budget, one_b = a.cnn_budget, a.onecall_budget or 5.0
             what = "EfficientNet-Lite0, ImageNet weights"
@@ -324,10 +343,13 @@ def main() -> None:
                 plan.append((model, "A/A identical rebuild", base, rebuild, budget, True))
             elif c == "onecall":
                 b, r = var[1.20]
-                plan.append((model, f"{(r - 1) * 100:+.1f}% with a one-call budget", base, b, one_b, False))
+                plan.append((model, (f"{(r - 1) * 100:+.1f}%" if r else f"{_width(b)} side branch")
+                             + " with a one-call budget", base, b, one_b, False))
             else:
                 b, r = var[{"5": 1.05, "10": 1.10, "20": 1.20}[c]]
-                plan.append((model, f"~{c}% slower (measured {(r - 1) * 100:+.1f}%)", base, b, budget, model == "cls"))
+                plan.append((model, f"~{c}% slower (" + (f"measured {(r - 1) * 100:+.1f}%" if r else
+                                                         f"{_width(b)} side branch") + ")",
+                             base, b, budget, model == "cls"))
     cases = [Case(*p) for p in plan]
     deadline = _deadline(a.until)
     load_before = load()
@@ -355,6 +377,11 @@ def main() -> None:
         default = models == ["cls", "cnn"] and wanted is None and a.runs >= 20
         write_section("gate" if default else "gate-" + "-".join(models) + ("-" + "-".join(wanted) if wanted else "")
                       + (f"-load{a.load}" if a.load else ""), body)
+
+
+def _width(bundle: Path) -> str:
+    m = re.search(r"slow(\d+)", str(bundle))
+    return f"{m.group(1)}-channel" if m else "a"
 
 
 def _deadline(until: str | None) -> float | None:

@@ -8,6 +8,16 @@ Writes section `rollout` of docs/BENCHMARKS.md.
 
 With several engines, each --parallel value runs every engine back to back (interleaved), on the same
 fleet and the same faults, so their wall times and outcomes compare in one run.
+
+Where the host's time goes (issue 28 item 9), on a fleet set up once (``--work DIR`` reuses it):
+
+    .venv/bin/python bench/bench_rollout.py --devices-n 200 --work /tmp/fleet200 --profile 16
+    .venv/bin/python bench/bench_rollout.py --devices-n 200 --work /tmp/fleet200 --scale --parallel 4,16,32
+
+``--profile P``: one wave of every device in this process, each worker thread under cProfile with its own
+CPU clock; the host process's CPU against the agents' (child processes: the devices' own work for a
+`local` fleet) and the median time per step. ``--scale``: one wave per --parallel value, interleaved,
+section ``rollout-scale`` (written after every wave).
 """
 
 from __future__ import annotations
@@ -148,11 +158,12 @@ def one_wave(work: Path, bundle: Path, parallel: int, profile: bool = False, top
 
 
 def scale(work: Path, vers: dict[str, Path], settings: list[int], repeat: int, n: int, section: str | None,
-          warmup: bool = True) -> None:
+          warmup: bool = True, first: str | None = None) -> None:
     """One wave of all devices at each --parallel value, interleaved (4, 16, 32, 4, 16, 32, …), each wave
     moving the fleet to the other version (v2, v1, v2, …: both are in every store after the first wave, so
     every measured wave does the same work); the first wave (uploads) is a warm-up and not counted. Without
-    ``warmup`` (a fleet a --profile run already moved to v2), the first measured wave goes to v1."""
+    ``warmup`` (a fleet a --profile run already moved to v2), the first measured wave goes to v1, or to
+    ``first``."""
     import os
 
     target = ["v2", "v1"]
@@ -161,6 +172,8 @@ def scale(work: Path, vers: dict[str, Path], settings: list[int], repeat: int, n
         print("warm-up wave (uploads v2 where missing)", flush=True)
         one_wave(work, vers[target[k % 2]], max(settings))
     k += 1
+    if first:
+        k = target.index(first)
     runs: dict[int, list[dict]] = {p: [] for p in settings}
     loads = [os.getloadavg()[0]]
     t_all = time.perf_counter()
@@ -268,6 +281,8 @@ def main() -> None:
                          "--repeat times; host CPU vs the agents' CPU per device (section rollout-scale)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-warmup", action="store_true", help="--scale on a fleet a --profile run left on v2")
+    ap.add_argument("--first", choices=("v1", "v2"), default=None,
+                    help="--scale: the version the first measured wave goes to (the one the fleet is not on)")
     ap.add_argument("--work", default=None, help="the fleet's folder; one set up there before is reused [a new one]")
     a = ap.parse_args()
 
@@ -288,7 +303,8 @@ def main() -> None:
         return
     if a.scale:
         scale(work, vers, [int(x) for x in a.parallel.split(",")], a.repeat, n,
-              None if a.no_write else (a.section if a.section != "rollout" else "rollout-scale"), not a.no_warmup)
+              None if a.no_write else (a.section if a.section != "rollout" else "rollout-scale"), not a.no_warmup,
+              a.first)
         return
     rows = []
     runs = [(par, eng) for par in [int(x) for x in a.parallel.split(",")] for eng in a.engines.split(",")]
