@@ -135,6 +135,20 @@ def test_rollout_across_x86_and_emulated_arm64_devices_with_their_own_targets(ar
     devs = json.loads(p.stdout)["devices"]
     current = {n: next(iter(d["slots"].values()))["current"] for n, d in devs.items()}
     assert current == {"x86-ov": ids["intel-cpu"], "x86-ort": ids["cpu"], "arm64-emu": ids["cpu"]}, current
+    # a new version on the board: its latency against the incumbent is not judged (qemu's speed), so the
+    # rollout pauses there by default (exit 6) with that reason; accuracy against the incumbent was judged
+    from edgeopt.pipeline import build
+
+    rep = build(fixture("ocr-cls"), "cpu", ["fp32"], shapes={"x": [1, 3, 48, 192]}, calib=str(fixture("images")),
+                preprocess="preset=pm1", out=tmp_path / "v2", n_calib=4, n_val=7)
+    assert rep.ok, rep.results
+    p = _edgeopt("rollout", rep.results[0].bundle, "--devices", "fleet.yaml", "--limit", "arm64-emu", "--budget",
+                 "30s", "--json", cwd=tmp_path)
+    assert p.returncode == 6, p.stdout[-3000:] + p.stderr[-2000:]
+    (o,) = [o for w in json.loads(p.stdout.splitlines()[-1])["waves"] for o in w["outcomes"]]
+    assert o["status"] == "paused" and "not judged: the device's CPU is emulated (qemu-user)" in o["reason"], o
+    v = {x["metric"]: x["verdict"] for x in o["verdicts"]}
+    assert v["decisions"] == "pass" and v["p50"] == "inconclusive", v
 
 
 def test_a_jetson_orin_bundle_is_refused_where_tensorrt_is_missing(arm, tmp_path):

@@ -164,8 +164,9 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
                 raise _Step("gate", ev["reason"], verdicts=out.verdicts)
         # (b)+(c) against the incumbent on the same device: decisions and latency, interleaved
         if incumbent and opts.latency_gate:
+            # the probe: the fingerprint, and an emulated CPU's one short call (latency never judged there)
             run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s,
-                               progress=lambda s: emit(dev.name, "gate-budget", "note", message=s))
+                               progress=lambda s: emit(dev.name, "gate-budget", "note", message=s), probe=sess.probe())
             verdicts = [v.as_dict() for v in judge(run, opts.gate)]
             out.verdicts = [*out.verdicts, *verdicts]
             bad = [v for v in verdicts if v["verdict"] == "regressed"]
