@@ -476,6 +476,10 @@ def main() -> int:
     if not a.report:
         os.environ.setdefault("EDGEOPT_NO_COLOR", "1")
         if a.fast:
+            import faulthandler
+
+            # a native crash in this process (--fast runs the pipeline here) leaves its Python stack in the work dir
+            faulthandler.enable(file=(work / "faults.txt").open("a"))
             serve_workers(a.recycle)
         for i, (test, _types) in enumerate(tests):
             todo = [t for t in targets if t not in done.get(test, {}).get("targets", {})]
