@@ -406,6 +406,11 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("GridSample",), lambda n, g: "mode=nearest" if attr(n, "mode", "linear") == "nearest" else None,
              "onnx2tf's nearest GridSample gave an output of another shape ([1, 4, 2, 1] for the spec's [1, 1, 2, 4]) "
              "on both such node tests; linear and bilinear convert", certain=False),
+        Rule(("Resize",), lambda n, g: next((f"{what} from a model input (computed at run time)" for i, what in
+                                             ((2, "scales"), (3, "sizes")) if inp(n, i) and inp(n, i) in g.runtime),
+                                            None),
+             "onnx2tf's Resize was off the spec on the node tests that feed scales as a model input (nearest and "
+             "linear downsampling: rel_l2 2.24 and 0.28; the check refuses it)", certain=False),
         Rule(("AveragePool",), _pool_dilated,
              "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
