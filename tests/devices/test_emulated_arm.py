@@ -211,6 +211,8 @@ def test_push_bench_check_on_emulated_arm64_over_ssh(arm_device, cls_bundle, tmp
     env = bench["environment"]
     assert env["arch"] == "aarch64" and env["emulated"] is True and env["emulator"] == "qemu-user"
     assert bench["accuracy"]["passed"] and bench["iterations"] >= 5 and bench["latency_ms"]["p50"] > 0
+    # the sensors visible under qemu are the host's: no energy read, and the reply says why
+    assert bench["energy"]["source"] is None and "emulated CPU (qemu-user)" in bench["energy"]["why_not"]
     assert stored[0]["status"] == "ok"
     assert decide.device_truth(rec.as_dict())[0] == "emulated"
     # the on-device accuracy check, on its own verb, of the bundle just pushed
