@@ -759,55 +759,105 @@ def conversion_target(opset: int, ir: int, targets: list[tuple[str, dict[str, An
     return None if to_opset is None and to_ir is None else (to_opset, to_ir)
 
 
-def _converter_reason(exc: Exception) -> str:
+def _converter_reason(text: str) -> str:
     import re
 
-    text = str(exc).strip()
+    text = text.strip()
     m = re.search(r"(?:failed|Assertion[^:]*):\s*(.+)", text)
-    return ((m.group(1) if m else text).splitlines() or [type(exc).__name__])[0][:200]
+    return ((m.group(1) if m else text).splitlines() or ["no reason given"])[0][:200]
+
+
+# onnx.version_converter is C++ and can crash the process (ReduceMin-18 -> 17 segfaults in onnx 1.19.1, found by
+# bench/bench_conformance.py): it runs in a child, one target opset after another, nearest first.
+_CONVERT_CHILD = r"""
+import json, sys
+import onnx
+from onnx import version_converter
+src, out_dir, targets = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+model = onnx.load(src, load_external_data=False)
+for t in targets:
+    try:
+        c = version_converter.convert_version(model, t)
+        if out_dir != "-":
+            onnx.save(c, f"{out_dir}/opset{t}.onnx")
+        why = None
+    except Exception as exc:
+        why = str(exc) or type(exc).__name__
+    print(json.dumps([t, why]), flush=True)
+"""
+
+
+def _convert_child(src: str, opsets: list[int], out_dir: str | None, timeout: float = 300) -> dict[int, str | None]:
+    """``{opset: None (converted; saved as OUT_DIR/opset<N>.onnx) or why not}`` for each target opset."""
+    import json
+    import subprocess
+    import sys
+
+    results: dict[int, str | None] = {}
+    todo = sorted(set(opsets), reverse=True)
+    while todo:
+        try:
+            proc = subprocess.run([sys.executable, "-c", _CONVERT_CHILD, src, out_dir or "-", json.dumps(todo)],
+                                  capture_output=True, text=True, timeout=timeout)
+            out, rc = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, rc = (exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""), None
+        for line in out.splitlines():
+            try:
+                t, why = json.loads(line)
+            except ValueError:
+                continue
+            results[int(t)] = None if why is None else _converter_reason(why)
+        left = [t for t in todo if t not in results]
+        if left:  # the converter died (or hung) on left[0]: the others get a fresh child
+            results[left[0]] = (f"onnx.version_converter hung (> {timeout:.0f} s)" if rc is None else
+                                f"onnx.version_converter crashed ({f'signal {-rc}' if rc < 0 else f'exit {rc}'})")
+        todo = left[1:]
+    return results
 
 
 def down_convert(model: Any, opset: int | None, ir: int | None) -> Any:
-    """A copy of ``model`` (ModelProto) taken down to ONNX ``opset`` by ``onnx.version_converter`` and stamped
-    IR ``ir`` (None: keep that one). ``ModelError`` (one line) when the converter cannot take it there."""
+    """A copy of ``model`` (ModelProto) taken down to ONNX ``opset`` by ``onnx.version_converter`` (in a child
+    process) and stamped IR ``ir`` (None: keep that one). ``ModelError`` (one line) when it cannot."""
+    import tempfile
+
     import onnx
-    from onnx import version_converter
 
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     if opset is not None and have > opset:
-        try:
-            out = version_converter.convert_version(out, opset)
-        except Exception as exc:  # noqa: BLE001 - the converter's C++ assertion: its reason, one line
-            raise ModelError(f"onnx.version_converter cannot take the model from opset {have} to {opset}: "
-                             f"{_converter_reason(exc)}", hint=f"re-export with opset <= {opset}") from None
+        if model.ByteSize() > 1_900_000_000:
+            raise ModelError(f"the model is ONNX opset {have}, and too large (> 1.9 GB) for edgeopt to take it to "
+                             f"opset {opset} with onnx.version_converter", hint=f"re-export with opset <= {opset}")
+        with tempfile.TemporaryDirectory(prefix="edgeopt-opset-") as d:
+            onnx.save(model, f"{d}/model.onnx")
+            why = _convert_child(f"{d}/model.onnx", [opset], d).get(opset)
+            if why is not None:
+                raise ModelError(f"onnx.version_converter cannot take the model from opset {have} to {opset}: {why}",
+                                 hint=f"re-export with opset <= {opset}")
+            out = onnx.load(f"{d}/opset{opset}.onnx")
     if ir is not None and out.ir_version > ir:
         out.ir_version = ir
     return out
 
 
-_CONVERTIBLE: dict[tuple[str, int, int, int | None, int | None], str | None] = {}
+_CONVERTIBLE: dict[tuple[str, int, int, int], str | None] = {}
 
 
 def conversion_error(model: str | os.PathLike, opset: int | None, ir: int | None) -> str | None:
-    """None when ``down_convert`` takes the model file to ``opset``/``ir`` (the converter's structure only:
-    build verifies the outputs), else the converter's reason. Cached per file (size, mtime) and limits."""
-    import onnx
-
+    """None when ``down_convert`` takes the model file to ``opset`` (the converter's structure only: build
+    verifies the outputs; an IR stamp alone always can), else the converter's reason. Cached per file (size,
+    mtime) and opset."""
     try:
         st = os.stat(model)
     except OSError:
         return "the model file cannot be read"
-    key = (str(model), st.st_size, st.st_mtime_ns, opset, ir)
+    if opset is None:
+        return None
+    key = (str(model), st.st_size, st.st_mtime_ns, opset)
     if key not in _CONVERTIBLE:
-        try:
-            down_convert(onnx.load(str(model), load_external_data=False), opset, ir)
-            _CONVERTIBLE[key] = None
-        except ModelError as exc:
-            _CONVERTIBLE[key] = exc.message.split(": ", 1)[-1]
-        except Exception as exc:  # noqa: BLE001 - not readable: the loader's own message says it elsewhere
-            _CONVERTIBLE[key] = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        _CONVERTIBLE[key] = _convert_child(str(model), [opset], None).get(opset)
     return _CONVERTIBLE[key]
 
 

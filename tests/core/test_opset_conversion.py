@@ -58,3 +58,18 @@ def test_a_conversion_that_changes_the_outputs_is_refused(tmp_path):
         verify_conversion(original, changed, feeds)
     same = _one_node(tmp_path / "c.onnx", "Flatten", opset=23, out=(6, 4), axis=2)
     assert verify_conversion(original, same, feeds)["max_abs_diff"] == 0.0
+
+
+def test_the_version_converter_runs_in_a_child_and_its_refusal_is_a_reason(tmp_path):
+    """onnx.version_converter is C++ (it segfaulted the bench process taking ReduceMin-18 to 17): it runs in a
+    child process, and what it cannot do comes back as the one-line reason."""
+    from edgeopt.model import conversion_error
+
+    path = tmp_path / "rmin.onnx"
+    g = helper.make_graph([helper.make_node("ReduceMin", ["x"], ["y"], keepdims=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    why = conversion_error(path, 17, None)
+    assert why and "\n" not in why
+    assert conversion_error(path, None, 8) is None  # an IR stamp alone always can
