@@ -450,6 +450,7 @@ def main() -> int:
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
     ap.add_argument("--keep-spec", action="store_true", help="with --report: the recorded comparisons with the spec "
                     "(not run again)")
+    ap.add_argument("--preface", default=None, help="with --write: a file whose text goes above the figures")
     ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
     a = ap.parse_args()
     targets = [t for t in a.targets.split(",") if t]
@@ -510,6 +511,8 @@ def main() -> int:
             f"{len(records)} tests (per target: the last row)"
             + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets) + "\n\n" + failures(records, targets))
+    if a.preface:  # what the run was (processes, samples, rule changes), written above the figures
+        body = Path(a.preface).read_text().rstrip() + "\n\n" + body
     print(body)
     if a.write:
         write_section("conformance", body)
