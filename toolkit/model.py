@@ -6,6 +6,7 @@ failing the ONNX checker, external data missing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections import Counter
@@ -857,8 +858,45 @@ def conversion_error(model: str | os.PathLike, opset: int | None, ir: int | None
         return None
     key = (str(model), st.st_size, st.st_mtime_ns, opset)
     if key not in _CONVERTIBLE:
-        _CONVERTIBLE[key] = _convert_child(str(model), [opset], None).get(opset)
+        import json
+
+        disk = _conversion_cache(model)
+        known = json.loads(disk.read_text()) if disk and disk.exists() else {}
+        if str(opset) not in known:
+            # the opsets the runtimes' limits name (ONNX Runtime 1.23: 23, TensorRT 10.3: 20, 8.5: 17), one child
+            have = _default_opset(model)
+            asked = sorted({opset} | {t for t in (23, 20, 17) if t < have and str(t) not in known}, reverse=True)
+            known.update({str(t): why for t, why in _convert_child(str(model), asked, None).items()})
+            if disk:
+                with contextlib.suppress(OSError):
+                    disk.parent.mkdir(parents=True, exist_ok=True)
+                    disk.write_text(json.dumps(known))
+        for t, why in known.items():
+            _CONVERTIBLE[(str(model), st.st_size, st.st_mtime_ns, int(t))] = why
     return _CONVERTIBLE[key]
+
+
+def _default_opset(model: str | os.PathLike) -> int:
+    import onnx
+
+    try:
+        m = onnx.load(str(model), load_external_data=False)
+    except Exception:  # noqa: BLE001 - unreadable: no extra opsets asked
+        return 0
+    return next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _conversion_cache(model: str | os.PathLike) -> Path | None:
+    """``<edgeopt cache>/opset-conversion/<model sha256>.json``: what the converter answered per opset, so that
+    ``inspect`` does not start the converter again for a model it has seen (keyed by content, onnx version)."""
+    import onnx
+
+    try:
+        from edgeopt.pipeline import cache_dir
+
+        return cache_dir() / "opset-conversion" / f"{sha256_file(model)}-onnx{onnx.__version__}.json"
+    except Exception:  # noqa: BLE001 - no cache: ask the converter every time
+        return None
 
 
 def verify_conversion(original: Any, converted: Any, feeds: list[dict[str, Any]], samples: int = 4) -> dict[str, Any]:
