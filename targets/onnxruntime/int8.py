@@ -193,7 +193,7 @@ def grid(plan: SearchPlan, feat: dict[str, Any], per_channel_ok: bool,
          detector: bool = False) -> tuple[list[OrtSettings], str]:
     """Variants to try before any node is kept in float, in order (cheapest calibration first).
 
-    ``detector`` (a detection output, or a mixed-scale Concat: a head that decodes coordinates): the
+    ``detector`` (a detection output: a head that decodes coordinates): the
     weighted-ops-only variant of the first setting comes second, before the per-tensor and the other
     calibration methods -- the variant most likely to keep every box after the first, tried while the
     budget lasts (a 1024x1024 detector's variant costs ~20 s on a loaded 2-core host, its percentile
@@ -330,8 +330,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
                            mode=plan.mode, budget_s=plan.budget_s, work=work, tolerance=plan.tolerance,
                            kinds=output_kinds(job), progress=progress)
         search.notes.extend(notes)
-        settings, why = grid(plan, feat, per_channel_ok,
-                             detector=bool(search.detection_outputs() or search.mixed_concats))
+        settings, why = grid(plan, feat, per_channel_ok, detector=bool(search.detection_outputs()))
         progress(f"int8: {plan.mode} search, budget {plan.budget_s:.0f}s; types: {why}")
         search.run_grid(settings, backend.prepare)
         if not search.passing() and not search.over_budget():

@@ -429,7 +429,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     models: dict[str, Any] = {}
     last_s = 0.0
     planned = [v for v in VARIANTS if not ((v[0] == "transformer" and not attention) or (v[2] and mode != "full"))]
-    if detections or mixed:
+    if detections:
         # a detector: asymmetric activations first (SiLU/ReLU6 outputs are not centred on zero; ultralytics'
         # own OpenVINO INT8 export uses this preset) -- the first variant always runs, the budget may stop the rest
         planned.sort(key=lambda v: v[0] != "mixed")
