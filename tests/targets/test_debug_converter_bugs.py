@@ -133,4 +133,5 @@ def test_int8_refusal_from_one_sensitive_layer_names_that_layer(target, options,
     assert not _earlier_failures(doc)
     conv1_side = [r for r in doc["nodes"] if r["node"] in ("conv1", "relu1") and r.get("status") == "ok"]
     assert conv1_side and all(r["rel_l2"] < 0.05 for r in conv1_side)
-    assert jump.get("runtime_precision") in ("int8", "u8", "i8")  # the layer really ran quantized
+    if target == "intel-cpu":  # the runtime graph says the layer really ran quantized
+        assert jump.get("runtime_precision") in ("u8", "i8"), jump
