@@ -69,7 +69,7 @@ def test_int8_artifact_is_a_real_qdq_model_with_int8_weights(cls_int8):
 def test_int8_build_fails_and_ships_nothing_when_no_variant_meets_the_bound(tmp_path):
     lines: list[str] = []
     report = _build_cls(tmp_path, {"int8_tolerance": "cosine_min=0.99999,rel_l2_max=0.001",
-                                   "int8_budget_s": 40}, lines.append)
+                                   "int8_budget_s": 900}, lines.append)
     res = report.results[0]
     assert res.status == "failed"
     assert "no INT8 variant met the int8 bound" in res.error and "INT8 is not shipped" in res.error
