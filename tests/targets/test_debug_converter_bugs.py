@@ -78,7 +78,7 @@ def test_mobile_magika_multi_axis_slice_is_the_first_jump(tmp_path, capsys):
 
     base = package_dir("magika")
     if base is None or not (base / "models/standard_v3_3/model.onnx").is_file():
-        pytest.skip("magika's model needs `pip install --no-deps magika==1.0.3` (requirements/bench-unseen.txt)")
+        pytest.skip("magika's model needs `pip install --no-deps magika==1.0.3` (requirements/fixtures.txt; install.sh installs it)")
     model = base / "models/standard_v3_3/model.onnx"
     # real bytes: the first and last KiB of real files, padded with 256 as magika does
     files = sorted(p for p in (base.parent / "numpy").rglob("*.py") if p.stat().st_size > 2048)[:12]
