@@ -252,3 +252,11 @@ def test_mobile_refuses_ops_onnx2tf_lowers_to_a_flex_op(tmp_path):
             assert len(bad) == 1 and "Flex op" in bad[0][0] and op.lower() in bad[0][0]
         else:  # Erf, Asin: the target asks onnx2tf for builtin replacements; Cos: a builtin
             assert bad == []
+
+
+def test_intel_cpu_takes_a_one_input_mean_but_not_a_one_input_max(tmp_path):
+    # node tests mean_one_input (built, matched the spec) and max/min/sum_one_input (OpenVINO drops the port)
+    for op in ("Mean", "Max"):
+        p = _one_node(tmp_path / f"{op}.onnx", helper.make_node(op, ["x"], ["y"], name="n"), [("x", [3])],
+                      [("y", TensorProto.FLOAT, [3])])
+        assert bool(_refused("openvino", p)) == (op == "Max")
