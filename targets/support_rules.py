@@ -429,6 +429,8 @@ TABLES: dict[str, list[Rule]] = {
                                             None),
              "onnx2tf's Resize was off the spec on the node tests that feed scales as a model input (nearest and "
              "linear downsampling: rel_l2 2.24 and 0.28; the check refuses it)", certain=False),
+        Rule(("Scan",), lambda n, g: "a Scan loop",
+             "onnx2tf failed inside its own code on the Scan node test sampled (KeyError: '')", certain=False),
         Rule(("AveragePool",), _pool_dilated,
              "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
