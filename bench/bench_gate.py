@@ -331,7 +331,7 @@ def main() -> None:
             r = sess.agent("bench", {"root": sess.root, "bundle_id": load_bundle(base).bundle_id,
                                      "options": {"duration_s": 2.0, "warmup": 5, "min_iters": 10}})
             facts.append(f"{model}: {what}, p50 {r['bench']['latency_ms']['p50']:.1f} ms per inference before the "
-                         f"load ({time.perf_counter() - t0:.1f}s bench)")
+                         f"gates ({time.perf_counter() - t0:.1f}s bench)")
             sess.push([load_bundle(base)] + [load_bundle(b) for b, _ in var.values()])
         for c in cases:
             if c == "same":
