@@ -714,8 +714,6 @@ def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys:
     Ctrl-C (or SIGTERM) stops at once, even in a frozen upload: every open connection is closed (so
     no upload waits for its stall deadline), the devices that had finished are reported through
     ``progress``, and KeyboardInterrupt goes on to the caller (exit 130)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     live: dict[str, Transport] = {}
     done: dict[str, PushResult] = {}
     stopping = [False]
@@ -747,10 +745,8 @@ def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys:
             done[dev.name] = r
         return r
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(devices) or 1)))
     try:
-        futures = [pool.submit(one, d) for d in devices]
-        return [f.result() for f in futures]
+        return _in_daemon_threads(one, devices, jobs)
     except KeyboardInterrupt:
         stopping[0] = True
         for tr in list(live.values()):  # unblocks an upload stuck on a frozen link now, not at its deadline
@@ -765,5 +761,40 @@ def push(devices: list[Device], bundles: list[LocalBundle], trust_new_host_keys:
             else:
                 progress(f"{d.name}: interrupted (nothing half-installed: an unfinished upload never is)")
         raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_daemon_threads(fn: Callable[[Any], Any], items: list, jobs: int) -> list:
+    """``[fn(x) for x in items]`` on up to ``jobs`` daemon threads, in order. Daemon threads, not a
+    ThreadPoolExecutor: after Ctrl-C a worker still blocked on a frozen link must not hold the process at
+    exit (the executor's threads are joined at interpreter exit, i.e. at the link's stall deadline). The
+    wait is interruptible; an exception a worker raised is raised here."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for i, x in enumerate(items):
+        todo.put((i, x))
+    out: dict[int, Any] = {}
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        while not failed:
+            try:
+                i, x = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                out[i] = fn(x)
+            except BaseException as exc:  # handed to the caller's thread
+                failed.append(exc)
+
+    threads = [threading.Thread(target=work, daemon=True, name=f"edgeopt-push-{k}")
+               for k in range(max(1, min(jobs, len(items) or 1)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.2)
+    if failed:
+        raise failed[0]
+    return [out[i] for i in range(len(items))]
