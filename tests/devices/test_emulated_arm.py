@@ -157,10 +157,12 @@ def _make_device():
     return mod
 
 
-@pytest.fixture(scope="module", params=SUITES)
-def arm_device(request, tmp_path_factory):
-    """A running emulated arm64 device of one Debian userland (root built once, then cached), its inventory."""
-    suite = request.param
+def running_board(suite: str, state: Path, target: str | None = None, store: str = "test"):
+    """A running emulated arm64 board of one Debian userland (root built once, then cached): ``make_device.up``'s
+    record, for a fixture to yield; its sshd is stopped and this run's agent store removed after. Skips where
+    qemu-user or a registry is not available."""
+    import shutil
+
     if sys.platform != "linux" or os.geteuid() != 0:
         pytest.skip("needs root on Linux (binfmt_misc, mmdebstrap, chroot)")
     md = _make_device()
@@ -170,10 +172,9 @@ def arm_device(request, tmp_path_factory):
     except md.DeviceError as e:
         pytest.skip(f"qemu-user cannot run here: {e}")
     port = md.free_port()
-    state = tmp_path_factory.mktemp("arm")
     try:
-        out = md.up("arm64", suite, port=port, state=state, name="arm64-emu", target="cpu",
-                    agent_root=f"/root/.edgeopt-test-{port}")
+        out = md.up("arm64", suite, port=port, state=state, name="arm64-emu", target=target,
+                    agent_root=f"/root/.edgeopt-{store}-{port}")
     except md.DeviceError as e:
         if any(k in str(e).lower() for k in ("could not resolve", "connection", "network is unreachable",
                                                "temporary failure", "name resolution", "failed to fetch")):
@@ -181,11 +182,17 @@ def arm_device(request, tmp_path_factory):
         raise
     if "onnxruntime" not in out["device"]["runtimes"]:
         pytest.fail(f"onnxruntime did not install in the arm64 root: {out['device']['refused']}")
-    yield out
-    md.down("arm64", suite, port=port)
-    import shutil
+    try:
+        yield out
+    finally:
+        md.down("arm64", suite, port=port)
+        shutil.rmtree(Path(out["root"]) / out["agent_root"].lstrip("/"), ignore_errors=True)  # this run's store
 
-    shutil.rmtree(Path(out["root"]) / out["agent_root"].lstrip("/"), ignore_errors=True)  # this run's agent store
+
+@pytest.fixture(scope="module", params=SUITES)
+def arm_device(request, tmp_path_factory):
+    """A running emulated arm64 device of one Debian userland, its inventory."""
+    yield from running_board(request.param, tmp_path_factory.mktemp("arm"), target="cpu")
 
 
 def test_push_bench_check_on_emulated_arm64_over_ssh(arm_device, cls_bundle, tmp_path):

@@ -12,7 +12,6 @@ the first build takes 17-19 min); they skip with the reason where qemu-user cann
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from tests.conftest import fixture
 from tests.devices.conftest import device_entry, known_hosts
-from tests.devices.test_emulated_arm import _make_device, _root_cached
+from tests.devices.test_emulated_arm import _root_cached, running_board
 
 SUITE = "bookworm"
 # The board's root built once takes 17-19 min (then cached): without it every test here is slow. Gate and
@@ -49,23 +48,9 @@ def _build(model: Path, target: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def arm(tmp_path_factory):
     """The emulated Debian bookworm arm64 board, running (its inventory entry, without a target)."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        pytest.skip("needs root on Linux (binfmt_misc, mmdebstrap, chroot)")
-    md = _make_device()
-    try:
-        md.host_tools(install=True)
-        md.binfmt("arm64")
-    except md.DeviceError as e:
-        pytest.skip(f"qemu-user cannot run here: {e}")
-    state = tmp_path_factory.mktemp("arm-fleet")
-    port = md.free_port()
-    out = md.up("arm64", SUITE, port=port, state=state, name="arm64-emu", agent_root=f"/root/.edgeopt-fleet-{port}")
-    entry = yaml.safe_load(Path(out["inventory"]).read_text())["devices"]["arm64-emu"]
-    yield {"entry": entry, "up": out}
-    md.down("arm64", SUITE, port=port)
-    import shutil
-
-    shutil.rmtree(Path(out["root"]) / out["agent_root"].lstrip("/"), ignore_errors=True)
+    for out in running_board(SUITE, tmp_path_factory.mktemp("arm-fleet"), store="fleet"):
+        entry = yaml.safe_load(Path(out["inventory"]).read_text())["devices"]["arm64-emu"]
+        yield {"entry": entry, "up": out}
 
 
 def _store_ids(root: Path) -> list[str]:
