@@ -471,8 +471,9 @@ def _graph_rules(g: Graph, backend: str) -> list[tuple[str, str, str, bool]]:
                             f"a rank-0 (scalar) model input: {conv} takes inputs of rank >= 1", True))
     if not g.inputs and backend != "coreml":  # Core ML's check is structural: it builds
         out.append(("no model input", g.graph_outputs and sorted(g.graph_outputs)[0] or "graph",
-                    "a model without inputs (its outputs are constants): edgeopt's host check stacks validation "
-                    "inputs and has none (it fails with 'need at least one array to stack')", True))
+                    "the model has no inputs (its outputs are constants): edgeopt checks an artifact by feeding "
+                    "it validation inputs and comparing the outputs, and there is nothing to feed; fold the "
+                    "constant into the model that consumes it", True))
     for i in g.inputs:
         s = g.shape(i.name)
         if s and any(d == 0 for d in s):

@@ -227,6 +227,11 @@ def build(
     data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
     results: list[TargetResult] = []
     todo: list[tuple[Any, str, str, Path]] = []
+    spec_rev = {}  # a model where ONNX Runtime may differ from the spec: its reference may be the spec's (spec_check)
+    if "Resize" in info.op_histogram:
+        from edgeopt import spec_check
+
+        spec_rev = {"spec_check": spec_check.REV} if spec_check.has_suspects(model) else {}
     for spec, prec in plans:
         backend = get_backend(spec.backend)
         res = TargetResult(spec.name, prec, spec.backend, "pending")
@@ -247,7 +252,7 @@ def build(
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
-                    "toolchain": backend.toolchain(), "edgeopt": __version__})
+                    "toolchain": backend.toolchain(), "edgeopt": __version__, **spec_rev})
         final = out / info.name / f"{spec.name}-{prec}"
         if not force and _bundle_key(final) == key:
             res.status, res.bundle, res.time_s = "up-to-date", str(final), 0.0
@@ -690,12 +695,23 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
     refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
+    deviations = []
+    if engine == "onnxruntime" and data.validation:  # ORT's known departures from the spec (spec_check)
+        from edgeopt import spec_check
+
+        deviations = spec_check.deviations(work / "prepared.onnx", data.validation[0])
+        if deviations:
+            engine = "onnx.reference"
+            notes.append(spec_check.describe(deviations))
+            progress(f"note: {notes[-1]}")
+            refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
     for o in io["outputs"]:
         o["shape"] = list(refs[0][o["name"]].shape)
     out_names = [o["name"] for o in io["outputs"]]
     calibmod.save_stacked(work / "reference.npz", refs, out_names, "out")
     return {**data.source, **({"prepare_notes": notes} if notes else {}),
             **({"converted_from_opset": conversion["from_opset"], "opset_conversion": conversion} if conversion else {}),
+            **({"spec_deviations": deviations} if deviations else {}),
             **({"reference_engine": engine} if engine != "onnxruntime" else {})}
 
 
@@ -933,9 +949,11 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     hc = manifest.get("host_check") or {}
     passed = hc.get("passed") is not False
     if not passed and not allow_mismatch:
+        from edgeopt import spec_check
+
         res.status = "check-failed"
         res.error = ("host check failed: " + res.check + " (use --allow-mismatch to keep it)\n  hint: "
-                     + with_debug_hint(None, debug_command(job["model_path"], res.target, res.precision, job["io"],
+                     + with_debug_hint(spec_check.hint(job["data_source"]), debug_command(job["model_path"], res.target, res.precision, job["io"],
                                                            job["data_source"], job["options"])))
         progress(f"{tag}: {res.error.splitlines()[0]}")
         if "error" not in hc:  # the check ran and the numbers missed: cache that outcome (not a crash or hang)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgeopt import spec_check
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
 from edgeopt_agent.compare import top1_text
 
@@ -320,7 +321,7 @@ class TensorRtTarget(Target):
             # a check that ran and failed is this model's outcome (cached); a crashed or hung one is not
             failure = BuildFailed if "error" in check else CheckFailed
             raise failure(f"the prepared {prec} ONNX fails its check in ONNX Runtime on the host: {summary}",
-                          hint=_check_hint(prec))
+                          hint="; ".join(h for h in (spec_check.hint(job.data_source), _check_hint(prec)) if h))
         if not check.get("passed"):
             warnings.append(f"the prepared ONNX fails its host check ({summary}); kept by --allow-mismatch")
 

@@ -153,7 +153,8 @@ class TfliteTarget(Target):
         import shutil
 
         bundle = Path(job.bundle_dir)
-        first = _ANSI.sub("", failure.message.removeprefix("TFLite conversion failed: "))[:120]
+        full = _ANSI.sub("", failure.message.removeprefix("TFLite conversion failed: "))
+        first = full[:120]
         tried = []
         for alt in _alternatives(job.prepared_path):
             progress(f"onnx2tf failed ({first}); retrying it with {alt}")
@@ -177,6 +178,9 @@ class TfliteTarget(Target):
             write_manifest(bundle, m2)
             return m2
         shutil.rmtree(bundle, ignore_errors=True)
+        if first.startswith("edgeopt's IO matcher"):  # onnx2tf converted; the pairing of its IO failed
+            raise BuildFailed(f"TFLite conversion failed: {full[:400]}; onnx2tf's alternative switches did not give a "
+                              f"file that pairs either ({'; '.join(tried) or 'none applied'})", hint=failure.hint)
         raise BuildFailed(
             f"TFLite conversion failed: onnx2tf failed inside its own code on this graph ({first}); its "
             f"alternative switches did not convert it either ({'; '.join(tried) or 'none applied'})",
@@ -449,6 +453,8 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
                           hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
     if reply.get("kind") == "int8_search":  # ran to the end, no INT8 candidate met the bound: its own line
         raise CheckFailed(reply["error"], hint=reply.get("hint"), accuracy=True)
+    if reply.get("kind") == "io_match":  # onnx2tf finished; edgeopt's own matcher stopped (not onnx2tf's fault)
+        raise BuildFailed(f"TFLite conversion failed: {reply['error']}", hint=reply.get("hint"))
     if not reply.get("ok"):
         tail = log_tail(log_path, 8)
         raise BuildFailed(f"TFLite conversion failed: {reply.get('error')}",

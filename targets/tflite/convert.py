@@ -67,6 +67,8 @@ def main(argv: list[str]) -> int:
         reply = convert(request, progress)
     except SearchFailed as exc:  # no INT8 variant meets the bound: one line for the user, no onnx2tf tail
         reply = {"ok": False, "kind": "int8_search", "error": str(exc), "hint": exc.hint, "int8": exc.record}
+    except IOMismatch as exc:  # edgeopt's own IO matcher, after onnx2tf finished: not blamed on onnx2tf
+        reply = {"ok": False, "kind": "io_match", "error": str(exc), "hint": exc.hint}
     except BaseException as exc:  # onnx2tf calls sys.exit(1) on some errors
         msg = f"{type(exc).__name__}: {exc}" if not isinstance(exc, SystemExit) else \
             "onnx2tf stopped with an error (see its last output)"
@@ -107,7 +109,7 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
                   for k, v in sig.structured_input_signature[1].items()]
     from edgeopt.targets.tflite import match_tensors
 
-    in_pairs = match_tensors(req["io"]["inputs"], sig_inputs, "input", notes)
+    in_pairs = _matched(match_tensors, req["io"]["inputs"], sig_inputs, "input", notes, "SavedModel")
     in_perms = {spec["name"]: _input_perm(spec, cands, notes) for spec, _a, cands in in_pairs}
 
     precision, mode = req["precision"], req["int8_mode"]
@@ -539,6 +541,36 @@ def _step_main(req_path: str) -> int:
     return 0
 
 
+class IOMismatch(Exception):
+    """edgeopt's IO matcher cannot pair an ONNX input/output with the converted file's (after onnx2tf finished)."""
+
+    def __init__(self, message: str, hint: str | None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _matched(match_tensors, specs, art, kind: str, notes: list[str], where: str):
+    """``match_tensors`` whose refusal says it is edgeopt's matcher that stopped (an ``IOMismatch``), with the
+    likely cause: a rank-0 ONNX input (onnx2tf declares it ``[-1]``; edgeopt feeds no scalars to a TFLite
+    file), else an output onnx2tf gave another shape (a wrong conversion)."""
+    from edgeopt.errors import BuildFailed
+
+    try:
+        return match_tensors(specs, art, kind, notes)
+    except BuildFailed as exc:
+        scalars = [t["name"] for t in specs if not t["shape"]]
+        if kind == "input" and scalars:
+            hint = (f"ONNX input(s) {', '.join(map(repr, scalars))} are rank-0 (scalars), which onnx2tf declares "
+                    "as [-1] and edgeopt does not feed to a TFLite file: give them shape [1] in the ONNX, or build a "
+                    "target that runs the ONNX itself (cpu, intel-cpu, apple)")
+        else:
+            hint = exc.hint or ("onnx2tf's conversion has another shape than the ONNX model here (a wrong "
+                                "conversion, not a precision problem): a target that runs the ONNX itself "
+                                "(cpu, intel-cpu, apple) builds it")
+        raise IOMismatch(f"edgeopt's IO matcher cannot pair the {where} onnx2tf made with the ONNX model: "
+                         f"{exc.message}", hint) from None
+
+
 def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[str, list[dict[str, Any]]]:
     """The IO spec: ONNX tensors mapped to the file's names, perms and dtypes.  ``out_perms`` (ONNX
     output -> perm) settles outputs whose shape reads the same in two layouts without running the
@@ -546,8 +578,9 @@ def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[
     from edgeopt.targets.tflite import io_entry, match_tensors
 
     inputs = [io_entry(spec, a, in_perms[spec["name"]] if in_perms[spec["name"]] in cands else cands[0])
-              for spec, a, cands in match_tensors(req["io"]["inputs"], details["inputs"], "input", notes)]
-    out_pairs = match_tensors(req["io"]["outputs"], details["outputs"], "output", notes)
+              for spec, a, cands in _matched(match_tensors, req["io"]["inputs"], details["inputs"], "input", notes,
+                                             "TFLite file")]
+    out_pairs = _matched(match_tensors, req["io"]["outputs"], details["outputs"], "output", notes, "TFLite file")
     chosen = {spec["name"]: cands[0] for spec, _a, cands in out_pairs}
     known = out_perms or {}
     for spec, _a, cands in out_pairs:

@@ -260,3 +260,49 @@ def test_intel_cpu_takes_a_one_input_mean_but_not_a_one_input_max(tmp_path):
         p = _one_node(tmp_path / f"{op}.onnx", helper.make_node(op, ["x"], ["y"], name="n"), [("x", [3])],
                       [("y", TensorProto.FLOAT, [3])])
         assert bool(_refused("openvino", p)) == (op == "Max")
+
+
+def test_the_spec_makes_the_reference_where_onnx_runtime_departs_from_it(tmp_path):
+    """Resize align_corners with downsampling scales: ONNX Runtime (every build's usual reference) is off the
+    spec's expected output by up to 0.86; spec_check finds it on the node's real inputs, the reference becomes
+    onnx.reference's, and the cpu artifact (ONNX Runtime) is refused with the reason instead of passing every
+    check off the spec. Upsampling (where both agree) and the same Resize given `sizes` keep ONNX Runtime's."""
+    from bench.bench_conformance import node_dir, run_test, spec_data
+
+    from edgeopt import spec_check
+
+    down, up = "test_resize_downsample_scales_linear_align_corners", "test_resize_upsample_scales_linear_align_corners"
+    if not (node_dir() / down).exists():
+        pytest.skip(f"{down} is not in this onnx wheel")
+    inputs, _ = spec_data(down)
+    found = spec_check.deviations(node_dir() / down / "model.onnx", inputs)
+    assert [d["op"] for d in found] == ["Resize"] and found[0]["max_abs"] > 0.5, found
+    assert spec_check.deviations(node_dir() / up / "model.onnx", spec_data(up)[0]) == []
+    rec = run_test(down, ["cpu"], tmp_path, timeout=300)["targets"]["cpu"]
+    assert rec["status"] == "check-failed" and rec["outcome"] == "probably-failed", rec
+    assert "the reference is the ONNX spec's" in rec["error"] and "`sizes` instead of `scales`" in rec["error"]
+    rec = run_test(up, ["cpu"], tmp_path, timeout=300)["targets"]["cpu"]
+    assert rec["outcome"] == "probably-built" and rec["spec"]["allclose"], rec
+
+    # the same downsampling given as sizes [1, 1, 1, 2]: ONNX Runtime and the spec agree, nothing changes
+    node = helper.make_node("Resize", ["X", "", "", "sizes"], ["Y"], mode="linear",
+                            coordinate_transformation_mode="align_corners")
+    sizes = helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 1, 1, 2])
+    p = _one_node(tmp_path / "sizes.onnx", node, [("X", [1, 1, 2, 4])], [("Y", TensorProto.FLOAT, [1, 1, 1, 2])],
+                  opset=13, inits=[sizes])
+    assert spec_check.suspect_nodes(onnx.load(p)) and spec_check.deviations(p, {"X": inputs["X"]}) == []
+
+
+def test_a_model_without_inputs_is_refused_in_one_line_where_the_check_feeds_inputs(tmp_path):
+    from edgeopt.pipeline import build
+
+    node = helper.make_node("Constant", [], ["y"], value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0]))
+    g = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    p = str(tmp_path / "const.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), p)
+    for backend in ("onnxruntime", "openvino", "tflite", "tensorrt"):
+        assert [label.split(" (")[0] for label, _ in _refused(backend, p)] == ["no model input"], backend
+    assert _refused("coreml", p) == []  # Core ML's check is structural: it builds
+    res = build(p, "cpu", ["fp32"], out=tmp_path / "out", jobs=1).results[0]
+    assert res.status == "unsupported" and "has no inputs" in res.error and "nothing to feed" in res.error, res.error
+    assert "stack" not in res.error

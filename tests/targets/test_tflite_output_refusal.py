@@ -21,6 +21,24 @@ def test_wrong_output_size_refusal_names_the_fixes():
     assert "onnx2tf_alt" not in str(err.value)
 
 
+def test_the_io_matchers_refusal_is_edgeopts_not_onnx2tfs():
+    """ONNX Clip with rank-0 min/max inputs: onnx2tf declares them [-1]; the refusal names edgeopt's matcher and
+    the rank-0 inputs (it was reported as "onnx2tf failed inside its own code"); an output onnx2tf gave another
+    shape is named as a wrong conversion."""
+    from edgeopt.targets.tflite.convert import IOMismatch, _matched
+
+    specs = [{"name": "x", "shape": [3]}, {"name": "min", "shape": []}, {"name": "max", "shape": []}]
+    art = [{"name": "x", "shape": [3]}, {"name": "min", "shape": [-1]}, {"name": "max", "shape": [-1]}]
+    with pytest.raises(IOMismatch) as err:
+        _matched(match_tensors, specs, art, "input", [], "SavedModel")
+    assert str(err.value).startswith("edgeopt's IO matcher cannot pair the SavedModel onnx2tf made")
+    assert "'min', 'max' are rank-0" in err.value.hint and "onnx2tf failed" not in str(err.value)
+    with pytest.raises(IOMismatch) as err:
+        _matched(match_tensors, [{"name": "y", "shape": [1, 1, 2, 4]}], [{"name": "output_0", "shape": [1, 4, 2, 1]}],
+                 "output", [], "TFLite file")
+    assert "converted the graph wrongly" in str(err.value)
+
+
 def test_an_onnx2tf_crash_retries_its_switches_then_says_what_builds_it(tmp_path):
     """silero-vad's sequence model (STFT front end + LSTM), handed to onnx2tf 1.29 as it is
     (``onnx2tf_fixes=false``: its multi-axis Slices not split), makes it raise inside its own code
