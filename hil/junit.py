@@ -73,6 +73,14 @@ def junit_xml(result: dict[str, Any]) -> str:
 ICON = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regressed", "inconclusive": "⚠️ inconclusive"}
 
 
+def verdict_text(v: dict[str, Any]) -> str:
+    """The verdict as shown: an inconclusive that was never judged says why (an emulated CPU's latency)."""
+    reason = v.get("reason") or ""
+    if v.get("verdict") == "inconclusive" and reason.startswith("not judged"):
+        return "⚠️ not judged (emulated CPU)" if "emulated" in reason else "⚠️ not judged"
+    return ICON.get(v["verdict"], v["verdict"])
+
+
 def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
     """One verdict as display text: baseline, candidate, change (95% CI), p, n (the Markdown summary's and
     the HTML report's cells); a non-finite figure shows as blank."""
@@ -112,7 +120,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {dev['device']} | — | ⏸️ skipped (quarantined) | | | {dev.get('skipped', '')[:80]} | | |")
         for v in dev.get("verdicts") or []:
             c = verdict_cells(v)
-            lines.append(f"| {dev['device']} | {v['metric']} | {ICON.get(v['verdict'], v['verdict'])} | "
+            lines.append(f"| {dev['device']} | {v['metric']} | {verdict_text(v)} | "
                          f"{c['baseline']} | {c['candidate']} | {c['change']} | {c['p']} | {c['n']} |")
     warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
     warn += [f"- ⏱️ {d['device']}: {d['budget_note']}" for d in result["devices"] if d.get("budget_note")]

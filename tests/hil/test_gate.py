@@ -193,3 +193,16 @@ def test_latency_on_an_emulated_cpu_is_not_judged_but_accuracy_is():
     unpaired = judge_unpaired([b["ms"] for b in run.blocks if b["arm"] == "A"],
                               [b["ms"] for b in run.blocks if b["arm"] == "B"], spec, emulator="qemu-user")
     assert all(v.verdict == "inconclusive" for v in unpaired if v.metric == "p50")
+
+
+def test_the_markdown_says_why_an_emulated_latency_was_not_judged():
+    from edgeopt.hil.junit import markdown
+
+    verdicts = [{"metric": "p50", "verdict": "inconclusive", "reason": "not judged: the device's CPU is emulated "
+                 "(qemu-user); its latency is the emulator's", "ratio": 1.02, "n": 3},
+                {"metric": "p90", "verdict": "inconclusive", "reason": "the interval straddles the bound", "n": 3},
+                {"metric": "accuracy", "verdict": "pass", "ratio": 1.0, "n": 20}]
+    md = markdown({"model": "m", "target": "cpu", "verdict": "pass", "baseline_id": "a" * 20, "candidate_id": "b" * 20,
+                   "devices": [{"device": "arm64-emu", "verdicts": verdicts}]})
+    assert "| arm64-emu | p50 | ⚠️ not judged (emulated CPU) |" in md
+    assert "| arm64-emu | p90 | ⚠️ inconclusive |" in md and "| arm64-emu | accuracy | ✅ pass |" in md
