@@ -231,9 +231,11 @@ def decisions_of(raws: list[np.ndarray], kind: dict[str, Any] | None = None,
 def pair_decisions(base: list[np.ndarray] | None, cand: list[np.ndarray] | None, kind: dict[str, Any] | None
                    ) -> tuple[list[list[int]] | None, list[list[int]] | None]:
     """Both arms' decisions on the same samples (None for an arm whose outputs are missing). A CTC blank is
-    the baseline's; a detector's sample is decided alike when its boxes match one to one (same class, IoU >=
-    0.5: ``compare.detection_metrics``' ``images_equal``, the build check's rule), and then the candidate's
-    entry is the baseline's, so that the host's plain comparison counts exactly the samples that differ."""
+    the baseline's. A detector is counted by the box, as the build check judges it (``compare.detection_metrics``'
+    ``box_match``: boxes matched one to one, same class, IoU >= 0.5, over the larger set of each image): one
+    entry per box of that count, ``[1]`` in both arms for a matched box and ``[1]``/``[0]`` for one only one arm
+    has, so that the host's plain comparison counts exactly the boxes that differ (an image with no box in
+    either arm adds none)."""
     from . import compare
 
     name = (kind or {}).get("kind")
@@ -244,9 +246,17 @@ def pair_decisions(base: list[np.ndarray] | None, cand: list[np.ndarray] | None,
     da = decisions_of(base, kind, blank) if base is not None else None
     db = decisions_of(cand, kind, blank) if cand is not None else None
     if name == "detection" and da is not None and db is not None:
-        for i, (a, b) in enumerate(zip(base, cand)):
-            if a.shape == b.shape and compare.detection_metrics(b[None], a[None], kind).get("images_equal") == 1.0:
-                db[i] = da[i]
+        ua: list[list[int]] = []
+        ub: list[list[int]] = []
+        for a, b, xa, xb in zip(base, cand, da, db):
+            try:
+                m = compare.detection_metrics(np.asarray(b)[None], np.asarray(a)[None], kind)
+                total, hit = int(m["boxes"]), int(round(m["box_match"] * m["boxes"]))
+            except Exception:  # noqa: BLE001 - an output this decoder cannot pair: every box differs
+                total, hit = max(len(xa), len(xb)) // 5, 0
+            ua += [[1]] * total
+            ub += [[1]] * hit + [[0]] * (total - hit)
+        return ua, ub
     return da, db
 
 

@@ -421,12 +421,14 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
         what = {"ctc_time_major": "CTC decodings (the text read)", "ctc_batch_major": "CTC decodings (the text read)",
                 "decision": "thresholded decisions", "probability": "decisions at the probability threshold",
-                "detection": "detections (boxes matched one to one, same class, IoU >= 0.5)",
+                "detection": "boxes (matched one to one, same class, IoU >= 0.5, over the larger set of each "
+                             "image: the build check's box_match)",
                 "label": "labels"}.get(b.get("decisions_kind") or a.get("decisions_kind") or "", "argmax decisions")
+        unit = "boxes" if (b.get("decisions_kind") or a.get("decisions_kind")) == "detection" else "validation samples"
         d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
                     method=f"exact: {what} of the first output, candidate vs baseline, on the baseline's "
                            "validation inputs",
-                    reason=f"{diff} of {n} validation samples decided differently (allowed {limit * 100:g}%)")
+                    reason=f"{diff} of {n} {unit} decided differently (allowed {limit * 100:g}%)")
         out.append(d)
     return out
 

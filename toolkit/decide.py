@@ -165,9 +165,9 @@ def _decisions_of(acc: dict[str, Any]) -> tuple[int, int, str] | None:
         if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
             n = int(m["top1_n"])
             return n - int(round(m["top1"] * n)), n, "label" if m.get("label_output") else "argmax"
-        if isinstance(m.get("images_equal"), (int, float)) and acc.get("samples"):  # a detector's images
-            n = int(acc["samples"])
-            return n - int(round(m["images_equal"] * n)), n, "detection"
+        if isinstance(m.get("box_match"), (int, float)) and m.get("boxes"):  # a detector: its boxes, as the gate
+            n = int(m["boxes"])
+            return n - int(round(m["box_match"] * n)), n, "detection"
         if isinstance(m.get("windows_equal"), (int, float)) and acc.get("samples"):  # per-position classes
             n = int(acc["samples"])
             return n - int(round(m["windows_equal"] * n)), n, "argmax"

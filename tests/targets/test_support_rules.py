@@ -268,7 +268,6 @@ def test_the_spec_makes_the_reference_where_onnx_runtime_departs_from_it(tmp_pat
     onnx.reference's, and the cpu artifact (ONNX Runtime) is refused with the reason instead of passing every
     check off the spec. Upsampling (where both agree) and the same Resize given `sizes` keep ONNX Runtime's."""
     from bench.bench_conformance import node_dir, run_test, spec_data
-
     from edgeopt import spec_check
 
     down, up = "test_resize_downsample_scales_linear_align_corners", "test_resize_upsample_scales_linear_align_corners"
