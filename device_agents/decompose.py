@@ -102,11 +102,13 @@ def _postprocess_stage(manifest: dict[str, Any], output: dict[str, np.ndarray]) 
             thr = float(kind.get("threshold", 0.5))
             jobs.append(lambda a=a, t=thr: a > t)
             what.append(f"{spec['name']}: threshold")
-        elif k == "detection" and kind.get("input_hw"):
-            from .compare import yolox_boxes
+        elif k == "detection" and (kind.get("input_hw") or kind.get("format", "yolox") != "yolox"):
+            from .compare import _boxes_of
 
-            jobs.append(lambda a=a, hw=kind["input_hw"]: yolox_boxes(a, hw))
-            what.append(f"{spec['name']}: YOLOX grid decoding + NMS")
+            fmt = kind.get("format", "yolox")
+            jobs.append(lambda a=a, kind=kind: _boxes_of(a, kind))
+            what.append(f"{spec['name']}: " + {"yolox": "YOLOX grid decoding + NMS", "yolov10": "end-to-end rows: "
+                                               "score threshold"}.get(fmt, f"{fmt} box decoding + NMS"))
     if not jobs:
         return {"stage": "postprocess", "ms": None, "how": "none declared for these output kinds"}
     return {"stage": "postprocess", "ms": _timeit(lambda: [j() for j in jobs], 50), "how": "; ".join(what)}

@@ -69,3 +69,20 @@ def test_litert_says_its_python_api_has_no_op_profiler():
     r = TfliteRunner.__new__(TfliteRunner)  # the answer does not depend on a loaded model
     p = r.profile([], 1)
     assert p["available"] is False and "LiteRT" in p["why"] and "benchmark_model" in p["why"]
+
+
+def test_postprocess_times_every_detection_format():
+    """A YOLOv8 table ``[1, 4 + C, anchors]`` and an end-to-end ``[1, 300, 6]`` are decoded and timed (only YOLOX's
+    grid was before); the stage names what it timed."""
+    from edgeopt_agent.decompose import _postprocess_stage
+
+    rng = np.random.default_rng(0)
+    v8 = rng.random((1, 84, 8400), dtype=np.float32) * np.array([640, 640, 64, 64] + [0.1] * 80, np.float32)[None, :, None]
+    v8[0, 4 + rng.integers(0, 80, 30), rng.integers(0, 8400, 30)] = 0.9  # 30 confident boxes, the rest below threshold
+    e2e = np.zeros((1, 300, 6), np.float32)
+    e2e[0, :5] = [[10, 10, 50, 50, 0.9 - i / 10, i] for i in range(5)]
+    for out, kind, how in ((v8, "detection@yolov8", "yolov8 box decoding + NMS"),
+                           (e2e, "detection@yolov10", "end-to-end rows: score threshold")):
+        manifest = {"io": {"outputs": [{"name": "output0"}]}, "output_kinds": {"output0": kind}}
+        st = _postprocess_stage(manifest, {"output0": out})
+        assert st["ms"] is not None and st["ms"] > 0 and how in st["how"], st
