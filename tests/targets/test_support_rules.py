@@ -305,3 +305,21 @@ def test_a_model_without_inputs_is_refused_in_one_line_where_the_check_feeds_inp
     res = build(p, "cpu", ["fp32"], out=tmp_path / "out", jobs=1).results[0]
     assert res.status == "unsupported" and "has no inputs" in res.error and "nothing to feed" in res.error, res.error
     assert "stack" not in res.error
+
+
+def test_debug_says_onnx_runtime_is_off_the_spec_where_the_reference_is_the_specs(tmp_path):
+    """The cpu artifact of the align_corners downsampling Resize is ONNX Runtime itself: debug's per-layer table
+    (which compares with ONNX Runtime) finds no jump, and says why the build was refused all the same."""
+    from bench.bench_conformance import node_dir, spec_data
+    from edgeopt.debug import debug_model, summary
+
+    test = "test_resize_downsample_scales_linear_align_corners"
+    if not (node_dir() / test).exists():
+        pytest.skip(f"{test} is not in this onnx wheel")
+    inputs, _ = spec_data(test)
+    np.savez(tmp_path / "d.npz", **{k: v[None] for k, v in inputs.items()})
+    _, res = debug_model(str(node_dir() / test / "model.onnx"), "cpu", "fp32", dist=str(tmp_path / "d"),
+                         calib=str(tmp_path / "d.npz"), progress=lambda s: None)
+    text = summary(res)
+    assert res.first_jump is None and "no first jump" in text
+    assert "ONNX Runtime itself, whose tensors this table compares with, is off the spec at Resize" in text, text
