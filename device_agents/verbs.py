@@ -201,10 +201,14 @@ def verb_gc(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def verb_list(req: dict[str, Any]) -> dict[str, Any]:
-    """Installed bundles and slots."""
+    """Installed bundles and slots; with ``bundle_ids``, ``has``'s answer too (one agent call for both)."""
     from .store import agent_root, listing
 
-    return {"ok": True, "list": listing(agent_root(req))}
+    root = agent_root(req)
+    reply = {"ok": True, "list": listing(root)}
+    if req.get("bundle_ids"):
+        reply.update({k: v for k, v in verb_has(req).items() if k != "ok"})
+    return reply
 
 
 def verb_compile(req: dict[str, Any]) -> dict[str, Any]:

@@ -348,6 +348,7 @@ class DeviceSession:
         self.free_mb: float | None = None  # free space under the root, as the last `has` saw it
         self.read_only = False  # the root's filesystem is mounted read-only, as the last `has` saw it
         self._tensorrt: dict[str, Any] | None = None  # edgeopt_agent.probe.tensorrt_runtime(), asked once
+        self._has_answer: tuple[list[str], dict[str, Any]] | None = None  # `list` answered `has` (listing())
 
     @classmethod
     def open(cls, device: Device, trust_new_host_keys: bool = False, retries: int = 2,
@@ -477,7 +478,8 @@ class DeviceSession:
     def has(self, ids: list[str]) -> dict[str, bool]:
         if not ids:
             return {}
-        reply = self.agent("has", {"root": self.root, "bundle_ids": ids})
+        kept, self._has_answer = self._has_answer, None
+        reply = kept[1] if kept and kept[0] == sorted(ids) else self.agent("has", {"root": self.root, "bundle_ids": ids})
         if not reply.get("ok"):
             raise DeviceError(f"{self.device.name}: has failed: {reply_error(reply)}")
         self.free_mb = reply.get("free_mb")
@@ -591,9 +593,16 @@ class DeviceSession:
     def gc(self, keep: int = 3, grace_s: float = 3600, dry_run: bool = False) -> dict[str, Any]:
         return self._verb("gc", keep=keep, grace_s=grace_s, dry_run=dry_run)
 
-    def listing(self) -> dict[str, Any]:
-        """Installed bundles and every slot (current, history, trial) as the agent sees them."""
-        return self._verb("list")
+    def listing(self, bundle_ids: list[str] | None = None) -> dict[str, Any]:
+        """Installed bundles and every slot (current, history, trial) as the agent sees them. With
+        ``bundle_ids`` the same call answers ``has`` for them, kept for this session's next ``push`` of exactly
+        those bundles (a rollout lists, then pushes: one agent process on the device less)."""
+        reply = self.agent("list", {"root": self.root, **({"bundle_ids": bundle_ids} if bundle_ids else {})})
+        if not reply.get("ok"):
+            raise DeviceError(f"{self.device.name}: list failed: {reply_error(reply)}")
+        if bundle_ids and "has" in reply:
+            self._has_answer = (sorted(bundle_ids), reply)
+        return reply.get("list") or {}
 
     def _upload(self, b: LocalBundle, bp: BundlePush, replace: bool = False) -> None:
         tr, name = self.transport, self.device.name

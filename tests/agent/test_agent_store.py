@@ -47,6 +47,9 @@ def test_install_activate_rollback_gc_round_trip(tmp_path, tiny_bundle, ocr_cls_
     assert reply["install"]["present"] is True and not (root / "staging" / "up3").exists()
     rc, reply = agent("has", {**r, "bundle_ids": [a, b, "f" * 64]})
     assert reply["has"] == {a: True, b: True, "f" * 64: False}
+    rc, listed = agent("list", {**r, "bundle_ids": [a, b, "f" * 64]})  # list answers has in the same call
+    assert rc == 0 and listed["has"] == reply["has"] and listed["free_mb"] and "list" in listed
+    assert "has" not in agent("list", r)[1]
     rc, reply = agent("verify", {**r, "bundle_id": a})
     assert rc == 0 and reply["verify"]["ok"]
 

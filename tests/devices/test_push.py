@@ -39,6 +39,12 @@ def test_push_installs_then_second_push_sends_no_bundle_bytes(ssh_env, sshd, tmp
                                      cwd=s.agent_dir)
         assert rc == 0 and out.strip().startswith(s.agent_dir + "/edgeopt_agent/")
         assert s.has([b.bundle_id]) == {b.bundle_id: True}
+        calls = []
+        agent = s.agent
+        s.agent = lambda verb, *a, **kw: calls.append(verb) or agent(verb, *a, **kw)
+        s.listing([b.bundle_id])  # a rollout lists, then pushes: list answers has, one agent call less
+        assert s.push([b]).bundles[0].status == "present" and calls == ["list"], calls
+        assert s.has([b.bundle_id]) == {b.bundle_id: True} and calls == ["list", "has"]  # the answer is used once
 
 
 def test_push_interrupted_by_dropped_connection_leaves_nothing_installed(ssh_env, tmp_path, big_bundle):

@@ -131,7 +131,7 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
     try:
         emit(dev.name, "connect", "start")
         sess = DeviceSession.open(dev, opts.trust_new_host_keys)
-        state = sess.listing().get("slots", {}).get(slot) or {}
+        state = sess.listing([bundle.bundle_id]).get("slots", {}).get(slot) or {}  # and has(), for push
         trial = state.get("trial") or {}
         incumbent = trial.get("previous") if trial else state.get("current")
         out.before = incumbent
