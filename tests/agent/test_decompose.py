@@ -30,7 +30,7 @@ def test_profile_splits_a_request_and_names_the_ops(dist):
         assert stages["postprocess"]["ms"] > 0 and "argmax" in stages["postprocess"]["how"]
         assert stages["compute"]["ms"] == pytest.approx(rec.bench["latency_ms"]["p50"])
         p = d["profile"]
-        want = {"cpu": "onnxruntime enable_profiling", "intel-cpu": "openvino PERF_COUNT"}[rec.bundle["target"]]
+        want = {"cpu": "onnxruntime enable_profiling", "intel-cpu": "openvino PERF_COUNT"}[rec.bundle.target]
         assert p["profiler"] == want and p["iterations"] == 10
         assert sum(o["share"] for o in p["ops"]) == pytest.approx(1.0)
         assert any("Conv" in o["op"] for o in p["ops"][:3])  # a CNN spends its time in convolutions

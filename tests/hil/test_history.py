@@ -109,7 +109,7 @@ def bench_db(tmp_path_factory) -> tuple[Path, str]:
     # a gated run joins the series (the budget bounds the whole gate: room for its rounds under load)
     gated = api.gate(slow, slow, devices=str(rig), budget="12s", db=str(db))
     assert gated["verdict"] in ("pass", "inconclusive"), gated["verdict"]
-    model = res.records[0].bundle["model"]
+    model = res.records[0].bundle.model
     return db, model
 
 
