@@ -85,7 +85,8 @@ class TfliteTarget(Target):
         # rev 1: onnxsim run by edgeopt, then onnx_fixes' rewrites; a failed FP16 file checked against FP32
         return {**super().toolchain(), "converter": "onnx2tf after edgeopt's onnxsim + onnx_fixes rewrites; "
                 "fp16 failures checked against the fp32 file (rev 1)",
-                "int8": "auto: mixed-scale concatenations float (rev 1)"}
+                "int8": "auto: mixed-scale concatenations float (rev 1)",
+                "io": "inputs that read the same in NCHW and NHWC: layout chosen by running (rev 2)"}
 
     def known_options(self) -> frozenset[str] | None:
         return OPTION_KEYS

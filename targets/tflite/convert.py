@@ -577,10 +577,13 @@ def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[
     file: the layout is the SavedModel's, the same in every quantized variant of it."""
     from edgeopt.targets.tflite import io_entry, match_tensors
 
+    in_pairs = _matched(match_tensors, req["io"]["inputs"], details["inputs"], "input", notes, "TFLite file")
     inputs = [io_entry(spec, a, in_perms[spec["name"]] if in_perms[spec["name"]] in cands else cands[0])
-              for spec, a, cands in _matched(match_tensors, req["io"]["inputs"], details["inputs"], "input", notes,
-                                             "TFLite file")]
+              for spec, a, cands in in_pairs]
     out_pairs = _matched(match_tensors, req["io"]["outputs"], details["outputs"], "output", notes, "TFLite file")
+    calibrated = req["precision"] == "int8" and req["int8_mode"] in ("full", "auto")  # fed in in_perms' layout
+    if not calibrated and any(len(c) > 1 for _s, _a, c in in_pairs):
+        inputs = _inputs_by_running(req, in_pairs, inputs, out_pairs, runner, notes)
     chosen = {spec["name"]: cands[0] for spec, _a, cands in out_pairs}
     known = out_perms or {}
     for spec, _a, cands in out_pairs:
@@ -594,6 +597,59 @@ def _artifact_io(req, details, in_perms, runner, notes, out_perms=None) -> dict[
         chosen.update(_resolve_by_running(req, inputs, ambiguous, runner, notes))
     outputs = [io_entry(spec, a, chosen[spec["name"]]) for spec, a, _c in out_pairs]
     return {"inputs": inputs, "outputs": outputs}
+
+
+def _inputs_by_running(req, in_pairs, inputs, out_pairs, runner, notes, most: int = 16) -> list[dict[str, Any]]:
+    """Inputs whose shape reads the same in NCHW and NHWC (``[2, 2, 2]``, ``[1, 8, 8, 8]``): onnx2tf does not
+    always transpose them (a Concat of two such inputs kept their layout), so "taken as NHWC" can feed the file
+    transposed values. Every combination of their candidate layouts (at most ``most``) is run on validation
+    sample 0 and the one whose outputs best match the reference (each output in its best layout) is kept."""
+    import itertools
+
+    from edgeopt.targets.tflite import io_entry
+    from edgeopt_agent.bundle import to_artifact
+
+    amb = [i for i, (_s, _a, c) in enumerate(in_pairs) if len(c) > 1]
+    def first_current(i: int) -> list[list[int]]:  # a tie keeps the layout taken so far (NHWC, as onnx2tf converts)
+        now = inputs[i].get("perm") or list(range(len(in_pairs[i][0]["shape"])))
+        return [now] + [c for c in in_pairs[i][2] if c != now]
+
+    combos = list(itertools.islice(itertools.product(*[first_current(i) for i in amb]), most))
+    with np.load(req["validation_path"]) as val, np.load(req["reference_path"]) as ref:
+        feed = {s["name"]: val[f"in{i}"][0] for i, s in enumerate(req["io"]["inputs"])}
+        refs = {s["name"]: ref[f"out{i}"][0].astype(np.float64).ravel() for i, s in enumerate(req["io"]["outputs"])}
+
+    def score(trial: list[dict[str, Any]]) -> float:
+        try:
+            outs = runner.run(to_artifact(feed, trial))
+        except Exception:  # noqa: BLE001 - a layout the file cannot take
+            return -float("inf")
+        total = 0.0
+        for spec, a, cands in out_pairs:
+            y = np.asarray(outs[a["name"]], np.float64)
+            r = refs[spec["name"]]
+            best = -1.0
+            for perm in cands:
+                v = np.transpose(y, np.argsort(perm)).ravel()
+                if v.shape == r.shape:
+                    best = max(best, float(v @ r / (np.linalg.norm(v) * np.linalg.norm(r) + 1e-30)))
+            total += best
+        return total
+
+    scored = []
+    for combo in combos:
+        trial = list(inputs)
+        for i, perm in zip(amb, combo):
+            trial[i] = io_entry(in_pairs[i][0], in_pairs[i][1], list(perm))
+        scored.append((score(trial), trial))
+    best = max(scored, key=lambda st: st[0])[1]
+    for i in amb:
+        spec = in_pairs[i][0]
+        perm = best[i].get("perm") or list(range(len(spec["shape"])))
+        notes[:] = [n for n in notes if not n.startswith(f"input {spec['name']!r} {spec['shape']} reads the same")]
+        notes.append(f"input {spec['name']!r} {spec['shape']} reads the same in NCHW and NHWC; perm {perm} "
+                     "chosen by running validation sample 0 (the layout whose outputs match the reference)")
+    return best
 
 
 def _resolve_by_running(req, inputs, ambiguous, runner, notes) -> dict[str, list[int]]:
