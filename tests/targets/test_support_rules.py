@@ -337,3 +337,18 @@ def test_mobile_inputs_that_read_the_same_in_both_layouts_are_fed_as_the_file_ta
         pytest.skip(f"{test} is not in this onnx wheel")
     rec = run_test(test, ["mobile"], tmp_path, timeout=300)["targets"]["mobile"]
     assert rec["outcome"] == "passed" and rec["spec"]["allclose"], rec
+
+
+@pytest.mark.parametrize("test,label", [("test_det_2d", "Det (lowered to TensorFlow's MatrixDeterminant"),
+                                        ("test_basic_deform_conv_with_padding", "DeformConv (a deformable convolution"),
+                                        ("test_batchnorm_example_training_mode", "BatchNormalization (its running mean"),
+                                        ("test_dft_opset19", "DFT (a DFT")])
+def test_mobile_rules_from_the_full_conformance_run(test, label):
+    """Rows the full mobile run found ("inspect said yes, build failed" or a check-caught conversion), now refused
+    by inspect with the converter's reason; the same models' plain variants are not (batchnorm_example)."""
+    from bench.bench_conformance import node_dir
+
+    if not (node_dir() / test).exists():
+        pytest.skip(f"{test} is not in this onnx wheel")
+    assert any(lbl.startswith(label) for lbl, _ in _refused("tflite", str(node_dir() / test / "model.onnx")))
+    assert _refused("tflite", str(node_dir() / "test_batchnorm_example" / "model.onnx")) == []
