@@ -337,9 +337,18 @@ def build_cli(cmd: list[str], timeout: int) -> tuple[int, str, str]:
         return 124, "", "timeout"
 
 
+def _commit() -> str | None:
+    """The checkout's HEAD (a record says which code built it; a long run spans commits)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool = False) -> dict[str, Any]:
     model = str(node_dir() / test / "model.onnx")
-    rec: dict[str, Any] = {"test": test, "targets": {}}
+    rec: dict[str, Any] = {"test": test, "targets": {}, "commit": _commit(), "at": time.strftime("%H:%M:%S")}
     try:
         v = verdicts(model, targets)
     except Exception as exc:  # noqa: BLE001 - inspect itself crashed: that is a finding
