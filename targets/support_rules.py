@@ -453,7 +453,7 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf failed inside its own code on every DeformConv node test (IndexError: list index out of "
              "range), its alternative switches too"),
         Rule(("DFT",), lambda n, g: "a DFT",
-             "onnx2tf stopped with an error on the DFT node tests (opset 19, forward and along an axis); with "
+             "onnx2tf stopped with an error on every DFT node test (opset 19: forward, inverse, along an axis); with "
              "keep_input_shape it converts and the check refuses it"),
         Rule(("ArgMax", "ArgMin"), _select_last, "onnx2tf's argmax returns the first index"),
         Rule(("Split",), _uneven_split, "onnx2tf's split fails on uneven sizes (wrong shapes)"),
