@@ -125,6 +125,25 @@ def _bn_extra_outputs(n, g) -> str | None:
     return "its running mean/var outputs (training_mode=1) used" if used else None
 
 
+def _shape_slice(n, g) -> str | None:
+    """Shape-15's start/end as onnx2tf 1.29 gets them wrong: only one of them given (not the full range), or an
+    empty range (every such node test; both given and non-empty, or clipped to the full range, match)."""
+    r = g.rank(inp(n, 0))
+    s_attr, e_attr = attr(n, "start"), attr(n, "end")
+    if r is None or (s_attr is None and e_attr is None):
+        return None
+
+    def at(v: int) -> int:
+        return min(max(v + r if v < 0 else v, 0), r)
+
+    s, e = at(s_attr if s_attr is not None else 0), at(e_attr if e_attr is not None else r)
+    if e <= s:
+        return "start/end give an empty shape"
+    if (s_attr is None) != (e_attr is None) and (s, e) != (0, r):
+        return f"only {'start' if e_attr is None else 'end'} given"
+    return None
+
+
 def _select_last(n, g) -> str | None:
     return "select_last_index=1" if attr(n, "select_last_index", 0) == 1 else None
 
@@ -450,6 +469,8 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf's Mod takes the sign of the divisor (floor mod), the spec's fmod=1 the dividend's "
              "(mod_mixed_sign_float32: rel_l2 0.96, the check refuses it); equal where the signs agree",
              certain=False),
+        Rule(("Shape",), _shape_slice, "onnx2tf applies Shape's slice only with both ends given and a non-empty "
+             "range (every other such node test: an output of another length)"),
         Rule(("Optional", "OptionalGetElement", "OptionalHasElement"), lambda n, g: "an optional value",
              "onnx2tf failed inside its own code on it (TypeError: Optional.from_value() got an unexpected keyword "
              "argument 'name')"),
