@@ -469,6 +469,9 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf's Mod takes the sign of the divisor (floor mod), the spec's fmod=1 the dividend's "
              "(mod_mixed_sign_float32: rel_l2 0.96, the check refuses it); equal where the signs agree",
              certain=False),
+        Rule(("Unique",), lambda n, g: "a Unique (its output size depends on the data)",
+             "onnx2tf's file has fixed outputs of size 1 where the spec's size is data-dependent (every Unique node "
+             "test: sorted or not, with and without an axis)"),
         Rule(("Shape",), _shape_slice, "onnx2tf applies Shape's slice only with both ends given and a non-empty "
              "range (every other such node test: an output of another length)"),
         Rule(("Optional", "OptionalGetElement", "OptionalHasElement"), lambda n, g: "an optional value",
