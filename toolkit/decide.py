@@ -191,7 +191,7 @@ def gate_defaults_accept(acc: dict[str, Any] | None, baseline_acc: dict[str, Any
     """Would ``edgeopt gate CAND --baseline FP32`` (and a rollout over FP32) accept this artifact on
     accuracy with their default rules?  Judged by the gate's own code (``stats.judge`` with the default
     spec) on the decisions the bench counted against the FP32 reference.  (None, why): cannot tell."""
-    if not acc or "passed" not in acc:
+    if not acc or acc.get("passed") is None:  # absent, or not judged here (an h100 bundle's check is on its device)
         return None, "no accuracy measured"
     from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.stats import PairedRun, judge

@@ -192,3 +192,12 @@ def test_with_every_run_listed_each_artifacts_latest_run_decides():
     assert v["ship"] == "cpu-fp32" and v["clear"] and v["measured"].endswith("22:01:00Z")
     rows = rows_of([_rec("cpu", "fp32", 4.0, seed=1), old, new])
     assert [r["ship"] for r in rows] == ["SHIP", None, None]
+
+
+def test_an_accuracy_not_judged_here_is_not_a_refusal():
+    """An h100 bundle's host check says ``passed: None`` (checked on its device): the gate prediction cannot
+    tell, it does not refuse ("fails its bound" was what a None read as)."""
+    from edgeopt.decide import gate_defaults_accept
+
+    assert gate_defaults_accept({"passed": None, "outputs": {}})[0] is None
+    assert gate_defaults_accept({"passed": False, "summary": "x", "outputs": {}})[0] is False
