@@ -35,6 +35,11 @@ same.  ``--work`` of a ``--fast`` run and of a plain run can be compared (``--co
     .venv/bin/python bench/bench_conformance.py --targets cpu,intel-cpu,apple,h100 --limit 40
     .venv/bin/python bench/bench_conformance.py --targets mobile --ops Resize,Conv,Split
     .venv/bin/python bench/bench_conformance.py --report      # today's inspect vs the recorded builds
+
+The table in docs/BENCHMARKS.md (all 499 on every target): one ``--fast`` process for cpu,intel-cpu,h100,apple
+(``--work A``), two for mobile (``--every 2 --start 0`` / ``--start 1``, ``--work B0`` / ``B1``), a few re-runs
+(``--match``, ``--work R``), then ``--report --keep-spec --targets cpu,intel-cpu,mobile,apple,h100 --work EMPTY
+--merge A --merge B0 --merge B1 --merge R --preface TEXT --write`` (files are read in that order: a later line wins).
 """
 
 from __future__ import annotations
