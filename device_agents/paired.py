@@ -243,20 +243,20 @@ def pair_decisions(base: list[np.ndarray] | None, cand: list[np.ndarray] | None,
     if name in ("ctc_time_major", "ctc_batch_major") and base and base[0].ndim == 3:
         idx = [np.argmax(np.swapaxes(a, 0, 1) if name == "ctc_time_major" else a, -1).ravel() for a in base]
         blank = int(np.argmax(np.bincount(np.concatenate(idx))))  # the baseline's (the reference's) blank
-    da = decisions_of(base, kind, blank) if base is not None else None
-    db = decisions_of(cand, kind, blank) if cand is not None else None
-    if name == "detection" and da is not None and db is not None:
+    if name == "detection" and base is not None and cand is not None:  # decoded once, by detection_metrics
         ua: list[list[int]] = []
         ub: list[list[int]] = []
-        for a, b, xa, xb in zip(base, cand, da, db):
+        for a, b in zip(base, cand):
             try:
                 m = compare.detection_metrics(np.asarray(b)[None], np.asarray(a)[None], kind)
                 total, hit = int(m["boxes"]), int(round(m["box_match"] * m["boxes"]))
             except Exception:  # noqa: BLE001 - an output this decoder cannot pair: every box differs
-                total, hit = max(len(xa), len(xb)) // 5, 0
+                total, hit = max(len(x) for x in decisions_of([a], kind) + decisions_of([b], kind)) // 5, 0
             ua += [[1]] * total
             ub += [[1]] * hit + [[0]] * (total - hit)
         return ua, ub
+    da = decisions_of(base, kind, blank) if base is not None else None
+    db = decisions_of(cand, kind, blank) if cand is not None else None
     return da, db
 
 

@@ -419,12 +419,13 @@ def _accuracy_verdicts(run: PairedRun, spec: GateSpec) -> list[Verdict]:
         diff = sum(1 for x, y in zip(da, db) if x != y)
         rate = diff / n if n else 0.0
         limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
+        kind = b.get("decisions_kind") or a.get("decisions_kind") or ""
         what = {"ctc_time_major": "CTC decodings (the text read)", "ctc_batch_major": "CTC decodings (the text read)",
                 "decision": "thresholded decisions", "probability": "decisions at the probability threshold",
                 "detection": "boxes (matched one to one, same class, IoU >= 0.5, over the larger set of each "
                              "image: the build check's box_match)",
-                "label": "labels"}.get(b.get("decisions_kind") or a.get("decisions_kind") or "", "argmax decisions")
-        unit = "boxes" if (b.get("decisions_kind") or a.get("decisions_kind")) == "detection" else "validation samples"
+                "label": "labels"}.get(kind, "argmax decisions")
+        unit = "boxes" if kind == "detection" else "validation samples"
         d = Verdict("decisions", "pass" if rate <= limit else "regressed", rate, n=n, threshold=limit,
                     method=f"exact: {what} of the first output, candidate vs baseline, on the baseline's "
                            "validation inputs",

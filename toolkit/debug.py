@@ -83,12 +83,11 @@ def debug_bundle(bundle: str | Path, model: str | None = None, samples: int | No
         raise UsageError(f"{bundle}: not a bundle ({exc})") from None
     path = find_model(bundle, manifest, model)
     try:
+        from edgeopt import spec_check
+
         result = compare_layers(bundle, path, samples=samples, max_memory=max_memory, progress=progress)
-        for d in ((manifest.get("validation") or {}).get("source") or {}).get("spec_deviations") or []:
-            result.notes.append(  # the layer table compares with ONNX Runtime; the build's reference was the spec's
-                f"the build's FP32 reference is the ONNX spec's (onnx.reference): ONNX Runtime itself, whose "
-                f"tensors this table compares with, is off the spec at {d['op']} {d['node']!r} (max abs "
-                f"{d['max_abs']:.3g}: {d['why']}); {d['fix']}")
+        found = ((manifest.get("validation") or {}).get("source") or {}).get("spec_deviations") or []
+        result.notes.extend(spec_check.debug_note(d) for d in found)
         return result
     except BackendUnavailable as exc:
         raise UsageError(f"{manifest.get('target', '?')} ({manifest['runtime']['name']}): intermediate tensors "

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeopt import __version__
+from edgeopt import __version__, spec_check
 from edgeopt.errors import UsageError
 from edgeopt.targets.base import CHECK_FAILED_MARK, debug_command, with_debug_hint
 
@@ -227,11 +227,9 @@ def build(
     data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
     results: list[TargetResult] = []
     todo: list[tuple[Any, str, str, Path]] = []
-    spec_rev = {}  # a model where ONNX Runtime may differ from the spec: its reference may be the spec's (spec_check)
-    if "Resize" in info.op_histogram:
-        from edgeopt import spec_check
-
-        spec_rev = {"spec_check": spec_check.REV} if spec_check.has_suspects(model) else {}
+    # a model where ONNX Runtime may differ from the spec: its reference may be the spec's (spec_check)
+    spec_rev = {"spec_check": spec_check.REV} if (spec_check.may_deviate(info.op_histogram)
+                                                  and spec_check.has_suspects(model)) else {}
     for spec, prec in plans:
         backend = get_backend(spec.backend)
         res = TargetResult(spec.name, prec, spec.backend, "pending")
@@ -696,9 +694,7 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
     refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
     deviations = []
-    if engine == "onnxruntime" and data.validation:  # ORT's known departures from the spec (spec_check)
-        from edgeopt import spec_check
-
+    if engine == "onnxruntime" and data.validation and spec_check.may_deviate(info.op_histogram):
         deviations = spec_check.deviations(work / "prepared.onnx", data.validation[0])
         if deviations:
             engine = "onnx.reference"
@@ -949,8 +945,6 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     hc = manifest.get("host_check") or {}
     passed = hc.get("passed") is not False
     if not passed and not allow_mismatch:
-        from edgeopt import spec_check
-
         res.status = "check-failed"
         res.error = ("host check failed: " + res.check + " (use --allow-mismatch to keep it)\n  hint: "
                      + with_debug_hint(spec_check.hint(job["data_source"]), debug_command(job["model_path"], res.target, res.precision, job["io"],

@@ -29,6 +29,11 @@ RTOL, ATOL = 1e-3, 1e-5
 REV = 1  # part of a build's cache key when the model has a suspect node (see ``suspect_nodes``)
 
 
+def may_deviate(op_histogram: dict[str, int]) -> bool:
+    """Cheap, from ``ModelInfo.op_histogram``: whether any op of the model has a known deviation to look for."""
+    return any(op in op_histogram for op in SUSPECTS)
+
+
 def suspect_nodes(model: Any) -> list[Any]:
     """The top-level nodes of ``model`` (a ModelProto) where ONNX Runtime may differ from the spec."""
     from onnx import helper
@@ -112,6 +117,13 @@ def describe(found: list[dict[str, Any]]) -> str:
     return (f"ONNX Runtime differs from the ONNX spec on {nodes}{more} on the first validation sample "
             f"({found[0]['why']}): the FP32 reference is computed by onnx.reference, the spec's implementation, "
             "so every artifact is held to the spec (a runtime that follows ONNX Runtime here is refused)")
+
+
+def debug_note(d: dict[str, Any]) -> str:
+    """For ``edgeopt debug``, whose per-layer table compares with ONNX Runtime: why it shows no jump there."""
+    return (f"the build's FP32 reference is the ONNX spec's (onnx.reference): ONNX Runtime itself, whose tensors "
+            f"this table compares with, is off the spec at {d['op']} {d['node']!r} (max abs {d['max_abs']:.3g}: "
+            f"{d['why']}); {d['fix']}")
 
 
 def hint(data_source: dict[str, Any] | None) -> str | None:

@@ -610,34 +610,23 @@ def _inputs_by_running(req, in_pairs, inputs, out_pairs, runner, notes, most: in
     from edgeopt_agent.bundle import to_artifact
 
     amb = [i for i, (_s, _a, c) in enumerate(in_pairs) if len(c) > 1]
+
     def first_current(i: int) -> list[list[int]]:  # a tie keeps the layout taken so far (NHWC, as onnx2tf converts)
         now = inputs[i].get("perm") or list(range(len(in_pairs[i][0]["shape"])))
         return [now] + [c for c in in_pairs[i][2] if c != now]
 
-    combos = list(itertools.islice(itertools.product(*[first_current(i) for i in amb]), most))
-    with np.load(req["validation_path"]) as val, np.load(req["reference_path"]) as ref:
-        feed = {s["name"]: val[f"in{i}"][0] for i, s in enumerate(req["io"]["inputs"])}
-        refs = {s["name"]: ref[f"out{i}"][0].astype(np.float64).ravel() for i, s in enumerate(req["io"]["outputs"])}
+    feed, refs = _sample_zero(req)
 
     def score(trial: list[dict[str, Any]]) -> float:
         try:
             outs = runner.run(to_artifact(feed, trial))
         except Exception:  # noqa: BLE001 - a layout the file cannot take
             return -float("inf")
-        total = 0.0
-        for spec, a, cands in out_pairs:
-            y = np.asarray(outs[a["name"]], np.float64)
-            r = refs[spec["name"]]
-            best = -1.0
-            for perm in cands:
-                v = np.transpose(y, np.argsort(perm)).ravel()
-                if v.shape == r.shape:
-                    best = max(best, float(v @ r / (np.linalg.norm(v) * np.linalg.norm(r) + 1e-30)))
-            total += best
-        return total
+        return sum(max(_layout_cos(outs[a["name"]], a, refs[spec["name"]], perm) for perm in cands)
+                   for spec, a, cands in out_pairs)
 
     scored = []
-    for combo in combos:
+    for combo in itertools.islice(itertools.product(*[first_current(i) for i in amb]), most):
         trial = list(inputs)
         for i, perm in zip(amb, combo):
             trial[i] = io_entry(in_pairs[i][0], in_pairs[i][1], list(perm))
@@ -652,26 +641,36 @@ def _inputs_by_running(req, in_pairs, inputs, out_pairs, runner, notes, most: in
     return best
 
 
+def _sample_zero(req) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Validation sample 0 (ONNX layout, by input name) and its FP32 reference outputs (by output name)."""
+    with np.load(req["validation_path"]) as val, np.load(req["reference_path"]) as ref:
+        feed = {s["name"]: val[f"in{i}"][0] for i, s in enumerate(req["io"]["inputs"])}
+        refs = {s["name"]: ref[f"out{i}"][0] for i, s in enumerate(req["io"]["outputs"])}
+    return feed, refs
+
+
+def _layout_cos(y: Any, art: dict[str, Any], ref: np.ndarray, perm: list[int]) -> float:
+    """Cosine between the reference and an artifact output read in layout ``perm`` (an int8 output dequantized
+    by its ``quant``); -1 when that layout cannot hold the reference's values."""
+    y = np.asarray(y)
+    if art.get("quant") and y.dtype.kind in "iu":
+        y = (y.astype(np.float64) - art["quant"][1]) * art["quant"][0]
+    v = np.transpose(np.asarray(y, np.float64), np.argsort(perm)).ravel()
+    r = np.asarray(ref, np.float64).ravel()
+    if v.shape != r.shape:
+        return -1.0
+    return float(v @ r / (np.linalg.norm(v) * np.linalg.norm(r) + 1e-30))
+
+
 def _resolve_by_running(req, inputs, ambiguous, runner, notes) -> dict[str, list[int]]:
     """Outputs whose shape reads the same in two layouts: pick the one that matches the reference."""
     from edgeopt_agent.bundle import to_artifact
 
-    with np.load(req["validation_path"]) as val, np.load(req["reference_path"]) as ref:
-        feed = {s["name"]: val[f"in{i}"][0] for i, s in enumerate(req["io"]["inputs"])}
-        refs = {s["name"]: ref[f"out{i}"][0] for i, s in enumerate(req["io"]["outputs"])}
+    feed, refs = _sample_zero(req)
     outs = runner.run(to_artifact(feed, inputs))
     chosen = {}
     for spec, a, cands in ambiguous:
-        y = np.asarray(outs[a["name"]], np.float64)
-        if a.get("quant") and y.dtype.kind in "iu":
-            y = (y - a["quant"][1]) * a["quant"][0]
-        r = refs[spec["name"]].astype(np.float64).ravel()
-
-        def cos(perm, y=y, r=r):
-            v = np.transpose(y, np.argsort(perm)).ravel()
-            return float(v @ r / (np.linalg.norm(v) * np.linalg.norm(r) + 1e-30))
-
-        best = max(cands, key=cos)
+        best = max(cands, key=lambda perm, a=a, spec=spec: _layout_cos(outs[a["name"]], a, refs[spec["name"]], perm))
         chosen[spec["name"]] = best
         notes.append(f"output {spec['name']!r} {spec['shape']} reads the same in two layouts; "
                      f"perm {best} chosen by running validation sample 0")
