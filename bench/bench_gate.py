@@ -64,9 +64,9 @@ def build_cnn(model: Path, out: Path, photos: Path) -> Path:
 
 def true_slowdown(sess, base, cand, rounds: int = 25, calls: int = 4) -> float:
     """p50 ratio over ``calls`` fresh processes x ``rounds`` interleaved rounds, pooled."""
-    from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.paired import measure_pair
-    from edgeopt.hil.stats import judge
+    from edgeopt.policy.gatefile import load_gate
+    from edgeopt.policy.stats import judge
 
     spec = load_gate({"rounds": {"start": rounds, "max": rounds}})
     runs = [measure_pair(sess, base.bundle_id, cand.bundle_id, spec, budget_s=600) for _ in range(calls)]
@@ -294,8 +294,8 @@ def main() -> None:
 
     from edgeopt.deploy import DeviceSession, load_bundle
     from edgeopt.fixtures import path as fixture_path
-    from edgeopt.hil.gatefile import load_gate
     from edgeopt.inventory import local_device
+    from edgeopt.policy.gatefile import load_gate
 
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="edgeopt-bench-gate-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -36,8 +36,8 @@ def main() -> None:
     from edgeopt.fixtures import path as fixture_path
     from edgeopt.hil.baseline import save
     from edgeopt.hil.gate import run_gate
-    from edgeopt.hil.gatefile import load_gate
     from edgeopt.inventory import local_device
+    from edgeopt.policy.gatefile import load_gate
     from tests.hil.models import slower
 
     work = Path(tempfile.mkdtemp(prefix="edgeopt-bench-unpaired-"))

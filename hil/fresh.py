@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.hil.gatefile import GateSpec, Threshold
-from edgeopt.hil.stats import Verdict
+from edgeopt.policy.gatefile import GateSpec, Threshold
+from edgeopt.policy.stats import Verdict
 
 # Student-t 97.5% quantiles for 1..30 degrees of freedom (two-sided 95%); above 30, 2.0 is close enough.
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,

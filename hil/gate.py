@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import DeviceError, UsageError
-from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import overall
+from edgeopt.policy.gatefile import GateSpec
+from edgeopt.policy.stats import overall
 
 EXIT_INCONCLUSIVE = 6
 EXIT = {"pass": 0, "improved": 0, "regressed": 5, "error": 4, "inconclusive": EXIT_INCONCLUSIVE}
@@ -114,8 +114,8 @@ def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None
     writing results); building a model CANDIDATE comes before it and is timed apart (``build_s``).
     ``on_inconclusive``: ``pause`` (exit 6), ``fail`` (exit 5) or ``pass`` (exit 0)."""
     from edgeopt.api import parse_duration, select_devices
-    from edgeopt.hil.gatefile import load_gate
     from edgeopt.hil.rig import load_rig
+    from edgeopt.policy.gatefile import load_gate
 
     policy = on_inconclusive_policy(on_inconclusive)
     rig = load_rig(devices)
@@ -231,7 +231,7 @@ def _rig_bookkeeping(st, dev: dict[str, Any], policy, progress: Callable[[str], 
 
 
 def _overall(devs: list[dict[str, Any]]) -> str:
-    from edgeopt.hil.stats import Verdict
+    from edgeopt.policy.stats import Verdict
 
     verdicts = [Verdict(**v) for d in devs for v in d.get("verdicts") or []]
     ov = overall(verdicts) if verdicts else "inconclusive"
@@ -313,7 +313,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
     from edgeopt.hil.fresh import judge_fresh, measure_fresh
     from edgeopt.hil.paired import measure_pair, measure_unpaired
     from edgeopt.hil.rig import ThrottleWatch, calibrate, health_summary, run_hooks, wait_until_fit
-    from edgeopt.hil.stats import emulated_by, judge, judge_unpaired
+    from edgeopt.policy.stats import emulated_by, judge, judge_unpaired
 
     warnings: list[str] = []
     fresh: list[dict[str, Any]] = []

@@ -13,8 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 from edgeopt.errors import DeviceError
-from edgeopt.hil.gatefile import GateSpec
-from edgeopt.hil.stats import MIN_PAIRS, PairedRun, decided, emulated_by, judge, judge_unpaired, rounds_needed
+from edgeopt.policy.gatefile import GateSpec
+from edgeopt.policy.stats import (
+    MIN_PAIRS,
+    PairedRun,
+    decided,
+    emulated_by,
+    judge,
+    judge_unpaired,
+    rounds_needed,
+)
 
 # A verdict is never drawn from one process: two ONNX Runtime sessions of the *same* bundle can differ
 # by a few percent for the life of the process (seen: one variant's 100-round reference in one child

@@ -174,6 +174,7 @@ class BuildJob:
     data_source: dict[str, Any]  # {"kind": "images"|"npz"|"random", ...}
     options: dict[str, Any] = field(default_factory=dict)
     cache_key: str = ""
+    accept: dict[str, Any] | None = None  # the accuracy policy's gate file (``--accept``), parsed; None: defaults
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BuildJob:
@@ -395,6 +396,7 @@ class Target:
                                "python": platform.python_version()},
                       "cache_key": job.cache_key},
             "output_kinds": output_kinds(job),
+            "accept": job.accept,
             **({"quantized_model": quant} if quant else {}),
             **out.extra_manifest,
         }
@@ -637,8 +639,21 @@ def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | Non
                 "stderr_tail": tail}
     if not reply.get("ok"):
         return {"kind": "numeric", "passed": False, "error": reply.get("error", {}).get("message", "check failed")}
-    check = reply["check"]
-    return {"kind": "numeric", **check}
+    check = {"kind": "numeric", **reply["check"]}
+    _apply_policy(bundle, check)
+    return check
+
+
+def _apply_policy(bundle: Path, check: dict[str, Any]) -> None:
+    """The accuracy policy's word on a host check (``edgeopt.policy.accept.apply``), with the gate file the
+    bundle was built under (its manifest's ``accept``; none: the defaults)."""
+    from edgeopt.policy import accept
+
+    try:
+        spec = (json.loads((Path(bundle) / "manifest.json").read_text()) or {}).get("accept")
+    except (OSError, ValueError):
+        spec = None
+    accept.apply(check, spec)
 
 
 def file_table(bundle: Path) -> dict[str, dict[str, Any]]:

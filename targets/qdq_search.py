@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgeopt.policy import accept as policy
 from edgeopt_agent.compare import seq_label, task_agreement, top1_text
 
 from . import mixed_concat
@@ -141,12 +142,13 @@ class QdqSearch:
     def __init__(self, backend: QdqBackend, *, val: list[dict[str, np.ndarray]], calib: list[dict[str, np.ndarray]],
                  reference: dict[str, np.ndarray], mode: str, budget_s: float, work: Path,
                  tolerance: dict[str, float | None] | None = None, kinds: dict[str, Any] | None = None,
-                 progress: Callable[[str], None] = lambda s: None) -> None:
+                 accept: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda s: None) -> None:
         import onnxruntime as ort
 
         self.ort, self.backend = ort, backend
         self.mode, self.budget_s, self.work, self.progress = mode, budget_s, work, progress
         self.tolerance, self.kinds = tolerance, kinds
+        self.accept = accept  # the accuracy policy's gate file (None: the defaults): what "passes" means
         self.val, self.calib, self.reference = val, calib or val, reference
         self.out_names = list(reference)
         self.calib_check = self.calib[:CALIB_CHECK_SAMPLES]
@@ -262,6 +264,7 @@ class QdqSearch:
             return v
         result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
                                  self.tolerance, self.kinds)
+        policy.apply(result, self.accept)
         cal = run_all(sess, self.calib_check, self.out_names)
         cal_err = float(np.mean([tensor_metrics(cal[n], self.calib_reference[n]).get("rel_l2", math.inf)
                                  for n in self.out_names]))
@@ -458,6 +461,7 @@ class QdqSearch:
         if self._pool_reference is None:
             self._pool_reference = self._pool_fp32()
         result = compare_outputs(outputs, self._pool_reference, "int8", self.tolerance, self.kinds)
+        policy.apply(result, self.accept)
         rec = {"label": v.settings.label(), "folds": CROSS_FOLDS, "samples": len(pool),
                "passed": bool(result["passed"]), "summary": result["summary"],
                "reasons": [r for o in result["outputs"].values() for r in o["reasons"]],

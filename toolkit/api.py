@@ -825,7 +825,7 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
     ``engine``); ``on_inconclusive``: ``pause`` | ``fail`` | ``pass`` (``continue`` the old name of pass)."""
     from edgeopt.fleet.plan import parse_max_fail
     from edgeopt.fleet.rollout import Options
-    from edgeopt.hil.gatefile import load_gate, parse_fraction
+    from edgeopt.policy.gatefile import load_gate, parse_fraction
 
     if int(parallel) < 1:
         raise UsageError(f"--parallel must be >= 1, got {parallel}")

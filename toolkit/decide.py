@@ -11,15 +11,15 @@ Method (docs/TOLERANCES.md "One accuracy policy" and docs/HIL.md for the statist
   on an AMD CPU, Core ML off Apple silicon), ``emulated`` (the probe says so: ``environment.emulated``,
   ``device.emulated`` or ``probe.emulated``).  Only ``device`` rows can be the basis of a SHIP.
 * **Accuracy**: a candidate is within its own bound (the bench's check against the FP32 reference) *and*
-  accepted by the gate's default accuracy and decision rules (``edgeopt.hil.stats.judge`` with
-  ``edgeopt.hil.gatefile.load_gate(None)``, the spec ``gate`` and ``rollout`` use without a gate file),
+  accepted by the gate's default accuracy and decision rules (``edgeopt.policy.stats.judge`` with
+  ``edgeopt.policy.gatefile.load_gate(None)``, the spec ``gate`` and ``rollout`` use without a gate file),
   judged on the decisions the bench counted against the FP32 reference.  When no candidate is accepted
   the verdict names the best one and says plainly that the gate defaults would refuse it.
 * **Speed**: the per-iteration latency samples each bench stores (``bench.samples_ms``, in run order) are
   cut into contiguous blocks; the fastest candidate (lowest p50) against each other one: the two-sample
   Hodges–Lehmann ratio of block medians with the gate's unpaired bootstrap interval (99%, widened by the
   gate's ``session_margin``: two runs measured one after the other are not paired) and a Mann–Whitney
-  test, Holm-corrected over the comparisons (``edgeopt.hil.stats``).  A clear winner needs every other
+  test, Holm-corrected over the comparisons (``edgeopt.policy.stats``).  A clear winner needs every other
   candidate's corrected p-value at or below the gate's ``level`` and its widened interval above 1, no
   noise flag on any candidate, and enough samples.  Otherwise: **no clear winner**, and among the
   candidates speed did not separate from the fastest the most faithful one ships (higher precision, then
@@ -35,6 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeopt.policy import accept as _policy
+from edgeopt.policy.accept import agreement, agreement_text, wilson  # noqa: F401 - re-exported
+
 # Too few latency samples to judge a candidate (per run): below this the bench kept too little.
 MIN_SAMPLES = 50
 BLOCKS = 20  # contiguous blocks per run: their medians are the unit the interval resamples
@@ -45,7 +48,6 @@ HOST_NATIVE = {"cpu", "intel-cpu"}
 # The CPU vendor a target's artifacts are for (a measurement on another vendor's CPU is not device truth).
 TARGET_VENDOR = {"intel-cpu": "intel", "intel-gpu": "intel", "intel-npu": "intel", "apple": "apple"}
 PRECISION_RANK = {"fp32": 4, "tf32": 3.5, "bf16": 3, "fp16": 3, "int8": 2, "fp8": 1.5, "int4": 1}
-Z95 = 1.959963984540054
 
 
 # --- device truth --------------------------------------------------------------------------------
@@ -107,111 +109,13 @@ def device_truth(rec: dict[str, Any]) -> tuple[str, str | None]:
     return "device", None
 
 
-# --- agreement with an interval ------------------------------------------------------------------
+# --- the policy (one implementation: edgeopt.policy.accept) --------------------------------------
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of k successes in n (95% by default)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def agreement(acc: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The task agreement with the FP32 reference as a count with its 95% Wilson interval: the worst
-    output's top-1 agreement, decodings equal, boxes matched or decisions kept (None: not measured)."""
-    worst = None
-    for name, o in ((acc or {}).get("outputs") or {}).items():
-        m = (o or {}).get("metrics") or {}
-        for key, nkey, what in (("top1", "top1_n", "top-1"), ("seq_match", "sequences", "decoded equal"),
-                                ("box_match", "boxes", "boxes matched")):
-            if isinstance(m.get(key), (int, float)) and m.get(nkey):
-                n = int(m[nkey])
-                item = (float(m[key]), int(round(m[key] * n)), n, what, name)
-                worst = item if worst is None or item[0] < worst[0] else worst
-        n = _flip_n(m)
-        if n:
-            item = (1 - float(m["flip_rate"]), n - int(m["flips"]), n, "decisions kept", name)
-            worst = item if worst is None or item[0] < worst[0] else worst
-    if worst is None:
-        return None
-    share, k, n, what, name = worst
-    lo, hi = wilson(k, n)
-    return {"metric": what, "output": name, "share": share, "k": k, "n": n, "ci_low": lo, "ci_high": hi,
-            "ci": "95% Wilson"}
-
-
-def agreement_text(a: dict[str, Any] | None) -> str:
-    if not a:
-        return ""
-    return f"{a['share']:.1%} ({a['k']}/{a['n']}, 95% CI {a['ci_low']:.0%}–{a['ci_high']:.0%})"
-
-
-# --- the gate's default accuracy rules -----------------------------------------------------------
-
-def _decisions_of(acc: dict[str, Any]) -> tuple[int, int, str] | None:
-    """(differing, n, kind) of the first output's decisions against the FP32 reference, as the bench
-    counted them (what the gate counts against the baseline's decisions)."""
-    for o in ((acc or {}).get("outputs") or {}).values():  # the first output with decisions, as the gate's
-        m = (o or {}).get("metrics") or {}
-        if isinstance(m.get("seq_match"), (int, float)) and m.get("sequences"):
-            n = int(m["sequences"])
-            return n - int(round(m["seq_match"] * n)), n, "decision"
-        if "max_abs_prob" in m and (n := _flip_n(m) or int(acc.get("samples") or 0)):  # probability@T: samples
-            return int(m["flips"]), n, "probability"  # with a class across T
-        if isinstance(m.get("top1"), (int, float)) and m.get("top1_n"):
-            n = int(m["top1_n"])
-            return n - int(round(m["top1"] * n)), n, "label" if m.get("label_output") else "argmax"
-        if isinstance(m.get("box_match"), (int, float)) and m.get("boxes"):  # a detector: its boxes, as the gate
-            n = int(m["boxes"])
-            return n - int(round(m["box_match"] * n)), n, "detection"
-        if isinstance(m.get("windows_equal"), (int, float)) and acc.get("samples"):  # per-position classes
-            n = int(acc["samples"])
-            return n - int(round(m["windows_equal"] * n)), n, "argmax"
-        n = _flip_n(m)
-        if n:
-            return int(m["flips"]), n, "decision"
-    return None
-
-
-def _flip_n(m: dict[str, Any]) -> int:
-    """How many thresholded decisions a ``flip_rate`` was counted over (0: not measured)."""
-    if not isinstance(m.get("flip_rate"), (int, float)) or m.get("flips") is None:
-        return 0
-    if m.get("positions"):
-        return int(m["positions"])
-    return int(round(m["flips"] / m["flip_rate"])) if m["flip_rate"] > 0 else 0
-
-
-def gate_defaults_accept(acc: dict[str, Any] | None, baseline_acc: dict[str, Any] | None = None
-                         ) -> tuple[bool | None, str]:
-    """Would ``edgeopt gate CAND --baseline FP32`` (and a rollout over FP32) accept this artifact on
-    accuracy with their default rules?  Judged by the gate's own code (``stats.judge`` with the default
-    spec) on the decisions the bench counted against the FP32 reference.  (None, why): cannot tell."""
-    if not acc or acc.get("passed") is None:  # absent, or not judged here (an h100 bundle's check is on its device)
-        return None, "no accuracy measured"
-    from edgeopt.hil.gatefile import load_gate
-    from edgeopt.hil.stats import PairedRun, judge
-
-    spec = load_gate(None)
-    cand: dict[str, Any] = {"accuracy": acc}
-    base: dict[str, Any] = {"accuracy": baseline_acc or {}}
-    d = _decisions_of(acc)
-    if d is not None and d[1] > 0:
-        diff, n, kind = d
-        base["decisions"] = [[0]] * n
-        cand["decisions"] = [[0]] * (n - diff) + [[1]] * diff
-        base["decisions_kind"] = cand["decisions_kind"] = kind
-    verdicts = [v for v in judge(PairedRun("report", arms=[base, cand]), spec)
-                if v.metric in ("accuracy", "decisions")]
-    bad = [v for v in verdicts if v.verdict == "regressed"]
-    if bad:
-        return False, "; ".join(v.reason for v in bad)
-    dv = next((v for v in verdicts if v.metric == "decisions"), None)
-    return True, dv.reason if dv else "within its bound"
+def gate_defaults_accept(acc: dict[str, Any] | None, baseline_acc: dict[str, Any] | None = None,
+                         spec: Any = None) -> tuple[bool | None, str]:
+    """(accepted, why) of the accuracy policy (``edgeopt.policy.accept.judge``) for this artifact."""
+    a = _policy.judge(acc, spec, baseline_acc)
+    return a.accepted, a.reason
 
 
 # --- the speed comparison ------------------------------------------------------------------------
@@ -232,8 +136,8 @@ def compare_speed(fast: list[float], other: list[float]) -> dict[str, Any]:
     Mann–Whitney), the interval widened by the gate's ``session_margin``."""
     import numpy as np
 
-    from edgeopt.hil import stats
-    from edgeopt.hil.gatefile import load_gate
+    from edgeopt.policy import stats
+    from edgeopt.policy.gatefile import load_gate
 
     a, b = blocks_of(fast), blocks_of(other)
     if not a or not b:
@@ -343,8 +247,8 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
         c["name"] = _name(r)
         comps.append(c)
     if comps:
-        from edgeopt.hil.gatefile import load_gate
-        from edgeopt.hil.stats import holm
+        from edgeopt.policy.gatefile import load_gate
+        from edgeopt.policy.stats import holm
 
         level = load_gate(None).level
         for c, p in zip(comps, holm([c["p"] for c in comps])):

@@ -194,10 +194,13 @@ def build(
     n_calib: int = 32,
     n_val: int | None = None,
     progress: Callable[[str], None] = lambda s: None,
+    accept: str | os.PathLike | dict[str, Any] | None = None,
 ) -> BuildReport:
-    """Build a bundle for every (target, precision); see ``edgeopt build --help``."""
+    """Build a bundle for every (target, precision); see ``edgeopt build --help``.  ``accept``: the accuracy
+    policy's gate file (``--accept``; None: the gate's defaults) that every check and INT8 search judges by."""
     from edgeopt import calib as calibmod
     from edgeopt import model as modelmod
+    from edgeopt.policy import accept as policy
     from edgeopt.targets.registry import get_backend, resolve_targets
 
     t_start = time.perf_counter()
@@ -207,6 +210,7 @@ def build(
     for sk in skipped:
         progress(f"skipping {sk['target']} {sk['precision']}: {sk['reason']}")
     pre = calibmod.Preprocess.parse(preprocess)
+    accept_map = policy.mapping_of(accept)  # a bad gate file: exit 2 before anything is built
     options = dict(options or {})
     check_options(plans, options)
     calibmod.check_source(calib, (n_calib, n_val or 1))  # before the cache lookup: a typo must not hit a cached bundle
@@ -250,7 +254,8 @@ def build(
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
-                    "toolchain": backend.toolchain(), "edgeopt": __version__, **spec_rev})
+                    "toolchain": backend.toolchain(), "edgeopt": __version__, **spec_rev,
+                    "policy": policy.REV, **({"accept": accept_map} if accept_map else {})})
         final = out / info.name / f"{spec.name}-{prec}"
         if not force and _bundle_key(final) == key:
             res.status, res.bundle, res.time_s = "up-to-date", str(final), 0.0
@@ -303,6 +308,7 @@ def build(
                     "calib_path": str(work / "calib.npz"), "validation_path": str(work / "validation.npz"),
                     "reference_path": str(work / "reference.npz"), "data_source": data_source,
                     "options": {**options, "allow_mismatch": allow_mismatch}, "cache_key": key,
+                    "accept": accept_map,
                 }
                 jobs_list.append((res, job, final))
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -323,7 +329,7 @@ def build(
     results = _auto_fallback(results, auto, specs, plans, dict(
         model=model, shapes=shapes, calib=calib, preprocess=preprocess, out=out, jobs=jobs, force=force,
         allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout, n_calib=n_calib,
-        n_val=n_val, progress=progress), warnings)
+        n_val=n_val, progress=progress, accept=accept), warnings)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
 
 
@@ -400,10 +406,12 @@ def fallback_precision(spec: Any, precision: str) -> str | None:
 
 def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], specs: list, plans: list,
                    args: dict[str, Any], warnings: list[str]) -> list[TargetResult]:
-    """``auto`` means the most efficient precision that holds: a first choice refused on accuracy (the
-    INT8 search found no variant within the bound, FP16 overflowed, an already-quantized model) is built
-    at the next wider precision, and the result says what was refused and why. A crash, a hang, or a
-    conversion that is wrong in float already is not retried at another precision."""
+    """``auto`` means the most efficient precision the accuracy policy accepts: a choice refused on accuracy
+    (the policy refused the host check, the INT8 search found no variant it accepts, FP16 overflowed, an
+    already-quantized model) is built at the next wider precision -- int8 -> fp16 -> fp32, as far as it
+    takes -- and the result says what was refused and why (the metric, its value, the threshold and the
+    ``edgeopt debug`` command, from the refusal's own message). A crash, a hang, or a conversion that is
+    wrong in float already is not retried at another precision."""
     by_name = {s.name: s for s in specs}
     planned = {(s.name, p) for s, p in plans}
     retry: dict[str, tuple[TargetResult, str]] = {}
@@ -418,9 +426,14 @@ def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], spec
         return results
     progress = args["progress"]
     for name, (res, fb) in retry.items():
-        progress(f"{name} {res.precision} (auto) refused; building {fb} instead")
-    again = build(args.pop("model"), list(retry), ",".join(f"{n}={fb}" for n, (_, fb) in retry.items()), **args)
-    got = {r.target: r for r in again.results}
+        first = (res.error or res.check or "").splitlines()[0] if (res.error or res.check) else ""
+        progress(f"{name} {res.precision} (auto) refused: {first[:400]}; building {fb} instead")
+    inner = dict(args)
+    again = build(inner.pop("model"), list(retry), ",".join(f"{n}={fb}" for n, (_, fb) in retry.items()), **inner)
+    chain = {(n, fb) for n, (_, fb) in retry.items()}
+    more = _auto_fallback(again.results, chain, specs, plans + [(by_name[n], fb) for n, (_, fb) in retry.items()],
+                          args, warnings)  # the fallback refused too: the next wider precision
+    got = {r.target: r for r in more}
     out = []
     for res in results:
         new = got.get(res.target) if res.target in retry and retry[res.target][0] is res else None
@@ -428,7 +441,10 @@ def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], spec
             out.append(res)
             continue
         first = (res.error or "").splitlines()[0] if res.error else res.check
-        new.fallback_from = {"precision": res.precision, "error": first}
+        chain_from = [{"precision": res.precision, "error": first}] + list((new.fallback_from or {}).get("chain") or (
+            [{"precision": new.fallback_from["precision"], "error": new.fallback_from["error"]}]
+            if new.fallback_from else []))
+        new.fallback_from = {"precision": res.precision, "error": first, "chain": chain_from}
         warnings.append(f"{res.target}: auto chose {res.precision}, which was refused ({first[:300]}); "
                         f"{'built' if new.ok else 'tried'} {new.precision} instead")
         out.append(new)

@@ -328,7 +328,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         backend = OrtBackend(ort, pre, calib, work, progress)
         search = QdqSearch(backend, val=val, calib=calib, reference=_reference(job.reference_path, out_names),
                            mode=plan.mode, budget_s=plan.budget_s, work=work, tolerance=plan.tolerance,
-                           kinds=output_kinds(job), progress=progress)
+                           kinds=output_kinds(job), accept=job.accept, progress=progress)
         search.notes.extend(notes)
         settings, why = grid(plan, feat, per_channel_ok, detector=bool(search.detection_outputs()))
         progress(f"int8: {plan.mode} search, budget {plan.budget_s:.0f}s; types: {why}")

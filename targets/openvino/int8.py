@@ -90,6 +90,10 @@ def margin(comparison: dict[str, Any]) -> float:
     """
     tol = comparison["tolerance"]
     worst = 1.0
+    pol = comparison.get("policy") or {}
+    if pol.get("accepted") is False:  # the accuracy policy refused (decisions): below 0 by how far past it
+        over = (pol.get("value") or 0.0) - (pol.get("threshold") or 0.0) if pol.get("metric") == "decisions" else 0.0
+        worst = min(worst, -max(over, 1e-3))
     for per in comparison["outputs"].values():
         m = per["metrics"]
         if not m or "shape_mismatch" in m or "non_finite" in m:
@@ -126,8 +130,9 @@ class Judge:
 
     def __init__(self, ov, device: str, config: dict[str, Any], feeds: list[dict[str, np.ndarray]],
                  refs: list[dict[str, np.ndarray]], out_names: list[str], override: dict[str, float] | None,
-                 kinds: dict[str, Any] | None = None) -> None:
+                 kinds: dict[str, Any] | None = None, accept: dict[str, Any] | None = None) -> None:
         self.core = ov.Core()
+        self.accept = accept  # the accuracy policy's gate file (None: the defaults): every candidate judged by it
         self.device, self.config = device, dict(config)
         self.feeds, self.refs, self.out_names, self.override = feeds, refs, out_names, override
         self.kinds = kinds  # the manifest's output_kinds: what each output means
@@ -147,7 +152,11 @@ class Judge:
 
     def compare(self, outputs: dict[str, np.ndarray], indices: list[int]) -> dict[str, Any]:
         ref = {n: np.stack([self.refs[i][n] for i in indices]) for n in self.out_names}
-        return compare_outputs(outputs, ref, "int8", self.override, self.kinds)
+        from edgeopt.policy import accept
+
+        result = compare_outputs(outputs, ref, "int8", self.override, self.kinds)
+        accept.apply(result, self.accept)
+        return result
 
     def judge(self, model, config: dict[str, Any] | None = None) -> dict[str, Any]:
         compiled = self.core.compile_model(model, self.device, {**self.config, **(config or {})})
@@ -366,7 +375,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     from ..base import output_kinds
 
     kinds = output_kinds(job)
-    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds)
+    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds, job.accept)
     pinned: str | None = None
     fp32_default = judge.judge(model)
     if not device_on_host:
@@ -565,7 +574,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
         ov.save_model(model, str(work / "fp32.xml"), compress_to_fp16=False)
         request = {**sets, "fp32_xml": str(work / "fp32.xml"), "out_xml": str(work / "int8.xml"),
                    "device": judge.device, "config": judge.config, "override": judge.override,
-                   "kinds": judge.kinds,
+                   "kinds": judge.kinds, "accept": judge.accept,
                    "settings": entry["settings"], "target_device": target_device, "ignored": list(ignored or [])}
         (work / "request.json").write_text(json.dumps(request))
         try:
@@ -632,7 +641,7 @@ def _child(request_path: str) -> int:
     try:
         calib, feeds, refs = _load_sets(req)
         judge = Judge(ov, req["device"], req["config"], feeds, refs, req["out_names"], req["override"],
-                      req.get("kinds"))
+                      req.get("kinds"), req.get("accept"))
         settings = req["settings"]
         model = ov.Core().read_model(req["fp32_xml"])
         q = nncf.quantize_with_accuracy_control(

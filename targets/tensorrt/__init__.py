@@ -402,7 +402,7 @@ def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str,
     try:
         res = search_int8(model, feeds, val, reference, work, method=str(o["trt_calibration"]), mode=plan.mode,
                           budget_s=plan.budget_s, tolerance=plan.tolerance, kinds=output_kinds(job),
-                          keep_closest=bool(job.options.get("allow_mismatch")), progress=progress,
+                          keep_closest=bool(job.options.get("allow_mismatch")), progress=progress, accept=job.accept,
                           float_runs_as="FP16" if not o["trt_strongly_typed"] and o["trt_fp16_fallback"] else "FP32")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -475,7 +475,7 @@ def prepared_check(bundle: Path, files: list[str], job: BuildJob, precision: str
                     "files": {rel: {"sha256": None} for rel in files + ["validation/inputs.npz",
                                                                        "validation/reference.npz"]},
                     # judged by the same output kinds and bound as the bundle (and the search) are
-                    "output_kinds": output_kinds(job)}
+                    "output_kinds": output_kinds(job), "accept": job.accept}
         if tolerance:
             manifest["tolerance_override"] = tolerance
         (stage / "manifest.json").write_text(json.dumps(manifest))

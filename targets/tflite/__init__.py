@@ -276,7 +276,7 @@ class TfliteTarget(Target):
                 "validation_path": job.validation_path, "reference_path": job.reference_path,
                 "io": job.io, "precision": job.precision, "int8_mode": opts["int8_mode"],
                 "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
-                "output_kinds": output_kinds(job),
+                "output_kinds": output_kinds(job), "accept": job.accept,
                 "onnx2tf_alt": opts["onnx2tf_alt"], "onnx2tf_fixes": opts["onnx2tf_fixes"],
                 "onnx2tf_kwargs": (ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
                                    if opts["onnx2tf_alt"] else {}),

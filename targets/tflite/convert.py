@@ -969,6 +969,7 @@ class Int8Search:
                 manifest["tolerance_override"] = self.req["tolerance"]
             if self.req.get("output_kinds"):
                 manifest["output_kinds"] = self.req["output_kinds"]
+            manifest["accept"] = self.req.get("accept")  # the accuracy policy the build judges by
             from edgeopt.targets.base import file_table
 
             manifest["files"] = file_table(cand)  # the agent opens only files its manifest lists

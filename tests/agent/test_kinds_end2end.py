@@ -214,7 +214,8 @@ def test_the_reports_gate_prediction_counts_a_detectors_boxes_as_the_gate_does(e
     build check do: the Conv-only INT8 keeps 98% of the boxes, so the build passes it and the gate's default
     (5% may differ) accepts it (counted by image, 7 of the 8 images lose or gain a box near the threshold,
     which refused what the build had shipped)."""
-    from edgeopt.decide import _decisions_of, gate_defaults_accept
+    from edgeopt.decide import gate_defaults_accept
+    from edgeopt.policy.accept import decisions_of as _decisions_of
 
     acc = {**compare_outputs({"output0": e2e["convs"]}, {"output0": e2e["ref"]}, "int8"), "samples": 8}
     assert acc["passed"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeopt.hil.gatefile import load_gate
-from edgeopt.hil.stats import judge_unpaired
+from edgeopt.policy.gatefile import load_gate
+from edgeopt.policy.stats import judge_unpaired
 from tests.conftest import fixture
 from tests.hil.conftest import _build, same_speed_gate
 from tests.hil.models import slower

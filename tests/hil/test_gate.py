@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from edgeopt.errors import UsageError
-from edgeopt.hil.gatefile import load_gate
-from edgeopt.hil.stats import PairedRun, holm, judge, judge_unpaired
+from edgeopt.policy.gatefile import load_gate
+from edgeopt.policy.stats import PairedRun, holm, judge, judge_unpaired
 from tests.devices.conftest import device_entry, known_hosts, write_inventory
 
 

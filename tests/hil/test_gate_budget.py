@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from edgeopt.errors import UsageError
-from edgeopt.hil.gatefile import load_gate
-from edgeopt.hil.stats import MIN_PAIRS, PairedRun, judge
+from edgeopt.policy.gatefile import load_gate
+from edgeopt.policy.stats import MIN_PAIRS, PairedRun, judge
 
 
 def _run(rng, rounds: int, slowdown: float, calls: int, min_calls: int, iters: int = 20) -> PairedRun:
@@ -124,7 +124,7 @@ def test_on_inconclusive_pause_fail_pass_and_the_old_name(gate_bundles, tmp_path
 
 
 def test_rounds_needed_grows_with_noise_and_nearness_to_the_threshold():
-    from edgeopt.hil.stats import rounds_needed
+    from edgeopt.policy.stats import rounds_needed
 
     spec = load_gate(None)
     rng = np.random.default_rng(9)

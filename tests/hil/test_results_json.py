@@ -13,8 +13,8 @@ import sqlite3
 import subprocess
 import sys
 
-from edgeopt.hil.gatefile import load_gate
-from edgeopt.hil.stats import PairedRun, judge
+from edgeopt.policy.gatefile import load_gate
+from edgeopt.policy.stats import PairedRun, judge
 
 
 def _strict(text: str):

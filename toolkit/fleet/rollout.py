@@ -119,7 +119,7 @@ def roll_device(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcom
 def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome:
     from edgeopt.deploy import DeviceSession
     from edgeopt.hil.paired import measure_pair
-    from edgeopt.hil.stats import judge
+    from edgeopt.policy.stats import judge
     from edgeopt.transport import AuthFailed, HostKeyError
 
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeopt.hil.gatefile import MIN_SAMPLES, GateSpec
+from edgeopt.policy.gatefile import MIN_SAMPLES, GateSpec
 
 BOOT = 2000
 FLIPS = 4000
