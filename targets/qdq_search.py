@@ -36,6 +36,7 @@ host; the search does the rest, the same way for both:
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -48,7 +49,7 @@ from edgeopt.policy import accept as policy
 from edgeopt_agent.compare import seq_label, task_agreement, top1_text
 
 from . import mixed_concat
-from .onnxruntime.quant import float_effect, interleaved_ms, latency_ms, run_all, sensitivity
+from .onnxruntime.quant import float_effect, interleaved_rounds, latency_ms, run_all, sensitivity
 
 SEARCH_MODES = {"quick": 120.0, "full": 600.0}  # mode -> default time budget (s)
 FALLBACK = {"quick": (6, 32), "full": (24, 128)}  # mode -> (float-fallback trials, candidate nodes)
@@ -134,6 +135,15 @@ def headline(metrics: dict[str, float]) -> dict[str, float]:
     keys = ("cosine", "rel_l2", "max_abs_norm", "top1", "top1_n", "seq_match", "ctc_blank", "flip_rate",
             "vector_cosine_min", "snr_db")
     return {k: round(float(metrics[k]), 6) for k in keys if k in metrics}
+
+
+def slower(rounds: list[float], fastest: list[float], tie: float = TIE) -> bool:
+    """Is a variant measurably slower than the fastest, from their interleaved per-round medians?  Only
+    when it is slower in every round (the rounds are paired in time) and its median round ratio passes
+    ``1 + tie``: two variants within noise are a tie, and a tie goes to accuracy, so the pick does not
+    depend on which one the machine's load happened to favour."""
+    ratios = [a / b for a, b in zip(rounds, fastest) if b > 0]
+    return bool(ratios) and min(ratios) > 1 and statistics.median(ratios) > 1 + tie
 
 
 class QdqSearch:
@@ -399,20 +409,27 @@ class QdqSearch:
                 return None, None, rule
             chosen = min(passing, key=lambda v: (len(v.settings.exclude), v.calib_rel_l2))
             return chosen, None, rule + self._cross_rule()
-        rule = (f"fastest passing variant (latencies re-measured interleaved; within {TIE:.0%} is a tie, "
-                "broken by accuracy)")
+        rule = ("fastest variant the accuracy policy accepts (latencies re-measured interleaved, round by round; "
+                f"a variant counts as slower only when it is slower in every round and by more than {TIE:.0%} "
+                "in the median round: otherwise a tie, broken by accuracy)")
         top = sorted(passing, key=lambda v: v.accuracy, reverse=True)[:6]
         fp32 = self.backend.session(fp32_path, timing=True) if fp32_path else None
         if not top:
             return None, (latency_ms(fp32, self.val[0]) if fp32 is not None else None), rule
         sessions = [self.backend.session(v.path, timing=True) for v in top] + ([fp32] if fp32 is not None else [])
-        ms = interleaved_ms(sessions, self.val[0], rounds=self._select_rounds(top))
+        per_round = interleaved_rounds(sessions, self.val[0], rounds=self._select_rounds(top))
+        ms = [statistics.median(r) for r in per_round]
         for v, m in zip(top, ms):
             v.latency_ms = m
-        fastest = min(ms[:len(top)])
-        tied = [v for v in top if v.latency_ms <= fastest * (1 + TIE)]
-        return (max(tied, key=lambda v: v.accuracy), (ms[-1] if fp32 is not None else None),
-                rule + self._cross_rule())
+        f = min(range(len(top)), key=lambda i: ms[i])
+        tied = [v for i, v in enumerate(top) if not slower(per_round[i], per_round[f])]
+        chosen = max(tied, key=lambda v: v.accuracy)
+        self.timings["selection"] = [  # the timings behind the pick (manifest: int8_search.timings)
+            {"label": v.settings.label(), "median_ms": round(ms[i], 4), "rounds_ms": [round(x, 4) for x in per_round[i]],
+             "tied_with_fastest": v in tied, "chosen": v is chosen, "accuracy": list(v.accuracy)}
+            for i, v in enumerate(top)] + ([{"label": "fp32", "median_ms": round(ms[-1], 4),
+                                             "rounds_ms": [round(x, 4) for x in per_round[-1]]}] if fp32 is not None else [])
+        return chosen, (ms[-1] if fp32 is not None else None), rule + self._cross_rule()
 
     @staticmethod
     def _select_rounds(top: list[Variant]) -> int:

@@ -245,8 +245,12 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
           options: dict[str, Any] | list[str] | None = None, config: str | None = None,
           calib_count: int = 32, val_count: int | None = None, batches: list[int] | None = None,
-          progress: Progress = _quiet, raise_on_failure: bool = True) -> BuildReport:
+          progress: Progress = _quiet, raise_on_failure: bool = True,
+          accept: str | os.PathLike | dict[str, Any] | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
+
+    ``accept``: the accuracy policy's gate file (``--accept``; the keys of ``GATE.yaml``), None for the
+    gate's defaults: every host check, INT8 search and ``auto`` fallback judges by it.
 
     A target that failed to build or whose check refused the artifact (the CLI's exit 3) raises
     ``BuildFailed`` with the report as ``err.result`` (the targets that built are installed); with
@@ -269,7 +273,7 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
         check_model_format(model)
     kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
               allow_mismatch=allow_mismatch, config=config, options=parse_options(options), timeout=timeout,
-              n_calib=calib_count, n_val=val_count, progress=progress)
+              n_calib=calib_count, n_val=val_count, progress=progress, accept=accept)
     if not batches or list(batches) == [1]:
         return _build_checked(_build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw), raise_on_failure)
     if any(int(b) < 1 for b in batches):

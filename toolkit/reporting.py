@@ -28,7 +28,7 @@ COLUMNS = [
     ("load_s", "load s"),
     ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("artifact_mb", "size MB"),
     ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"),
-    ("agreement_ci", "agreement (k/n, 95% CI)"), ("gate_accepts", "gate defaults vs FP32"),
+    ("agreement_ci", "agreement (k/n, 95% CI)"), ("gate_accepts", "accuracy policy vs FP32"),
     ("runtime", "runtime"), ("time", "measured (UTC)"),
 ]
 # Where a row was measured (edgeopt.decide.device_truth): only "device" rows can be the basis of a SHIP.
@@ -215,6 +215,13 @@ def energy_notes(rows: list[dict[str, Any]]) -> list[str]:
             seen.add((r["device"], r["energy_why_not"]))
             out.append(f"J/inf — on {r['device']}: {r['energy_why_not']}")
     return out
+
+
+def accepted(r: dict[str, Any]) -> bool:
+    """A row the accuracy policy accepts: within its bound and not refused by the policy
+    (``edgeopt.policy.accept``, through ``decide.gate_defaults_accept``): the one word the report's
+    colours, the SHIP line and the build share."""
+    return r.get("accuracy") == "passed" and r.get("gate_accepts") is not False
 
 
 def _fmt(key: str, v: Any) -> str:
@@ -687,7 +694,7 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
             if y is None:
                 continue
             ys.append(y)
-            col = "#2f81f7" if r["accuracy"] == "passed" else "#cf222e"
+            col = "#2f81f7" if accepted(r) else "#cf222e"  # the accuracy policy's word (edgeopt.policy)
             if _true(r):
                 ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3, clip_on=False)
             else:  # hollow grey: not evidence of the device's speed
@@ -703,7 +710,7 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         ax.set_xlabel("median latency (ms, log scale)")
         use_top1 = any(r["top1"] is not None for r in ok)
         ax.set_ylabel("top-1 agreement with FP32 reference" if use_top1 else "cosine similarity to FP32 reference")
-        ax.set_title("Latency vs accuracy (blue: within tolerance, red: not"
+        ax.set_title("Latency vs accuracy (blue: the accuracy policy accepts, red: refuses"
                      + ("" if all(map(_true, ok)) else "; hollow grey: not measured on its device") + ")")
         ax.grid(alpha=0.3)
         ax.margins(x=0.25, y=0.15)

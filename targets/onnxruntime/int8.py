@@ -360,7 +360,7 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
             return out
         if chosen is None:
             raise CheckFailed(
-                f"no INT8 variant met the int8 bound ({bound_text('int8', plan.tolerance)}) after {len(search.variants)} "
+                f"no INT8 variant the accuracy policy accepts after {len(search.variants)} "
                 f"variant(s) in {search.elapsed():.0f}s; the most accurate: {search.closest().summary()}"
                 f"{search.refusal_detail()}; INT8 is not shipped",
                 hint="keep fp32 for this target, calibrate with more representative --calib data, try "

@@ -358,19 +358,20 @@ def latency_ms(sess, feed: dict[str, np.ndarray], budget_s: float = 0.6, min_run
     return 1000 * statistics.median(times)
 
 
-def interleaved_ms(sessions: list[Any], feed: dict[str, np.ndarray], rounds: int = 7,
-                   per_round: int = 3) -> list[float]:
-    """Latency medians of several sessions measured in turns, so that load changes hit all alike."""
-    times: list[list[float]] = [[] for _ in sessions]
+def interleaved_rounds(sessions: list[Any], feed: dict[str, np.ndarray], rounds: int = 7,
+                       per_round: int = 3) -> list[list[float]]:
+    """Per session, the median latency (ms) of each round: the sessions run in turns (round k of every
+    session lies close in time: a paired comparison round by round sees through load changes)."""
+    times: list[list[list[float]]] = [[[] for _ in range(rounds)] for _ in sessions]
     for s in sessions:
         s.run(None, feed)
-    for _ in range(rounds):
+    for k in range(rounds):
         for i, s in enumerate(sessions):
             for _ in range(per_round):
                 t0 = time.perf_counter()
                 s.run(None, feed)
-                times[i].append(time.perf_counter() - t0)
-    return [1000 * statistics.median(t) for t in times]
+                times[i][k].append(time.perf_counter() - t0)
+    return [[1000 * statistics.median(r) for r in t] for t in times]
 
 
 # --- per-node sensitivity -------------------------------------------------------------------

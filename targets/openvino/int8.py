@@ -468,6 +468,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         last_s = time.perf_counter() - t0
         entry = {"variant": name, "settings": settings, "passed": comparison["passed"],
                  "margin": round(margin(comparison), 4), "metrics": summary(comparison),
+                 "policy": comparison.get("policy"),
                  "quantizers": quantizers(q), "quantize_s": round(last_s, 1)}
         tried.append(entry)
         models[name] = q
@@ -506,9 +507,10 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         failure = BuildFailed if any(t.get("crashed") for t in tried) else CheckFailed
         cut = any("budget" in str(t.get("skipped", "")) or "budget" in str(t.get("error", "")) for t in tried)
         extra = {"cacheable": not cut, "accuracy": True} if failure is CheckFailed else {}
+        why = ((closest or {}).get("policy") or {}).get("reason")
         raise failure(
-            f"INT8 for {job.target['name']}: no variant meets the int8 bound ({bound_text('int8', override)}) "
-            f"on {len(feeds)} validation samples, so no int8 bundle is shipped "
+            f"INT8 for {job.target['name']}: no variant the accuracy policy accepts on {len(feeds)} validation "
+            "samples" + (f" (closest, {closest['variant']}: {why})" if why else "") + ", so no int8 bundle is shipped "
             f"(search {time.perf_counter() - t_start:.0f}s):\n  " + "\n  ".join(describe(t) for t in tried)
             + f"\n  (FP32 IR at the plugin's default precision: {_figures(summary(fp32_default))})",
             hint="build fp16 or fp32 for this target, give more representative --calib data, raise "
@@ -596,7 +598,8 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
         comparison = judge.judge(q)
         kept = quantizers(q)
         entry.update({"passed": comparison["passed"] and kept > 0, "margin": round(margin(comparison), 4),
-                      "metrics": summary(comparison), "quantizers": kept, "quantizers_full": base.get("quantizers")})
+                      "metrics": summary(comparison), "quantizers": kept, "quantizers_full": base.get("quantizers"),
+                      "policy": comparison.get("policy")})
         if comparison["passed"] and not kept:  # every layer reverted: that is the FP32 model, not INT8
             entry["error"] = "the bound was met only by reverting every quantizer: nothing is left in INT8"
         progress(f"INT8 accuracy control: {'meets' if entry['passed'] else 'misses'} the bound "

@@ -221,6 +221,11 @@ def build_options(f: Callable) -> Callable:
                      help="Rebuild even when the cache has the bundle, or has this build's failed check."),
         click.option("--allow-mismatch", is_flag=True,
                      help="Keep bundles whose host check fails (marked failed in the manifest)."),
+        click.option("--accept", metavar="GATE.yaml", default=None,
+                     help="The accuracy policy's thresholds (the keys of a gate file: decisions.max_disagreement, "
+                          "accuracy.top1_min ...). Default: the gate's defaults -- the artifact's own bound, and at "
+                          "most 5% of decisions differing from FP32 on distinct validation samples. Every host "
+                          "check, INT8 search and auto fallback judges by it (docs/TOLERANCES.md)."),
         click.option("--option", multiple=True, metavar="KEY=VALUE",
                      help="Backend option (repeatable). Common: int8_tolerance=cosine_min=0.95,top1_min=0.98 "
                           "(any INT8), int8_search=quick|full and int8_budget_s=N (cpu, intel-*), "

@@ -58,6 +58,7 @@ def build_from_args(args):
                      config=args.config, options=list(args.option), timeout=args.timeout,
                      calib_count=args.calib_count, val_count=args.val_count,
                      batches=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
+                     accept=getattr(args, "accept", None),
                      raise_on_failure=False)
 
 
