@@ -96,6 +96,7 @@ class Variant:
     path: Path
     step: str = "grid"  # grid | float-fallback | joint-fallback
     why_float: dict[str, str] = field(default_factory=dict)  # excluded node -> why
+    policy: dict[str, Any] | None = None  # the accuracy policy's word on the validation samples (Acceptance)
 
     @property
     def accuracy(self) -> tuple[float, float]:
@@ -115,7 +116,7 @@ class Variant:
                 else round(self.latency_ms, 3),
                 "float_nodes": len(self.settings.exclude), "metrics": self.outputs,
                 "calib_rel_l2": round(self.calib_rel_l2, 5) if math.isfinite(self.calib_rel_l2) else None,
-                "reasons": self.reasons}
+                "reasons": self.reasons, "policy": self.policy}
 
     def summary(self) -> str:
         bits = []
@@ -285,7 +286,7 @@ class QdqSearch:
               if self.backend.timeable else None)
         per = {n: headline(o["metrics"]) for n, o in result["outputs"].items()}
         reasons = [f"{n}: {r}" if len(per) > 1 else r for n, o in result["outputs"].items() for r in o["reasons"]]
-        v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why)
+        v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why, result.get("policy"))
         if v.passed:
             cc = self.cross_check(v)
             if cc is not None and not cc["passed"]:

@@ -427,7 +427,7 @@ def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], spec
     progress = args["progress"]
     for name, (res, fb) in retry.items():
         first = (res.error or res.check or "").splitlines()[0] if (res.error or res.check) else ""
-        progress(f"{name} {res.precision} (auto) refused: {first[:400]}; building {fb} instead")
+        progress(f"{name} {res.precision} (auto) refused; building {fb} instead -- {first[:400]}")
     inner = dict(args)
     again = build(inner.pop("model"), list(retry), ",".join(f"{n}={fb}" for n, (_, fb) in retry.items()), **inner)
     chain = {(n, fb) for n, (_, fb) in retry.items()}

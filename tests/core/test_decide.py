@@ -95,15 +95,16 @@ def test_the_gate_defaults_decide_what_ships():
     """15/16 top-1 passes the INT8 build bound (90%) but the gate's default decisions rule (5%) refuses it:
     the faster INT8 is not shipped, and the line says why; alone, it is shipped with the refusal stated."""
     ok, why = decide.gate_defaults_accept(_accuracy("int8", 1))
-    assert ok is False and why == "1 of 16 validation samples decided differently (allowed 5%)"
+    assert ok is False and why == ("1 of 16 distinct validation samples decided differently (6.2%, 95% CI 1%–28%; "
+                                   "allowed 5%)")
     recs = [_rec("cpu", "fp32", 4.0, seed=1), _rec("cpu", "int8", 2.0, seed=2, differ=1)]
     rows = rows_of(recs)
     assert [r["gate_accepts"] for r in rows] == [True, False] and rows[1]["accuracy"] == "passed"
     (v,) = _verdict(recs)
     assert v["ship"] == "cpu-fp32" and "gate defaults would refuse, not shipped: cpu-int8 (1 of 16" in v["line"]
     (v,) = _verdict(recs[1:])
-    assert v["ship"] == "cpu-int8" and "gate defaults would refuse it: 1 of 16 validation samples decided " \
-                                      "differently (allowed 5%)" in v["line"]
+    assert v["ship"] == "cpu-int8" and "gate defaults would refuse it: 1 of 16 distinct validation samples " \
+                                      "decided differently (6.2%" in v["line"]
     a = rows[1]["agreement_ci"]
     assert (a["k"], a["n"]) == (15, 16) and a["ci_low"] == pytest.approx(0.717, abs=1e-3)
     table = render(recs, "table")

@@ -242,10 +242,12 @@ def cls_prepared():
 
 def test_ocr_cls_search_meets_a_bound_the_grid_misses_by_leaving_layers_float(cls_prepared, tmp_path):
     """At cosine >= 0.997 no clipping rule passes (the best reaches ~0.9968 on these 16 crops); the
-    search leaves the most sensitive layers without Q/DQ and ships a variant that meets it."""
+    search leaves the most sensitive layers without Q/DQ and ships a variant that meets it.  (The accuracy
+    policy's decisions rule is widened to 2 of 16 here: this test is about the cosine bound.)"""
     model, calib, val, ref = cls_prepared
 
-    res = search_int8(model, calib, val, ref, tmp_path, tolerance={"cosine_min": 0.997})
+    res = search_int8(model, calib, val, ref, tmp_path, tolerance={"cosine_min": 0.997},
+                      accept={"decisions": {"max_disagreement": "13%"}})
 
     assert not any(v.passed for v in res.search.variants if v.step == "grid")
     assert res.chosen is not None and res.chosen.settings.exclude
@@ -264,10 +266,12 @@ def test_ocr_cls_jetson_orin_int8_build_records_the_search_in_the_manifest(tmp_p
     data = tmp_path / "lines.npz"
     np.savez(data, x=text_line_crops())
     report = build(fixture("ocr-cls"), "jetson-orin", precisions=["int8"], shapes={"x": [1, 3, 48, 192]},
-                   calib=str(data), out=tmp_path / "dist", n_calib=32, n_val=16)
+                   calib=str(data), out=tmp_path / "dist", n_calib=32, n_val=16,
+                   accept={"decisions": {"max_disagreement": "13%"}})  # the search's record, not the 5% rule
 
     res = report.results[0]
     assert res.status == "built", res.error
+    assert res.manifest["accept"] == {"decisions": {"max_disagreement": "13%"}}
     m = res.manifest
     assert m["prepared_onnx_check"]["passed"] is True and m["output_kinds"]
     q = m["tensorrt"]["quantization"]
@@ -291,8 +295,9 @@ def test_ocr_cls_jetson_orin_int8_refusal_names_the_closest_variant(tmp_path):
 
     res = report.results[0]
     assert res.status == "failed"
-    assert "no TensorRT INT8 variant met the int8 bound" in res.error and "INT8 is not shipped" in res.error
-    assert "the closest:" in res.error and "cosine_min 0.99999" in res.error and "Traceback" not in res.error
+    assert "no TensorRT INT8 variant the accuracy policy accepts" in res.error and "INT8 is not shipped" in res.error
+    assert "the closest:" in res.error and "cosine" in res.error and "< 0.99999" in res.error
+    assert "Traceback" not in res.error
     assert not (tmp_path / "dist" / "ch_ppocr_mobile_v2.0_cls_infer").exists()
 
 
@@ -319,7 +324,7 @@ def test_direct_path_is_kept_behind_trt_int8_search_false(tmp_path):
     np.savez(data, x=text_line_crops())
     report = build(fixture("ocr-cls"), "jetson-orin", precisions=["int8"], shapes={"x": [1, 3, 48, 192]},
                    calib=str(data), out=tmp_path / "dist", n_calib=32, n_val=16,
-                   options={"trt_int8_search": False})
+                   options={"trt_int8_search": False}, accept={"decisions": {"max_disagreement": "13%"}})
 
     res = report.results[0]
     assert res.status == "built", res.error

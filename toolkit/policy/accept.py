@@ -180,8 +180,7 @@ def judge(acc: dict[str, Any] | None, spec: GateSpec | str | Path | dict[str, An
           baseline_acc: dict[str, Any] | None = None) -> Acceptance:
     """The policy on one artifact's accuracy against its FP32 reference (``compare_outputs``' result, the
     host check's, or the device bench's ``accuracy``).  Judged by the gate's own code (``stats.judge``)."""
-    from edgeopt.policy.stats import PairedRun
-    from edgeopt.policy.stats import judge as gate_judge
+    from edgeopt.policy.stats import PairedRun, _accuracy_verdicts  # the gate's accuracy verdicts, no latency
 
     spec = spec_of(spec)
     if not isinstance(acc, dict) or acc.get("passed") is None:  # absent, or not judged here (an h100 check)
@@ -194,8 +193,7 @@ def judge(acc: dict[str, Any] | None, spec: GateSpec | str | Path | dict[str, An
         base["decisions"] = [[0]] * n
         cand["decisions"] = [[0]] * (n - diff) + [[1]] * diff
         base["decisions_kind"] = cand["decisions_kind"] = kind
-    verdicts = {v.metric: v for v in gate_judge(PairedRun("policy", arms=[base, cand]), spec)
-                if v.metric in ("accuracy", "decisions")}
+    verdicts = {v.metric: v for v in _accuracy_verdicts(PairedRun("policy", arms=[base, cand]), spec)}
     out = Acceptance(True, source=spec.source)
     limit = spec.max_disagreement if spec.max_disagreement is not None else 0.05
     dv = verdicts.get("decisions")
