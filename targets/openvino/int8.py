@@ -472,8 +472,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
                  "quantizers": quantizers(q), "quantize_s": round(last_s, 1)}
         tried.append(entry)
         models[name] = q
-        progress(f"INT8 variant {name}: {'meets' if entry['passed'] else 'misses'} the bound "
-                 f"(margin {entry['margin']:+.3f}, >= 0 passes)")
+        progress(f"INT8 variant {name}: {'accepted' if entry['passed'] else 'refused'} by the accuracy policy "
+                 f"({(entry.get('policy') or {}).get('reason') or 'see metrics'}; margin {entry['margin']:+.3f})")
         if entry["passed"] and mode == "quick":
             break
 
@@ -602,8 +602,8 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
                       "policy": comparison.get("policy")})
         if comparison["passed"] and not kept:  # every layer reverted: that is the FP32 model, not INT8
             entry["error"] = "the bound was met only by reverting every quantizer: nothing is left in INT8"
-        progress(f"INT8 accuracy control: {'meets' if entry['passed'] else 'misses'} the bound "
-                 f"(margin {entry['margin']:+.3f}), {entry['quantizers']} of {entry['quantizers_full']} quantizers kept")
+        progress(f"INT8 accuracy control: {'accepted' if entry['passed'] else 'refused'} by the accuracy policy "
+                 f"({(entry.get('policy') or {}).get('reason') or 'see metrics'}; margin {entry['margin']:+.3f}), {entry['quantizers']} of {entry['quantizers_full']} quantizers kept")
         return entry, q
     finally:
         entry["quantize_s"] = round(time.perf_counter() - t0, 1)
