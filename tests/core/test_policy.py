@@ -138,3 +138,12 @@ def test_main_job_no_report_row_refuses_what_auto_chose(main_job):
     assert {(r["target"], r["precision"]) for r in rows} == built
     for r in rows:
         assert r["gate_accepts"] is not False, (r["target"], r["precision"], r["gate_reason"])
+
+
+def test_the_policy_package_imports_none_of_its_callers():
+    code = ("import sys, edgeopt.policy.accept as a; a.judge({'passed': True, 'outputs': {}}); "
+            "print(sorted(m for m in sys.modules if m.startswith('edgeopt')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(eval(out))  # noqa: S307 - our own printed list
+    assert not {m for m in loaded if m.split(".")[1:2] and m.split(".")[1] in
+                ("hil", "targets", "pipeline", "reporting", "decide", "api", "commands", "fleet", "debug", "tuning")}, loaded
