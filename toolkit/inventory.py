@@ -203,14 +203,16 @@ def _yaml(text: str, src: str) -> Any:
             if knode.tag == "tag:yaml.org,2002:merge":
                 continue  # `<<: *defaults` then an override is how YAML anchors are meant to be used
             key = loader.construct_object(knode, deep=True)
+            at = (knode.start_mark.line + 1, knode.start_mark.column + 1)
             try:
-                first = seen.setdefault(key, knode.start_mark.line + 1)
+                first = seen.setdefault(key, at)
             except TypeError:  # an unhashable key: safe_load refuses it with its own message
                 continue
-            if first != knode.start_mark.line + 1:
-                raise InventoryError(f"{src}: {key!r} is defined twice, on lines {first} and "
-                                     f"{knode.start_mark.line + 1} (YAML would silently keep only the last)",
-                                     hint="give each device its own name, or merge the two entries")
+            if first != at:  # block style (one key a line) and flow style ({port: 1, port: 2}) alike
+                where = (f"on lines {first[0]} and {at[0]}" if first[0] != at[0] else
+                         f"on line {at[0]} (columns {first[1]} and {at[1]})")
+                raise InventoryError(f"{src}: {key!r} is defined twice, {where} (YAML would silently keep only "
+                                     "the last)", hint="give each device its own name, or merge the two entries")
         return loader.construct_mapping(node, deep=deep)
 
     UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)

@@ -180,6 +180,19 @@ def test_a_device_defined_twice_is_refused_with_both_line_numbers(tmp_path):
     assert [(d.name, d.host, d.user) for d in inv.devices] == [("a", "h1", "pi"), ("b", "h2", "pi")]
 
 
+@pytest.mark.parametrize("text, where", [
+    ("devices:\n  a: {host: 127.0.0.1, port: 22401, port: 22402}\n", "'port' is defined twice, on line 2 (columns"),
+    ("devices: {a: {host: h1}, b: {host: h2}, a: {host: h3}}\n", "'a' is defined twice, on line 1 (columns 11 and 41)"),
+    ("devices: {a: {host: h1},\n  a: {host: h3}}\n", "'a' is defined twice, on lines 1 and 2"),
+    ("devices:\n  a: {host: h1}\n  a:\n    host: h2\n", "'a' is defined twice, on lines 2 and 3"),
+])
+def test_a_key_given_twice_in_flow_style_is_refused_too(tmp_path, text, where):
+    """issue 38: flow style (`a: {port: 1, port: 2}`, the README's own inventories) kept the last key silently."""
+    with pytest.raises(InventoryError) as e:
+        load_inventory(_write(tmp_path, "devices.yaml", text))
+    assert where in str(e.value), str(e.value)
+
+
 def test_an_ansible_host_in_two_groups_is_one_device_with_both_groups(tmp_path):
     inv = load_inventory(_write(tmp_path, "hosts.ini", "[jetson]\norin1 ansible_host=10.0.0.5\n\n[lab]\n"
                                                        "orin1 ansible_user=pi\n\n[lab:vars]\nedgeopt_target=cpu\n"))
