@@ -2,9 +2,17 @@
 
 The space: the targets' artifacts (backend × precision, each batch size built as its own bundle) ×
 runtime threads. Each point is benched on the device (the agent's bench: the same harness, the same
-results DB). A point is *feasible* when its bundle passed its check, its bench's agreement with the
-FP32 reference met ``min_accuracy`` and its latency met the SLO. The objective is the lowest p50 per
-request (``latency``, batch 1) or the highest throughput (``throughput``, any batch).
+results DB). A point is *feasible* when it is device truth (``edgeopt.decide.device_truth``, the report's
+rule), the accuracy policy (``edgeopt.policy.accept.judge``: the gate's default rule, or ``accept``'s gate
+file) accepts its bench's accuracy against the FP32 reference, its agreement met ``min_accuracy`` and its
+latency met the SLO. The objective is the lowest p50 per request (``latency``, batch 1) or the highest
+throughput (``throughput``, any batch).
+
+Device truth is settled before anything is built, from each device's probe: a target whose artifacts
+would be measured on the build host (``build-host``), on another vendor's CPU (``other-vendor``: an
+intel-cpu bundle on an AMD CPU) or under emulation is never built, measured or picked there, and
+``TuneResult.not_truth`` says why; when no target is device truth on any device, tune refuses before
+building (exit 2). Every measured record is judged again by the same rule.
 
 The search is not exhaustive when it need not be (``exhaustive=False``):
 - threads are swept upward (1, 2, 4, … up to the device's cores) and the sweep of a bundle stops as
@@ -21,12 +29,17 @@ on each finalist's median: one lucky run of a noisy sweep does not decide.
 The winner of each device is written as a *tuned bundle*: the winning bundle's files with the
 threads in ``runtime.options`` (the agent's runners read them as their default), under
 ``DIST/<model>/tuned/<device>/``; ``edgeopt bench``/``rollout`` take that folder like any other.
+When the confirmation finds no clear winner (``edgeopt.decide``), the runner-up is written as a tuned
+bundle too (``DIST/<model>/tuned/<device>-rival/``) and the verdict names the paired gate between the two
+tuned folders -- only when ``edgeopt gate``'s own argument check (``hil.gate.check_pair``: one target, one
+model, the same inputs) takes the pair; otherwise it says why no gate can compare them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -60,6 +73,8 @@ class Point:
     run_id: str = ""
     confirm: int = 0  # 0: the sweep; 1, 2 …: a confirmation round of the finalists
     max_qps: float | None = None  # scenario server: the highest rate whose latency percentile meets the SLO
+    truth: str = "device"  # edgeopt.decide.device_truth of the run: only "device" points can be picked
+    accepted: bool | None = None  # the accuracy policy's word on the bench's accuracy (None: not measured)
 
     def objective(self, kind: str) -> float:
         """Bigger is better: throughput, or minus the per-request p50."""
@@ -85,6 +100,10 @@ class TuneResult:
     build_s: float = 0.0
     sweep_s: float = 0.0
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # (device, target) pairs that would not be device truth: never built for, measured or picked there
+    not_truth: list[dict[str, str]] = field(default_factory=list)
+    rivals: dict[str, str] = field(default_factory=dict)  # device -> the runner-up's tuned folder (no clear winner)
+    accept: Any = None  # the accuracy policy's gate file (None: the gate's defaults)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -131,10 +150,25 @@ def thread_steps(cores: int, given: list[int] | None) -> list[int]:
     return [*steps, max(1, cores)]
 
 
-def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc) -> Point:
+def _truth(dev, target: str, probe: dict[str, Any]) -> tuple[str, str | None]:
+    """``edgeopt.decide.device_truth`` (the report's rule) for a ``target`` bundle run on ``dev``, from the
+    device's probe: known before anything is built or measured."""
+    from edgeopt.decide import device_truth
+
+    cpu = probe.get("cpu") if isinstance(probe.get("cpu"), dict) else {}
+    env = {"cpu_model": cpu.get("model"), "emulated": probe.get("emulated")}
+    return device_truth({"bundle": {"target": target}, "device": {"name": dev.name, "transport": dev.transport},
+                         "bench": {"environment": env}, "probe": probe})
+
+
+def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc, accept_spec=None) -> Point:
+    from edgeopt.decide import device_truth
+    from edgeopt.policy.accept import judge
+
     b = rec.bundle
     p = Point(dev, b.target or "", b.precision or "", batch, threads, str(bundle.path), rec.status,
               run_id=rec.run_id)
+    p.truth, truth_why = device_truth(rec.as_dict())
     if not rec.ok:
         p.why_not = ((rec.error.message if rec.error else "") or rec.status)[:200]
         return p
@@ -156,8 +190,12 @@ def _record_point(rec, dev: str, bundle, batch: int, threads: int, slo, min_acc)
         vals = [m["cosine"] for m in metrics if isinstance(m.get("cosine"), (int, float))]
     p.agreement = min(vals) if vals else None
     why = []
-    if acc and acc.get("passed") is False:
-        why.append("misses its FP32 bound on the device")
+    if p.truth != "device":  # the report's rule: such a row is never a SHIP, so never a pick
+        why.append(f"not device truth ({p.truth}: {truth_why}), never picked")
+    verdict = judge(acc or None, accept_spec)  # the one accuracy policy, as the host check and the report judge
+    p.accepted = verdict.accepted
+    if verdict.refused:
+        why.append(f"refused by the accuracy policy ({verdict.metric}): {verdict.reason}")
     if min_acc:
         k, v = next(iter(min_acc.items()))
         if p.agreement is None or p.agreement < v:
@@ -177,7 +215,8 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
          shapes: Any = None, calib: str | None = None, preprocess: str | None = None, dist: str = "dist",
          duration: float = 1.0, exhaustive: bool = False, db: str | None = None, jobs: int = 2,
          confirm_rounds: int = 2, finalists: int = 3, scenario: str | None = None,
-         trust_new_host_keys: bool = False, progress: Callable[[str], None] = lambda s: None) -> TuneResult:
+         trust_new_host_keys: bool = False, accept: str | Path | dict[str, Any] | None = None,
+         progress: Callable[[str], None] = lambda s: None) -> TuneResult:
     """Build the candidates, sweep them on each device, pick and write the winner per device.
 
     ``scenario="offline"``: each point's throughput is MLPerf LoadGen's offline scenario (a burst of
@@ -185,7 +224,10 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     is the batch and threads the offline scenario runs best with. ``scenario="server"``: each point that
     meets the goals in single-stream is then searched for the highest server rate whose latency
     percentile keeps the SLO (``maxqps.search``: LoadGen's VALID where installed); that rate (x batch)
-    is its throughput."""
+    is its throughput.
+
+    ``accept``: the accuracy policy's gate file (``--accept``, as for build): the candidates are built under
+    it and every measured point is judged by it (None: the gate's defaults)."""
     from edgeopt import api
     from edgeopt.deploy import load_bundle
     from edgeopt.fleetbench import plan
@@ -216,19 +258,43 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     slo_d, acc_d = parse_slo(slo), parse_min_accuracy(min_accuracy)
     if not duration > 0:
         raise UsageError(f"--duration must be above 0 s, got {duration}")
+    from edgeopt.policy.accept import mapping_of, spec_of
+    from edgeopt.targets.registry import resolve_targets
+
+    accept_map = mapping_of(accept)  # a bad gate file: exit 2 before anything is built
+    accept_spec = spec_of(accept_map)
+    names = [t.name for t in resolve_targets(targets)]
     devs = api.select_devices(devices, limit, labels)
     info = inspect(model)
     base = static_input_shapes(info, api.parse_shapes(shapes) or {})
-    result = TuneResult(info.name, objective, slo_d, acc_d, exhaustive)
+    result = TuneResult(info.name, objective, slo_d, acc_d, exhaustive,
+                        accept=str(accept) if isinstance(accept, (str, Path)) else accept_map)
+
+    # 0. device truth, from each device's probe, before anything is built (the report's rule)
+    probes = {dev.name: _probe(dev, trust_new_host_keys) for dev in devs}
+    off: set[tuple[str, str]] = set()
+    for dev in devs:
+        for t in names:
+            kind, why = _truth(dev, t, probes[dev.name])
+            if kind != "device":
+                off.add((dev.name, t))
+                result.not_truth.append({"device": dev.name, "target": t, "truth": kind, "why": why or ""})
+                progress(f"{dev.name}: {t} is not device truth there ({kind}: {why}): never measured or picked")
+    usable = [t for t in names if any((d.name, t) not in off for d in devs)]
+    if not usable:
+        raise UsageError("nothing to tune: " + "; ".join(f"{x['target']} on {x['device']} is not device truth "
+                                                          f"({x['truth']}: {x['why']})" for x in result.not_truth),
+                         hint="tune a target on its own hardware (an inventory device of that target and vendor), "
+                              "or add a target this device runs natively (e.g. -t cpu)")
 
     # 1. the candidate bundles: one build per batch size (the batch is part of the artifact's shape)
     t0 = time.perf_counter()
     built: dict[int, list] = {}
     for b in batches:
         progress(f"building batch {b}: {targets} × {precision}")
-        rep = api.build(model, targets, precision=precision, shapes=api.batch_shapes(base, b), calib=calib,
+        rep = api.build(model, ",".join(usable), precision=precision, shapes=api.batch_shapes(base, b), calib=calib,
                         preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress,
-                        raise_on_failure=False)
+                        raise_on_failure=False, accept=accept_map)
         for r in rep.results:
             if r.ok:
                 built.setdefault(b, []).append(load_bundle(r.bundle))
@@ -243,16 +309,18 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     # 2. the sweep, per device
     t1 = time.perf_counter()
     for dev in devs:
-        cores = _cores(dev, trust_new_host_keys)
-        steps = thread_steps(cores, threads)
+        steps = thread_steps(_cores(probes[dev.name]), threads)
         mine: dict[tuple[str, str], dict[int, Any]] = {}
         for b, bundles in built.items():
             work, _ = plan([dev], bundles)
             for _, bs in work:
                 for bundle in bs:
-                    mine.setdefault((bundle.target, bundle.precision), {})[b] = bundle
+                    if (dev.name, bundle.target) not in off:
+                        mine.setdefault((bundle.target, bundle.precision), {})[b] = bundle
         if not mine:
-            result.skipped.append({"device": dev.name, "reason": "no candidate bundle runs on this device"})
+            lost = [x for x in result.not_truth if x["device"] == dev.name]
+            result.skipped.append({"device": dev.name, "reason": "no candidate bundle runs on this device" + (
+                " as device truth (" + "; ".join(f"{x['target']}: {x['truth']}" for x in lost) + ")" if lost else "")})
             continue
         rates: dict[tuple[str, str], float] = {}  # the best images/s seen: the next offline burst's size
         for (target, prec), per_batch in sorted(mine.items()):
@@ -270,7 +338,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
                     recs = [r for r in fr.records if r.device.name == dev.name]
                     if not recs:
                         break
-                    p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d)
+                    p = _record_point(recs[0], dev.name, bundle, b, t, slo_d, acc_d, accept_spec)
                     if scenario == "server":
                         _server_rate(p, bundle, dev, slo_d, trust_new_host_keys, progress)
                     result.points.append(p)
@@ -302,7 +370,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         feasible = [p for p in pts if p.feasible]
         if len(feasible) > 1 and confirm_rounds:
             feasible = _confirm(feasible, objective, confirm_rounds, finalists, result, dev, devices, duration, db,
-                                trust_new_host_keys, slo_d, acc_d, progress, scenario)
+                                trust_new_host_keys, slo_d, acc_d, progress, scenario, accept_spec)
         if feasible:
             win = max(feasible, key=lambda p: p.objective(objective))
             shipped = (result.verdicts.get(dev.name) or {}).get("ship")
@@ -311,15 +379,17 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
             result.winners[dev.name] = win
             result.tuned[dev.name] = str(write_tuned(Path(win.bundle), Path(dist) / info.name / "tuned" / dev.name,
                                                      win, result))
-        elif pts:
-            result.closest[dev.name] = min(pts, key=lambda p: _miss(p, slo_d, acc_d))
+            if dev.name in result.verdicts:
+                _paired(result, dev, win, feasible, devices, Path(dist) / info.name / "tuned" / f"{dev.name}-rival")
+        elif [p for p in pts if p.truth == "device"]:  # the closest is one the report could ship
+            result.closest[dev.name] = min((p for p in pts if p.truth == "device"), key=lambda p: _miss(p, slo_d, acc_d))
     result.sweep_s = round(time.perf_counter() - t1, 2)
     return result
 
 
 def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int, result: TuneResult, dev,
              devices, duration: float, db, trust_new: bool, slo, acc, progress,
-             scenario: str | None = None) -> list[Point]:
+             scenario: str | None = None, accept_spec=None) -> list[Point]:
     """Re-measure the best ``finalists`` in ``rounds`` interleaved rounds (A B C A B C) and return one
     point per finalist carrying its *median* figures: the pick rests on repeated, interleaved figures,
     not on the luckiest single run of a noisy sweep (the winner's curse)."""
@@ -341,7 +411,7 @@ def _confirm(feasible: list[Point], objective: str, rounds: int, finalists: int,
                            raise_on_failure=False, **_scenario_args(scenario, p.throughput_ips))
             recs = [x for x in fr.records if x.device.name == dev.name]
             if recs:
-                q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc)
+                q = _record_point(recs[0], dev.name, bundle, p.batch, p.threads, slo, acc, accept_spec)
                 if scenario == "server":
                     _server_rate(q, bundle, dev, slo, trust_new, progress)
                 q.confirm = r
@@ -377,15 +447,14 @@ def _label(p: Point) -> str:
 
 def _confirm_row(med: Point, records: list[dict[str, Any]]) -> dict[str, Any]:
     """One finalist as a comparison row for ``edgeopt.decide``: its last confirmation run, with the latency
-    samples of all its confirmation rounds.  Tuning measures the device it tunes for, whatever hardware
-    the target names: the row counts as device truth."""
+    samples of all its confirmation rounds; its device truth is the report's (``row_of``): a finalist is
+    device truth, or it would not be feasible."""
     from edgeopt.reporting import row_of
 
     rows = [row_of(r) for r in records]
     row = dict(rows[-1])
     row["_samples"] = [x for r in rows for x in (r.get("_samples") or [])]
     row["label"] = _label(med)
-    row["device_truth"] = "device"
     row["p50_ms"] = med.p50_ms  # the median of the rounds, as the pick before a verdict was
     return row
 
@@ -432,18 +501,61 @@ def _miss(p: Point, slo, acc) -> float:
     return miss
 
 
-def _cores(dev, trust_new: bool) -> int:
-    """The cores the device's agent may use (its probe), 1 when it cannot tell."""
+def _probe(dev, trust_new: bool) -> dict[str, Any]:
+    """The device's probe ({} when it cannot be reached: the bench that follows says what is wrong)."""
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
     try:
         with DeviceSession.open(dev, trust_new) as s:
-            probe = s.probe()
+            return s.probe() or {}
     except DeviceError:
-        return 1  # the bench that follows says what is wrong with the device
-    cpu = probe.get("cpu") or {}
+        return {}
+
+
+def _cores(probe: dict[str, Any]) -> int:
+    """The cores the device's agent may use (its probe), 1 when it cannot tell."""
+    cpu = probe.get("cpu") if isinstance(probe.get("cpu"), dict) else {}
     return int(cpu.get("cores_usable") or cpu.get("cores") or cpu.get("logical") or 1)
+
+
+PAIRED_SENTENCE = "; to separate them, measure them interleaved on the device: "
+
+
+def _paired(result: TuneResult, dev, win: Point, feasible: list[Point], devices: str, rival_dir: Path) -> None:
+    """No clear winner: the paired ``edgeopt gate`` that can separate the pick from its runner-up, between
+    their tuned bundles (each with its threads), printed only when gate's own argument check
+    (``hil.gate.check_pair``) takes the two; otherwise the verdict says why no gate can compare them.
+    ``edgeopt.decide`` names a gate between the candidates' bundle folders: the wrong threads for a tune
+    point, and across targets or batch sizes a gate refuses (exit 2)."""
+    from edgeopt.deploy import load_bundle
+    from edgeopt.hil.gate import check_pair
+
+    v = result.verdicts[dev.name]
+    if v.get("basis") != "fidelity" or not v.get("runner_up"):
+        return
+    rival = next((p for p in feasible if _label(p) == v["runner_up"]), None)
+    old = f"{PAIRED_SENTENCE}{v.get('paired')}" if v.get("paired") else ""
+    if rival is None:
+        text = ""
+    else:
+        try:
+            check_pair(load_bundle(Path(win.bundle)), load_bundle(Path(rival.bundle)))
+        except UsageError as exc:
+            text = (f"; no gate can compare {_label(rival)} with {_label(win)} ({exc.message}): more --confirm "
+                    "rounds can separate them")
+        else:
+            rdir = write_tuned(Path(rival.bundle), rival_dir, rival, result)
+            result.rivals[dev.name] = str(rdir)
+            cmd = ["edgeopt", "gate", str(rdir), "--baseline", result.tuned[dev.name]]
+            if dev.transport != "local" or str(devices) != "local":
+                cmd += ["--devices", str(devices), "--limit", dev.name]
+            v["paired"] = shlex.join(cmd)
+            text = f"{PAIRED_SENTENCE}{v['paired']} (the two tuned bundles, each with its threads)"
+    if not v.get("paired") or rival is None or text.startswith("; no gate"):
+        v["paired"] = None
+    line = v.get("line") or ""
+    v["line"] = line.replace(old, text) if old and old in line else line + text
 
 
 def write_tuned(src: Path, dest: Path, win: Point, result: TuneResult) -> Path:

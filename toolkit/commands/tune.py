@@ -23,9 +23,17 @@ best points are then re-measured in --confirm interleaved rounds and the pick is
 written as a tuned bundle (the threads in runtime.options) under DIST/<model>/tuned/<device>/ —
 bench or roll out that folder.
 
-exit codes: 0 a winner on every device, 2 bad input (nothing built), 3 no candidate built, 4 a device
-failed (nothing measured on it), 5 measured, but no configuration meets the SLO/accuracy on some
-device (the closest is shown).
+Only device truth is picked, by the report's rule: a target measured on the build host (mobile,
+jetson-* on `local`), on another vendor's CPU (intel-cpu on an AMD CPU) or under emulation is never
+built, measured or picked on that device, and tune says so. A point is accepted by the accuracy
+policy (--accept, as for build; default: the gate's rule against FP32 on the device's validation
+run). With no clear winner, the runner-up is written too (DIST/<model>/tuned/<device>-rival/) and the
+paired `edgeopt gate` between the two tuned bundles is printed -- only when gate takes that pair (one
+target, the same inputs).
+
+exit codes: 0 a winner on every device, 2 bad input (nothing built; also: no target is device truth on
+any device), 3 no candidate built, 4 a device failed (nothing measured on it), 5 measured, but no
+configuration meets the SLO/accuracy on some device (the closest is shown).
 """)
 
 
@@ -39,6 +47,9 @@ device (the closest is shown).
 @click.option("--slo", default=None, help="Latency bound, e.g. p99=20ms (per request).")
 @click.option("--min-accuracy", default=None, help="Agreement with the FP32 reference on the device, e.g. "
               "top1=0.99 or cosine=0.999 (besides each bundle's own bound).")
+@click.option("--accept", metavar="GATE.yaml", default=None,
+              help="The accuracy policy's thresholds (the keys of a gate file), as for build: the candidates are "
+                   "built and every point judged by it. Default: the gate's defaults.")
 @click.option("--objective", type=click.Choice(["latency", "throughput"]), default=None,
               help="latency: lowest p50 at batch 1; throughput: most inferences/s [throughput when --batch "
                    "has more than 1, else latency].")
@@ -65,7 +76,7 @@ device (the closest is shown).
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
-def command(model, targets, precision, batches, threads, slo, min_accuracy, objective, scenario, shapes, calib,
+def command(model, targets, precision, batches, threads, slo, min_accuracy, accept, objective, scenario, shapes, calib,
             preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
             quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
@@ -88,7 +99,7 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, obje
                batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
                min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
                preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
-               confirm_rounds=confirm_rounds, scenario=scenario,
+               confirm_rounds=confirm_rounds, scenario=scenario, accept=accept,
                trust_new_host_keys=trust_new_host_keys, progress=progress)
     err = tune_failure(res)  # GoalNotMet (exit 5) or DeviceError (exit 4), as edgeopt.tune raises them
     if as_json:  # one object: the sweep, with what it failed at
@@ -123,6 +134,11 @@ def _print(res) -> None:
                    + f" → {res.tuned[d]}")
     for d, v in res.verdicts.items():
         click.echo(f"{d}: {v.get('line')}")
+        if d in res.rivals:
+            click.echo(f"{d}: runner-up written as a tuned bundle too → {res.rivals[d]}")
+    for x in res.not_truth:
+        click.echo(f"{x['device']}: {x['target']} not measured, never picked: not device truth there "
+                   f"({x['truth']}: {x['why']})")
     for d, p in res.closest.items():
         click.echo(f"{d}: nothing meets the goals; closest {p.target} {p.precision} batch {p.batch} threads "
                    f"{p.threads}: {p.why_not}")
