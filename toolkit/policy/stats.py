@@ -1,6 +1,6 @@
 """The gate's decision: paired rounds → a ratio with an interval and a test per metric → a verdict.
 
-Method (documented in docs/HIL.md, checked by tests/hil/test_stats.py):
+Method (documented in docs/HIL.md, checked by tests/hil/test_gate.py and tests/hil/test_stats_tails.py):
 
 * Data: the ``pairbench`` blocks in the order A B B A …; block 2k and 2k+1 hold one block of each
   arm, measured back to back, so a pair shares the device's momentary state.
@@ -8,10 +8,16 @@ Method (documented in docs/HIL.md, checked by tests/hil/test_stats.py):
   estimate is the Hodges–Lehmann median of the Walsh averages of those log ratios; its interval is a
   percentile bootstrap over pairs (2,000 resamples, seeded); the test is a Wilcoxon signed-rank
   sign-flip permutation test (4,000 flips, seeded), two-sided.
-* p90/p99: the percentile of all of B's iterations over all of A's; interval and a two-sided
-  bootstrap p-value from resampling *pairs* (the pairing is kept).  Judged only when each arm has at
-  least MLPerf LoadGen's early-stopping minimum (64 samples for p90, 662 for p99); below that the
-  metric is *inconclusive*, never *pass*.
+* p90/p99: the paired design of p50 on per-unit quantiles.  A unit is the fewest consecutive pairs
+  whose blocks hold at least 1/(1-q) samples per arm (p90: 10, so one pair of 20-iteration blocks;
+  p99: 100, five pairs), so each unit's quantile has samples beyond it; per unit the log ratio
+  log(q_B / q_A), then Hodges–Lehmann, the bootstrap interval and the signed-rank test as for p50.
+  (The pooled percentile ratio with a pair bootstrap that this replaces gave ±12–50% intervals on
+  identical bundles: one block's spike moves a pooled tail, while a per-unit ratio sees it once.)
+  Judged only when each arm has at least MLPerf LoadGen's early-stopping minimum (64 samples for p90,
+  662 for p99) and MIN_PAIRS units; below that the metric is *inconclusive*, never *pass*.
+* A latency metric still inconclusive says how many paired rounds a decision would need at the noise
+  seen (``rounds_needed``; the gate adds the seconds from its measured cost per round).
 * Holm's step-down correction across the latency metrics gated together, at ``spec.level``.
 * Verdicts (``t`` = the metric's allowed change, ``L = 1 + t``): **regressed** when the corrected
   p-value ≤ level *and* the estimate is above ``L`` (evidence and a practical change, as Perfherder,
@@ -117,11 +123,9 @@ def _paired_log_ratios(pairs: list[tuple[np.ndarray, np.ndarray]], stat: str) ->
     return np.array([math.log(f(b) / f(a)) for a, b in pairs if f(a) > 0 and f(b) > 0])
 
 
-def _center_metric(pairs, stat: str, rng) -> tuple[float, float, float, float, int]:
-    lr = _paired_log_ratios(pairs, stat)
+def _hl_interval(lr: np.ndarray, rng) -> tuple[float, float, float, float, int]:
+    """Hodges–Lehmann of paired log ratios, its percentile-bootstrap 95% interval and the signed-rank p."""
     n = len(lr)
-    if n < 2:
-        return float("nan"), float("nan"), float("nan"), 1.0, n
     est = hodges_lehmann(lr)
     idx = rng.integers(0, n, size=(BOOT, n))
     boots = np.array([hodges_lehmann(lr[row]) for row in idx[:400]]) if n > 60 else \
@@ -130,23 +134,45 @@ def _center_metric(pairs, stat: str, rng) -> tuple[float, float, float, float, i
     return math.exp(est), math.exp(lo), math.exp(hi), signed_rank_p(lr, rng), n
 
 
-def _tail_metric(pairs, q: float, rng) -> tuple[float, float, float, float, int]:
-    a_all = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
-    b_all = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
-    n = int(min(len(a_all), len(b_all)))
-    if n == 0:
-        return float("nan"), float("nan"), float("nan"), 1.0, 0
-    est = math.log(np.percentile(b_all, q) / np.percentile(a_all, q))
-    k = len(pairs)
-    boots = np.empty(BOOT // 2)
-    for r in range(len(boots)):
-        pick = rng.integers(0, k, size=k)
-        a = np.concatenate([pairs[i][0] for i in pick])
-        b = np.concatenate([pairs[i][1] for i in pick])
-        boots[r] = math.log(np.percentile(b, q) / np.percentile(a, q))
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    p = min(1.0, 2 * min(np.mean(boots <= 0), np.mean(boots >= 0)) + 1 / len(boots))
-    return math.exp(est), math.exp(lo), math.exp(hi), float(p), n
+def _center_metric(pairs, stat: str, rng) -> tuple[float, float, float, float, int]:
+    lr = _paired_log_ratios(pairs, stat)
+    n = len(lr)
+    if n < 2:
+        return float("nan"), float("nan"), float("nan"), 1.0, n
+    return _hl_interval(lr, rng)
+
+
+def tail_group(pairs: list[tuple[np.ndarray, np.ndarray]], q: float) -> int:
+    """Consecutive pairs per tail unit: the fewest whose blocks hold at least 1/(1-q) samples per arm (p90: 10,
+    p99: 100), so a unit's q-quantile has samples beyond it instead of being its maximum."""
+    per_pair = min((min(len(a), len(b)) for a, b in pairs), default=0)
+    if per_pair <= 0:
+        return 1
+    want = math.ceil(1 / (1 - q / 100) - 1e-9)
+    return max(1, math.ceil(want / per_pair))
+
+
+def _tail_log_ratios(pairs: list[tuple[np.ndarray, np.ndarray]], q: float) -> np.ndarray:
+    """Per unit (``tail_group`` consecutive pairs): log(q-quantile of B's samples / of A's)."""
+    g = tail_group(pairs, q)
+    out = []
+    for i in range(0, len(pairs) - g + 1, g):
+        a = np.concatenate([x for x, _ in pairs[i:i + g]])
+        b = np.concatenate([y for _, y in pairs[i:i + g]])
+        qa, qb = float(np.percentile(a, q)), float(np.percentile(b, q))
+        if qa > 0 and qb > 0:
+            out.append(math.log(qb / qa))
+    return np.array(out)
+
+
+def _tail_metric(pairs, q: float, rng) -> tuple[float, float, float, float, int, int]:
+    """(ratio, CI low, CI high, p, samples per arm, units): the paired design of p50 on per-unit quantiles."""
+    n = int(min(sum(len(a) for a, _ in pairs), sum(len(b) for _, b in pairs))) if pairs else 0
+    lr = _tail_log_ratios(pairs, q)
+    if len(lr) < 2:
+        return float("nan"), float("nan"), float("nan"), 1.0, n, len(lr)
+    r, lo, hi, p, units = _hl_interval(lr, rng)
+    return r, lo, hi, p, n, units
 
 
 def holm(pvalues: list[float]) -> list[float]:
@@ -165,14 +191,17 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
     rng = np.random.default_rng(SEED)
     pairs = run.pairs()
     raw: list[tuple[str, tuple, float, float | None, str]] = []
+    units: dict[str, int] = {}
     for name, thr in spec.latency.items():
         q = {"p50": 50, "p90": 90, "p99": 99}[name]
         if name == "p50":
             res = _center_metric(pairs, "median", rng)
             method = "Hodges-Lehmann on paired log ratios of block medians; bootstrap 95% CI; signed-rank test"
         else:
-            res = _tail_metric(pairs, q, rng)
-            method = f"pooled p{q} ratio; pair-bootstrap 95% CI and p-value"
+            *res, units[name] = _tail_metric(pairs, q, rng)
+            g = tail_group(pairs, q)
+            method = (f"Hodges-Lehmann on paired log ratios of per-unit p{q} ({g} paired round(s) per unit); "
+                      "bootstrap 95% CI; signed-rank test")
         raw.append((name, res, 1 + (thr.max_change if thr.max_change is not None else 0.05), thr.max_ms, method))
     if spec.throughput_max_drop is not None:
         res = _center_metric(pairs, "mean", rng)
@@ -180,9 +209,17 @@ def judge(run: PairedRun, spec: GateSpec) -> list[Verdict]:
                     float("inf"), None, "Hodges-Lehmann on paired log ratios of block mean latency (1/throughput)"))
     all_a = np.concatenate([a for a, _ in pairs]) if pairs else np.array([])
     all_b = np.concatenate([b for _, b in pairs]) if pairs else np.array([])
-    out = _latency_verdicts(raw, spec, all_a, all_b)
+    out = _latency_verdicts(raw, spec, all_a, all_b, units=units)
+    for v in out:  # what an undecided metric would need at this noise
+        if v.verdict == "inconclusive":
+            got = rounds_needed(run, spec, v.metric)
+            if got is not None:
+                v.reason += (f"; at this noise a decision needs about {got[0]} paired rounds ({len(pairs)} measured)"
+                             if got[0] <= 10000 else "; the estimate is about the allowed change: no practical "
+                             "number of rounds decides it")
     few_calls(out, run.calls, run.min_calls, run.budget_note)
     not_on_emulation(out, emulated_by(run))
+    not_judged(out, other_vendor(run))
     out.extend(_accuracy_verdicts(run, spec))
     return out
 
@@ -201,27 +238,56 @@ def not_on_emulation(verdicts: list[Verdict], emulator: str | None) -> list[Verd
     *inconclusive* ("not judged"), whatever the rounds said; accuracy is judged as everywhere."""
     if not emulator:
         return verdicts
+    return not_judged(verdicts, f"the device's CPU is emulated ({emulator}); its latency is the emulator's speed, "
+                                "not a measurement")
+
+
+def other_vendor(run: PairedRun) -> str | None:
+    """Why this run's latency is not the target's hardware: set by the measuring side (``hil.paired``,
+    from the bundles' target and the probe's CPU: an intel-cpu bundle on an AMD CPU) as
+    ``fingerprint["other_vendor"]``, else None."""
+    why = (run.fingerprint or {}).get("other_vendor")
+    return str(why) if why else None
+
+
+def not_judged(verdicts: list[Verdict], why: str | None) -> list[Verdict]:
+    """Every latency metric becomes *inconclusive* with the reason "not judged: WHY" (what the rounds said
+    kept in the reason); accuracy and decisions are judged as everywhere."""
+    if not why:
+        return verdicts
     for v in verdicts:
-        if v.metric in LATENCY_METRICS:
-            v.reason = (f"not judged: the device's CPU is emulated ({emulator}); its latency is the emulator's "
-                        f"speed, not a measurement (the rounds said {v.verdict})")
+        if v.metric in LATENCY_METRICS and not v.reason.startswith("not judged"):
+            v.reason = f"not judged: {why} (the rounds said {v.verdict})"
             v.verdict = "inconclusive"
     return verdicts
 
 
-def rounds_needed(run: PairedRun, spec: GateSpec) -> tuple[int, float, float] | None:
-    """From the p50 pairs so far: (pairs a decision needs at this noise, per-pair spread of the log ratio,
-    the estimate's distance from the allowed change), or None without enough pairs or a p50 threshold.
-    Normal approximation: the 95% interval's half-width 1.96·s/√n must come below that distance."""
-    thr = spec.latency.get("p50")
-    lr = _paired_log_ratios(run.pairs(), "median")
-    if thr is None or len(lr) < MIN_PAIRS:
+def rounds_needed(run: PairedRun, spec: GateSpec, metric: str = "p50") -> tuple[int, float, float] | None:
+    """From the pairs so far: (paired rounds a decision on ``metric`` needs at this noise, per-unit spread of
+    its log ratio, the estimate's distance from the allowed change), or None without MIN_PAIRS units or a
+    threshold for it.  Normal approximation: the 95% interval's half-width 1.96·s/√n must come below that
+    distance; a tail's units are ``tail_group`` pairs each, and its sample minimum (MIN_SAMPLES) counts too."""
+    thr = spec.latency.get(metric)
+    pairs = run.pairs()
+    if thr is None or metric not in ("p50", "p90", "p99"):
+        return None
+    if metric == "p50":
+        lr, g = _paired_log_ratios(pairs, "median"), 1
+    else:
+        q = {"p90": 90, "p99": 99}[metric]
+        lr, g = _tail_log_ratios(pairs, q), tail_group(pairs, q)
+    if len(lr) < MIN_PAIRS:
         return None
     s = float(np.std(lr, ddof=1))
     est = hodges_lehmann(lr)
     dist = abs(est - math.log(1 + (thr.max_change if thr.max_change is not None else 0.05)))
-    need = math.inf if dist < 1e-6 else max(MIN_PAIRS, math.ceil((1.96 * s / dist) ** 2))
-    return (need if math.isfinite(need) else 10**9), s, dist
+    if dist < 1e-6:
+        return 10**9, s, dist
+    need = max(MIN_PAIRS, math.ceil((1.96 * s / dist) ** 2)) * g
+    per_pair = min((min(len(a), len(b)) for a, b in pairs), default=0)
+    if metric != "p50" and per_pair:
+        need = max(need, math.ceil(MIN_SAMPLES[metric] / per_pair))
+    return need, s, dist
 
 
 def few_calls(verdicts: list[Verdict], calls: int, min_calls: int, note: str = "") -> list[Verdict]:
@@ -243,10 +309,12 @@ def few_calls(verdicts: list[Verdict], calls: int, min_calls: int, note: str = "
 
 
 def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.ndarray,
-                      ci: str = "95%", unit: str = "paired rounds", widen: float = 0.0) -> list[Verdict]:
+                      ci: str = "95%", unit: str = "paired rounds", widen: float = 0.0,
+                      units: dict[str, int] | None = None) -> list[Verdict]:
     """Holm across the latency metrics, then each metric's verdict from (ratio, interval, p, n).  ``widen``
     (unpaired): the interval is stretched by that fraction each way, and *regressed*/*improved* also need
-    the stretched interval to exclude 1 (a change beyond session-to-session variation)."""
+    the stretched interval to exclude 1 (a change beyond session-to-session variation).  ``units`` (paired
+    tails): the per-unit ratios a tail was judged from; fewer than MIN_PAIRS is inconclusive."""
     adj = holm([r[1][3] for r in raw]) if raw else []
     out = []
     for (name, (r, lo, hi, _p, n), limit, max_ms, method), p in zip(raw, adj):
@@ -265,6 +333,8 @@ def _latency_verdicts(raw: list, spec: GateSpec, all_a: np.ndarray, all_b: np.nd
         if (n < need) if name in ("p90", "p99") else (n < MIN_PAIRS):
             v.reason = (f"{n} samples per arm; {name} is judged from {need}" if name in ("p90", "p99")
                         else f"only {n} {unit}; judged from {MIN_PAIRS}")
+        elif units is not None and name in units and units[name] < MIN_PAIRS:
+            v.reason = f"only {units[name]} units of paired rounds for {name}; judged from {MIN_PAIRS}"
         elif math.isnan(r):
             v.reason = "no data"
         elif max_ms is not None and v.candidate is not None and v.candidate > max_ms:
@@ -340,7 +410,8 @@ def _unpaired_tail(a_blocks, b_blocks, q: float, rng) -> tuple[float, float, flo
 
 def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[list[float]], spec: GateSpec,
                    candidate_arm: dict[str, Any] | None = None, speed: float | None = None, calls: int = 0,
-                   min_calls: int = 0, budget_note: str = "", emulator: str | None = None) -> list[Verdict]:
+                   min_calls: int = 0, budget_note: str = "", emulator: str | None = None,
+                   other_vendor: str | None = None) -> list[Verdict]:
     """The candidate's blocks (measured now) against a stored baseline's blocks (measured in another session):
     independent samples, so a two-sample Hodges–Lehmann shift of log block medians with a 99% bootstrap
     interval (each arm resampled on its own) and a Mann–Whitney test; tails as pooled percentiles with a
@@ -383,6 +454,7 @@ def judge_unpaired(baseline_blocks: list[list[float]], candidate_blocks: list[li
                 v.verdict = "inconclusive"
     few_calls(out, calls, min_calls, budget_note)
     not_on_emulation(out, emulator)  # ``emulator``: ``emulated_by(run)`` of the candidate's run
+    not_judged(out, other_vendor)  # ``other_vendor(run)`` of the candidate's run
     if candidate_arm is not None:
         out.extend(_accuracy_verdicts(PairedRun("unpaired", arms=[{}, candidate_arm]), spec))
         out = [v for v in out if v.metric != "decisions"]
