@@ -105,7 +105,7 @@ td.v-pass{color:#1a7f37} td.v-inconclusive{color:#9a6700;font-weight:600} td.v-e
 
 def section_html(records: list[dict[str, Any]], plots: bool = True) -> str:
     """The gate section of the HTML report ('' when the records hold no gate)."""
-    from edgeopt.hil.junit import verdict_cells
+    from edgeopt.hil.junit import verdict_cells, verdict_text
 
     gates = gates_of(records)
     if not gates:
@@ -131,8 +131,9 @@ def section_html(records: list[dict[str, Any]], plots: bool = True) -> str:
                             f'</td><td colspan="6">{e(str((d.get("error") or {}).get("message"))[:200])}</td></tr>')
             for v in gd.get("verdicts") or []:
                 c = verdict_cells(v)
+                shown = verdict_text(v).split(" ", 1)[-1]  # the words without the icon: "not judged (…)" too
                 rows.append(f"<tr><td>{name}</td><td>{e(v['metric'])}</td><td class=\"v-{e(v['verdict'])}\">"
-                            f"{e(v['verdict'])}</td><td class=\"num\">{e(c['baseline'])}</td>"
+                            f"{e(shown)}</td><td class=\"num\">{e(c['baseline'])}</td>"
                             f"<td class=\"num\">{e(c['candidate'])}</td><td class=\"num\">{e(c['change'])}</td>"
                             f"<td class=\"num\">{e(c['p'])}</td><td class=\"num\">{e(c['n'])}</td>"
                             f"<td>{e(str(v.get('reason') or '')[:160])}</td></tr>")

@@ -109,3 +109,16 @@ def test_a_real_intel_cpu_gate_on_this_amd_host(tmp_path):
     assert "latency not judged: measured on another vendor's CPU" in p.stderr.splitlines()[-1]
     assert "not judged (another vendor's CPU)" in (tmp_path / "g.md").read_text()
     assert "latency not judged: measured on another vendor" in (tmp_path / "g.xml").read_text()
+
+
+def test_the_reports_gate_section_says_not_judged():
+    from edgeopt.gate_report import section_html
+
+    run = _run(1.0)
+    run.fingerprint = fingerprint({"cpu": {"model": AMD}}, {"target": "intel-cpu"})
+    rec = {"status": "gate-regressed", "gate_id": "g1", "time": "2026-11-28T10:00:00Z", "baseline_id": "a" * 20,
+           "bundle": {"model": "m", "target": "intel-cpu", "precision": "int8", "bundle_id": "b" * 20},
+           "device": {"name": "nuc-01"},
+           "gate": {"verdict": "regressed", "verdicts": [v.as_dict() for v in judge(run, load_gate(None))]}}
+    html = section_html([rec], plots=False)
+    assert "not judged (another vendor&#x27;s CPU)" in html and ">regressed<" in html  # decisions: 1 of 16
