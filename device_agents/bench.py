@@ -53,7 +53,7 @@ from .bundle import (
     validation_inputs,
     verify,
 )
-from .compare import compare_outputs
+from .compare import batch_rows, compare_outputs
 from .runners import get_runner
 
 DEFAULTS: dict[str, Any] = {
@@ -548,12 +548,16 @@ def accuracy_of(manifest: dict[str, Any], bundle: Path, groups: list[list[int]],
                 per_sample[i] = {k: np.array(v, copy=True) for k, v in out.items()}
     names = [o["name"] for o in io["outputs"]]
     outputs = {name: np.stack([per_sample[i][name] for i in sorted(per_sample)]) for name in names}
-    result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
-                             manifest.get("tolerance_override"), manifest.get("output_kinds"))
-    result["samples"] = len(per_sample)
     src = (manifest.get("validation") or {}).get("source") or {}
-    # what "agreement" was measured on: n samples of images / arrays / RANDOM data
-    result["data"] = {"kind": src.get("kind", "unknown"), "n": len(per_sample),
+    # a bundle built at batch B (build --batch): each feed holds B distinct samples, the last one filled up
+    # with repeats, which count once
+    rows = batch_rows(src) if len(per_sample) == len(batch_rows(src) or ()) else None
+    result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
+                             manifest.get("tolerance_override"), manifest.get("output_kinds"), rows)
+    n = int(sum(rows)) if rows else len(per_sample)
+    result["samples"] = n
+    # what "agreement" was measured on: n distinct samples of images / arrays / RANDOM data
+    result["data"] = {"kind": src.get("kind", "unknown"), "n": n,
                       "path": Path(str(src["path"])).name if src.get("path") else None}
     return result
 

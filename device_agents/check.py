@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .bundle import from_artifact, load_manifest, reference_outputs, to_artifact, validation_inputs
-from .compare import compare_outputs
+from .compare import batch_rows, compare_outputs
 from .runners import get_runner
 
 
@@ -40,10 +40,12 @@ def check_bundle(bundle: str | Path, options: dict[str, Any] | None = None) -> d
     t0 = time.perf_counter()
     outputs = run_validation(runner, manifest, bundle)
     run_s = time.perf_counter() - t0
+    rows = batch_rows((manifest.get("validation") or {}).get("source"))  # build --batch B: distinct samples
     result = compare_outputs(outputs, reference_outputs(bundle, manifest), manifest["precision"],
-                             manifest.get("tolerance_override"), manifest.get("output_kinds"))
+                             manifest.get("tolerance_override"), manifest.get("output_kinds"), rows)
     result.update({"load_s": load_s, "validation_s": run_s,
-                   "samples": int(next(iter(outputs.values())).shape[0]) if outputs else 0,
+                   "samples": int(sum(rows)) if rows else
+                   int(next(iter(outputs.values())).shape[0]) if outputs else 0,
                    "runner": runner.info()})
     runner.close()
     return result

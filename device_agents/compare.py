@@ -920,16 +920,51 @@ def _top1_reason(metrics: dict[str, float], top1_min: float) -> str | None:
             f"at most {allowed} allowed")
 
 
+# --- batches of distinct samples (``build --batch B``) ----------------------------------------------
+
+def batch_rows(source: dict[str, Any] | None, which: str = "validation") -> list[int] | None:
+    """How many rows of each stacked feed are distinct samples, for a set built at ``build --batch B``
+    (``source``: the manifest's ``validation.source``): B samples to a feed, the last feed filled up with
+    repeats of the first ones, which count once; None for a batch-1 set (or one from before batches were
+    filled with distinct samples: each feed is one sample)."""
+    src = source or {}
+    b, n = src.get("batch"), src.get(f"{which}_samples")
+    if not isinstance(b, int) or b < 2 or not isinstance(n, int) or n < 1:
+        return None
+    return [min(b, n - i) for i in range(0, n, b)]
+
+
+def unbatch(arrays: dict[str, np.ndarray], rows: list[int] | None) -> dict[str, np.ndarray]:
+    """Stacked batch feeds ``[S, B, ...]`` -> one row per distinct sample ``[N, 1, ...]`` (the repeats that
+    fill the last batch dropped): what the batch-1 model gives on the same samples, so a batch-B artifact is
+    judged, and counted, as the batch-1 one is.  An array without that batch axis is kept as it is."""
+    if not rows:
+        return dict(arrays)
+    out = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.ndim >= 2 and a.shape[0] == len(rows) and a.shape[1] >= max(rows) > 0:
+            out[name] = np.concatenate([a[i, :r] for i, r in enumerate(rows)])[:, None]
+        else:
+            out[name] = a
+    return out
+
+
 def compare_outputs(
     outputs: dict[str, np.ndarray],
     reference: dict[str, np.ndarray],
     precision: str,
     override: dict[str, float] | None = None,
     kinds: dict[str, Any] | None = None,
+    rows: list[int] | None = None,
 ) -> dict[str, Any]:
     """Compare every output; ``{"passed", "tolerance", "outputs": {name: {kind, metrics, passed,
     reasons, failed}}, "summary"}``.  ``kinds``: the manifest's ``output_kinds`` (inferred from the
-    data where an output has none)."""
+    data where an output has none).  ``rows``: the distinct samples of each batch feed (``batch_rows``):
+    outputs and reference are compared sample by sample (``unbatch``), so every count is of distinct
+    samples, and ``samples`` says how many."""
+    if rows:
+        outputs, reference = unbatch(outputs, rows), unbatch(reference, rows)
     tol = tolerance_for(precision, override)
     per: dict[str, Any] = {}
     refs = {name: np.asarray(ref) for name, ref in reference.items()}
@@ -951,6 +986,8 @@ def compare_outputs(
                      "failed": [r.split(":")[0].split(" ")[0] for r in reasons]}
     result = {"passed": all(v["passed"] for v in per.values()), "precision": precision, "tolerance": tol,
               "outputs": per}
+    if rows:
+        result["samples"] = int(sum(rows))
     result["summary"] = summary_line(result)
     return result
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .bundle import MANIFEST, from_artifact, load_manifest, sha256_file, to_artifact, validation_inputs
+from .compare import batch_rows
 from .probe import calibration_ms
 from .runners import get_runner
 
@@ -82,7 +83,9 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         for name, arm in zip("AB", arms):
             stage("accuracy", {"arm": name})
             samples = validation_inputs(arm["bundle"], arm["manifest"])
-            groups, onnx_feeds = make_batches(samples, 1)
+            first = next(iter(samples[0].values())) if samples else None
+            # each sample as it is stored: one feed (a bundle built at batch B holds B samples to a feed)
+            groups, onnx_feeds = make_batches(samples, int(first.shape[0]) if first is not None and first.ndim else 1)
             feeds = [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in onnx_feeds]
             first = arm["runner"].run(feeds[0])
             arm["accuracy"] = _accuracy(arm["runner"], arm["manifest"], arm["bundle"], groups, feeds, first)
@@ -98,6 +101,10 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
                 raws.append(None)
                 arm["decisions_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows = batch_rows((arms[0]["manifest"].get("validation") or {}).get("source"))
+        if rows and len(rows) == len(shared):  # built at batch B: one decision per distinct sample, not per feed
+            raws = [r if r is None or any(a.ndim < 1 or a.shape[0] < max(rows) for a in r)
+                    else [a[j:j + 1] for a, n in zip(r, rows) for j in range(n)] for r in raws]
         try:
             decided = pair_decisions(raws[0], raws[1], kind)
         except Exception as exc:  # noqa: BLE001 - outputs the kind's decoder cannot read: no comparison

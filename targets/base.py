@@ -175,6 +175,7 @@ class BuildJob:
     options: dict[str, Any] = field(default_factory=dict)
     cache_key: str = ""
     accept: dict[str, Any] | None = None  # the accuracy policy's gate file (``--accept``), parsed; None: defaults
+    carried_kinds: dict[str, Any] | None = None  # build --batch: the output kinds of the batch-1 build
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BuildJob:
@@ -517,7 +518,7 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     reference values.  Recorded in the manifest, so the device judges by the same kinds."""
     import numpy as np
 
-    from edgeopt_agent.compare import infer_kinds
+    from edgeopt_agent.compare import batch_rows, infer_kinds, unbatch
 
     names = [o["name"] for o in job.io["outputs"]]
     given = parse_output_kind_option(job.options.get("output_kind"), names)
@@ -558,11 +559,18 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
         refs = {}
     shapes = [i.get("shape") or [] for i in job.io["inputs"]]
     image_hw = shapes[0][2:] if len(shapes) == 1 and len(shapes[0]) == 4 and shapes[0][1] in (1, 3) else None
+    rows = batch_rows(job.data_source)
     batch = _fixed_batch(job)
-    if batch:  # `build --batch B`: the kind is the batch-1 model's (a [B, 2] softmax is not [T, K] positions)
+    if rows:  # `build --batch B`: the kind is the batch-1 model's (a [B, 2] softmax is not [T, K] positions),
+        refs = unbatch(refs, rows)  # inferred on the distinct samples, one at a time
+    elif batch:  # a batch this build chose otherwise (--shape): each row a sample
         refs = {n: r.reshape(-1, 1, *r.shape[2:]) if r.ndim >= 2 and r.shape[1] == batch else r
                 for n, r in refs.items()}
-    inferred = infer_kinds({n: refs[n] for n in names if n not in given and n in refs}, producers, image_hw)
+    carried = {n: {**k, "source": k["source"] if str(k.get("source", "")).startswith("batch") else "batch 1"}
+               for n, k in (job.carried_kinds or {}).items()
+               if n in names and n not in given and isinstance(k, dict) and k.get("kind")}
+    inferred = infer_kinds({n: refs[n] for n in names if n not in given and n not in carried and n in refs},
+                           producers, image_hw)
     # One score vector per input token is a tagger, not CTC: a [1, T, K] output whose T is the length of
     # an integer (token-id) input is judged per position, however dominant its "no tag" class is.
     token_lengths = {(i.get("shape") or [0, 0])[-1] for i in job.io["inputs"]
@@ -575,6 +583,8 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     for name in names:
         if name in given:
             kinds[name] = given[name]
+        elif name in carried:  # build --batch: every batch size judges by the batch-1 build's kinds
+            kinds[name] = carried[name]
         elif name in inferred:
             kinds[name] = {**inferred[name], "source": "inferred"}
     return kinds
@@ -595,7 +605,8 @@ def _fixed_batch(job: BuildJob) -> int | None:
     sizes = set()
     for vi in inputs:
         dims = vi.type.tensor_type.shape.dim
-        if not dims or not (dims[0].dim_param or not dims[0].HasField("dim_value") or dims[0].dim_value == 0):
+        # dynamic: a name, no value, or a value of 0 or -1 (Paddle's exports write -1: ocr-cls's [-1, 3, 48, ?])
+        if not dims or not (dims[0].dim_param or not dims[0].HasField("dim_value") or dims[0].dim_value <= 0):
             return None  # a static leading dimension: not a batch this build chose
         sizes.add(fixed.get(vi.name))
     if len(sizes) != 1:

@@ -153,7 +153,8 @@ class QdqSearch:
     def __init__(self, backend: QdqBackend, *, val: list[dict[str, np.ndarray]], calib: list[dict[str, np.ndarray]],
                  reference: dict[str, np.ndarray], mode: str, budget_s: float, work: Path,
                  tolerance: dict[str, float | None] | None = None, kinds: dict[str, Any] | None = None,
-                 accept: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda s: None) -> None:
+                 accept: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda s: None,
+                 rows: list[int] | None = None, calib_rows: list[int] | None = None) -> None:
         import onnxruntime as ort
 
         self.ort, self.backend = ort, backend
@@ -161,6 +162,10 @@ class QdqSearch:
         self.tolerance, self.kinds = tolerance, kinds
         self.accept = accept  # the accuracy policy's gate file (None: the defaults): what "passes" means
         self.val, self.calib, self.reference = val, calib or val, reference
+        # build --batch B: the distinct samples of each feed (``compare.batch_rows``), counted once each
+        self.rows = rows if rows and len(rows) == len(val) else None
+        self.calib_rows = calib_rows if calib and calib_rows and len(calib_rows) == len(calib) else None
+        self.n_val = int(sum(self.rows)) if self.rows else len(val)
         self.out_names = list(reference)
         self.calib_check = self.calib[:CALIB_CHECK_SAMPLES]
         # FP32 outputs on a few calibration samples, computed like reference.npz (no optimisation).
@@ -274,7 +279,7 @@ class QdqSearch:
             self.progress(f"{tag}: fail {s.label()}: {v.reasons[0]}")
             return v
         result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
-                                 self.tolerance, self.kinds)
+                                 self.tolerance, self.kinds, self.rows)
         policy.apply(result, self.accept)
         cal = run_all(sess, self.calib_check, self.out_names)
         cal_err = float(np.mean([tensor_metrics(cal[n], self.calib_reference[n]).get("rel_l2", math.inf)
@@ -478,15 +483,17 @@ class QdqSearch:
         outputs = {n: np.stack([g[n] for g in got]) for n in self.out_names}
         if self._pool_reference is None:
             self._pool_reference = self._pool_fp32()
-        result = compare_outputs(outputs, self._pool_reference, "int8", self.tolerance, self.kinds)
+        pool_rows = (self.calib_rows + self.rows) if self.rows and self.calib_rows else None
+        result = compare_outputs(outputs, self._pool_reference, "int8", self.tolerance, self.kinds, pool_rows)
         policy.apply(result, self.accept)
-        rec = {"label": v.settings.label(), "folds": CROSS_FOLDS, "samples": len(pool),
+        n_pool = int(sum(pool_rows)) if pool_rows else len(pool)
+        rec = {"label": v.settings.label(), "folds": CROSS_FOLDS, "samples": n_pool,
                "passed": bool(result["passed"]), "summary": result["summary"],
                "reasons": [r for o in result["outputs"].values() for r in o["reasons"]],
                "metrics": {n: headline(o["metrics"]) for n, o in result["outputs"].items()},
                "time_s": round(time.perf_counter() - t, 2)}
         self.cross_checks.append(rec)
-        self.progress(f"int8: {CROSS_FOLDS}-fold cross-check on {len(pool)} samples "
+        self.progress(f"int8: {CROSS_FOLDS}-fold cross-check on {n_pool} samples "
                       f"{'PASS' if rec['passed'] else 'fail'} {v.settings.label()}: {rec['summary']} ({rec['time_s']:.1f}s)")
         return rec
 
@@ -511,10 +518,10 @@ class QdqSearch:
             return self._folds
         self._folds = []
         pool = self.calib + self.val
-        if (not hasattr(self.backend, "recalibrated") or len(self.val) >= CROSS_CHECK_BELOW
+        if (not hasattr(self.backend, "recalibrated") or self.n_val >= CROSS_CHECK_BELOW
                 or self.calib is self.val or len(pool) < len(self.val) + CROSS_FOLDS):
             return self._folds
-        self.progress(f"int8: small validation set ({len(self.val)}): variants that pass are cross-checked over "
+        self.progress(f"int8: small validation set ({self.n_val}): variants that pass are cross-checked over "
                       f"{CROSS_FOLDS} folds of the {len(pool)} calibration + validation samples ({CROSS_FOLDS} "
                       f"quantizations and {len(pool)} inferences each, inside the {self.budget_s:.0f}s budget)")
         for k in range(CROSS_FOLDS):
@@ -534,7 +541,7 @@ class QdqSearch:
         failed = [c for c in self.cross_checks if c.get("passed") is False]
         if not failed:
             return ""
-        return (f"; {len(failed)} variant(s) passed the {len(self.val)} held-out samples but failed the "
+        return (f"; {len(failed)} variant(s) passed the {self.n_val} held-out samples but failed the "
                 f"{CROSS_FOLDS}-fold cross-check on {failed[0]['samples']} samples (first: {failed[0]['label']}: "
                 f"{failed[0]['summary']})")
 
@@ -546,6 +553,6 @@ class QdqSearch:
         return {"search": self.mode, "budget_s": self.budget_s, "time_s": round(self.elapsed(), 1),
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
-                "validation_samples": len(self.val), "cross_checks": self.cross_checks, "notes": self.notes,
+                "validation_samples": self.n_val, "cross_checks": self.cross_checks, "notes": self.notes,
                 "mixed_scale_concats": [mc.record() for mc in self.mixed_concats],
                 "decode_tail": list(self.decode_tail)}

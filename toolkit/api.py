@@ -257,7 +257,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     ``raise_on_failure=False`` the report is returned and ``report.ok`` says it.
 
     ``batches``: one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
-    batch B under ``dist/batchB``), reported together.
+    batch B under ``dist/batchB``), reported together; every size judged by the first size's output kinds,
+    on the same distinct samples (B to a feed, counted once each), at one precision per target.
     ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shapes``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
@@ -283,17 +284,125 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     from edgeopt.model import inspect, static_input_shapes
 
     base = static_input_shapes(inspect(model), parse_shapes(shapes) or {})
-    reports = []
-    for b in sorted({int(x) for x in batches}):
+    sizes = sorted({int(x) for x in batches})
+    reports: dict[int, BuildReport] = {}
+    kinds: dict[str, dict[str, Any]] | None = None
+    for b in sizes:
         progress(f"batch {b}")
-        reports.append(_build(model, targets, shapes=batch_shapes(base, b),
-                              out=dist if b == 1 else Path(dist) / f"batch{b}", **kw))
-    first = reports[0]
+        reports[b] = _build(model, targets, shapes=batch_shapes(base, b), out=batch_dist(dist, b), batch=b,
+                            kinds=kinds, **kw)
+        # the output kinds are inferred once, on the first batch size's samples one at a time (batch 1's), and
+        # every larger batch is judged by them: a [B, 2] softmax stays a classifier, never B "positions"
+        kinds = kinds or _curve_kinds(reports[b], b)
+    extra = _one_precision(model, targets, base, dist, sizes, reports, kinds, kw, progress)
+    first = reports[sizes[0]]
+    every = [reports[b] for b in sizes]
     return _build_checked(
-        replace(first, out=str(dist), results=[r for rep in reports for r in rep.results],
-                warnings=list(dict.fromkeys(w for rep in reports for w in rep.warnings)),
-                time_s=sum(rep.time_s for rep in reports), skipped=[s for rep in reports for s in rep.skipped]),
+        replace(first, out=str(dist), results=[r for rep in every for r in rep.results],
+                warnings=list(dict.fromkeys([w for rep in every for w in rep.warnings] + extra)),
+                time_s=sum(rep.time_s for rep in every), skipped=[s for rep in every for s in rep.skipped]),
         raise_on_failure)
+
+
+def batch_dist(dist: str | os.PathLike, batch: int) -> Path:
+    """Where ``build --batch`` installs batch ``batch``'s bundles: ``dist`` for 1, ``dist/batchB`` above."""
+    return Path(dist) if batch == 1 else Path(dist) / f"batch{batch}"
+
+
+def _curve_kinds(report: BuildReport, batch: int) -> dict[str, dict[str, Any]] | None:
+    """The output kinds a batch curve carries from its first batch size's build (any bundle's: one model, one
+    data set), marked where they came from; None when no bundle of it recorded kinds."""
+    for r in report.results:
+        got = (r.manifest or {}).get("output_kinds")
+        if isinstance(got, dict) and got:
+            src = "batch 1" if batch == 1 else f"batch {batch}, sample by sample"
+            return {n: {**k, "source": k.get("source") if k.get("source") == "option" else src}
+                    for n, k in got.items() if isinstance(k, dict)}
+    return None
+
+
+def _one_precision(model, targets, base, dist, sizes: list[int], reports: dict[int, BuildReport],
+                   kinds, kw: dict[str, Any], progress: Progress) -> list[str]:
+    """One precision per target across a batch curve: where ``auto`` fell back at one batch size (intel-cpu
+    int8 accepted at batch 1, refused at 4), that target is built at the precision it fell back to at every
+    batch size (the narrower bundle the curve had is removed from ``dist``: it is no longer ``auto``'s pick),
+    so the curve compares batch sizes, not precisions. A size where even that precision is refused walks on
+    (int8 -> fp16 -> fp32) and the whole curve with it. Returns the warnings that say what changed; a target
+    whose precision still differs between sizes is named there."""
+    import shutil
+
+    from edgeopt.pipeline import fallback_precision, plan_precisions
+    from edgeopt.targets.registry import resolve_targets
+
+    specs = {s.name: s for s in resolve_targets(targets, kw.get("config"))}
+    auto: set[tuple[str, str]] = set()
+    plan_precisions(list(specs.values()), kw.get("precisions"), kw.get("config"), auto=auto)
+    auto_targets = {t for t, _ in auto}
+    order = ("fp8", "int8", "fp16", "fp32")
+
+    def chosen(b: int) -> dict[str, Any]:  # target -> auto's result at batch b
+        return {r.target: r for r in reports[b].results
+                if r.target in auto_targets and (r.fallback_from or (r.target, r.precision) in auto)}
+
+    notes: list[str] = []
+    for _ in range(len(order)):
+        redo: dict[str, str] = {}
+        for t in auto_targets:
+            got = {b: chosen(b).get(t) for b in sizes}
+            # a size refused on accuracy at what it was built at counts as its next wider precision
+            precs = {(fallback_precision(specs[t], r.precision) if r.refused and not r.ok else None) or r.precision
+                     for r in got.values() if r is not None}
+            if len(precs) > 1:
+                redo[t] = max(precs, key=lambda p: order.index(p) if p in order else -1)
+        if not redo:
+            return notes
+        origin = {t: next((f"batch {c}" for c in sizes if chosen(c).get(t) and chosen(c)[t].precision == w
+                           and not (chosen(c)[t].fallback_from or {}).get("curve")),
+                          "the curve's other sizes") for t, w in redo.items()}
+        for b in sizes:
+            mine = chosen(b)
+            todo = {t: w for t, w in redo.items() if mine.get(t) is not None and mine[t].precision != w}
+            if not todo:
+                continue
+            why = {t: origin[t] for t in todo}
+            progress(f"batch {b}: one precision per target across the curve: "
+                     + ", ".join(f"{t} {w} (as at {why[t]}; {mine[t].precision} here)" for t, w in todo.items()))
+            again = _build_one(model, list(todo), ",".join(f"{t}={w}" for t, w in todo.items()), base, dist, b,
+                               kinds, kw)
+            new = {r.target: r for r in again.results}
+            results = []
+            for r in reports[b].results:
+                n = new.get(r.target) if r is mine.get(r.target) else None
+                if n is None:
+                    results.append(r)
+                    continue
+                n.fallback_from = {"precision": r.precision, "curve": True,
+                                   "error": f"{r.precision} {'accepted' if r.ok else 'refused'} at batch {b}, but "
+                                            f"{why[r.target]} needed {n.precision}: one precision per target "
+                                            "across the batch curve"}
+                if r.ok and r.bundle and Path(r.bundle).resolve() != Path(n.bundle or "").resolve():
+                    shutil.rmtree(r.bundle, ignore_errors=True)  # the curve's narrower bundle: not auto's pick
+                notes.append(f"{r.target} batch {b}: {n.precision}, not {r.precision}, as at {why[r.target]} "
+                             "(one precision per target across the batch curve)"
+                             + ("" if n.ok else f"; {n.precision} failed here too"))
+                results.append(n)
+            reports[b].results = results
+            reports[b].time_s += again.time_s
+            reports[b].warnings.extend(w for w in again.warnings if w not in reports[b].warnings)
+    for t in auto_targets:  # still more than one: say so (each row of the curve carries its own precision)
+        precs = {b: chosen(b)[t].precision for b in sizes if chosen(b).get(t) is not None}
+        if len(set(precs.values())) > 1:
+            notes.append(f"{t}: the batch curve mixes precisions ("
+                         + ", ".join(f"batch {b} {p}" for b, p in precs.items()) + ")")
+    return notes
+
+
+def _build_one(model, targets: list[str], precision: str, base, dist, batch: int, kinds, kw: dict[str, Any]
+               ) -> BuildReport:
+    from edgeopt.pipeline import build as _build
+
+    return _build(model, targets, **{**kw, "precisions": precision}, shapes=batch_shapes(base, batch),
+                  out=batch_dist(dist, batch), batch=batch, kinds=kinds)
 
 
 def _build_checked(report: BuildReport, raise_on_failure: bool) -> BuildReport:
@@ -452,6 +561,9 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
                           + f"; {first.device.name}: {msg}",
                           hint="the BenchResult is err.result (the other runs are in it and in the results "
                                "database); raise_on_failure=False returns it instead", result=res)
+    if raise_on_failure and res.unsaved:  # measured, but the results database could not take the records
+        raise DeviceError(res.unsaved, hint="free space where the results database lives; the BenchResult is "
+                                            "err.result", result=res)
     return res
 
 

@@ -220,6 +220,11 @@ def describe(source: dict[str, Any]) -> str:
             + f" -> {source.get('calibration_samples')} calib + {source.get('validation_samples')} val")
     if source.get("skipped_unreadable"):
         line += f"; skipped {len(source['skipped_unreadable'])} unreadable"
+    if source.get("batch"):  # build --batch B: distinct samples, B to a feed
+        line += (f"; batch {source['batch']}: {source.get('validation_samples')} distinct val samples in "
+                 f"{source.get('validation_batches')} batch(es)"
+                 + (f", {source['validation_repeats']} repeat(s) fill the last, counted once"
+                    if source.get("validation_repeats") else ""))
     return line
 
 
@@ -368,6 +373,37 @@ def _load_image(path: Path, h: int, w: int, cfg: dict[str, Any], gray: bool) -> 
     mean = np.asarray(cfg["mean"][: arr.shape[-1]], np.float32)
     std = np.asarray(cfg["std"][: arr.shape[-1]], np.float32)
     return (arr - mean) / std
+
+
+def one_sample_inputs(inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inputs at batch 1 (``build --batch B`` reads its data as single samples, then ``pack``s them)."""
+    return [{**t, "shape": [1, *t["shape"][1:]]} if t.get("shape") else dict(t) for t in inputs]
+
+
+def split_rows(samples: list[dict[str, np.ndarray]], batch: int) -> list[dict[str, np.ndarray]]:
+    """Feeds of ``batch`` rows (arrays given already batched, ``[N, B, ...]``) -> one feed per row."""
+    out = []
+    for feed in samples:
+        lead = {n: a for n, a in feed.items() if a.ndim and a.shape[0] == batch}
+        for j in range(batch):
+            out.append({n: (lead[n][j:j + 1] if n in lead else a) for n, a in feed.items()})
+    return out
+
+
+def pack(samples: list[dict[str, np.ndarray]], batch: int) -> list[dict[str, np.ndarray]]:
+    """Single samples (leading dimension 1) -> feeds of ``batch`` distinct samples each; the last feed is
+    filled up with the first samples again (``edgeopt_agent.compare.batch_rows`` says how many rows of each
+    feed count, so a repeat is never counted twice).  Inputs without a leading batch of 1 (a scalar) are
+    taken from the feed's first sample."""
+    if batch <= 1 or not samples:
+        return list(samples)
+    feeds = []
+    for start in range(0, len(samples), batch):
+        group = samples[start:start + batch]
+        group = group + [samples[i % len(samples)] for i in range(batch - len(group))]
+        feeds.append({n: (np.concatenate([g[n] for g in group], axis=0) if a.ndim and a.shape[0] == 1 else a)
+                      for n, a in group[0].items()})
+    return feeds
 
 
 def save_stacked(path: str | os.PathLike, feeds: list[dict[str, np.ndarray]], names: list[str], prefix: str) -> None:

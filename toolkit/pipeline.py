@@ -195,9 +195,15 @@ def build(
     n_val: int | None = None,
     progress: Callable[[str], None] = lambda s: None,
     accept: str | os.PathLike | dict[str, Any] | None = None,
+    batch: int = 1,
+    kinds: dict[str, dict[str, Any]] | None = None,
 ) -> BuildReport:
     """Build a bundle for every (target, precision); see ``edgeopt build --help``.  ``accept``: the accuracy
-    policy's gate file (``--accept``; None: the gate's defaults) that every check and INT8 search judges by."""
+    policy's gate file (``--accept``; None: the gate's defaults) that every check and INT8 search judges by.
+
+    ``batch`` (``build --batch B``, whose ``shapes`` carry B as every input's leading dimension): the data are
+    read as single samples and packed B distinct samples to a feed (``calib.pack``), the checks count each
+    distinct sample once; ``kinds``: the output kinds of the batch-1 build, carried to this one."""
     from edgeopt import calib as calibmod
     from edgeopt import model as modelmod
     from edgeopt.policy import accept as policy
@@ -255,7 +261,9 @@ def build(
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,
                     "toolchain": backend.toolchain(), "edgeopt": __version__, **spec_rev,
-                    "policy": policy.REV, **({"accept": accept_map} if accept_map else {})})
+                    "policy": policy.REV, **({"accept": accept_map} if accept_map else {}),
+                    **({"batch": {"size": batch, "data": BATCH_DATA_REV}} if batch > 1 else {}),
+                    **({"kinds": kinds} if kinds else {})})
         final = out / info.name / f"{spec.name}-{prec}"
         if not force and _bundle_key(final) == key:
             res.status, res.bundle, res.time_s = "up-to-date", str(final), 0.0
@@ -292,7 +300,7 @@ def build(
             convert = modelmod.conversion_target(info.opset, info.ir_version,
                                                  [(spec.backend, spec.as_dict()) for _, spec, _, _ in todo])
             data_source = _prepare(work, model, info, static, io, calib, pre, n_calib, n_val, options, progress,
-                                   convert)
+                                   convert, batch)
             if non_tensor:
                 data_source["prepare_warnings"] = [_non_tensor_warning(name, what) for name, what in non_tensor.items()]
             for w in ([data_source["warning"]] if data_source.get("warning") else []) + data_source.get(
@@ -308,7 +316,7 @@ def build(
                     "calib_path": str(work / "calib.npz"), "validation_path": str(work / "validation.npz"),
                     "reference_path": str(work / "reference.npz"), "data_source": data_source,
                     "options": {**options, "allow_mismatch": allow_mismatch}, "cache_key": key,
-                    "accept": accept_map,
+                    "accept": accept_map, "carried_kinds": kinds or None,
                 }
                 jobs_list.append((res, job, final))
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -329,7 +337,7 @@ def build(
     results = _auto_fallback(results, auto, specs, plans, dict(
         model=model, shapes=shapes, calib=calib, preprocess=preprocess, out=out, jobs=jobs, force=force,
         allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout, n_calib=n_calib,
-        n_val=n_val, progress=progress, accept=accept), warnings)
+        n_val=n_val, progress=progress, accept=accept, batch=batch, kinds=kinds), warnings)
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
 
 
@@ -651,10 +659,11 @@ def _hardlink_or_copy(src: str, dst: str) -> None:
 
 
 def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, options, progress,
-             convert: tuple[int | None, int | None] | None = None) -> dict[str, Any]:
+             convert: tuple[int | None, int | None] | None = None, batch: int = 1) -> dict[str, Any]:
     """Static-shape model, calibration/validation data and FP32 reference outputs, shared by all jobs.
     ``convert``: the (opset, IR) to take the model down to (``model.conversion_target``), kept only when
-    onnx.reference gives identical outputs before and after (``model.verify_conversion``)."""
+    onnx.reference gives identical outputs before and after (``model.verify_conversion``).  ``batch`` > 1:
+    the data of the batch-1 build, B distinct samples to a feed (``_batched_data``)."""
     import onnx
 
     from edgeopt import calib as calibmod
@@ -695,7 +704,8 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
                      "onnx.reference.ReferenceEvaluator, the ONNX spec's implementation (validation.reference_engine)")
         progress(f"note: {notes[-1]}")
     names = [t["name"] for t in io["inputs"]]
-    data = calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0))
+    data = (_batched_data(calib, io["inputs"], pre, n_calib, n_val, options.get("seed", 0), batch) if batch > 1
+            else calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0)))
     progress(calibmod.describe(data.source))
     for w in ([data.source["note"]] if data.source.get("note") else []) + data.source.get("data_warnings", []):
         progress(f"WARNING: data: {w}")
@@ -725,6 +735,37 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
             **({"converted_from_opset": conversion["from_opset"], "opset_conversion": conversion} if conversion else {}),
             **({"spec_deviations": deviations} if deviations else {}),
             **({"reference_engine": engine} if engine != "onnxruntime" else {})}
+
+
+# In the cache key of a `build --batch B` bundle: how its data are laid out (rev "distinct": B distinct
+# samples to a feed, counted once; before, one sample repeated B times was B samples).
+BATCH_DATA_REV = "distinct-1"
+
+
+def _batched_data(calib, inputs, pre, n_calib, n_val, seed, batch: int):
+    """The calibration and validation data of ``build --batch B``: the batch-1 build's samples (the same
+    distinct samples at every batch size of a curve), packed B to a feed (``calib.pack``; the last feed
+    filled up with repeats that count once: ``validation.source.batch`` and ``validation_samples`` say how,
+    ``edgeopt_agent.compare.batch_rows`` reads them). Arrays given already batched (``[N, B, ...]``) are
+    split into their rows first."""
+    from edgeopt import calib as calibmod
+    from edgeopt.errors import CalibrationError
+
+    try:
+        data = calibmod.load_data(calib, calibmod.one_sample_inputs(inputs), pre, n_calib, n_val, seed=seed)
+    except CalibrationError:
+        if not calib:
+            raise
+        data = calibmod.load_data(calib, inputs, pre, n_calib, n_val, seed=seed)  # [N, B, ...] arrays
+        data.calibration = calibmod.split_rows(data.calibration, batch)
+        data.validation = calibmod.split_rows(data.validation, batch)
+    n_cal, n_v = len(data.calibration), len(data.validation)
+    data.calibration = calibmod.pack(data.calibration, batch)
+    data.validation = calibmod.pack(data.validation, batch)
+    data.source.update({"batch": batch, "calibration_samples": n_cal, "validation_samples": n_v,
+                        "validation_batches": len(data.validation),
+                        "validation_repeats": len(data.validation) * batch - n_v})
+    return data
 
 
 def _spec_reference_error(path: Path) -> str | None:

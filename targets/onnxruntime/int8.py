@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import UsageError
-from edgeopt_agent.compare import bound_text
+from edgeopt_agent.compare import batch_rows, bound_text
 
 from ..base import BuildJob, BuildOutput, CheckFailed, output_kinds, parse_tolerance, require
 from ..qdq_prune import prune_float_nodes
@@ -328,7 +328,8 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         backend = OrtBackend(ort, pre, calib, work, progress)
         search = QdqSearch(backend, val=val, calib=calib, reference=_reference(job.reference_path, out_names),
                            mode=plan.mode, budget_s=plan.budget_s, work=work, tolerance=plan.tolerance,
-                           kinds=output_kinds(job), accept=job.accept, progress=progress)
+                           kinds=output_kinds(job), accept=job.accept, progress=progress,
+                           rows=batch_rows(job.data_source), calib_rows=batch_rows(job.data_source, "calibration"))
         search.notes.extend(notes)
         settings, why = grid(plan, feat, per_channel_ok, detector=bool(search.detection_outputs()))
         progress(f"int8: {plan.mode} search, budget {plan.budget_s:.0f}s; types: {why}")

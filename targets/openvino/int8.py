@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from edgeopt.errors import BuildFailed, UsageError
-from edgeopt_agent.compare import bound_text, compare_outputs, tolerance_for, top1_floor
+from edgeopt_agent.compare import batch_rows, bound_text, compare_outputs, tolerance_for, top1_floor
 
 from ..base import BuildJob, CheckFailed, UncalibratedBranch, if_as_where_refused, parse_tolerance, require
 
@@ -130,8 +130,11 @@ class Judge:
 
     def __init__(self, ov, device: str, config: dict[str, Any], feeds: list[dict[str, np.ndarray]],
                  refs: list[dict[str, np.ndarray]], out_names: list[str], override: dict[str, float] | None,
-                 kinds: dict[str, Any] | None = None, accept: dict[str, Any] | None = None) -> None:
+                 kinds: dict[str, Any] | None = None, accept: dict[str, Any] | None = None,
+                 rows: list[int] | None = None) -> None:
         self.core = ov.Core()
+        # build --batch B: the distinct samples of each feed (``compare.batch_rows``), counted once each
+        self.rows = rows if rows and len(rows) == len(feeds) else None
         self.accept = accept  # the accuracy policy's gate file (None: the defaults): every candidate judged by it
         self.device, self.config = device, dict(config)
         self.feeds, self.refs, self.out_names, self.override = feeds, refs, out_names, override
@@ -154,7 +157,8 @@ class Judge:
         ref = {n: np.stack([self.refs[i][n] for i in indices]) for n in self.out_names}
         from edgeopt.policy import accept
 
-        result = compare_outputs(outputs, ref, "int8", self.override, self.kinds)
+        result = compare_outputs(outputs, ref, "int8", self.override, self.kinds,
+                                 [self.rows[i] for i in indices] if self.rows else None)
         accept.apply(result, self.accept)
         return result
 
@@ -375,7 +379,8 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
     from ..base import output_kinds
 
     kinds = output_kinds(job)
-    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds, job.accept)
+    judge = Judge(ov, device, config, feeds, refs, sets["out_names"], override, kinds, job.accept,
+                  batch_rows(job.data_source))
     pinned: str | None = None
     fp32_default = judge.judge(model)
     if not device_on_host:
@@ -576,7 +581,7 @@ def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, itera
         ov.save_model(model, str(work / "fp32.xml"), compress_to_fp16=False)
         request = {**sets, "fp32_xml": str(work / "fp32.xml"), "out_xml": str(work / "int8.xml"),
                    "device": judge.device, "config": judge.config, "override": judge.override,
-                   "kinds": judge.kinds, "accept": judge.accept,
+                   "kinds": judge.kinds, "accept": judge.accept, "rows": judge.rows,
                    "settings": entry["settings"], "target_device": target_device, "ignored": list(ignored or [])}
         (work / "request.json").write_text(json.dumps(request))
         try:
@@ -644,7 +649,7 @@ def _child(request_path: str) -> int:
     try:
         calib, feeds, refs = _load_sets(req)
         judge = Judge(ov, req["device"], req["config"], feeds, refs, req["out_names"], req["override"],
-                      req.get("kinds"), req.get("accept"))
+                      req.get("kinds"), req.get("accept"), req.get("rows"))
         settings = req["settings"]
         model = ov.Core().read_model(req["fp32_xml"])
         q = nncf.quantize_with_accuracy_control(

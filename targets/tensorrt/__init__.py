@@ -40,7 +40,7 @@ from typing import Any
 
 from edgeopt import spec_check
 from edgeopt.errors import BuildFailed, UnsupportedOps, UsageError
-from edgeopt_agent.compare import top1_text
+from edgeopt_agent.compare import batch_rows, top1_text
 
 from ..base import (
     BuildJob,
@@ -401,6 +401,7 @@ def _int8_search(job: BuildJob, model, feeds: list[dict[str, Any]], o: dict[str,
         res = search_int8(model, feeds, val, reference, work, method=str(o["trt_calibration"]), mode=plan.mode,
                           budget_s=plan.budget_s, tolerance=plan.tolerance, kinds=output_kinds(job),
                           keep_closest=bool(job.options.get("allow_mismatch")), progress=progress, accept=job.accept,
+                          rows=batch_rows(job.data_source), calib_rows=batch_rows(job.data_source, "calibration"),
                           float_runs_as="FP16" if not o["trt_strongly_typed"] and o["trt_fp16_fallback"] else "FP32")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -174,7 +174,8 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
                 reference: dict[str, np.ndarray], work: Path, *, method: str = "auto", mode: str = "quick",
                 budget_s: float = 120.0, tolerance: dict[str, float | None] | None = None,
                 kinds: dict[str, Any] | None = None, keep_closest: bool = False, float_runs_as: str = "FP16",
-                accept: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda s: None) -> TrtSearchResult:
+                accept: dict[str, Any] | None = None, progress: Callable[[str], None] = lambda s: None,
+                rows: list[int] | None = None, calib_rows: list[int] | None = None) -> TrtSearchResult:
     """Search TensorRT INT8 Q/DQ variants of ``model`` (prepared, opset >= 13) against ``reference``.
 
     ``method``: ``auto`` (every clipping rule) or one rule; ``keep_closest``: return the most accurate
@@ -193,7 +194,8 @@ def search_int8(model, calib: list[dict[str, np.ndarray]], val: list[dict[str, n
     named = trt_prep._name_nodes(model)  # the fallback excludes nodes by name
     backend = TrtBackend(model, calib, work, methods, progress, float_runs_as)
     search = QdqSearch(backend, val=val, calib=calib, reference=reference, mode=mode, budget_s=budget_s,
-                       work=work, tolerance=tolerance, kinds=kinds, accept=accept, progress=progress)
+                       work=work, tolerance=tolerance, kinds=kinds, accept=accept, progress=progress, rows=rows,
+                       calib_rows=calib_rows)
     if named:
         search.notes.append(f"{named} unnamed node(s) named (the float fallback keeps nodes by name)")
     search.run_grid(grid(methods, mode))

@@ -52,3 +52,9 @@ def test_a_static_leading_dimension_is_not_folded(tmp_path):
     # [4, 2] fixed by the model itself: no batch this build chose, the data decide as before
     kind = output_kinds(_job(tmp_path, 4, 4))["probs"]
     assert kind["kind"] == "per_position", kind
+
+
+def test_a_minus_one_leading_dimension_is_a_batch_too(tmp_path):
+    # Paddle's exports (ocr-cls) write the batch as dim_value -1: dynamic, so batch 4 is folded as "N" is
+    kind = output_kinds(_job(tmp_path, -1, 4))["probs"]
+    assert kind["kind"] == "classification", kind
