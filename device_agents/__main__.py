@@ -28,7 +28,13 @@ def _read_request(argv: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import os
     import signal
+
+    # The host runs the agent with -B; its children (the bench child, the watchdog) never write a
+    # __pycache__ either: the host's preflight refuses any .pyc in the agent folder (issue 38).
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 
     signal.signal(signal.SIGTERM, _on_sigterm)
     if not argv or argv[0] in ("-h", "--help"):
@@ -53,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         reply["ok"] = False
         reply["error"] = {"type": type(exc).__name__, "message": str(exc),
                           "traceback": traceback.format_exc(limit=6)}
-    json.dump(reply, sys.stdout, default=_json_default)
-    sys.stdout.write("\n")
+    sys.stdout.write(_standard_json(reply) + "\n")
     return 0 if reply["ok"] else 1
 
 
@@ -71,6 +76,34 @@ def _expire_trials(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM (timeout, a CI cancel) ends the agent like Ctrl-C: children reaped
+
+
+def _standard_json(reply: dict[str, Any]) -> str:
+    """The reply as standard JSON: a float that is not finite is written as null, with
+    ``<key>_null_reason`` beside it (the host refuses a bare NaN/Infinity as a reply it cannot believe)."""
+    try:
+        return json.dumps(reply, default=_json_default, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(json.loads(json.dumps(reply, default=_json_default))), allow_nan=False)
+
+
+def _finite(x: Any) -> Any:
+    import math
+
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    if isinstance(x, dict):
+        out: dict[str, Any] = {}
+        for k, v in x.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                out.setdefault(f"{k}_null_reason", "not finite (%s)" % ("nan" if v != v else "inf" if v > 0 else "-inf"))
+                out[k] = None
+            else:
+                out[k] = _finite(v)
+        return out
+    return x
 
 
 def _json_default(o: Any) -> Any:

@@ -107,6 +107,27 @@ def entry_problem(root: Path, bundle_id: str) -> str | None:
     return None
 
 
+def entry_damage(root: Path, bundle_id: str) -> list[dict[str, str]]:
+    """Everything wrong with an installed entry's files: ``verify``'s problems (missing, size, sha256) and
+    anything that is not the plain file install made (a symlink, even to identical bytes; a hard link; a
+    fifo), the entry itself included. Read with ``lstat``: nothing is followed. ``[]``: as installed."""
+    path = store_path(root, bundle_id)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return [{"file": ".", "problem": "missing"}]
+    if not stat.S_ISDIR(st.st_mode):
+        return [{"file": ".", "problem": "the store entry is a symlink" if stat.S_ISLNK(st.st_mode)
+                 else "the store entry is not a folder"}]
+    odd = _unsafe_entries(path)
+    try:
+        found = verify(path)["problems"]
+    except (BundleError, OSError, ValueError) as exc:
+        found = [{"file": MANIFEST, "problem": str(exc)}]
+    seen = {p["file"] for p in odd}
+    return odd + [p for p in found if p["file"] not in seen]
+
+
 def installed(root: Path, bundle_id: str) -> bool:
     """The entry exists and its manifest hashes to its id (files are checked by ``verify``)."""
     return entry_problem(root, check_id(bundle_id)) is None
@@ -128,7 +149,14 @@ def resolve_bundle(req: dict[str, Any]) -> Path:
         if problem:
             raise StoreError(f"store entry {bid[:12]}… is not that bundle: {problem}; "
                              "re-push it with `edgeopt push --verify` to repair")
-        return store_path(root, bid)
+        path = store_path(root, bid)
+        odd = [] if stat.S_ISDIR(os.lstat(path).st_mode) else [{"file": ".", "problem": "not a folder"}]
+        odd = odd or _unsafe_entries(path)  # a file swapped for a link is never followed, even to the same bytes
+        if odd:
+            raise StoreError(f"store entry {bid[:12]}… is not as installed ("
+                             + "; ".join(f"{p['file']}: {p['problem']}" for p in odd[:3])
+                             + "); re-push it with `edgeopt push --verify` to repair")
+        return path
     raise StoreError("the request needs 'bundle' (a path) or 'bundle_id' (installed in the store)")
 
 
@@ -154,7 +182,16 @@ def locked(root: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     except ImportError:  # not a POSIX system: no concurrent agents to guard against there
         yield
         return
-    with open(root / ".lock", "a+") as f:
+    try:
+        f = open(root / ".lock", "a+")
+    except OSError:
+        if not read_only(root):
+            raise
+        # A read-only filesystem: no one can change this store, so there is nothing to serialise. A verb that
+        # would write fails at its first write with EROFS; a reader (bench, check) goes on.
+        yield
+        return
+    with f:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -342,7 +379,7 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
     with locked(root):
         swept = sweep_staging(root, keep=src)
         replace = bool(req_replace)
-        if installed(root, bid) and not (replace and not verify(dest)["ok"]):
+        if installed(root, bid) and not (replace and entry_damage(root, bid)):
             if src.exists():  # a redundant upload of what is already there
                 shutil.rmtree(src, ignore_errors=True)
             return {"bundle_id": bid, "path": str(dest), "present": True}
@@ -374,9 +411,9 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
             # bad one is moved aside, so a slot pointing at this id is never left dangling.
             repaired = entry_problem(root, bid) or "files failed verification"
             quarantine = root / "store" / f".trash-{bid}-{os.getpid()}"
-            os.replace(dest, quarantine)
+            os.replace(dest, quarantine)  # a link is moved as a link: nothing it points at is touched
             os.rename(incoming, dest)
-            shutil.rmtree(quarantine, ignore_errors=True)
+            _remove_tree(quarantine)
         else:
             os.rename(incoming, dest)
     manifest = load_manifest(dest)
@@ -401,15 +438,24 @@ def lease(root: Path, bundle_ids: list[str]) -> Iterator[None]:
             problem = entry_problem(root, bid)
             if problem == "missing":
                 raise StoreError(f"bundle {bid[:12]}… is not installed in {root / 'store'}; install it first")
-        d = root / "leases"
-        d.mkdir(exist_ok=True, mode=0o700)
-        path = d / f"{os.getpid()}-{time.monotonic_ns()}.json"
-        _write_json_atomic(path, {"pid": os.getpid(), "boot": _boot_id(), "bundle_ids": ids, "since": _now_iso()})
+        if read_only(root):  # nothing can be removed from a read-only store: no lease is needed (or writable)
+            path = None
+        else:
+            path = _write_lease(root, ids)
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _write_lease(root: Path, ids: list[str]) -> Path:
+    d = root / "leases"
+    d.mkdir(exist_ok=True, mode=0o700)
+    path = d / f"{os.getpid()}-{time.monotonic_ns()}.json"
+    _write_json_atomic(path, {"pid": os.getpid(), "boot": _boot_id(), "bundle_ids": ids, "since": _now_iso()})
+    return path
 
 
 def _boot_id() -> str | None:

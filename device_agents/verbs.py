@@ -51,16 +51,17 @@ def verb_verify(req: dict[str, Any]) -> dict[str, Any]:
             return {"ok": False, "verify": {"ok": False, "files": 0, "problems": [{"file": "manifest.json",
                                                                                    "problem": problem}]},
                     "error": {"type": "VerifyFailed", "message": f"manifest.json: {problem}"}}
-    bundle = resolve_bundle(req)
-    result = verify(bundle, load_manifest(bundle))
     if req.get("bundle_id") and not req.get("bundle"):
         # A store entry holds plain files only, as install made it: a file swapped for a link (even to
-        # identical bytes elsewhere) or a fifo is not what was installed.
-        from .store import _unsafe_entries
+        # identical bytes elsewhere) or a fifo is not what was installed. One rule with install's repair.
+        from .store import entry_damage
 
-        odd = _unsafe_entries(bundle)
-        if odd:
-            result = {**result, "ok": False, "problems": [*result["problems"], *odd]}
+        problems = entry_damage(root, bid)
+        result = {"ok": not problems, "files": len(load_manifest(root / "store" / bid).get("files", {})),
+                  "problems": problems}
+    else:
+        bundle = resolve_bundle(req)
+        result = verify(bundle, load_manifest(bundle))
     reply: dict[str, Any] = {"ok": result["ok"], "verify": result}
     if not result["ok"]:
         reply["error"] = {"type": "VerifyFailed", "message": f"{len(result['problems'])} problem(s): " + "; ".join(

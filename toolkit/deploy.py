@@ -24,6 +24,7 @@ from typing import Any
 
 from edgeopt.errors import DeviceError, UsageError
 from edgeopt.inventory import DEFAULT_ROOT, Device
+from edgeopt.replies import believe
 from edgeopt.transport import ConnectionLost, Transport, connect
 
 Progress = Callable[[str], None]
@@ -266,9 +267,9 @@ def agent_state(agent_dir, files):
                 continue
             if not stat.S_ISREG(st.st_mode):
                 return "%s is not a plain file" % rel
-            parts = rel.split("/")
-            if "__pycache__" in parts[:-1] and name.endswith(".pyc") and parts[0] == "edgeopt_agent":
-                continue  # what Python caches of the verified sources
+            if "__pycache__" in rel.split("/")[:-1]:  # the agent runs with -B: it never writes one
+                return "%s is a cached .pyc the agent never writes (it runs with -B); Python would run it " \
+                       "instead of the verified source" % rel
             want = files.get(rel[len("edgeopt_agent/"):]) if rel.startswith("edgeopt_agent/") else None
             if want is None:
                 return "%s is not part of the agent" % rel
@@ -457,10 +458,14 @@ class DeviceSession:
 
     def agent(self, verb: str, request: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
         """Run one agent verb; returns its reply (``ok`` may be false). Raises when there is no valid reply."""
-        argv = [*self.python, "-m", "edgeopt_agent", verb]
+        # -B: the agent never writes a __pycache__ (the preflight refuses any .pyc it finds there: a planted
+        # one would run instead of the verified source).
+        argv = [*self.python, "-B", "-m", "edgeopt_agent", verb]
         rc, out, err = self.transport.run(argv, stdin=json.dumps(request or {}), cwd=self.agent_dir,
                                           timeout=timeout)
-        reply = _last_json(out)
+        # One validator for every reply (edgeopt.replies): standard, bounded JSON whose numbers can be true;
+        # anything else is this device's failure (ReplyNotBelievable), before any number of it is used.
+        reply = believe(self.device.name, verb, out)
         if not isinstance(reply, dict) or "ok" not in reply:
             raise self._no_reply(f"the agent's `{verb}`", rc, out, err)
         return reply
@@ -531,9 +536,19 @@ class DeviceSession:
                         present[b.bundle_id] = False
                         bp.status = "repaired"
                 if not present.get(b.bundle_id):
-                    if bp.status != "repaired":
+                    repairing = bp.status == "repaired"
+                    if not repairing:
                         bp.status = "installed"
-                    self._upload(b, bp, replace=bp.status == "repaired")
+                    self._upload(b, bp, replace=repairing)
+                    if repairing:  # repaired means verified again, not "the agent said present"
+                        v = self.verify(b.bundle_id)
+                        if not v.get("ok"):
+                            what = "; ".join(f"{p.get('file')}: {p.get('problem')}" for p in v.get("problems", [])[:3])
+                            raise DeviceError(f"{self.device.name}: {b.model} {b.target}-{b.precision} is still "
+                                              f"corrupted on the device after the repair ({what})",
+                                              hint=f"remove {self.store_path(b.bundle_id)} on the device and push "
+                                                   "again")
+                        bp.status = "repaired"
                 if activate:
                     bp.activated = self.activate(b.bundle_id).get("slot")
             except ConnectionLost as exc:  # the device is gone: what was done and sent so far stays on record
@@ -558,7 +573,7 @@ class DeviceSession:
         if self._tensorrt is None:
             code = ("import json\nfrom edgeopt_agent.probe import tensorrt_runtime\n"
                     "print(json.dumps(tensorrt_runtime()))")
-            rc, out, err = self.transport.run([*self.python, "-c", code], cwd=self.agent_dir,
+            rc, out, err = self.transport.run([*self.python, "-B", "-c", code], cwd=self.agent_dir,
                                               timeout=min(180.0, self.device.command_timeout))
             reply = _last_json(out)
             if not isinstance(reply, dict) or "tensorrt" not in reply:
@@ -681,13 +696,14 @@ def _mb(x: float) -> str:
 
 
 def _last_json(out: str) -> Any:
-    """The last line of ``out`` that parses as JSON (the agent prints one; a login banner may precede it)."""
-    for line in reversed(out.strip().splitlines()):
-        try:
-            return json.loads(line)
-        except ValueError:
-            continue
-    return None
+    """The last line of ``out`` that parses as standard, bounded JSON (``edgeopt.replies.last_json``; a login
+    banner may precede it); None when there is none, or when it cannot be believed."""
+    from edgeopt.replies import last_json
+
+    try:
+        return last_json(out)
+    except ValueError:
+        return None
 
 
 def _root_of(device: Device) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from edgeopt.deploy import DeviceSession, LocalBundle, reply_error
 from edgeopt.errors import DeviceError, HostKeyError, UsageError
 from edgeopt.inventory import Device, canonical_target
+from edgeopt.replies import ReplyNotBelievable
 from edgeopt.transport import AuthFailed, ConnectionLost, connect
 
 Progress = Callable[[str], None]
@@ -67,6 +68,7 @@ class FleetResult:
     pushes: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # devices with nothing to run
     time_s: float = 0.0
+    unsaved: str | None = None  # the results database could not take the records: where they were kept
 
     @property
     def ok(self) -> bool:
@@ -74,7 +76,8 @@ class FleetResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "ok": self.ok, "time_s": self.time_s,
-                "records": [r.as_dict() for r in self.records], "pushes": self.pushes, "skipped": self.skipped}
+                "records": [r.as_dict() for r in self.records], "pushes": self.pushes, "skipped": self.skipped,
+                **({"unsaved": self.unsaved} if self.unsaved else {})}
 
 
 def matches(device: Device, bundle: LocalBundle) -> bool:
@@ -127,6 +130,8 @@ def bench_fleet(devices: list[Device], bundles: list[LocalBundle], options: dict
         list(pool.map(lambda w: _one_device(w[0], w[1], opts, result.run_id, trust_new_host_keys, verify,
                                             add, result.pushes, lock, progress), work))
     result.time_s = round(time.perf_counter() - t0, 3)
+    if db is not None and getattr(db, "unsaved", None):  # the database filled meanwhile: keep the measurements
+        result.unsaved = db.save_unsaved(result.run_id)
     return result
 
 
@@ -167,9 +172,10 @@ def _one_device(dev: Device, bundles: list[LocalBundle], opts: dict[str, Any], r
                     add(_bench_one(sess, b, opts, probe, asdict(p), rec, progress))
                 pending.pop(0)
     except DeviceError as exc:  # the connection died or the agent cannot run: what is left fails with it
-        progress(f"{dev.name}: FAILED: {exc.message}")
+        status = "refused" if isinstance(exc, ReplyNotBelievable) else "failed"
+        progress(f"{dev.name}: {status.upper()}: {exc.message}")
         for b in pending:
-            add(rec(b, "failed", err(exc), probe=probe))
+            add(rec(b, status, err(exc), probe=probe))
 
 
 def _bench_one(sess: DeviceSession, b: LocalBundle, opts: dict[str, Any], probe: dict[str, Any],
@@ -186,8 +192,11 @@ def _bench_one(sess: DeviceSession, b: LocalBundle, opts: dict[str, Any], probe:
     except DeviceError as exc:
         if isinstance(exc, ConnectionLost):
             raise
-        progress(f"{name}: {tag}: FAILED: {exc.message}")
-        return rec(b, "failed", {"type": type(exc).__name__, "message": exc.message}, probe=probe, push=push)
+        # a reply that cannot be true is refused: nothing of it is kept (edgeopt.replies)
+        status = "refused" if isinstance(exc, ReplyNotBelievable) else "failed"
+        progress(f"{name}: {tag}: {status.upper()}: {exc.message}")
+        return rec(b, status, {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}, probe=probe,
+                   push=push)
     agent = reply.get("agent")
     if not reply.get("ok"):
         err = dict(reply.get("error") or {})

@@ -12,6 +12,7 @@ skipped with one line on stderr, never the whole query.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as _dt
 import json
@@ -70,6 +71,8 @@ class ResultsDB:
         except sqlite3.DatabaseError as exc:
             raise UsageError(f"{str(self.path)!r} is not a usable results database: {exc}") from None
         self._lock = threading.Lock()
+        self.unsaved: list[dict[str, Any]] = []  # records add() could not write (save_unsaved keeps them)
+        self.write_error: str | None = None
 
     def close(self) -> None:
         self._conn.close()
@@ -91,11 +94,50 @@ class ResultsDB:
                _finite(bench.get("throughput_ips")), None if acc is None else int(bool(acc)),
                dumps(record, default=str))
         with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO runs (run_id, time, model, target, precision, backend, device, bundle_id, status, "
-                "error, p50_ms, throughput_ips, accuracy_passed, json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-            self._conn.commit()
-            return int(cur.lastrowid)
+            try:
+                cur = self._conn.execute(
+                    "INSERT INTO runs (run_id, time, model, target, precision, backend, device, bundle_id, status, "
+                    "error, p50_ms, throughput_ips, accuracy_passed, json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                self._conn.commit()
+                return int(cur.lastrowid)
+            except sqlite3.Error as exc:  # the disk filled (or went read-only) since the database was opened
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.rollback()
+                self.unsaved.append(clean(record))  # the measurement is kept: save_unsaved() writes it out
+                self.write_error = self.write_error or str(exc)
+                return -1
+
+    def save_unsaved(self, run_id: str) -> str | None:
+        """When ``add`` could not write some records: save them as JSON beside the database (else in the
+        working folder, else the temp folder) and return the one line that says where; None when all were
+        written. The file (``<db name>.unsaved-<run id>.json``) holds ``{"db", "error", "records"}``."""
+        if not self.unsaved:
+            return None
+        import os
+        import tempfile
+
+        n, why = len(self.unsaved), self.write_error or "unknown error"
+        body = dumps({"db": str(self.path), "error": why, "records": self.unsaved}, default=str)
+        name = f"{self.path.name}.unsaved-{run_id}.json"
+        tried = []
+        for folder in (self.path.parent, Path.cwd(), Path(tempfile.gettempdir())):
+            dest, tmp = folder / name, None
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+                with os.fdopen(fd, "w") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, dest)
+                return (f"the results database {self.path} could not be written ({why}): {n} record(s) kept in "
+                        f"{dest} instead")
+            except OSError as exc:
+                tried.append(f"{folder}: {exc.strerror or exc}")
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+        return (f"the results database {self.path} could not be written ({why}), nor could {n} record(s) be kept "
+                f"as JSON ({'; '.join(tried)}); they are in the output above (--json prints them whole)")
 
     def query(self, model: str | None = None, target: str | None = None, precision: str | None = None,
               device: str | None = None, status: str | None = None, run_id: str | None = None,
@@ -463,6 +505,7 @@ class BenchResult:
     pushes: list[PushInfo] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"device", "reason"}: nothing to run there
     time_s: float = 0.0
+    unsaved: str | None = None  # the results database could not take the records: where they were kept instead
 
     @property
     def ok(self) -> bool:
@@ -471,7 +514,7 @@ class BenchResult:
     def as_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "ok": self.ok, "time_s": self.time_s,
                 "records": [r.as_dict() for r in self.records], "pushes": [p.to_dict() for p in self.pushes],
-                "skipped": [dict(s) for s in self.skipped]}
+                "skipped": [dict(s) for s in self.skipped], **({"unsaved": self.unsaved} if self.unsaved else {})}
 
     to_dict = as_dict
 
@@ -480,7 +523,7 @@ class BenchResult:
         """From ``fleetbench.FleetResult`` (records and pushes as dicts)."""
         return cls(fleet.run_id, [record_from_dict(r) for r in fleet.records],
                    [p if isinstance(p, PushInfo) else push_from_dict(p) for p in fleet.pushes],
-                   list(fleet.skipped), float(fleet.time_s))
+                   list(fleet.skipped), float(fleet.time_s), getattr(fleet, "unsaved", None))
 
 
 def energy_of(bench: dict[str, Any] | None, rec: dict[str, Any] | None = None) -> Energy | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from . import emit_json
@@ -239,4 +241,7 @@ def run(args) -> int:
         emit_json(result.as_dict(), "bench")
     else:
         print_fleet(result)
+    if getattr(result, "unsaved", None):  # the results database filled: the measurements were kept elsewhere
+        print(f"edgeopt: {result.unsaved}", file=sys.stderr)
+        return EXIT_DEVICE_FAILED
     return 0 if result.ok else EXIT_DEVICE_FAILED

@@ -100,9 +100,11 @@ def run(args) -> int:
         print_fleet(fleet)
     else:
         print("nothing was benchmarked: no target built")
+    if fleet is not None and getattr(fleet, "unsaved", None):  # the results database filled: kept elsewhere
+        print(f"edgeopt: {fleet.unsaved}", file=sys.stderr)
     if not report.ok:
         return EXIT_BUILD_FAILED
-    return 0 if fleet is None or fleet.ok else EXIT_DEVICE_FAILED
+    return 0 if fleet is None or (fleet.ok and not getattr(fleet, "unsaved", None)) else EXIT_DEVICE_FAILED
 
 
 def _check_batch_shapes(args) -> None:
