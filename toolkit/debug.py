@@ -1,7 +1,10 @@
 """``edgeopt debug``: where a bundle departs from the ONNX FP32 reference (the engine is ``edgeopt.layerdiff``).
 
-``debug_bundle`` compares a bundle layer by layer with its source model; ``debug_model`` builds the bundle
-first (``edgeopt.api.build``, into ``--dist`` or a temporary folder); ``reduce`` cuts the smallest subgraph
+``debug_bundle`` judges the bundle with the accuracy policy (``policy_check``: the host check on its
+validation set, with the gate file it was built under) and compares it layer by layer with its source model;
+when the policy refuses on decisions, ``explain_flips`` names the validation samples whose decision flipped
+and, for each, the first node where its error jumps (the layers compared on those samples, beside samples that
+kept their decision); ``debug_model`` builds the bundle first (``edgeopt.api.build``, into ``--dist`` or a temporary folder); ``reduce`` cuts the smallest subgraph
 around the first diverging node that still fails the same check on that backend and writes it
 (``reduced.onnx`` + ``reduced_inputs.npz``); ``table`` / ``html`` render the result.
 """
@@ -28,6 +31,11 @@ from edgeopt.layerdiff import (
     reference_source,
     static_reference,
 )
+
+FLIPS_COMPARED = 8  # flipped samples compared layer by layer (the rest are named)
+KEPT_COMPARED = 8  # samples that kept their decision, compared beside them
+STANDS_OUT = 2.0  # a flipped sample's error at a node this many times the kept samples' largest: its error jumps
+ERR_FLOOR = 0.1  # ... when also at least this share of the precision's rel_l2 bound (ratios of tiny errors are noise)
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
@@ -71,8 +79,127 @@ def find_model(bundle: Path, manifest: dict[str, Any], model: str | None) -> Pat
                      hint=f"give it: edgeopt debug {bundle} --model PATH/{Path(src).name or 'model.onnx'}")
 
 
+def policy_check(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy policy's word on the bundle, the host check's way: the agent's ``check`` in a child process
+    over the bundle's whole validation set (``targets.base.host_check``), judged with the gate file the bundle
+    was built under (its manifest's ``accept``).  Where the check cannot run here (a runtime this host lacks),
+    the build's recorded host check is judged instead, and ``judged_by`` says so."""
+    from edgeopt.policy.accept import judge
+    from edgeopt.targets.base import host_check
+
+    spec = manifest.get("accept")
+    check = host_check(bundle)
+    how = "the host check on the bundle's validation set, here"
+    if check.get("error"):
+        recorded = manifest.get("host_check") or {}
+        how = (f"the build's recorded host check (it cannot run here: {str(check['error'])[:160]})"
+               if recorded.get("kind") == "numeric" else f"not judged here: {str(check['error'])[:160]}")
+        check = recorded if recorded.get("kind") == "numeric" else {}
+    a = judge(check or None, spec)
+    return {**a.as_dict(), "word": a.word(), "judged_by": how, "samples": check.get("samples"),
+            "summary": check.get("summary")}
+
+
+def sample_decisions(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Per validation sample, the artifact's decisions against the FP32 reference's, by the output's kind and the
+    gate's decoder (``edgeopt_agent.paired``): ``{"output", "kind", "n", "flipped": [index, ...], "shown":
+    {index: (reference, artifact)}}`` (decisions shown when short)."""
+    from edgeopt_agent.bundle import reference_outputs
+    from edgeopt_agent.check import run_validation
+    from edgeopt_agent.paired import decision_kind, pair_decisions
+    from edgeopt_agent.runners import get_runner
+
+    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {})
+    runner.load()
+    try:
+        outs = run_validation(runner, manifest, bundle)
+    finally:
+        runner.close()
+    refs = reference_outputs(bundle, manifest)
+    kind = decision_kind(manifest)
+    name = kind["output"] if kind else manifest["io"]["outputs"][0]["name"]
+    ref, out = list(refs[name]), list(outs[name])
+    flipped, shown = [], {}
+    if (kind or {}).get("kind") == "detection":  # boxes matched one to one, per image
+        for i, (a, b) in enumerate(zip(ref, out)):
+            da, db = pair_decisions([a], [b], kind)
+            if da != db:
+                flipped.append(i)
+                shown[i] = (f"{len(da or [])} boxes", f"{sum(1 for x, y in zip(da or [], db or []) if x == y)} matched")
+    else:
+        da, db = pair_decisions(ref, out, kind)
+        for i, (x, y) in enumerate(zip(da or [], db or [])):
+            if x != y:
+                flipped.append(i)
+                shown[i] = (x, y) if len(x) <= 8 else (f"{len(x)} decisions", f"{sum(u != v for u, v in zip(x, y))} differ")
+    return {"output": name, "kind": (kind or {}).get("kind") or "argmax", "n": len(ref), "flipped": flipped,
+            "shown": shown}
+
+
+def explain_flips(bundle: Path, model: Path, decisions: dict[str, Any], max_memory: int = DEFAULT_MAX_MEMORY,
+                  progress: Callable[[str], None] = _say) -> dict[str, Any]:
+    """For the samples whose decision flipped: the first node where each one's error jumps.  The layers are
+    compared on those samples (up to ``FLIPS_COMPARED``) and on samples that kept their decision (up to
+    ``KEPT_COMPARED``), each sample alone.  A flipped sample's error jumps at the first node where it is
+    ``STANDS_OUT`` times the largest error any kept sample shows there (and at least ``ERR_FLOOR`` of the rel_l2
+    bound): on the README's intel-cpu INT8 classifier, the head's MatMul (rel_l2 0.87 against at most 0.35).
+    Without such a node: the first node where that sample alone is past the precision's bound while every kept
+    sample is within it (a sample alone is noisier than the check's pooled figure: kept samples pass the bound
+    alone too, so that is the second rule, not the first).  Where neither happens, its error is no larger than
+    the kept samples': the node where it stands out most is named, and the flip put down to a decision FP32
+    itself made narrowly."""
+    flipped = list(decisions["flipped"])
+    kept = [i for i in range(decisions["n"]) if i not in set(flipped)]
+    look, beside = flipped[:FLIPS_COMPARED], kept[:KEPT_COMPARED]
+    out: dict[str, Any] = {"output": decisions["output"], "kind": decisions["kind"], "n": decisions["n"],
+                           "flipped": flipped, "compared": look, "kept_compared": beside, "samples": []}
+    if not look:
+        return out
+    progress(f"comparing layers on {len(look)} flipped sample(s) and {len(beside)} that kept their decision")
+    res = compare_layers(bundle, model, sample_ids=look + beside, max_memory=max_memory, per_sample=True,
+                         progress=progress)
+    floor = ERR_FLOOR * float(res.bound.get("rel_l2_max") or 0.0)
+    rows = [r for r in res.nodes if r.get("per_sample")]
+    for j, idx in enumerate(look):
+        entry: dict[str, Any] = {"sample": idx, "decisions": decisions["shown"].get(idx)}
+        best, best_ratio, alone = None, 0.0, None
+        for r in rows:
+            mine = r["per_sample"][j]
+            kept_here = [r["per_sample"][len(look) + k] for k in range(len(beside))]
+            top = max(x["err"] for x in kept_here) if kept_here else None
+            ratio = mine["err"] / top if top else 0.0
+            if ratio > best_ratio and mine["err"] >= floor:
+                best, best_ratio = r, ratio
+            if top is not None and mine["err"] >= max(STANDS_OUT * top, floor) and mine["err"] > 0:
+                entry["first_jump"] = _jump(r, mine, top, f"rel_l2 {mine['err']:.3g} against at most {top:.3g} on "
+                                                          f"the {len(kept_here)} sample(s) that kept their decision")
+                break
+            if alone is None and mine["reasons"] and not any(x["reasons"] for x in kept_here):
+                alone = _jump(r, mine, top, "past the bound on this sample alone (" + "; ".join(mine["reasons"][:2])
+                              + ")" + (f" while the {len(kept_here)} that kept their decision stay within it"
+                                       if kept_here else ""))
+        if "first_jump" not in entry and alone is not None:
+            entry["first_jump"] = alone
+        if "first_jump" not in entry:
+            entry["first_jump"] = None
+            if best is not None:
+                j_err = best["per_sample"][j]["err"]
+                entry["stands_out_most"] = {"node": best["node"], "op": best["op"], "rel_l2": j_err,
+                                            "ratio": round(best_ratio, 3)}
+        out["samples"].append(entry)
+    return out
+
+
+def _jump(row: dict[str, Any], mine: dict[str, Any], top: float | None, why: str) -> dict[str, Any]:
+    return {"node": row["node"], "op": row["op"], "rel_l2": mine["rel_l2"], "kept_max": top, "why": why,
+            **({"artifact_node": row["artifact_node"]} if row.get("artifact_node") else {})}
+
+
 def debug_bundle(bundle: str | Path, model: str | None = None, samples: int | None = 4,
-                 max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say) -> DebugResult:
+                 max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say,
+                 judge: bool = True) -> DebugResult:
+    """Layer-by-layer comparison of ``bundle`` with its source model and, with ``judge``, the accuracy policy's
+    word on it; when the policy refuses on decisions, the flipped samples and their first jumps (``flips``)."""
     from edgeopt.layerdiff import BackendUnavailable
     from edgeopt_agent.bundle import BundleError, load_manifest
 
@@ -88,6 +215,16 @@ def debug_bundle(bundle: str | Path, model: str | None = None, samples: int | No
         result = compare_layers(bundle, path, samples=samples, max_memory=max_memory, progress=progress)
         found = ((manifest.get("validation") or {}).get("source") or {}).get("spec_deviations") or []
         result.notes.extend(spec_check.debug_note(d) for d in found)
+        if judge:
+            progress("judging the bundle with the accuracy policy (the host check on its validation set)")
+            result.policy = policy_check(bundle, manifest)
+            if result.policy.get("accepted") is False and result.policy.get("metric") == "decisions":
+                try:
+                    decisions = sample_decisions(bundle, manifest)
+                except Exception as exc:  # noqa: BLE001 - the artifact does not run in this process: say so
+                    result.notes.append(f"the flipped samples could not be found here ({str(exc).splitlines()[0][:160]})")
+                else:
+                    result.flips = explain_flips(bundle, path, decisions, max_memory, progress)
         return result
     except BackendUnavailable as exc:
         raise UsageError(f"{manifest.get('target', '?')} ({manifest['runtime']['name']}): intermediate tensors "
@@ -117,6 +254,14 @@ def debug_model(model: str, target: str, precision: str = "auto", dist: str | No
                                "--precision fp16/fp32 there")
     return built[0].bundle, debug_bundle(built[0].bundle, model, samples=samples, max_memory=max_memory,
                                          progress=progress)
+
+
+def refused(result: DebugResult) -> bool:
+    """Debug's failure word (exit 5): the policy refuses the artifact; where it could not judge here, a node
+    past the precision's bound (the first jump)."""
+    if result.policy and result.policy.get("accepted") is not None:
+        return result.policy["accepted"] is False
+    return result.first_jump is not None
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -263,11 +408,57 @@ def summary(result: DebugResult) -> str:
     head = (f"{result.target} {result.precision} ({result.artifact}) vs ONNX FP32: {result.observed} tensors "
             f"compared in {result.windows} window(s), {result.samples} sample(s); bound {bound}")
     head += "".join(f"\nnote: {n}" for n in result.notes)
+    pol = result.policy or {}
+    if pol:
+        head += (f"\npolicy: {pol.get('word')}" + (f" -- {pol['metric']}: " if pol.get("metric") else " -- ")
+                 + f"{pol.get('reason') or ''} (judged by {pol.get('judged_by')})")
     if result.first_jump:
         j = result.first_jump
         at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""
-        return (head + f"\nfirst jump: {j['node']} ({j['op']}){at}: " + "; ".join(j.get("reasons") or []))
-    return head + "\nno first jump: every compared tensor is within the bound"
+        text = head + f"\nfirst jump: {j['node']} ({j['op']}){at}: " + "; ".join(j.get("reasons") or [])
+        if pol.get("accepted") is True:
+            text += " -- a diagnosis only: the policy accepts the artifact"
+    elif pol.get("accepted") is False:
+        text = head + (f"\nno tensor past the bound on the {result.samples} sample(s) compared, yet the policy refuses "
+                       "the artifact")
+    else:
+        text = head + "\nno first jump: every compared tensor is within the bound"
+    return text + flips_text(result)
+
+
+def _sample_word(ids: list[int]) -> str:
+    return ("validation sample " if len(ids) == 1 else "validation samples ") + ", ".join(str(i) for i in ids)
+
+
+def flips_text(result: DebugResult) -> str:
+    f = result.flips
+    if not f:
+        return ""
+    if not f["flipped"]:
+        return (f"\nno decision of output {f['output']!r} flipped on this run of the {f['n']} validation samples "
+                "(the policy's refusal came from the host check's run)")
+    lines = [f"\ndecisions flipped ({f['kind']}, output {f['output']!r}) on {len(f['flipped'])} of {f['n']}: "
+             + _sample_word(f["flipped"])]
+    for e in f["samples"]:
+        d = e.get("decisions")
+        said = f" (FP32 {d[0]}, artifact {d[1]})" if d else ""
+        j = e.get("first_jump")
+        if j:
+            at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""
+            lines.append(f"sample {e['sample']}{said}: its error jumps at {j['node']} ({j['op']}){at}: {j['why']}")
+        elif e.get("stands_out_most"):
+            m = e["stands_out_most"]
+            lines.append(f"sample {e['sample']}{said}: no node's error jumps past the bound or the kept samples' "
+                         f"(most at {m['node']} ({m['op']}): rel_l2 {m['rel_l2']:.3g}, {m['ratio']:.2f}x the kept "
+                         "samples' largest): FP32 itself decides this sample narrowly")
+        else:
+            lines.append(f"sample {e['sample']}{said}: no node's error jumps past the bound or the kept samples': "
+                         "FP32 itself decides this sample narrowly")
+    rest = [i for i in f["flipped"] if i not in f["compared"]]
+    if rest:
+        lines.append(f"(layers compared on the first {len(f['compared'])} flipped samples; also flipped: "
+                     + ", ".join(str(i) for i in rest) + ")")
+    return "\n".join(lines)
 
 
 def table(result: DebugResult, all_nodes: bool = False) -> str:
@@ -337,8 +528,10 @@ pre{{background:#f6f6f6;padding:.5em}}</style></head><body>
 def as_json(result: DebugResult) -> dict[str, Any]:
     from edgeopt.jsonsafe import clean
 
-    return clean({"schema": "edgeopt/v1", "kind": "debug", **result.as_dict(),
-                  "passed": result.first_jump is None})
+    d = result.as_dict()
+    for row in d.get("nodes") or []:
+        row.pop("per_sample", None)
+    return clean({"schema": "edgeopt/v1", "kind": "debug", **d, "passed": not refused(result)})
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

@@ -634,6 +634,13 @@ class DebugResult:
     observed: int = 0
     notes: list[str] = field(default_factory=list)
     reduced: dict[str, Any] | None = None
+    sample_ids: list[int] | None = None  # the validation samples compared (None: the first ``samples``)
+    # the accuracy policy's word on the bundle (``edgeopt.policy.accept.Acceptance.as_dict()`` and how it was
+    # reached: ``judged_by``); None: not judged
+    policy: dict[str, Any] | None = None
+    # when the policy refuses on decisions: the samples whose decision flipped and, for each, the first node
+    # where its error jumps (``edgeopt.debug.explain_flips``)
+    flips: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -643,8 +650,13 @@ class DebugResult:
 
 def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 4,
                    max_memory: int = DEFAULT_MAX_MEMORY, progress: Callable[[str], None] = _say,
-                   source: BundleSource | None = None) -> DebugResult:
-    """Every ONNX node of ``model`` (the bundle's source) against the bundle's artifact, in windows."""
+                   source: BundleSource | None = None, sample_ids: list[int] | None = None,
+                   per_sample: bool = False) -> DebugResult:
+    """Every ONNX node of ``model`` (the bundle's source) against the bundle's artifact, in windows.
+
+    ``sample_ids``: these validation samples (indices into the bundle's validation set) instead of the first
+    ``samples``.  ``per_sample``: each node's row also carries ``per_sample``, one entry per compared sample
+    (in order): that sample's ``rel_l2``, ``cosine`` and the bound ``reasons`` it fails alone."""
     from edgeopt_agent.bundle import load_manifest, validation_inputs
     from edgeopt_agent.compare import tolerance_for
 
@@ -656,7 +668,12 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
     ref_model = static_reference(model, manifest)
     nodes = nodes_of(ref_model)
     feeds = validation_inputs(bundle, manifest)
-    if samples:
+    if sample_ids is not None:
+        bad = [i for i in sample_ids if not 0 <= i < len(feeds)]
+        if bad:
+            raise ValueError(f"validation sample {bad[0]} is not in the bundle's {len(feeds)} samples")
+        feeds = [feeds[i] for i in sample_ids]
+    elif samples:
         feeds = feeds[:samples]
     wanted = [t for n in nodes for t in n.outputs]
     ref = reference_source(ref_model)
@@ -680,8 +697,16 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
     graph_outputs = {o.name for o in ref_model.graph.output}
 
     def measure(t: str, out: np.ndarray, want: np.ndarray) -> dict[str, Any]:
-        m, reasons = node_metrics(out, want, precision, kinds.get(t) if t in graph_outputs else None, override)
-        return {"metrics": m, "reasons": reasons}
+        kind = kinds.get(t) if t in graph_outputs else None
+        m, reasons = node_metrics(out, want, precision, kind, override)
+        rec: dict[str, Any] = {"metrics": m, "reasons": reasons}
+        if per_sample:
+            rec["per_sample"] = []
+            for i in range(len(out)):
+                mi, ri = node_metrics(out[i:i + 1], want[i:i + 1], precision, kind, override)
+                rec["per_sample"].append({"rel_l2": mi.get("rel_l2"), "cosine": mi.get("cosine"), "err": _err(mi),
+                                          "reasons": ri})
+        return rec
 
     if n_windows == 1:
         ref.truncate = False  # one window runs every tensor: cutting the model first would only cost time
@@ -693,7 +718,8 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
                       backend=manifest.get("backend", "?"), precision=precision, reference=ref.label,
                       artifact=art.label, samples=len(feeds),
                       bound={k: v for k, v in tol.items() if k in TENSOR_BOUNDS and v is not None},
-                      windows=n_windows, observed=len(observed), notes=list(art.notes()))
+                      windows=n_windows, observed=len(observed), notes=list(art.notes()),
+                      sample_ids=list(sample_ids) if sample_ids is not None else None)
     err_of: dict[str, float] = {}
     by_output = {t: n for n in nodes for t in n.outputs}
     res_status: dict[str, str] = {}
@@ -708,6 +734,12 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
             worst = max(seen, key=lambda t: _err(per_tensor[t]["metrics"]))
             m = per_tensor[worst]["metrics"]
             reasons = [r for t in seen for r in per_tensor[t]["reasons"]]
+            if per_sample:  # each sample's worst tensor of this node, and every bound it fails alone
+                have = [t for t in seen if "per_sample" in per_tensor[t]]
+                row["per_sample"] = [
+                    {**max((per_tensor[t]["per_sample"][i] for t in have), key=lambda x: x["err"]),
+                     "reasons": [r for t in have for r in per_tensor[t]["per_sample"][i]["reasons"]]}
+                    for i in range(len(feeds))] if have else []
             row.update({"tensor": worst, "status": "FAIL" if reasons else "ok", "reasons": reasons,
                         "cosine": m.get("cosine"), "rel_l2": m.get("rel_l2"), "max_abs_norm": m.get("max_abs_norm"),
                         **({k: m[k] for k in ("top1", "seq_match", "flip_rate", "non_finite", "exact_match")

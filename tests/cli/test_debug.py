@@ -111,3 +111,96 @@ def test_bad_input_is_exit_2(built, capsys, argv, words):
     err = capsys.readouterr().err
     assert rc == 2, err
     assert words in err and "Traceback" not in err
+
+
+# --- the policy's word, and the decisions that flipped (issue 37, item 7) ------------------------------
+
+@pytest.fixture(scope="module")
+def int8(tmp_path_factory) -> dict:
+    """The README's main job on ocr-cls (its real text-line pieces): cpu and intel-cpu INT8, kept with
+    --allow-mismatch.  Here the intel-cpu one is refused by the policy on one flipped decision while every
+    tensor the check pools is within the INT8 bound; the cpu one is accepted."""
+    pytest.importorskip("openvino")
+    from edgeopt import api
+    from edgeopt.fixtures import ocr_lines
+
+    tmp = tmp_path_factory.mktemp("debug-policy")
+    rep = api.build(str(fixture("ocr-cls")), "cpu,intel-cpu", precision="int8", shapes=["x:1x3x48x192"],
+                    calib=str(ocr_lines()), preprocess="preset=pm1 order=bgr", dist=str(tmp / "dist"),
+                    allow_mismatch=True)
+    return {r.target: Path(r.bundle) for r in rep.results if r.bundle}
+
+
+def test_refused_on_flipped_decisions_names_the_samples_and_where_their_error_jumps(int8, capsys):
+    from edgeopt_agent.bundle import load_manifest, reference_outputs
+    from edgeopt_agent.check import run_validation
+    from edgeopt_agent.runners import get_runner
+
+    bundle = int8["intel-cpu"]
+    m = load_manifest(bundle)
+    pol = m["host_check"]["policy"]
+    if pol["accepted"] is not False or m["host_check"]["bound_passed"] is not True:
+        pytest.skip(f"this machine's NNCF INT8 is not the refused-on-decisions case: {m['host_check']['summary']}")
+    assert pol["metric"] == "decisions"
+    rc = main(["debug", str(bundle), "--model", str(fixture("ocr-cls")), "--json", "-q"])
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"bare {c} in --json"))
+    assert rc == 5 and doc["passed"] is False  # the policy refuses: exit 5, whatever the per-tensor bound says
+    assert doc["first_jump"] is None  # every tensor pooled over the compared samples is within the bound
+    assert doc["policy"]["accepted"] is False and doc["policy"]["metric"] == "decisions"
+    assert (doc["policy"]["differing"], doc["policy"]["n"]) == (pol["differing"], pol["n"])  # the host check's word
+    f = doc["flips"]
+    # the flipped samples, recounted here independently: the artifact's top-1 against FP32's, sample by sample
+    runner = get_runner(m["runtime"]["name"])(bundle, m, {})
+    runner.load()
+    out = run_validation(runner, m, bundle)[f["output"]]
+    ref = reference_outputs(bundle, m)[f["output"]]
+    want = [i for i in range(len(ref)) if np.argmax(ref[i]) != np.argmax(out[i])]
+    assert f["flipped"] == want and len(want) == pol["differing"] and f["n"] == pol["n"]
+    names = {r["node"] for r in doc["nodes"]}
+    for e in f["samples"]:  # each flipped sample: the first node where its error jumps, compared on that sample
+        j = e["first_jump"]
+        assert j is not None and j["node"] in names, e
+        assert e["decisions"] == [[int(np.argmax(ref[e["sample"]]))], [int(np.argmax(out[e["sample"]]))]]
+    rc = main(["debug", str(bundle), "--model", str(fixture("ocr-cls")), "-q"])
+    text = capsys.readouterr().out
+    assert rc == 5 and "no first jump: every compared tensor is within the bound" not in text
+    assert "policy: REFUSED -- decisions:" in text
+    assert f"on {len(want)} of {pol['n']}: validation sample" in text and "its error jumps at" in text
+
+
+def test_accepted_int8_exits_0_with_the_policys_word(int8, capsys):
+    bundle = int8.get("cpu")
+    m = json.loads((bundle / "manifest.json").read_text())
+    if m["host_check"]["policy"]["accepted"] is not True:
+        pytest.skip(f"the cpu INT8 search kept a refused variant here: {m['host_check']['summary']}")
+    rc = main(["debug", str(bundle), "--model", str(fixture("ocr-cls")), "--json", "-q"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["passed"] is True and doc["policy"]["accepted"] is True and doc["flips"] is None
+
+
+def test_where_a_flipped_samples_error_jumps_rules(monkeypatch):
+    """explain_flips' rules on given per-sample errors: the first node where the flipped sample's error is 2x
+    the kept samples' largest; else the first where it alone is past the bound while they stay within; else
+    none, and the node where it stands out most (FP32 decided that sample narrowly)."""
+    from edgeopt import debug
+    from edgeopt.layerdiff import DebugResult
+
+    def ps(err, fails=False):
+        return {"err": err, "rel_l2": err, "cosine": None, "reasons": ["rel_l2 > 0.25"] if fails else []}
+
+    def rows(*errs):  # per node: (flipped sample's error, its bound fails alone, kept samples' errors)
+        return [{"index": i, "node": f"n{i}", "op": "Conv", "per_sample": [ps(f, fl), *(ps(k, k > 0.25) for k in kept)]}
+                for i, (f, fl, kept) in enumerate(errs)]
+
+    def run(nodes):
+        res = DebugResult("b", "m", "cpu", "onnxruntime", "int8", "r", "a", 3, {"rel_l2_max": 0.25}, nodes=nodes)
+        monkeypatch.setattr(debug, "compare_layers", lambda *a, **k: res)
+        dec = {"output": "y", "kind": "classification", "n": 3, "flipped": [2], "shown": {2: ([0], [1])}}
+        return debug.explain_flips("b", "m", dec)["samples"][0]
+
+    e = run(rows((0.05, False, [0.04, 0.05]), (0.30, True, [0.28, 0.10]), (0.9, True, [0.3, 0.2])))
+    assert e["first_jump"]["node"] == "n2" and "against at most 0.3" in e["first_jump"]["why"]  # 3x: the jump
+    e = run(rows((0.05, False, [0.04, 0.05]), (0.30, True, [0.28, 0.10]), (0.27, True, [0.2, 0.1])))
+    assert e["first_jump"]["node"] == "n2" and "alone" in e["first_jump"]["why"]  # n1: a kept sample fails too
+    e = run(rows((0.05, False, [0.04, 0.05]), (0.12, False, [0.10, 0.11])))
+    assert e["first_jump"] is None and e["stands_out_most"]["node"] == "n1" and e["decisions"] == ([0], [1])

@@ -31,7 +31,7 @@ def test_an_int8_search_refusal_names_edgeopt_debug_and_that_command_finds_the_n
     opts = {"int8_tolerance": TIGHT, "int8_budget_s": 30}
     res = build(tmp_path / "o.onnx", "cpu", ["int8"], out=tmp_path / "d", options=opts, force=True, jobs=1,
                 progress=lambda s: None).results[0]
-    assert res.status == "failed" and res.refused and "no INT8 variant met the int8 bound" in res.error
+    assert res.status == "failed" and res.refused and "no INT8 variant the accuracy policy accepts" in res.error
     argv = _command(res.error)
     assert argv[:3] == ["edgeopt", "debug", str((tmp_path / "o.onnx").resolve())]
     assert argv[3:7] == ["--target", "cpu", "--precision", "int8"] and argv[-1] == "--force"
@@ -89,7 +89,7 @@ def test_an_openvino_int8_refusal_names_edgeopt_debug_and_that_command_finds_the
     opts = {"int8_tolerance": TIGHT, "int8_budget_s": 60}
     res = build(tmp_path / "o.onnx", "intel-cpu", ["int8"], out=tmp_path / "d", options=opts, force=True, jobs=1,
                 progress=lambda s: None).results[0]
-    assert res.status == "failed" and res.refused and "no variant meets the int8 bound" in res.error
+    assert res.status == "failed" and res.refused and "no variant the accuracy policy accepts" in res.error
     argv = _command(res.error)
     assert argv[3:7] == ["--target", "intel-cpu", "--precision", "int8"]
 

@@ -16,6 +16,12 @@ each layer really ran in; LiteRT: preserved tensors), mapped to the ONNX tensor 
 compared with the host check's metrics. Every ONNX node is listed in topological order and the FIRST
 node whose error passes the precision's bound is named: errors accumulate, the first jump is the cause.
 Tensors are read in windows that fit --max-memory, never all at once.
+
+The bundle is also judged by the accuracy policy, as its host check is (the agent's check over the whole
+validation set, with the gate file it was built under). When the policy refuses because decisions
+flipped while the tensors stay within their bounds, debug names the validation samples whose decision
+flipped and, for each, the first node where its error jumps: the layers compared on those samples
+beside samples that kept their decision.
 """
 
 EXAMPLES = examples("""\
@@ -25,8 +31,9 @@ examples:
   edgeopt debug model.onnx --target mobile --precision fp16 --shape x:1x3x224x224 --reduce
   edgeopt debug model.onnx -t cpu -p int8 --calib images/ --json | jq .first_jump
 
-exit codes: 0 every compared node within the bound, 2 bad input (or no layer reader for that backend on
-this host), 3 the build failed, 5 ran fine and a node passes the bound (the first jump is named).""")
+exit codes: 0 the policy accepts the artifact, 2 bad input (or no layer reader for that backend on this
+host), 3 the build failed, 5 ran fine and the policy refuses the artifact (where it cannot be judged
+here: a node passes the bound).""")
 
 
 @click.command("debug", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
@@ -96,4 +103,4 @@ def run(args) -> int:
                   + ("fails alone: " if r["reproduced"] else "did NOT fail alone: ") + str(r["check"])[:200])
         if args.html_path:
             print(f"html: {args.html_path}")
-    return EXIT_GOAL_NOT_MET if result.first_jump is not None else 0
+    return EXIT_GOAL_NOT_MET if debug.refused(result) else 0
