@@ -101,11 +101,15 @@ def policy_check(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def sample_decisions(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Per validation sample, the artifact's decisions against the FP32 reference's, by the output's kind and the
-    gate's decoder (``edgeopt_agent.paired``): ``{"output", "kind", "n", "flipped": [index, ...], "shown":
-    {index: (reference, artifact)}}`` (decisions shown when short)."""
+    """Per distinct validation sample, the artifact's decisions against the FP32 reference's, by the output's kind
+    and the gate's decoder (``edgeopt_agent.paired``): ``{"output", "kind", "n", "flipped": [index, ...], "shown":
+    {index: (reference, artifact)}, "feeds": [feed of each sample]}`` (decisions shown when short).  A
+    ``build --batch B`` set is counted as the host check counts it (``compare.batch_rows``/``unbatch``: B
+    distinct samples to a feed, the repeats that fill the last one dropped); ``feeds`` maps each sample to the
+    validation feed that holds it (the unit ``compare_layers`` runs)."""
     from edgeopt_agent.bundle import reference_outputs
     from edgeopt_agent.check import run_validation
+    from edgeopt_agent.compare import batch_rows, unbatch
     from edgeopt_agent.paired import decision_kind, pair_decisions
     from edgeopt_agent.runners import get_runner
 
@@ -116,6 +120,10 @@ def sample_decisions(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     finally:
         runner.close()
     refs = reference_outputs(bundle, manifest)
+    rows = batch_rows((manifest.get("validation") or {}).get("source"))
+    if rows:
+        outs, refs = unbatch(outs, rows), unbatch(refs, rows)
+    feeds = [i for i, r in enumerate(rows) for _ in range(r)] if rows else None
     kind = decision_kind(manifest)
     name = kind["output"] if kind else manifest["io"]["outputs"][0]["name"]
     ref, out = list(refs[name]), list(outs[name])
@@ -133,7 +141,7 @@ def sample_decisions(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                 flipped.append(i)
                 shown[i] = (x, y) if len(x) <= 8 else (f"{len(x)} decisions", f"{sum(u != v for u, v in zip(x, y))} differ")
     return {"output": name, "kind": (kind or {}).get("kind") or "argmax", "n": len(ref), "flipped": flipped,
-            "shown": shown}
+            "shown": shown, "feeds": feeds or list(range(len(ref)))}
 
 
 def explain_flips(bundle: Path, model: Path, decisions: dict[str, Any], max_memory: int = DEFAULT_MAX_MEMORY,
@@ -149,34 +157,43 @@ def explain_flips(bundle: Path, model: Path, decisions: dict[str, Any], max_memo
     the kept samples': the node where it stands out most is named, and the flip put down to a decision FP32
     itself made narrowly."""
     flipped = list(decisions["flipped"])
-    kept = [i for i in range(decisions["n"]) if i not in set(flipped)]
-    look, beside = flipped[:FLIPS_COMPARED], kept[:KEPT_COMPARED]
+    feed = decisions.get("feeds") or list(range(decisions["n"]))  # sample -> the validation feed holding it
+    look = flipped[:FLIPS_COMPARED]
+    look_feeds = list(dict.fromkeys(feed[i] for i in look))
+    bad = {feed[i] for i in flipped}
+    beside = [f for f in dict.fromkeys(feed) if f not in bad][:KEPT_COMPARED]  # feeds whose every sample kept
     out: dict[str, Any] = {"output": decisions["output"], "kind": decisions["kind"], "n": decisions["n"],
                            "flipped": flipped, "compared": look, "kept_compared": beside, "samples": []}
+    if feed != list(range(decisions["n"])):
+        out["feeds"] = {i: feed[i] for i in look}
     if not look:
         return out
-    progress(f"comparing layers on {len(look)} flipped sample(s) and {len(beside)} that kept their decision")
-    res = compare_layers(bundle, model, sample_ids=look + beside, max_memory=max_memory, per_sample=True,
+    progress(f"comparing layers on {len(look)} flipped sample(s) and {len(beside)} validation feed(s) that kept "
+             "their decisions")
+    res = compare_layers(bundle, model, sample_ids=look_feeds + beside, max_memory=max_memory, per_sample=True,
                          progress=progress)
     floor = ERR_FLOOR * float(res.bound.get("rel_l2_max") or 0.0)
     rows = [r for r in res.nodes if r.get("per_sample")]
-    for j, idx in enumerate(look):
+    look_at = {f: j for j, f in enumerate(look_feeds)}
+    unit = "validation feed(s) whose samples" if "feeds" in out else "sample(s) that"
+    for idx in look:
+        j = look_at[feed[idx]]  # its feed's column (a batch-B feed holds B samples: their errors pooled)
         entry: dict[str, Any] = {"sample": idx, "decisions": decisions["shown"].get(idx)}
         best, best_ratio, alone = None, 0.0, None
         for r in rows:
             mine = r["per_sample"][j]
-            kept_here = [r["per_sample"][len(look) + k] for k in range(len(beside))]
+            kept_here = [r["per_sample"][len(look_feeds) + k] for k in range(len(beside))]
             top = max(x["err"] for x in kept_here) if kept_here else None
             ratio = mine["err"] / top if top else 0.0
             if ratio > best_ratio and mine["err"] >= floor:
                 best, best_ratio = r, ratio
             if top is not None and mine["err"] >= max(STANDS_OUT * top, floor) and mine["err"] > 0:
                 entry["first_jump"] = _jump(r, mine, top, f"rel_l2 {mine['err']:.3g} against at most {top:.3g} on "
-                                                          f"the {len(kept_here)} sample(s) that kept their decision")
+                                                          f"the {len(kept_here)} {unit} kept their decision")
                 break
             if alone is None and mine["reasons"] and not any(x["reasons"] for x in kept_here):
                 alone = _jump(r, mine, top, "past the bound on this sample alone (" + "; ".join(mine["reasons"][:2])
-                              + ")" + (f" while the {len(kept_here)} that kept their decision stay within it"
+                              + ")" + (f" while the {len(kept_here)} {unit} kept their decision stay within it"
                                        if kept_here else ""))
         if "first_jump" not in entry and alone is not None:
             entry["first_jump"] = alone
@@ -430,6 +447,11 @@ def _sample_word(ids: list[int]) -> str:
     return ("validation sample " if len(ids) == 1 else "validation samples ") + ", ".join(str(i) for i in ids)
 
 
+def _lab(f: dict[str, Any], e: dict[str, Any]) -> str:
+    fe = (f.get("feeds") or {}).get(e["sample"])
+    return f"sample {e['sample']}" + (f" (validation feed {fe}, its errors pooled with the feed's)" if fe is not None else "")
+
+
 def flips_text(result: DebugResult) -> str:
     f = result.flips
     if not f:
@@ -445,14 +467,14 @@ def flips_text(result: DebugResult) -> str:
         j = e.get("first_jump")
         if j:
             at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""
-            lines.append(f"sample {e['sample']}{said}: its error jumps at {j['node']} ({j['op']}){at}: {j['why']}")
+            lines.append(f"{_lab(f, e)}{said}: its error jumps at {j['node']} ({j['op']}){at}: {j['why']}")
         elif e.get("stands_out_most"):
             m = e["stands_out_most"]
-            lines.append(f"sample {e['sample']}{said}: no node's error jumps past the bound or the kept samples' "
+            lines.append(f"{_lab(f, e)}{said}: no node's error jumps past the bound or the kept samples' "
                          f"(most at {m['node']} ({m['op']}): rel_l2 {m['rel_l2']:.3g}, {m['ratio']:.2f}x the kept "
                          "samples' largest): FP32 itself decides this sample narrowly")
         else:
-            lines.append(f"sample {e['sample']}{said}: no node's error jumps past the bound or the kept samples': "
+            lines.append(f"{_lab(f, e)}{said}: no node's error jumps past the bound or the kept samples': "
                          "FP32 itself decides this sample narrowly")
     rest = [i for i in f["flipped"] if i not in f["compared"]]
     if rest:

@@ -204,3 +204,26 @@ def test_where_a_flipped_samples_error_jumps_rules(monkeypatch):
     assert e["first_jump"]["node"] == "n2" and "alone" in e["first_jump"]["why"]  # n1: a kept sample fails too
     e = run(rows((0.05, False, [0.04, 0.05]), (0.12, False, [0.10, 0.11])))
     assert e["first_jump"] is None and e["stands_out_most"]["node"] == "n1" and e["decisions"] == ([0], [1])
+
+
+def test_a_batched_set_is_counted_by_distinct_sample_and_compared_by_feed(monkeypatch):
+    """build --batch B: samples are counted as the host check counts them (distinct, B to a feed), and the
+    layers are compared on the feed that holds a flipped sample beside feeds whose samples all kept theirs."""
+    from edgeopt import debug
+    from edgeopt.layerdiff import DebugResult
+
+    asked = {}
+
+    def fake(*a, sample_ids=None, **k):
+        asked["ids"] = sample_ids
+        row = {"index": 0, "node": "n0", "op": "MatMul", "per_sample": [
+            {"err": 0.9, "rel_l2": 0.9, "cosine": None, "reasons": []},
+            {"err": 0.2, "rel_l2": 0.2, "cosine": None, "reasons": []}]}
+        return DebugResult("b", "m", "cpu", "onnxruntime", "int8", "r", "a", 2, {"rel_l2_max": 0.25}, nodes=[row])
+
+    monkeypatch.setattr(debug, "compare_layers", fake)
+    dec = {"output": "y", "kind": "classification", "n": 7, "flipped": [5], "shown": {5: ([0], [1])},
+           "feeds": [0, 0, 0, 0, 1, 1, 1]}  # batch 4: 7 distinct samples in 2 feeds
+    f = debug.explain_flips("b", "m", dec)
+    assert asked["ids"] == [1, 0] and f["feeds"] == {5: 1} and f["samples"][0]["first_jump"]["node"] == "n0"
+    assert "validation feed(s) whose samples kept" in f["samples"][0]["first_jump"]["why"]
