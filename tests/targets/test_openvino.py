@@ -17,11 +17,11 @@ pytest.importorskip("nncf", reason="INT8 for OpenVINO needs nncf (pip install 'e
 
 
 def _build(out: Path, model, targets: str, precisions: list[str], shape=None, calib=None, preprocess="preset=pm1",
-           options=None):
+           options=None, accept=None):
     from edgeopt.pipeline import build
 
     return build(model, targets, precisions=precisions, shapes={"x": shape} if shape else None, calib=calib,
-                 preprocess=preprocess, out=out, jobs=1, options=options)
+                 preprocess=preprocess, out=out, jobs=1, options=options, accept=accept)
 
 
 def _by_precision(report) -> dict[str, object]:
@@ -41,7 +41,10 @@ def cls_report(tmp_path_factory, images_dir):
 @pytest.fixture(scope="module")
 def rec_report(tmp_path_factory, images_dir):
     out = tmp_path_factory.mktemp("ov-rec")
-    return _build(out, fixture("ocr-rec"), "intel-cpu", ["fp32", "fp16", "int8"], [1, 3, 48, 320], str(images_dir))
+    # 8 validation crops: the CPU plugin's FP16 decodes one of them differently (1 of 8, which the policy's
+    # default 5% refuses); these tests are about what each precision's IR holds, so the policy allows 1 of 8.
+    return _build(out, fixture("ocr-rec"), "intel-cpu", ["fp32", "fp16", "int8"], [1, 3, 48, 320], str(images_dir),
+                  accept={"decisions": {"max_disagreement": "13%"}})
 
 
 def _ops(xml: Path) -> dict[str, int]:
@@ -247,7 +250,7 @@ def test_build_int8_refused_when_no_variant_meets_bound(tmp_path, images_dir):
                     options={"int8_tolerance": "cosine_min=0.99999,rel_l2_max=0.001", "int8_accuracy_control": False})
     (r,) = report.results
     assert r.status == "failed" and not r.ok
-    assert "no variant meets the int8 bound" in r.error and "no int8 bundle is shipped" in r.error
+    assert "no variant the accuracy policy accepts" in r.error and "no int8 bundle is shipped" in r.error
     assert "performance" in r.error and "mixed" in r.error and "cosine" in r.error
     assert "Traceback" not in r.error  # a user-facing BuildFailed, not a crash
     model_dir = tmp_path / fixture("ocr-cls").stem

@@ -101,7 +101,8 @@ def test_intel_cpu_int8_search_figures_are_the_host_checks(tmp_path):
            "slice_cosine_min=0")
     lines: list[str] = []
     r = build(str(tmp_path / "crnn.onnx"), "intel-cpu", ["int8"], calib=str(data), out=tmp_path / "dist",
-              force=True, jobs=1, options={"int8_tolerance": tol}, progress=lines.append).results[0]
+              force=True, jobs=1, options={"int8_tolerance": tol}, progress=lines.append,
+              accept={"decisions": "off"}).results[0]  # the loose bound alone decides (a random-weight CRNN)
     assert r.ok, r.error
     # the progress names the step running and the time left (issue 26, 5)
     assert any("[variant 1/" in ln and "left" in ln and "NNCF quantization" in ln for ln in lines), lines

@@ -14,12 +14,17 @@ from tests.conftest import fixture
 CLS_SHAPE = {"x": [1, 3, 48, 192]}
 
 
-def _build_cls(out: Path, options: dict | None = None, progress=None):
+# 8 photos validate (and 27 in the cross-check): at the policy's default (5%) no decision may differ; these
+# tests are about the search's mechanics, so the policy is widened to what the photos' INT8 reaches (3 of 27).
+WIDE = {"decisions": {"max_disagreement": "15%"}}
+
+
+def _build_cls(out: Path, options: dict | None = None, progress=None, accept=WIDE):
     from edgeopt.pipeline import build
 
     return build(fixture("ocr-cls"), "cpu", ["int8"], shapes=CLS_SHAPE, calib=str(fixture("images")),
                  preprocess="preset=pm1", out=out, options=options, jobs=1,
-                 progress=progress or (lambda s: None))
+                 progress=progress or (lambda s: None), accept=accept)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,7 @@ def test_int8_search_on_ocr_cls_passes_the_check_and_records_the_choice(cls_int8
     assert metrics["cosine"] >= 0.97 and metrics["rel_l2"] <= 0.25
     assert metrics["top1"] >= top1_floor(int(metrics["top1_n"]), 0.9) - 1e-9
     assert info["fp32_ms"] > 0 and info["types_reason"]
-    assert info["engine"] == "qdq_search" and "fastest passing variant" in info["selection"]
+    assert info["engine"] == "qdq_search" and "fastest variant the accuracy policy accepts" in info["selection"]
     assert info["float_nodes"] == {} or chosen["step"] != "grid"  # nodes left float say why
     assert any(n.startswith("INT8 (ORT static QDQ) kept") for n in m["notes"])
 
@@ -73,8 +78,8 @@ def test_int8_build_fails_and_ships_nothing_when_no_variant_meets_the_bound(tmp_
                                    "int8_budget_s": 900}, lines.append)
     res = report.results[0]
     assert res.status == "failed"
-    assert "no INT8 variant met the int8 bound" in res.error and "INT8 is not shipped" in res.error
-    assert "cosine_min 0.99999" in res.error
+    assert "no INT8 variant the accuracy policy accepts" in res.error and "INT8 is not shipped" in res.error
+    assert "< 0.99999" in res.error  # the metric that failed, with its threshold
     assert "Traceback" not in res.error
     assert not (tmp_path / "ch_ppocr_mobile_v2.0_cls_infer").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".edgeopt-work")]
