@@ -289,10 +289,15 @@ def decide_group(rows: list[dict[str, Any]]) -> ShipVerdict:
         c = min(others, key=lambda c: c["ratio"] or math.inf)
         v.runner_up, v.ratio, v.ci_low, v.ci_high, v.p_value = c["name"], c["ratio"], c["ci_low"], c["ci_high"], c["p_holm"]
     rivals = [r for r in tie if r is not pick] or [r for r in cands if r is not pick]
-    if v.basis == "fidelity" and rivals:
-        rival = min(rivals, key=lambda r: r["p50_ms"])
+    # a gate compares two bundles of one target (hil.gate.check_pair): only such a rival gets a command
+    same = [r for r in rivals if r.get("target") == pick.get("target") and not r.get("label")]
+    if v.basis == "fidelity" and same:
+        rival = min(same, key=lambda r: r["p50_ms"])
         v.paired = (f"edgeopt gate {_bundle_ref(rival)} --baseline {_bundle_ref(pick)}"
                     + ("" if device == "local" else f" --devices INVENTORY --limit {device}"))
+    elif v.basis == "fidelity" and rivals:
+        v.why.append("no paired gate separates different targets (a gate compares two bundles of one "
+                     "target): a longer bench on a quiet device can")
     v.line = _line(v, reasons, pick, fast)
     return v
 

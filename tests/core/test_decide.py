@@ -202,3 +202,15 @@ def test_an_accuracy_not_judged_here_is_not_a_refusal():
 
     assert gate_defaults_accept({"passed": None, "outputs": {}})[0] is None
     assert gate_defaults_accept({"passed": False, "summary": "x", "outputs": {}})[0] is False
+
+
+def test_no_clear_winner_across_targets_names_no_gate_that_gate_would_refuse():
+    """A tie between an Intel CPU's cpu and intel-cpu bundles: `edgeopt gate` compares two bundles of one
+    target, so the line names no gate command across targets and says why; within a target it names one."""
+    intel = "Intel(R) Xeon(R) Platinum 8480+"
+    recs = [_rec("cpu", "fp32", 4.0, seed=1, cpu=intel), _rec("intel-cpu", "fp32", 4.0, seed=2, cpu=intel)]
+    (v,) = _verdict(recs)
+    assert not v["clear"] and v["paired"] is None and "edgeopt gate" not in v["line"]
+    assert "no paired gate separates different targets" in v["line"]
+    (v,) = _verdict([_rec("cpu", "fp32", 4.0, seed=1), _rec("cpu", "int8", 4.0, seed=2)])
+    assert v["paired"] and v["paired"].startswith("edgeopt gate ") and "cpu-int8" in v["paired"]
