@@ -3,8 +3,9 @@
 The API mirrors the CLI (``edgeopt.api``): ``edgeopt.inspect``, ``edgeopt.build``, ``edgeopt.push``,
 ``edgeopt.bench``, ``edgeopt.report``, ``edgeopt.list_targets`` (``edgeopt targets``) ... take the command's options as keyword arguments, return
 what its ``--json`` prints (typed), and raise ``edgeopt.errors.EdgeoptError`` subclasses -- a failed
-build, bench, push or tune too (``BuildFailed``, ``DeviceError``, ``GoalNotMet``, the result as
-``err.result``; ``raise_on_failure=False`` returns it). ``dir(edgeopt)`` lists them. Heavy modules load
+build, bench, push, tune, gate or rollout too (``BuildFailed``, ``DeviceError``, ``GoalNotMet``,
+``GateFailed``, ``Inconclusive``, ``RolloutHalted``, the result as ``err.result``; ``raise_on_failure=False``
+returns it). ``dir(edgeopt)`` lists them. Heavy modules load
 on use.
 """
 
@@ -19,7 +20,7 @@ API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "quer
        "baseline_show", "baseline_export", "baseline_import", "history", "change_points", "parse_duration")
 # the exceptions the API raises (edgeopt.errors), importable from the package too
 ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
-          "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "Inconclusive")
+          "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "RolloutHalted", "Inconclusive")
 __all__ = ["__version__", *API, *ERRORS]
 
 

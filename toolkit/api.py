@@ -4,8 +4,9 @@ Each returns the typed result the command's ``--json`` output serialises and rai
 ``edgeopt.errors.EdgeoptError`` classes (``.exit_code`` says what the CLI would exit with); none
 calls ``sys.exit``. A run that went through but failed raises too, as the CLI exits: ``build`` ->
 ``BuildFailed`` (3), ``bench``/``push`` -> ``DeviceError`` (4), ``tune`` -> ``GoalNotMet`` (5) or
-``DeviceError``, each with the typed result as ``err.result``; ``raise_on_failure=False`` returns it
-instead. An unknown keyword is a ``UsageError`` naming the closest one. The CLI
+``DeviceError``, ``gate`` -> ``GateFailed`` (5) / ``Inconclusive`` (6) / ``DeviceError`` (4), ``rollout`` ->
+``RolloutHalted`` (5) / ``DeviceError`` (4) / ``Inconclusive`` (6, paused), each with the typed result as
+``err.result``; ``raise_on_failure=False`` returns it instead. An unknown keyword is a ``UsageError`` naming the closest one. The CLI
 (``edgeopt.commands``) is a thin layer over these (it passes ``raise_on_failure=False`` and prints).
 
     import edgeopt
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from edgeopt.errors import BuildFailed, DeviceError, GoalNotMet, UsageError, user_text
+from edgeopt.errors import BuildFailed, DeviceError, EdgeoptError, GoalNotMet, UsageError, user_text
 
 if TYPE_CHECKING:
     from edgeopt.deploy import PushResult
@@ -835,7 +836,8 @@ def parse_duration(text: str | float, what: str = "--budget") -> float:
 def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
          limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
-         trust_new_host_keys: bool = False, progress: Progress = _quiet, **build: Any) -> dict[str, Any]:
+         trust_new_host_keys: bool = False, progress: Progress = _quiet, raise_on_failure: bool = True,
+         **build: Any) -> dict[str, Any]:
     """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
     with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
@@ -843,11 +845,52 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
     cycle, quarantine). ``on_inconclusive``: ``pause`` (exit 6) | ``fail`` (exit 5) | ``pass`` (exit 0)
     folds the exit code (``exit6`` is the old spelling of ``pause``).
     CANDIDATE may be a model ``.onnx``: built first like the baseline bundle (``build``: calib, preprocess,
-    dist)."""
+    dist).
+
+    A gate that did not pass raises what the CLI exits with, the result as ``err.result``: regressed (or
+    inconclusive under ``on_inconclusive="fail"``) ``GateFailed`` (5), inconclusive ``Inconclusive`` (6), a
+    device or rig failure ``DeviceError`` (4); ``raise_on_failure=False`` returns the result instead.
+
+        try:
+            edgeopt.gate("dist/new/cls/cpu-int8", "dist/old/cls/cpu-int8", devices="rig.yaml", budget="60s")
+        except edgeopt.GateFailed as err:
+            raise SystemExit(f"regressed: {err}")"""
     from edgeopt.hil.gate import gate as _gate
 
-    return _gate(candidate, baseline, devices, limit, labels, gate, budget, on_inconclusive, db,
-                 trust_new_host_keys, progress, **build)
+    res = _gate(candidate, baseline, devices, limit, labels, gate, budget, on_inconclusive, db,
+                trust_new_host_keys, progress, **build)
+    err = gate_failure(res)
+    if raise_on_failure and err is not None:
+        raise err
+    return res
+
+
+def gate_failure(res: dict[str, Any]) -> EdgeoptError | None:
+    """A finished gate's result as the error its exit code means: 5 ``GateFailed``, 6 ``Inconclusive``, 4
+    ``DeviceError`` (each with the result as ``err.result``); None when it exits 0."""
+    from edgeopt.errors import (
+        EXIT_DEVICE_FAILED,
+        EXIT_GATE_FAILED,
+        EXIT_INCONCLUSIVE,
+        GateFailed,
+        Inconclusive,
+    )
+
+    code = res.get("exit_code", 0)
+    if not code:
+        return None
+    lines = []
+    for d in res.get("devices") or []:
+        why = d.get("error") or d.get("skipped") or ", ".join(
+            f"{v['metric']} {v['verdict']}" + (f" x{v['ratio']:.3g}" if isinstance(v.get("ratio"), (int, float)) else "")
+            for v in d.get("verdicts") or [] if v.get("verdict") not in ("pass", "improved"))
+        lines.append(f"{d.get('device')}: {d.get('verdict')}" + (f" ({str(why)[:160]})" if why else ""))
+    msg = f"gate {res.get('verdict')}: " + ("; ".join(lines) or "no device judged")
+    hint = "the gate's result is err.result; raise_on_failure=False returns it instead"
+    cls = {EXIT_GATE_FAILED: GateFailed, EXIT_INCONCLUSIVE: Inconclusive, EXIT_DEVICE_FAILED: DeviceError}.get(code)
+    if cls is None:
+        return EdgeoptError(msg, hint=hint, result=res)
+    return cls(msg, hint=hint, result=res)
 
 
 @_api(extra=_keywords_of("edgeopt.hil.rig:status"))
@@ -979,14 +1022,21 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             labels: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
             progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
-            **options: Any) -> dict[str, Any]:
+            raise_on_failure: bool = True, **options: Any) -> dict[str, Any]:
     """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
     ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``labels``: only devices with one of
     these labels (as ``select=["label=L"]``). ``options``: those of ``rollout_options`` (gate, budget,
     max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine …).
     ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
-    the candidate may score at most ``eval_max_drop`` below it."""
+    the candidate may score at most ``eval_max_drop`` below it.
+
+    A rollout that did not finish raises what the CLI exits with, the summary as ``err.result``: halted on a
+    device's gate or check ``RolloutHalted`` (5), halted on device failures ``DeviceError`` (4), paused on an
+    inconclusive verdict ``Inconclusive`` (6); ``raise_on_failure=False`` returns the summary instead.
+
+        plan = edgeopt.rollout("dist/new/cls", "fleet.yaml", waves="1,10%,100%", dry_run=True)
+        done = edgeopt.rollout("dist/new/cls", "fleet.yaml", waves="1,10%,100%", max_fail="5%", gate="gate.yaml")"""
     from pathlib import Path
 
     from edgeopt.fleet.journal import Journal
@@ -1014,7 +1064,37 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries,
             "eval": str(Path(eval).resolve()) if eval is not None else None, "eval_max_drop": eval_max_drop}
     with Journal(db, on_event) as j:
-        return run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
+        summary = run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
+    err = rollout_failure(summary)
+    if raise_on_failure and err is not None:
+        raise err
+    return summary
+
+
+def rollout_failure(summary: dict[str, Any]) -> EdgeoptError | None:
+    """A finished rollout's summary as the error the CLI exits with: halted with a device's gate or check
+    failed ``RolloutHalted`` (5), halted on device failures only ``DeviceError`` (4), paused ``Inconclusive``
+    (6), any other status not ``done`` an internal ``EdgeoptError`` (1); None when done."""
+    from edgeopt.errors import EXIT_INTERNAL, Inconclusive, RolloutHalted
+
+    st = summary.get("status")
+    if st == "done":
+        return None
+    outs = [o for w in summary.get("waves", []) for o in w.get("outcomes", [])]
+    bad = [o for o in outs if o.get("status") not in ("done", "already")]
+    msg = (f"rollout {summary.get('rollout_id')} {st}" + (f": {summary['reason']}" if summary.get("reason") else "")
+           + ("" if not bad else " (" + "; ".join(f"{o['device']} {o['status']} at {o.get('step')}" for o in bad[:5])
+                                 + (f"; {len(bad) - 5} more" if len(bad) > 5 else "") + ")"))
+    hint = "the summary is err.result; raise_on_failure=False returns it instead"
+    if st == "paused":
+        return Inconclusive(msg, hint="`edgeopt rollout resume ID --approve` goes on; " + hint, result=summary)
+    if st == "halted":
+        if any(o.get("status") == "failed" for o in outs):
+            return RolloutHalted(msg, hint=hint, result=summary)
+        return DeviceError(msg, hint=hint, result=summary)
+    err = EdgeoptError(msg, hint=hint, result=summary)
+    err.exit_code = EXIT_INTERNAL
+    return err
 
 
 @_api(extra=_keywords_of("edgeopt.tuning:tune"))

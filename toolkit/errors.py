@@ -102,8 +102,13 @@ class GateFailed(GoalNotMet):
     exit_code = EXIT_GATE_FAILED
 
 
+class RolloutHalted(GoalNotMet):
+    """A rollout halted: a device's gate or check failed beyond ``--max-fail``. Exit 5."""
+
+
 class Inconclusive(EdgeoptError):
-    """The run went fine but the evidence could not decide. Exit 6."""
+    """The run went fine but the evidence could not decide (a gate inconclusive, a rollout paused on an
+    inconclusive verdict). Exit 6."""
 
     exit_code = EXIT_INCONCLUSIVE
 

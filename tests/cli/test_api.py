@@ -87,7 +87,7 @@ def test_gate_and_rollout_through_the_api(built, tmp_path):
     with pytest.raises(UsageError, match="--budget"):
         edgeopt.gate(bundle, bundle, fleet, budget="0s")
     res = edgeopt.gate(bundle, bundle, fleet, limit="d0", budget="3s", db=None,  # A/A: the same bundle
-                       gate=str(same_speed_gate(tmp_path)))
+                       gate=str(same_speed_gate(tmp_path)), raise_on_failure=False)  # inconclusive: returned
     assert res["schema"] == "edgeopt/v1" and res["kind"] == "gate" and [d["device"] for d in res["devices"]] == ["d0"]
     assert res["verdict"] in ("pass", "inconclusive") and res["exit_code"] in (0, 6)
 
@@ -198,12 +198,14 @@ def test_dir_lists_the_api_and_public_functions_are_annotated():
 
     names = dir(edgeopt)
     for name in ("build", "bench", "push", "tune", "report", "gate", "rollout", "inspect", "query", "parse_duration",
-                 "EdgeoptError", "BuildFailed", "DeviceError", "GoalNotMet", "UsageError"):
+                 "EdgeoptError", "BuildFailed", "DeviceError", "GoalNotMet", "UsageError", "GateFailed",
+                 "Inconclusive", "RolloutHalted"):
         assert name in names and name in edgeopt.__all__, name
     for name in edgeopt.API:
         sig = inspect.signature(getattr(edgeopt, name))
         assert sig.return_annotation is not inspect.Signature.empty, name
-        assert "raise_on_failure" in sig.parameters or name not in ("build", "bench", "push", "tune"), name
+        assert "raise_on_failure" in sig.parameters or name not in ("build", "bench", "push", "tune", "gate",
+                                                                    "rollout"), name
 
 
 def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
@@ -322,3 +324,86 @@ def test_rollout_takes_the_names_the_other_commands_use(built, tmp_path):
         edgeopt.rollout(bundle, fleet, budget="soon", dry_run=True)
     with pytest.raises(UsageError, match="--fleet-engine"):
         edgeopt.rollout(bundle, fleet, fleet_engine="salt", dry_run=True)
+
+
+# --- one failure convention: gate and rollout raise what the CLI exits with (issue 40) ----------------------
+
+
+@pytest.fixture(scope="module")
+def bad_bundle(built):
+    """The same classifier with perturbed weights (other decisions, same speed), built as ``built``'s."""
+    from tests.hil.models import perturbed
+
+    tmp, _ = built
+    src = fixture("ocr-cls")
+    rep = edgeopt.build(perturbed(src, tmp / "bad" / src.name, scale=0.3), "cpu", precision="fp32",
+                        shapes={"x": [1, 3, 48, 192]}, calib=str(fixture("images")), preprocess="preset=pm1",
+                        dist=tmp / "dist-bad", calib_count=4, val_count=8)
+    return rep.results[0].bundle
+
+
+def test_a_regressed_gate_raises_gate_failed_with_the_result(built, bad_bundle, tmp_path):
+    """A script that writes ``except edgeopt.GateFailed`` stops a regressed candidate: the real perturbed
+    bundle decides differently from the baseline (exit 5 in the CLI); the result is ``err.result``;
+    ``raise_on_failure=False`` returns it."""
+    tmp, _ = built
+    base = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
+    spec = tmp_path / "decisions.yaml"  # latency ungated: this test is about the accuracy regression
+    spec.write_text("p50: off\np90: off\n")
+    with pytest.raises(edgeopt.GateFailed) as exc:
+        edgeopt.gate(bad_bundle, base, "local", budget="10s", db=None, gate=str(spec))
+    err = exc.value
+    assert isinstance(err, edgeopt.GoalNotMet) and err.exit_code == 5
+    assert err.result["verdict"] == "regressed" and err.result["exit_code"] == 5
+    assert "gate regressed: local: regressed (decisions regressed" in err.message, err.message
+    res = edgeopt.gate(bad_bundle, base, "local", budget="10s", db=None, gate=str(spec), raise_on_failure=False)
+    assert res["verdict"] == "regressed" and res["exit_code"] == 5
+
+
+def test_gate_failure_maps_every_exit_code_to_its_exception():
+    """``gate_failure``: the one mapping from a finished gate's exit code to the error the API raises."""
+    from edgeopt.api import gate_failure
+
+    def res(code: int, verdict: str) -> dict:
+        return {"exit_code": code, "verdict": verdict,
+                "devices": [{"device": "d0", "verdict": verdict, "error": "unreachable" if code == 4 else None,
+                             "verdicts": [{"metric": "p50", "verdict": verdict, "ratio": 1.31}]}]}
+
+    assert gate_failure(res(0, "pass")) is None
+    failed = gate_failure(res(5, "regressed"))
+    assert type(failed) is edgeopt.GateFailed and failed.exit_code == 5 and "p50 regressed x1.31" in failed.message
+    inc = gate_failure(res(6, "inconclusive"))
+    assert type(inc) is edgeopt.Inconclusive and inc.exit_code == 6 and inc.result["verdict"] == "inconclusive"
+    dev = gate_failure(res(4, "error"))
+    assert type(dev) is edgeopt.DeviceError and dev.exit_code == 4 and "unreachable" in dev.message
+
+
+def test_a_halted_rollout_raises_rollout_halted_and_the_cli_exit_is_unchanged(built, tmp_path):
+    """A device whose health check fails halts the rollout at the canary: RolloutHalted (exit 5, as the CLI
+    exits) with the summary as ``err.result``; ``raise_on_failure=False`` returns the summary."""
+    import subprocess
+    import sys
+
+    from edgeopt.api import rollout_failure
+
+    tmp, _ = built
+    bundle = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"devices:\n  d0: {{transport: local, target: cpu, root: {tmp_path / 'd0'}, "
+                     "health_cmd: [sh, -c, 'exit 3']}\n")
+    with pytest.raises(edgeopt.RolloutHalted) as exc:
+        edgeopt.rollout(bundle, fleet, waves="100%", db=str(tmp_path / "r.db"))
+    err = exc.value
+    assert err.exit_code == 5 and err.result["status"] == "halted" and "d0 failed" in err.message, err.message
+    summary = edgeopt.rollout(bundle, fleet, waves="100%", db=str(tmp_path / "r.db"), raise_on_failure=False)
+    assert summary["status"] == "halted"
+    p = subprocess.run([sys.executable, "-m", "edgeopt", "rollout", str(bundle), "--devices", str(fleet),
+                        "--waves", "100%", "--db", str(tmp_path / "r.db")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 5 and "Traceback" not in p.stderr, p.stdout + p.stderr
+    paused = rollout_failure({"status": "paused", "rollout_id": "r1", "waves": []})
+    assert type(paused) is edgeopt.Inconclusive and paused.exit_code == 6 and "--approve" in paused.hint
+    down = rollout_failure({"status": "halted", "rollout_id": "r2",
+                            "waves": [{"outcomes": [{"device": "d0", "status": "unreachable", "step": "push"}]}]})
+    assert type(down) is edgeopt.DeviceError and down.exit_code == 4
+    assert rollout_failure({"status": "done", "waves": []}) is None

@@ -107,7 +107,7 @@ def bench_db(tmp_path_factory) -> tuple[Path, str]:
         res = api.bench(bundle, devices=str(rig), db=str(db), duration=0.3, min_iters=5, warmup=2, threads=1)
         assert res.ok, res.as_dict()
     # a gated run joins the series (the budget bounds the whole gate: room for its rounds under load)
-    gated = api.gate(slow, slow, devices=str(rig), budget="12s", db=str(db))
+    gated = api.gate(slow, slow, devices=str(rig), budget="12s", db=str(db), raise_on_failure=False)
     assert gated["verdict"] in ("pass", "inconclusive"), gated["verdict"]
     model = res.records[0].bundle.model
     return db, model

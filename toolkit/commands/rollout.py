@@ -101,16 +101,11 @@ def _budget(budget: str, gate_budget: str | None) -> float:
 
 
 def _exit(summary: dict) -> int:
-    st = summary.get("status")
-    if st == "done":
-        return 0
-    if st == "paused":
-        return 6
-    if st == "halted":
-        outs = [o for w in summary.get("waves", []) for o in w.get("outcomes", [])]
-        gate_like = any(o["status"] == "failed" for o in outs)
-        return 5 if gate_like else 4
-    return 1
+    """The exit code of the error ``edgeopt.api.rollout`` raises for this summary (0 when done)."""
+    from edgeopt.api import rollout_failure
+
+    err = rollout_failure(summary)
+    return 0 if err is None else err.exit_code
 
 
 def _print_summary(summary: dict) -> None:
@@ -213,7 +208,7 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
                      health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
                      latency_gate=not no_latency_gate, engine=engine or engine_alias or "builtin",
-                     step_timeout=step_timeout, retries=retries)
+                     step_timeout=step_timeout, retries=retries, raise_on_failure=False)
     if dry_run:
         if as_json:
             _emit(result, "rollout-plan")
