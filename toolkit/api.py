@@ -1,4 +1,6 @@
-"""The Python API: one function per command, with the command's options as keyword arguments.
+"""The Python API: one function per command, with the command's options as keyword arguments named as
+the flags (``--shape`` -> ``shape=``, ``--build-timeout`` -> ``build_timeout=``; the old names in ``RENAMED``
+still work with a DeprecationWarning).
 
 Each returns the typed result the command's ``--json`` output serialises and raises the
 ``edgeopt.errors.EdgeoptError`` classes (``.exit_code`` says what the CLI would exit with); none
@@ -78,19 +80,48 @@ def _keywords_of(target: str) -> Callable[[], set[str]]:
     return names
 
 
+#: The one table of renamed keywords: per API function, an old keyword -> the name of the CLI flag it stands
+#: for (``--shape`` -> ``shape=``, ``--build-timeout`` -> ``build_timeout=``, ``--run`` -> ``run=``). The old
+#: name keeps working for one release with a DeprecationWarning naming the new one (``_api`` reads this).
+RENAMED: dict[str, dict[str, str]] = {
+    "build": {"shapes": "shape", "batches": "batch", "timeout": "build_timeout", "options": "option"},
+    "inspect": {"shapes": "shape"},
+    "tune": {"shapes": "shape", "batches": "batch", "labels": "label", "confirm_rounds": "confirm"},
+    "bench": {"labels": "label", "max_queue_delay_ms": "max_queue_delay"},
+    "bench_options": {"max_queue_delay_ms": "max_queue_delay"},
+    **{f: {"labels": "label"} for f in ("push", "probe", "gc", "select_devices", "gate", "rollout")},
+    **{f: {"run_id": "run", "all_runs": "all"} for f in ("query", "report")},
+}
+
+
 def _api(extra: Callable[[], Iterable[str]] | None = None) -> Callable[[F], F]:
     """A public API function: an unknown keyword (or a missing/extra argument) is a ``UsageError`` naming
     the function and the closest keyword it takes (difflib), not a TypeError from an internal helper.
-    ``extra``: the keywords a ``**kw`` parameter passes on (checked too); without it ``**kw`` takes any."""
+    ``extra``: the keywords a ``**kw`` parameter passes on (checked too); without it ``**kw`` takes any.
+    A keyword of ``RENAMED`` is taken under its old name with a DeprecationWarning; ``progress=None`` is
+    the default (no progress)."""
     def deco(fn: F) -> F:
         sig = _pyinspect.signature(fn)
         own = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         open_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()) and extra is None
+        renamed = RENAMED.get(fn.__name__, {})
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kw: Any) -> Any:
+            for old in [k for k in kw if k in renamed]:
+                new = renamed[old]
+                if new in kw:
+                    raise UsageError(f"edgeopt.{fn.__name__}() got both {new!r} and its old name {old!r}",
+                                     hint=f"give {new}= only")
+                import warnings
+
+                warnings.warn(f"edgeopt.{fn.__name__}({old}=) is now {new}= (the flag's own name); "
+                              f"{old}= goes in a later release", DeprecationWarning, stacklevel=2)
+                kw[new] = kw.pop(old)
+            if "progress" in own and kw.get("progress", _quiet) is None:
+                kw["progress"] = _quiet
             if not open_kw:
-                known = set(own) | (set(extra()) if extra is not None else set())
+                known = (set(own) | (set(extra()) if extra is not None else set())) - set(renamed)
                 for k in kw:
                     if k not in known:
                         close = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.5)
@@ -109,8 +140,17 @@ def _api(extra: Callable[[], Iterable[str]] | None = None) -> Callable[[F], F]:
     return deco
 
 
-def _quiet(s: str) -> None:
-    return None
+class _Quiet:
+    """The default ``progress``: says nothing (shown as ``None`` in ``help()``; ``progress=None`` is the same)."""
+
+    def __call__(self, s: str) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+_quiet = _Quiet()
 
 
 def _split(value: str | Iterable[str] | None) -> list[str] | None:
@@ -134,16 +174,19 @@ def envelope(kind: str, body: Any) -> dict[str, Any]:
 
 @_api()
 def inspect(model: str | os.PathLike, config: str | None = None,
-            shapes: dict[str, list[int]] | list[str] | None = None) -> dict[str, Any]:
-    """What is in the model and which targets can take it (``edgeopt inspect``)."""
+            shape: dict[str, list[int]] | list[str] | str | None = None) -> dict[str, Any]:
+    """What is in the model and which targets can take it (``edgeopt inspect``); ``shape`` as ``--shape``.
+
+        info = edgeopt.inspect("model.onnx", shape="x:1x3x224x224")
+        print([r["target"] for r in info["support"] if r["supported"]], info["flops"])"""
     from edgeopt.model import inspect as _inspect
 
     info = _inspect(model)
     static = None
-    if shapes:
+    if shape:
         from edgeopt.model import static_input_shapes
 
-        static = static_input_shapes(info, parse_shapes(shapes))
+        static = static_input_shapes(info, parse_shapes(shape))
     out = {**info.as_dict(), "support": support_matrix(info, config)}
     if static is not None:
         from edgeopt.model import flops_for
@@ -241,14 +284,23 @@ def _value(v: str) -> Any:
 
 @_api()
 def build(model: str | os.PathLike, targets: str | list[str], precision: str | list[str] = "auto",
-          shapes: dict[str, list[int]] | list[str] | str | None = None, calib: str | None = None,
+          shape: dict[str, list[int]] | list[str] | str | None = None, calib: str | None = None,
           preprocess: str | None = None, dist: str | os.PathLike = "dist", jobs: int = 2,
-          timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
-          options: dict[str, Any] | list[str] | None = None, config: str | None = None,
-          calib_count: int = 32, val_count: int | None = None, batches: list[int] | None = None,
+          build_timeout: float = 1800, force: bool = False, allow_mismatch: bool = False,
+          option: dict[str, Any] | list[str] | None = None, config: str | None = None,
+          calib_count: int = 32, val_count: int | None = None, batch: int | str | list[int] | None = None,
           progress: Progress = _quiet, raise_on_failure: bool = True,
           accept: str | os.PathLike | dict[str, Any] | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
+
+        report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", shape="x:1x3x224x224",
+                               calib="images/", dist="dist", build_timeout=900, option=["int8_tolerance=0.02"])
+        for r in report.results:
+            print(r.target, r.precision, r.status, r.bundle)
+
+    The keywords are the flags' names (``shape`` ``--shape``, ``batch`` ``--batch``, ``build_timeout``
+    ``--build-timeout``, ``option`` ``--option``); the old ``shapes``/``batches``/``timeout``/``options``
+    still work with a DeprecationWarning. ``progress``: called with each progress line (None: silent).
 
     ``accept``: the accuracy policy's gate file (``--accept``; the keys of ``GATE.yaml``), None for the
     gate's defaults: every host check, INT8 search and ``auto`` fallback judges by it.
@@ -257,24 +309,26 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     ``BuildFailed`` with the report as ``err.result`` (the targets that built are installed); with
     ``raise_on_failure=False`` the report is returned and ``report.ok`` says it.
 
-    ``batches``: one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
+    ``batch``: ``"1,4,8"`` or ``[1, 4, 8]``, one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
     batch B under ``dist/batchB``), reported together; every size judged by the first size's output kinds,
     on the same distinct samples (B to a feed, counted once each), at one precision per target.
     ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
-    ``"cpu=fp32,int8,intel-cpu=int8"``. ``shapes``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
+    ``"cpu=fp32,int8,intel-cpu=int8"``. ``shape``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
     """
     from edgeopt.pipeline import build as _build
 
     for name, v, low in (("jobs", jobs, 1), ("calib_count", calib_count, 1), ("val_count", val_count, 1)):
         if v is not None and int(v) < low:
             raise UsageError(f"{name} must be at least {low}, got {v}")
-    if not timeout > 0:
-        raise UsageError(f"timeout must be above 0 s, got {timeout}")
+    if not build_timeout > 0:
+        raise UsageError(f"build_timeout must be above 0 s, got {build_timeout}")
+    shapes, timeout = shape, build_timeout
+    batches = None if batch is None else parse_batches(batch)
     if Path(model).is_file():  # (a missing file: the pipeline's own message)
         check_model_format(model)
     kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
-              allow_mismatch=allow_mismatch, config=config, options=parse_options(options), timeout=timeout,
+              allow_mismatch=allow_mismatch, config=config, options=parse_options(option), timeout=timeout,
               n_calib=calib_count, n_val=val_count, progress=progress, accept=accept)
     if not batches or list(batches) == [1]:
         return _build_checked(_build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw), raise_on_failure)
@@ -429,16 +483,16 @@ def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int
 
 @_api()
 def select_devices(devices: str | os.PathLike | None = "local", limit: str | list[str] | None = None,
-                   labels: str | list[str] | None = None) -> list[Device]:
+                   label: str | list[str] | None = None) -> list[Device]:
     """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error."""
     from edgeopt.inventory import load_inventory
 
     inv = load_inventory(devices or "local")
-    chosen = inv.select(_split(limit), _split(labels))
+    chosen = inv.select(_split(limit), _split(label))
     if not chosen:
         raise UsageError(f"no device of {str(devices)!r} matches "
                          + " and ".join(x for x in (f"--limit {','.join(_split(limit) or [])}" if limit else "",
-                                                     f"--label {','.join(_split(labels) or [])}" if labels else "")
+                                                     f"--label {','.join(_split(label) or [])}" if label else "")
                                         if x),
                          hint="`edgeopt devices --devices FILE` lists the devices and their labels")
     check_device_targets(chosen)
@@ -479,10 +533,10 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   target_qps: float | None = None, latency_bound: str | None = None,
                   samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
                   workers: int | None = None, concurrency: int | None = None,
-                  max_queue_delay_ms: float | None = None) -> dict[str, Any]:
+                  max_queue_delay: float | None = None) -> dict[str, Any]:
     """The options the agent's bench takes, checked (UsageError before any device is touched).
     ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
-    ``concurrency`` scenario; ``max_queue_delay_ms``: dynamic batching in the server scenario (up to
+    ``concurrency`` scenario; ``max_queue_delay`` (ms, ``--max-queue-delay``): dynamic batching in the server scenario (up to
     ``batch`` queries per run, waiting this long for them)."""
     from types import SimpleNamespace
 
@@ -497,7 +551,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
                            latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
                            profile=profile, workers=workers, concurrency=concurrency,
-                           max_queue_delay_ms=max_queue_delay_ms)
+                           max_queue_delay_ms=max_queue_delay)
     opts = _opts(args)
     if warm_s is not None:
         opts["warmup_s"] = warm_s
@@ -537,7 +591,7 @@ def check_batch(bundles: list, batch: int) -> None:
 
 @_api(extra=_keywords_of("edgeopt.api:bench_options"))
 def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
-          labels: str | list[str] | None = None, targets: str | list[str] | None = None,
+          label: str | list[str] | None = None, targets: str | list[str] | None = None,
           bundles: list | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           verify: bool = False, db: str | None = None, progress: Progress = _quiet, raise_on_failure: bool = True,
           **options: Any) -> BenchResult:
@@ -551,7 +605,7 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
     raised before the results database is opened: nothing is written."""
     from edgeopt.results import BenchResult
 
-    res = BenchResult.from_fleet(_bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel,
+    res = BenchResult.from_fleet(_bench(dist, devices, limit, label, targets, bundles, trust_new_host_keys, parallel,
                                         verify, db, progress, options))
     if raise_on_failure and not res.ok:
         bad = [r for r in res.records if not r.ok]
@@ -688,7 +742,7 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
 
 @_api()
 def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local",
-         limit: str | list[str] | None = None, labels: str | list[str] | None = None,
+         limit: str | list[str] | None = None, label: str | list[str] | None = None,
          targets: str | list[str] | None = None, all_targets: bool = False, trust_new_host_keys: bool = False,
          parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet,
          raise_on_failure: bool = True) -> list[PushResult]:
@@ -701,7 +755,7 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
 
     found = [load_bundle(b) for b in bundles] if bundles else find_bundles(dist)
     picked = check_bench_targets(targets)
-    devs = select_devices(devices, limit, labels)
+    devs = select_devices(devices, limit, label)
     if not all_targets:
         check_target_filter(found, picked, None if bundles else dist)
     if all_targets:
@@ -728,7 +782,7 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
 
 @_api()
 def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
-          labels: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
+          label: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
     """Connect to each device (host keys checked), install the agent if needed, and return its probe
     (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``."""
@@ -737,7 +791,7 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
-    devs = select_devices(devices, limit, labels)
+    devs = select_devices(devices, limit, label)
 
     def one(dev) -> dict[str, Any]:
         try:
@@ -754,14 +808,14 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
 
 @_api()
 def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
-       labels: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
+       label: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
        dry_run: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
     """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``)."""
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
     out: dict[str, dict[str, Any]] = {}
-    for dev in select_devices(devices, limit, labels):
+    for dev in select_devices(devices, limit, label):
         try:
             with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
                 out[dev.name] = {"ok": True, **s.gc(keep=keep, dry_run=dry_run)}
@@ -787,16 +841,19 @@ def resolve_target_filter(value: str | list[str] | None) -> str | None:
 @_api()
 def query(db: str | None = None, model: str | None = None, targets: str | list[str] | None = None,
           device: str | None = None, precision: str | None = None, since: str | None = None,
-          run_id: str | None = None, all_runs: bool = False) -> list[BenchRecord]:
-    """Run records from the results database (the latest of each unless ``all_runs``), typed
-    (``results.BenchRecord``; ``rec.to_dict()`` is the stored JSON)."""
+          run: str | None = None, all: bool = False) -> list[BenchRecord]:
+    """Run records from the results database (the latest of each unless ``all``, ``--all``; ``run``: one run's
+    id, ``--run``), typed (``results.BenchRecord``; ``rec.to_dict()`` is the stored JSON).
+
+        for rec in edgeopt.query(model="cls", targets="intel-cpu", all=True):
+            print(rec.bundle.precision, rec.latency.p50_ms if rec.ok else rec.status)"""
     from edgeopt.results import DEFAULT_DB, ResultsDB, record_from_dict
 
     target = resolve_target_filter(targets)
     with ResultsDB(db or DEFAULT_DB, create=False) as rdb:
         return [record_from_dict(r) for r in rdb.query(model=model, target=target, device=device,
-                                                       precision=precision, since=since, run_id=run_id,
-                                                       latest=not all_runs)]
+                                                       precision=precision, since=since, run_id=run,
+                                                       latest=not all)]
 
 
 @_api(extra=_keywords_of("edgeopt.api:query"))
@@ -834,7 +891,7 @@ def parse_duration(text: str | float, what: str = "--budget") -> float:
 
 @_api(extra=_keywords_of("edgeopt.hil.gate:gate"))
 def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str | os.PathLike | None = "local",
-         limit: str | list[str] | None = None, labels: str | list[str] | None = None, gate: str | None = None,
+         limit: str | list[str] | None = None, label: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
          trust_new_host_keys: bool = False, progress: Progress = _quiet, raise_on_failure: bool = True,
          **build: Any) -> dict[str, Any]:
@@ -857,7 +914,7 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
             raise SystemExit(f"regressed: {err}")"""
     from edgeopt.hil.gate import gate as _gate
 
-    res = _gate(candidate, baseline, devices, limit, labels, gate, budget, on_inconclusive, db,
+    res = _gate(candidate, baseline, devices, limit, label, gate, budget, on_inconclusive, db,
                 trust_new_host_keys, progress, **build)
     err = gate_failure(res)
     if raise_on_failure and err is not None:
@@ -1019,13 +1076,13 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
 @_api(extra=_keywords_of("edgeopt.api:rollout_options"))
 def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "1,10%,50%,100%",
             select: str | list[str] | None = None, limit: str | list[str] | None = None,
-            labels: str | list[str] | None = None, dry_run: bool = False,
+            label: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
             progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
             raise_on_failure: bool = True, **options: Any) -> dict[str, Any]:
     """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
-    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``labels``: only devices with one of
+    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``label``: only devices with one of
     these labels (as ``select=["label=L"]``). ``options``: those of ``rollout_options`` (gate, budget,
     max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine …).
     ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
@@ -1043,8 +1100,8 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
     from edgeopt.fleet.rollout import run_rollout
 
     opts = rollout_options(**options)
-    if labels:  # --label L: the devices --select label=L picks
-        select = [*(_split(select) or []), *(f"label={x}" for x in _split(labels) or [])]
+    if label:  # --label L: the devices --select label=L picks
+        select = [*(_split(select) or []), *(f"label={x}" for x in _split(label) or [])]
     plan, devmap, bmap = rollout_inputs(bundles, devices, select, waves, limit)
     if eval is not None:
         from edgeopt.fleet.evalset import load_eval
@@ -1097,19 +1154,33 @@ def rollout_failure(summary: dict[str, Any]) -> EdgeoptError | None:
     return err
 
 
-@_api(extra=_keywords_of("edgeopt.tuning:tune"))
+_TUNE_FLAGS = {"shape": "shapes", "batch": "batches", "label": "labels", "confirm": "confirm_rounds"}
+
+
+def _tune_keywords() -> set[str]:
+    """``edgeopt.tuning.tune``'s keywords under their flags' names (``shape``, ``batch``, ``label``, ``confirm``)."""
+    inner = {v: k for k, v in _TUNE_FLAGS.items()}
+    return {inner.get(n, n) for n in _keywords_of("edgeopt.tuning:tune")()}
+
+
+@_api(extra=_tune_keywords)
 def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", raise_on_failure: bool = True,
          **options: Any) -> TuneResult:
     """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tuning.TuneResult``.
-    ``options``: limit, labels, precision, batches, threads, slo, min_accuracy, objective, shapes, calib,
-    preprocess, dist, duration, exhaustive, db, progress (see ``edgeopt tune --help``).
+    ``options``: the flags' names: limit, label, precision, batch, threads, slo, min_accuracy, objective, shape,
+    calib, preprocess, dist, duration, exhaustive, confirm, db, progress (see ``edgeopt tune --help``).
+
+        res = edgeopt.tune("model.onnx", "cpu,intel-cpu", devices="rig.yaml", slo="p99=20ms", batch=[1, 4])
+        print({d: (p.target, p.precision, p.batch) for d, p in res.winners.items()})
 
     Measured, but no configuration met the SLO/accuracy on some device (the CLI's exit 5): ``GoalNotMet``
     with the TuneResult as ``err.result`` (``result.closest`` the nearest miss); every run failed on a
     device: ``DeviceError``. ``raise_on_failure=False`` returns the result instead."""
     from edgeopt.tuning import tune as _tune
 
-    res = _tune(str(model), targets, devices=str(devices), **options)
+    if options.get("batch") is not None:
+        options["batch"] = parse_batches(options["batch"])
+    res = _tune(str(model), targets, devices=str(devices), **{_TUNE_FLAGS.get(k, k): v for k, v in options.items()})
     err = tune_failure(res)
     if raise_on_failure and err is not None:
         raise err

@@ -392,7 +392,7 @@ def _fails(result: DebugResult, manifest: dict[str, Any], bundle: Path, sub, dat
         n = len(next(iter(data.values())))
         rep = api.build(str(mp), manifest["target"], precision=manifest["precision"], calib=str(npz),
                         dist=str(Path(tmp) / "dist"), allow_mismatch=True, force=True, raise_on_failure=False,
-                        options=list(options or []), calib_count=n, val_count=n, progress=progress)
+                        option=list(options or []), calib_count=n, val_count=n, progress=progress)
         r = rep.results[0]
         hc = (r.manifest or {}).get("host_check") or {}
         if r.status in ("check-failed",) or hc.get("passed") is False:

@@ -292,7 +292,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
     built: dict[int, list] = {}
     for b in batches:
         progress(f"building batch {b}: {targets} × {precision}")
-        rep = api.build(model, ",".join(usable), precision=precision, shapes=api.batch_shapes(base, b), calib=calib,
+        rep = api.build(model, ",".join(usable), precision=precision, shape=api.batch_shapes(base, b), calib=calib,
                         preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress,
                         raise_on_failure=False, accept=accept_map)
         for r in rep.results:

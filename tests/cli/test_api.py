@@ -19,7 +19,7 @@ from tests.hil.conftest import same_speed_gate
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("api")
     report = edgeopt.build(fixture("ocr-cls"), "cpu,intel-cpu", precision="cpu=fp32,intel-cpu=fp32",
-                           shapes={"x": [1, 3, 48, 192]}, calib=str(fixture("images")), preprocess="preset=pm1",
+                           shape={"x": [1, 3, 48, 192]}, calib=str(fixture("images")), preprocess="preset=pm1",
                            dist=tmp / "dist", calib_count=8, val_count=4)
     return tmp, report
 
@@ -37,7 +37,7 @@ def test_build_returns_the_report_the_cli_prints(built):
 
 
 def test_a_precision_one_target_lacks_is_skipped_and_said(built, tmp_path):
-    report = edgeopt.build(fixture("ocr-cls"), "cpu,intel-cpu", precision="fp16", shapes="x:1x3x48x192",
+    report = edgeopt.build(fixture("ocr-cls"), "cpu,intel-cpu", precision="fp16", shape="x:1x3x48x192",
                            dist=tmp_path / "d", calib=str(fixture("images")), preprocess="preset=pm1",
                            calib_count=4, val_count=4)
     assert [(r.target, r.precision) for r in report.results] == [("intel-cpu", "fp16")]
@@ -57,7 +57,7 @@ def test_bench_and_report_through_the_api(built):
 def test_errors_are_raised_not_exited(built, tmp_path):
     tmp, _ = built
     with pytest.raises(UsageError, match="did you mean intel-cpu"):
-        edgeopt.build(fixture("ocr-cls"), "intl-cpu", shapes="x:1x3x48x192", dist=tmp_path)
+        edgeopt.build(fixture("ocr-cls"), "intl-cpu", shape="x:1x3x48x192", dist=tmp_path)
     with pytest.raises(UsageError, match="static batch"):
         edgeopt.bench(dist=tmp / "dist", batch=4, db=str(tmp_path / "x.db"))
     with pytest.raises(EdgeoptError) as exc:
@@ -67,7 +67,7 @@ def test_errors_are_raised_not_exited(built, tmp_path):
 
 
 def test_inspect_takes_shapes_and_lists_support():
-    info = edgeopt.inspect(fixture("ocr-cls"), shapes="x:1x3x48x192")
+    info = edgeopt.inspect(fixture("ocr-cls"), shape="x:1x3x48x192")
     assert info["shapes"] == {"x": [1, 3, 48, 192]} and info["flops"] > 0
     assert {r["target"] for r in info["support"]} >= {"cpu", "intel-cpu", "mobile", "jetson-orin"}
 
@@ -102,7 +102,7 @@ def test_a_refused_build_raises_build_failed_with_the_report(tmp_path):
     from edgeopt.fixtures import audio_data
 
     data = audio_data("silero-vad", tmp_path / "sv.npz", count=16)
-    kw = dict(precision="int8", shapes={"input": [1, 576], "state": [2, 1, 128]}, calib=str(data), dist=tmp_path / "d")
+    kw = dict(precision="int8", shape={"input": [1, 576], "state": [2, 1, 128]}, calib=str(data), dist=tmp_path / "d")
     with pytest.raises(BuildFailed) as exc:
         edgeopt.build(fixture("silero-vad"), "cpu", **kw)
     err = exc.value
@@ -223,7 +223,7 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
 
     try:
         built = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8",
-                              shapes={"x": [1, 3, 48, 192]}, calib="images/")
+                              shape={"x": [1, 3, 48, 192]}, calib="images/")
         fleet = edgeopt.bench(dist="dist", devices="rig.yaml", limit="nuc-01", duration=5, warmup="2s")
     except EdgeoptError as exc:
         raise SystemExit(f"edgeopt: {exc} (exit {exc.exit_code})")  # noqa: B904 (as the README has it)
@@ -310,14 +310,14 @@ def test_user_text_drops_onnx_runtimes_cpp_signature_and_work_folders(tmp_path):
 
 
 def test_rollout_takes_the_names_the_other_commands_use(built, tmp_path):
-    """labels= (as bench and gate), budget= a duration (as gate), fleet_engine=, on_inconclusive=pass."""
+    """label= (as bench and gate), budget= a duration (as gate), fleet_engine=, on_inconclusive=pass."""
     tmp, _ = built
     bundle = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("devices:\n" + "".join(
         f"  d{i}: {{transport: local, target: cpu, root: {tmp_path / f'd{i}'}, labels: [{'shop' if i else 'lab'}]}}\n"
         for i in range(3)))
-    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", labels="shop", budget="30s", fleet_engine="builtin",
+    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", label="shop", budget="30s", fleet_engine="builtin",
                            on_inconclusive="pass", dry_run=True)
     assert sorted(d["device"] for w in plan["waves"] for d in w) == ["d1", "d2"]
     with pytest.raises(UsageError, match="--budget"):
@@ -337,7 +337,7 @@ def bad_bundle(built):
     tmp, _ = built
     src = fixture("ocr-cls")
     rep = edgeopt.build(perturbed(src, tmp / "bad" / src.name, scale=0.3), "cpu", precision="fp32",
-                        shapes={"x": [1, 3, 48, 192]}, calib=str(fixture("images")), preprocess="preset=pm1",
+                        shape={"x": [1, 3, 48, 192]}, calib=str(fixture("images")), preprocess="preset=pm1",
                         dist=tmp / "dist-bad", calib_count=4, val_count=8)
     return rep.results[0].bundle
 
@@ -407,3 +407,74 @@ def test_a_halted_rollout_raises_rollout_halted_and_the_cli_exit_is_unchanged(bu
                             "waves": [{"outcomes": [{"device": "d0", "status": "unreachable", "step": "push"}]}]})
     assert type(down) is edgeopt.DeviceError and down.exit_code == 4
     assert rollout_failure({"status": "done", "waves": []}) is None
+
+
+# --- keywords named as the flags (issue 40 item 2) ----------------------------------------------------------
+
+
+_CLI_OF = {"build": ["build"], "inspect": ["inspect"], "tune": ["tune"], "bench": ["bench"],
+           "bench_options": ["bench"], "push": ["push"], "probe": ["devices"], "gc": ["devices", "gc"],
+           "select_devices": ["bench"], "gate": ["gate"], "rollout": ["rollout", "start"], "query": ["report"],
+           "report": ["report"]}
+
+
+def test_every_renamed_keyword_is_its_flags_name_and_the_function_takes_it():
+    """``edgeopt.api.RENAMED`` is the one table: each new keyword is a flag of the command (``shape`` is
+    ``--shape``) and a keyword the function takes; the old name is no longer in its signature."""
+    import importlib
+    import inspect
+
+    from edgeopt.api import RENAMED
+
+    for fn, renames in RENAMED.items():
+        path = _CLI_OF[fn]
+        cmd = importlib.import_module(f"edgeopt.commands.{path[0]}").command
+        for sub in path[1:]:
+            cmd = cmd.commands[sub]
+        flags = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        f = getattr(edgeopt.api, fn)
+        params = set(inspect.signature(f).parameters)
+        for old, new in renames.items():
+            assert "--" + new.replace("_", "-") in flags, (fn, new, sorted(flags))
+            assert old not in params, (fn, old)
+            if new not in params:  # taken through **kw (bench -> bench_options, tune -> edgeopt.tuning.tune)
+                with pytest.raises(UsageError) as exc:
+                    f(**{new: object(), "no_such_keyword_x": 1}) if fn != "tune" else f("m.onnx", "cpu", **{
+                        new: object(), "no_such_keyword_x": 1})
+                assert "'no_such_keyword_x'" in str(exc.value) and repr(new) not in str(exc.value).split(";")[0]
+
+
+def test_old_keywords_still_work_with_a_deprecation_warning(built):
+    """``shapes=`` (now ``shape=``), ``run_id=``/``all_runs=`` (``run=``/``all=``), ``labels=``: the same
+    answer, a DeprecationWarning naming the new keyword; both at once is a UsageError; a typo of a new name
+    gets did-you-mean the new name."""
+    tmp, _ = built
+    new = edgeopt.inspect(fixture("ocr-cls"), shape="x:1x3x48x192")
+    with pytest.warns(DeprecationWarning, match=r"edgeopt.inspect\(shapes=\) is now shape="):
+        old = edgeopt.inspect(fixture("ocr-cls"), shapes="x:1x3x48x192")
+    assert old["shapes"] == new["shapes"] == {"x": [1, 3, 48, 192]} and old["flops"] == new["flops"]
+    db = str(tmp / "kw.db")
+    fleet = edgeopt.bench(dist=tmp / "dist", devices="local", label=None, duration=0.2, min_iters=3, warmup=0,
+                          db=db, max_queue_delay=None)
+    run = fleet.records[0].raw["run_id"]
+    with pytest.warns(DeprecationWarning, match=r"edgeopt.query\((run_id|all_runs)=\) is now (run|all)="):
+        old_q = edgeopt.query(db=db, run_id=run, all_runs=True)
+    assert [r.to_dict() for r in old_q] == [r.to_dict() for r in edgeopt.query(db=db, run=run, all=True)]
+    assert {r.bundle.target for r in old_q} == {"cpu", "intel-cpu"}
+    with pytest.raises(UsageError, match="both 'shape' and its old name 'shapes'"):
+        edgeopt.build(fixture("ocr-cls"), "cpu", shape="x:1x3x48x192", shapes="x:1x3x48x192")
+    with pytest.raises(UsageError, match="did you mean 'build_timeout'"):
+        edgeopt.build(fixture("ocr-cls"), "cpu", build_timout=10)
+    with pytest.raises(UsageError, match="build_timeout must be above 0 s"), \
+            pytest.warns(DeprecationWarning, match=r"\(timeout=\) is now build_timeout="):
+        edgeopt.build(fixture("ocr-cls"), "cpu", timeout=0)
+
+
+def test_help_shows_an_example_and_no_function_repr():
+    import pydoc
+
+    text = pydoc.render_doc(edgeopt.build, renderer=pydoc.plaintext)
+    assert "report = edgeopt.build(" in text and "build_timeout=" in text and "shape=" in text
+    assert "_quiet" not in text and " at 0x" not in text and "progress: 'Progress' = None" in text
+    for name in ("gate", "rollout", "tune", "query", "inspect"):
+        assert f"edgeopt.{name}(" in (getattr(edgeopt, name).__doc__ or ""), name

@@ -177,14 +177,14 @@ def bench_kwargs(args) -> dict:
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
                                           "latency_bound", "samples_per_query", "engine", "profile", "workers",
-                                          "concurrency", "max_queue_delay_ms")}
+                                          "concurrency")} | {"max_queue_delay": args.max_queue_delay_ms}
 
 
 def run_bench(args, bundles: list, progress):
     """Shared by ``bench`` and ``run``: bench ``bundles`` on the selected devices, record in the database."""
     from edgeopt import api
 
-    return api.bench(devices=args.devices, limit=list(args.only), labels=list(args.label),
+    return api.bench(devices=args.devices, limit=list(args.only), label=list(args.label),
                      targets=getattr(args, "bench_targets", None), bundles=bundles,
                      trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
                      db=args.db, progress=progress, raise_on_failure=False, **bench_kwargs(args))

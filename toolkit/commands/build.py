@@ -53,11 +53,11 @@ def build_from_args(args):
     from edgeopt.ui import stderr_progress
 
     return api.build(args.model, args.targets, precision=list(args.precision) if not isinstance(args.precision, str)
-                     else args.precision, shapes=list(args.shape), calib=args.calib, preprocess=args.preprocess,
+                     else args.precision, shape=list(args.shape), calib=args.calib, preprocess=args.preprocess,
                      dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
-                     config=args.config, options=list(args.option), timeout=args.timeout,
+                     config=args.config, option=list(args.option), build_timeout=args.timeout,
                      calib_count=args.calib_count, val_count=args.val_count,
-                     batches=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
+                     batch=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
                      accept=getattr(args, "accept", None),
                      raise_on_failure=False)
 

@@ -53,7 +53,7 @@ def run(args) -> int:
     from edgeopt.ui import stderr_progress, table
 
     results = api.push(list(args.bundles) or None, dist=args.dist, devices=args.devices, limit=list(args.only),
-                       labels=list(args.label), targets=args.targets, all_targets=args.all_targets,
+                       label=list(args.label), targets=args.targets, all_targets=args.all_targets,
                        trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
                        activate=args.activate, progress=stderr_progress(args.quiet), raise_on_failure=False)
     if args.json:

@@ -117,7 +117,7 @@ def run(args) -> int:
 
     filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
                "since": args.since, "run_id": args.run_id}
-    records = api.query(args.db, **filters, all_runs=args.all_)
+    records = api.query(args.db, **{k: v for k, v in filters.items() if k != "run_id"}, run=args.run_id, all=args.all_)
     shown = {**{k: v for k, v in filters.items() if k != "targets"}, "target": api.resolve_target_filter(args.target)}
     write_report(records, guess_format(args.format_, args.out, args.json), args.out, args.title, shown)
     return 0
