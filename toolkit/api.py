@@ -318,6 +318,7 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     """
     from edgeopt.pipeline import build as _build
 
+    check_bundle_folder(dist)
     for name, v, low in (("jobs", jobs, 1), ("calib_count", calib_count, 1), ("val_count", val_count, 1)):
         if v is not None and int(v) < low:
             raise UsageError(f"{name} must be at least {low}, got {v}")
@@ -357,6 +358,28 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
                 warnings=list(dict.fromkeys([w for rep in every for w in rep.warnings] + extra)),
                 time_s=sum(rep.time_s for rep in every), skipped=[s for rep in every for s in rep.skipped]),
         raise_on_failure)
+
+
+#: file suffixes a bundle folder (``--dist``/``--out`` of build, run, debug, tune, gate) is refused with: such a
+#: name is a report or data file meant for another flag (``run --out report.html`` made a folder of that name)
+FILE_SUFFIXES = (".html", ".htm", ".md", ".json", ".jsonl", ".xml", ".csv", ".txt", ".yaml", ".yml", ".png",
+                 ".svg", ".pdf", ".onnx", ".npz", ".npy", ".db")
+
+
+def check_bundle_folder(path: str | os.PathLike, flag: str = "--dist") -> None:
+    """A bundle folder's path checked before any work (``UsageError``, exit 2): not an existing file, and,
+    unless it already is a folder, no file suffix (``.html``, ``.md``, ``.json`` ...: ``FILE_SUFFIXES``)."""
+    p = Path(path)
+    if p.is_dir():
+        return
+    if p.exists():
+        raise UsageError(f"{flag} {str(path)!r} is a file, not a bundle folder",
+                         hint=f"{flag} names the folder bundles go in (DIST/<model>/<target>-<precision>/)")
+    if p.suffix.lower() in FILE_SUFFIXES:
+        report = " (a report file is --report FILE)" if p.suffix.lower() in (".html", ".htm", ".md", ".csv",
+                                                                              ".json") else ""
+        raise UsageError(f"{flag} {str(path)!r} names a {p.suffix} file, not a bundle folder{report}",
+                         hint=f"{flag} names the folder bundles go in, e.g. {flag} dist")
 
 
 def batch_dist(dist: str | os.PathLike, batch: int) -> Path:
@@ -1180,6 +1203,7 @@ def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "l
 
     if options.get("batch") is not None:
         options["batch"] = parse_batches(options["batch"])
+    check_bundle_folder(options.get("dist", "dist"))
     res = _tune(str(model), targets, devices=str(devices), **{_TUNE_FLAGS.get(k, k): v for k, v in options.items()})
     err = tune_failure(res)
     if raise_on_failure and err is not None:

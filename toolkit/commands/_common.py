@@ -184,6 +184,14 @@ def bench_options(f: Callable) -> Callable:
     return f
 
 
+def out_flag() -> str:
+    """How the command line spelled the bundle folder option (``--out``/``-o`` or ``--dist``), to name it."""
+    import sys
+
+    said = [a.split("=")[0] for a in sys.argv[1:]]
+    return "--out" if "--out" in said or "-o" in said else "--dist"
+
+
 def build_options(f: Callable) -> Callable:
     """What `build` and `run` share."""
     jobs = min(2, os.cpu_count() or 1)

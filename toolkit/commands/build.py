@@ -52,6 +52,9 @@ def build_from_args(args):
     from edgeopt import api
     from edgeopt.ui import stderr_progress
 
+    from ._common import out_flag
+
+    api.check_bundle_folder(args.out, out_flag())
     return api.build(args.model, args.targets, precision=list(args.precision) if not isinstance(args.precision, str)
                      else args.precision, shape=list(args.shape), calib=args.calib, preprocess=args.preprocess,
                      dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,

@@ -75,6 +75,10 @@ def run(args) -> int:
     from edgeopt.ui import stderr_progress
 
     progress = stderr_progress(args.quiet)
+    if args.dist is not None:
+        from edgeopt.api import check_bundle_folder
+
+        check_bundle_folder(args.dist)
     budget = debug.parse_size(args.max_memory)
     src = Path(args.source)
     if src.is_dir():

@@ -95,6 +95,11 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
     from edgeopt.hil.junit import markdown, not_judged_line, write_outputs
     from edgeopt.jsonsafe import clean
 
+    check_output_files(junit=junit, md=md, raw=raw)  # before anything is measured: the verdict must not be lost
+    if str(candidate).lower().endswith(".onnx"):
+        from edgeopt.api import check_bundle_folder
+
+        check_bundle_folder(dist)
     if verbose:
         logging.getLogger().setLevel(logging.DEBUG)
     progress = (lambda s: None) if quiet else (lambda s: print(f"[gate] {s}", file=sys.stderr, flush=True))
@@ -123,3 +128,31 @@ def command(candidate, baseline, devices, limit, labels, gate_file, budget, on_i
         if raw:
             click.echo(f"raw rounds: {raw}")
     return code
+
+
+def check_output_files(**paths: str | None) -> None:
+    """``--junit``/``--md``/``--raw`` refused (``UsageError``, exit 2) before the gate runs when they cannot be
+    written: a folder that does not exist, the path itself a folder, no write permission, or two flags on one file."""
+    import os
+    from pathlib import Path
+
+    from edgeopt.errors import UsageError
+
+    seen: dict[Path, str] = {}
+    for flag, out in paths.items():
+        if not out:
+            continue
+        path = Path(out)
+        parent = path.parent if str(path.parent) else Path(".")
+        where = f"--{flag} {out!r}"
+        if path.resolve() in seen:
+            raise UsageError(f"{where}: the same file as --{seen[path.resolve()]}", hint="give each its own file")
+        seen[path.resolve()] = flag
+        if path.is_dir():
+            example = {"junit": "gate.xml", "md": "gate.md", "raw": "gate.json"}.get(flag, "gate.out")
+            raise UsageError(f"{where} is a folder", hint=f"give a file name, e.g. --{flag} {example}")
+        if not parent.is_dir():
+            raise UsageError(f"cannot write {where}: the folder {str(parent)!r} does not exist"
+                             if not parent.exists() else f"cannot write {where}: {str(parent)!r} is not a folder")
+        if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise UsageError(f"cannot write {where}: permission denied")

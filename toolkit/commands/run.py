@@ -52,11 +52,13 @@ def run(args) -> int:
     from edgeopt.reporting import render
     from edgeopt.ui import stderr_progress
 
+    from ._common import out_flag
     from .bench import bench_kwargs, print_fleet, run_bench
     from .build import build_from_args, print_report
     from .report import check_writable, guess_format, write_report
 
     # everything that can be wrong with the input is refused before the (long) build
+    api.check_bundle_folder(args.out, out_flag())
     batches = api.parse_batches(args.batch)
     if len(batches) > 1:
         raise UsageError("run takes one --batch; for a batch curve: edgeopt build --batch 1,4,8, then "

@@ -94,6 +94,9 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, acce
             raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
 
     progress = (lambda s: None) if quiet else (lambda s: print(f"[tune] {s}", file=sys.stderr, flush=True))
+    from edgeopt.api import check_bundle_folder
+
+    check_bundle_folder(dist)
     res = tune(model, targets, devices=devices, limit=list(limit) or None, labels=list(label) or None,
                precision=precision,
                batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
