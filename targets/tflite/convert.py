@@ -1056,8 +1056,11 @@ class Int8Search:
                 f"this model already misses the int8 bound ({probe.figures()}); tried: {tried}",
                 "build fp32 for this target: a failed float check retries onnx2tf's alternative switches "
                 "(--option onnx2tf_alt=...), or report the model to onnx2tf", self.record(None))
+        ran = [a for a in self.attempts if a.mode != "float" and not a.error and a.reasons]
+        closest = max(ran, key=lambda a: a.worst().get("cosine", -1.0)) if ran else None
+        why = f" (closest, {closest.label()}: {'; '.join(closest.reasons[:2])})" if closest else f" ({bound})"
         return SearchFailed(
-            f"no INT8 TFLite variant meets the int8 bound ({bound}) on the validation set, so int8 is not "
+            f"no INT8 TFLite variant the accuracy policy accepts on the validation set{why}, so int8 is not "
             f"shipped (search {time.perf_counter() - self.t0:.0f}s): {tried}",
             "build fp16 (or fp32) for this target, calibrate with more representative --calib data, or (knowingly) relax "
             "the bound with --option int8_tolerance=cosine_min=0.95,...", self.record(None))

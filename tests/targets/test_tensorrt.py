@@ -154,7 +154,8 @@ def int8_profiled(tmp_path_factory, cls_model):
     np.savez(data, x=text_line_crops())
     # 32 calibration + 16 validation samples: with 8, one near-tie flip alone is a 12.5% top-1 change.
     report = build(cls_model, "a100", precisions=["int8"], shapes={"x": [1, 3, 48, 192]}, calib=str(data),
-                   out=out / "dist", n_calib=32, n_val=16, options={"trt_profile": CLS_PROFILE})
+                   out=out / "dist", n_calib=32, n_val=16, options={"trt_profile": CLS_PROFILE},
+                   accept={"decisions": {"max_disagreement": "13%"}})  # the engine's form, not the 5% rule
     return report
 
 
