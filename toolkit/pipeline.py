@@ -434,7 +434,7 @@ def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], spec
         return results
     progress = args["progress"]
     for name, (res, fb) in retry.items():
-        first = (res.error or res.check or "").splitlines()[0] if (res.error or res.check) else ""
+        first = (res.error or res.check or "").splitlines()[0].rstrip(": ") if (res.error or res.check) else ""
         progress(f"{name} {res.precision} (auto) refused; building {fb} instead -- {first[:400]}")
     inner = dict(args)
     again = build(inner.pop("model"), list(retry), ",".join(f"{n}={fb}" for n, (_, fb) in retry.items()), **inner)
@@ -448,7 +448,7 @@ def _auto_fallback(results: list[TargetResult], auto: set[tuple[str, str]], spec
         if new is None:
             out.append(res)
             continue
-        first = (res.error or "").splitlines()[0] if res.error else res.check
+        first = (res.error or "").splitlines()[0].rstrip(": ") if res.error else res.check
         chain_from = [{"precision": res.precision, "error": first}] + list((new.fallback_from or {}).get("chain") or (
             [{"precision": new.fallback_from["precision"], "error": new.fallback_from["error"]}]
             if new.fallback_from else []))
