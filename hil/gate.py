@@ -77,7 +77,8 @@ def preprocess_text(cfg: dict[str, Any] | None) -> str | None:
 def baseline_data(man: dict[str, Any], calib: str | None, preprocess: str | None) -> dict[str, Any]:
     """How the candidate of a model CANDIDATE is built so that it is judged on the baseline's data: the
     baseline manifest's calibration/validation source (``validation.source``: its path, preprocessing and
-    sample counts) unless ``--calib``/``--preprocess`` say otherwise.  A recorded source that cannot be
+    sample counts) unless ``--calib``/``--preprocess`` say otherwise (``--calib`` alone keeps the baseline's
+    preprocessing and counts).  A recorded source that cannot be
     found here is a UsageError (exit 2), raised before anything is built or measured: building on random
     data instead would judge the same model "regressed" against real-data decisions."""
     src = ((man.get("validation") or {}).get("source")) or {}
@@ -95,7 +96,7 @@ def baseline_data(man: dict[str, Any], calib: str | None, preprocess: str | None
                                  hint="give --calib (and --preprocess) with the baseline's calibration/validation "
                                       "data, or build the candidate with `edgeopt build` and gate the bundle")
             out["calib"] = str(path)
-    if preprocess is None and calib is None:
+    if preprocess is None:  # the model's input preprocessing, also for data given with --calib
         out["preprocess"] = preprocess_text(src.get("preprocess"))
     for key, field_ in (("calib_count", "calibration_samples"), ("val_count", "validation_samples")):
         if isinstance(src.get(field_), int) and src[field_] > 0:
