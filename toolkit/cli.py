@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except click.exceptions.Abort:
         print("edgeopt: interrupted", file=sys.stderr)
+        if as_json:
+            _json_error(130, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
         return 130
     except click.exceptions.ClickException as exc:
         print(f"edgeopt: error: {exc.format_message()}", file=sys.stderr)
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         print("edgeopt: interrupted", file=sys.stderr)
+        if as_json:  # a script parsing --json gets its one error object on a stop too (SIGTERM, Ctrl-C)
+            _json_error(130, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
         return 130
     except Exception as exc:
         import traceback

@@ -44,3 +44,23 @@ def test_sigterm_stops_a_build_and_cleans_up(tmp_path):
     assert not [w for w in workers if os.path.exists(f"/proc/{w}") and
                 open(f"/proc/{w}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
     assert not list((tmp_path / "dist").glob(".edgeopt-work-*")) if (tmp_path / "dist").exists() else True
+
+
+def test_sigterm_under_json_prints_the_one_error_object(tmp_path):
+    """`--json` promises one error object on stdout whatever ends the run; a stop (SIGTERM) too."""
+    import json
+
+    env = {**os.environ, "EDGEOPT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "edgeopt", "build", str(fixture("ocr-cls")), "--targets",
+                             "cpu", "--precision", "int8", "--shape", "x:1x3x48x192", "--out",
+                             str(tmp_path / "dist"), "--json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not _children(proc.pid):
+        time.sleep(0.1)
+    assert _children(proc.pid), "no worker process started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    obj = json.loads(out.strip().splitlines()[-1])
+    assert obj["kind"] == "error" and obj["exit_code"] == 130 and obj["error"] == "Interrupted"
