@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from edgeopt.results import AccuracyInfo
 
 STATUS_OK = ("built", "cached", "up-to-date")
+GROUP_NODES_ABOVE = 8  # more unsupported nodes than this: grouped by op type on the first line, names after
 CACHED_FAILURE = "[cached outcome of an identical earlier build; --force retries]"
 
 
@@ -252,11 +253,19 @@ def build(
         if bad:
             res.status = "unsupported"
             why = backend.unsupported_why(spec.as_dict(), bad)
-            res.error = (f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
-                         + ", ".join(f"{op} ({name})" for op, name in bad)
-                         + "\n  hint: " + "".join(f"{_non_tensor_hint(w)} (output {n!r} is {w}); "
-                                                   for n, w in list(non_tensor.items())[:1])
-                         + _unsupported_hint(info, spec.name, config))
+            hint = ("\n  hint: " + "".join(f"{_non_tensor_hint(w)} (output {n!r} is {w}); "
+                                          for n, w in list(non_tensor.items())[:1])
+                    + _unsupported_hint(info, spec.name, config))
+            listed = ", ".join(f"{op} ({name})" for op, name in bad)
+            head = f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
+            if len(bad) > GROUP_NODES_ABOVE:  # by op type first, the hint next, every node last
+                counts: dict[str, int] = {}
+                for op, _ in bad:
+                    counts[op] = counts.get(op, 0) + 1
+                res.error = (head + ", ".join(f"{op} ×{k}" for op, k in counts.items()) + hint
+                             + "\n  nodes: " + listed)
+            else:
+                res.error = head + listed + hint
             continue
         key = _key({"model": info.sha256, "name": info.name, "target": spec.as_dict(), "precision": prec, "shapes": static,
                     "data": data_fp, "options": backend_options(backend, options), "allow_mismatch": allow_mismatch,

@@ -355,6 +355,8 @@ def test_build_of_silero_is_unsupported_with_every_node_named(tmp_path, capsys):
     assert res["status"] == "unsupported" and res["target"] == "apple"
     assert res["error"].startswith("26 unsupported node(s): ")  # 25 Ifs and the rank-0 `sr` input
     assert "input 'sr' (rank 0)" in res["error"]
+    first, hint, nodes = res["error"].splitlines()[:3]  # grouped by op type, the hint, then every node
+    assert "If ×25" in first and hint.strip().startswith("hint:") and nodes.strip().startswith("nodes: ")
     for op, name in _silero_expected():
         assert f"{op} ({name})" in res["error"]
     assert not any(p.name != ".edgeopt-probe" and p.is_dir() for p in tmp_path.iterdir())
