@@ -938,7 +938,8 @@ class Int8Search:
             self._add_time("int8_checks_s", time.perf_counter() - tc)
         attempt.time_s = time.perf_counter() - t
         self._add_time(f"int8_{attempt.mode}_s", attempt.time_s)
-        verdict = "meets the bound" if attempt.passed else "misses the bound"
+        verdict = ("accepted by the accuracy policy" if attempt.passed else
+                   "never ran" if attempt.error else "refused by the accuracy policy")
         self.progress(f"int8 auto: {attempt.label()}: {verdict} ({attempt.figures()}, {attempt.time_s:.0f}s)")
         return content
 
