@@ -170,7 +170,9 @@ def walk_nodes(graph):
                 yield from walk_nodes(g)
 
 
-FLOP_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN")
+FLOP_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN",
+            "MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")  # integer ops count as their float
+CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}  # which input is the weight
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
@@ -252,8 +254,8 @@ def _shape_tensors(node) -> list[str]:
         return [node.input[0], node.input[1]]
     if node.op_type == "ConvTranspose":
         return [node.input[0], node.input[1]]
-    if node.op_type == "Conv":
-        return [node.input[1], node.output[0]]
+    if node.op_type in CONV_WEIGHT:
+        return [node.input[CONV_WEIGHT[node.op_type]], node.output[0]]
     return [node.input[0], node.output[0]]
 
 
@@ -307,8 +309,8 @@ def _node_flops(node, shapes: dict[str, list[int]]) -> int | None:
         gates = RNN_GATES[node.op_type]
         hidden = w[1] // gates
         return 2 * w[0] * steps * batch * gates * hidden * (w[2] + hidden)
-    if node.op_type in ("Conv", "ConvTranspose"):
-        w = shapes[node.input[1]]
+    if node.op_type in ("ConvTranspose", *CONV_WEIGHT):
+        w = shapes[node.input[CONV_WEIGHT.get(node.op_type, 1)]]
         kernel = _prod(w[2:])
         if node.op_type == "ConvTranspose":
             return 2 * _prod(shapes[node.input[0]]) * (w[1] * kernel)

@@ -62,3 +62,18 @@ def test_lstm_and_gru_flops(tmp_path):
     lstm = 2 * 2 * T * 1 * 4 * H * (IN + H)
     gru = 2 * 1 * T * 1 * 3 * H * (IN + H)
     assert inspect(path).flops == lstm + gru
+
+
+def test_integer_matmul_and_conv_count_as_their_float_ops(tmp_path):
+    """An already-quantized model (ORT's dynamic INT8: MatMulInteger; static: ConvInteger) was counted 0."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
+    path = _save([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 32])], [w], tmp_path / "f.onnx")
+    quantize_dynamic(str(path), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
+    info = inspect(tmp_path / "q.onnx")
+    assert "MatMulInteger" in info.op_histogram
+    assert info.flops == inspect(path).flops == 2 * 8 * 32 * 64
