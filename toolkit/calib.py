@@ -242,9 +242,11 @@ def _check_range(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, An
         image = len(shape) == 4 and (shape[1] in (1, 3) or shape[-1] in (1, 3))  # audio features, embeddings: not
         if image and a.dtype.kind == "f" and a.size and source.get("kind") in ("npy", "npz"):
             lo, hi = float(a.min()), float(a.max())
-            if hi > 20 or lo < -20:
-                warnings.append(f"input {t['name']!r}: values span {lo:.3g}..{hi:.3g}; an image model usually "
-                                "takes normalised values (was the preprocessing applied?)")
+            # raw pixels (0..255, never negative) are the mistake; mean-subtracted (Caffe/VGG: BGR minus the
+            # mean, -123..151) is a preprocessing that was applied, and is not warned about
+            if hi > 20 and lo >= 0:
+                warnings.append(f"input {t['name']!r}: values span {lo:.3g}..{hi:.3g}, like raw pixels; an image "
+                                "model usually takes normalised values (was the preprocessing applied?)")
     if warnings:
         source["data_warnings"] = warnings
 

@@ -23,3 +23,13 @@ def test_features_outside_an_image_range_are_not_called_an_image():
     """openwakeword's verifier takes [1, 16, 96] speech embeddings spanning -53..70: no image warning."""
     assert _warnings([1, 16, 96], np.linspace(-53, 70, 16 * 96, dtype=np.float32).reshape(1, 16, 96)) == []
     assert _warnings([1, 3, 8, 8], np.full((1, 3, 8, 8), 0.5, np.float32)) == []  # normalised: nothing to say
+
+
+def test_mean_subtracted_caffe_style_input_is_not_called_unpreprocessed():
+    """BGR minus the VGG mean spans about -123..151: the preprocessing was applied (issue 39, 9)."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (1, 3, 8, 8)).astype(np.float32)
+    caffe = pixels - np.array([103.9, 116.8, 123.7], np.float32)[None, :, None, None]
+    assert caffe.min() < -20 and caffe.max() > 20
+    assert _warnings([1, 3, 8, 8], caffe) == []
+    assert _warnings([1, 3, 8, 8], pixels)  # the raw pixels themselves still are
