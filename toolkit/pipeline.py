@@ -254,7 +254,8 @@ def build(
             res.status = "unsupported"
             why = backend.unsupported_why(spec.as_dict(), bad)
             hint = ("\n  hint: " + "".join(f"{_non_tensor_hint(w)} (output {n!r} is {w}); "
-                                          for n, w in list(non_tensor.items())[:1])
+                                          for n, w in list(non_tensor.items())[:1]
+                                          if all("ZipMap" in op for op, _ in bad))  # re-export fixes it alone
                     + _unsupported_hint(info, spec.name, config))
             listed = ", ".join(f"{op} ({name})" for op, name in bad)
             head = f"{len(bad)} unsupported node(s)" + (f" ({why})" if why else "") + ": "
