@@ -52,13 +52,24 @@ def _progress(quiet: bool):
 
 
 def _listener(events: str | None, as_json: bool):
+    import threading
+
     from edgeopt.jsonsafe import dumps
 
+    lock = threading.Lock()  # devices report from their own threads: one whole line at a time, never "}{"
+
+    def line_to(stream):
+        def write(ev) -> None:
+            text = dumps(ev, default=str) + "\n"
+            with lock:
+                stream.write(text)
+                stream.flush()
+        return write
+
     if events:
-        f = open(events, "a", buffering=1)  # noqa: SIM115 - lives as long as the command
-        return lambda ev: f.write(dumps(ev, default=str) + "\n")
+        return line_to(open(events, "a", buffering=1))  # noqa: SIM115 - lives as long as the command
     if as_json:
-        return lambda ev: print(dumps(ev, default=str), flush=True)
+        return line_to(sys.stdout)
     return None
 
 
