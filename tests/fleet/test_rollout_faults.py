@@ -24,16 +24,18 @@ def _fleet(tmp_path: Path, ssh_env, sshd, flaky) -> None:
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"devices": devs}, sort_keys=False))
 
 
-def _kill_when_reached(db: Path, flaky, back_after: float | None, step: str = "connect") -> threading.Thread:
+def _kill_when_reached(db: Path, flaky, back_after: float | None, step: str | None = "connect") -> threading.Thread:
     """SIGKILL ssh-x's sshd (listener and sessions) when the rollout reaches ``step`` on ssh-x (its session
-    is open from ``push`` on: the kill drops it mid-step); maybe bring it back."""
+    is open from ``push`` on: the kill drops it mid-step), or -- ``step=None`` -- as soon as the wave has begun
+    on any device; maybe bring it back."""
     def watch() -> None:
         deadline = time.time() + 120
         while time.time() < deadline:
             time.sleep(0.02)
             try:
                 with sqlite3.connect(db, timeout=5) as c:
-                    hit = c.execute("SELECT 1 FROM rollout_events WHERE device='ssh-x' AND step=?", (step,)).fetchone()
+                    hit = (c.execute("SELECT 1 FROM rollout_events LIMIT 1").fetchone() if step is None else
+                           c.execute("SELECT 1 FROM rollout_events WHERE device='ssh-x' AND step=?", (step,)).fetchone())
             except sqlite3.Error:
                 continue
             if hit:
@@ -57,7 +59,9 @@ def _outcomes(stdout: str) -> dict[str, dict]:
 def test_sshd_stopped_mid_wave_is_unreachable_and_nothing_is_half_installed(versions, ssh_env, sshd, tmp_path):
     flaky = ssh_env.make("flaky-stop")
     _fleet(tmp_path, ssh_env, sshd, flaky)
-    watcher = _kill_when_reached(tmp_path / "edgeopt-results.db", flaky, back_after=None)
+    # killed once the wave has begun (its first event): waiting for ssh-x's own 'connect' event raced the
+    # device's whole push -- events are written in groups every 0.1 s, and ssh-x was once done by then
+    watcher = _kill_when_reached(tmp_path / "edgeopt-results.db", flaky, back_after=None, step=None)
     p = _edgeopt("rollout", str(versions["v1"]), "--devices", "fleet.yaml", "--waves", "100%", "--max-fail", "1",
                  "--no-latency-gate", "--retries", "1", "--json", cwd=tmp_path)
     watcher.join(5)
