@@ -298,8 +298,17 @@ def test_throttling_between_blocks_drops_the_rounds_measured_after_it(gate_bundl
     if max(before_hogs[1:], default=1.0) > 1.10:  # only seen with other jobs on this machine
         pytest.skip(f"the machine was already slowed by other work before the hogs came (ratios {before_hogs}): "
                     "this run cannot show what the hogs did")
+    after_hogs = [c["ratio"] for c, raw in zip(watch.in_call, pb["calibration"]) if raw["t"] >= 1.5]
+    sustained = any(x > 1.10 and y > 1.10 for x, y in zip(after_hogs, after_hogs[1:])) or (
+        bool(after_hogs) and after_hogs[-1] > 1.10)
+    if hogs and not sustained:  # seen once at load ~2: 2.45x, then 0.92x -- the scheduler gave the check a core
+        pytest.skip(f"the hogs never held the calibration slow for two checks in a row (ratios {ratios}): "
+                    "this run cannot show a sustained throttle")
     assert hogs and 0 < keep < len(pb["blocks"]) and keep % 2 == 0, (keep, len(pb["blocks"]), ratios)
-    assert min(ratios[:2]) == 1.0 and ratios[-1] > 1.10 and ratios[-2] > 1.10, ratios  # two slow in a row
+    assert min(ratios[:2]) == 1.0, ratios
+    cut = next(i for i, c in enumerate(watch.in_call) if c["after_blocks"] > keep)  # the first check dropped
+    assert ratios[cut] > 1.10 and (all(r > 1.10 for r in ratios[cut + 1:cut + 2]) or cut == len(ratios) - 1), \
+        (keep, ratios)  # dropped from the first of the slow checks that ended the call's kept rounds
     assert watch.dropped_blocks == len(pb["blocks"]) - keep
     assert watch.as_dict()["between_blocks"]["dropped_blocks"] == watch.dropped_blocks
 
