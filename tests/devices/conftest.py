@@ -231,3 +231,20 @@ def big_bundle(tmp_path_factory, images_dir) -> Path:
                 n_calib=2, n_val=2)
     assert rep.ok, rep.results
     return Path(rep.results[0].bundle)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A callable mounting a tmpfs of ``mb`` megabytes at ``tmp_path/small`` (skips without root)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+
+    def mount(mb: int) -> Path:
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(mnt)], capture_output=True,
+                           text=True)
+        if p.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()[:200]}")
+        return mnt
+
+    yield mount
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

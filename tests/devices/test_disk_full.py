@@ -9,25 +9,7 @@ import sys
 import threading
 import time
 
-import pytest
-
 from tests.devices.conftest import device_entry, known_hosts, write_inventory
-
-
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-
-    def mount(mb: int):
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(mnt)], capture_output=True,
-                           text=True)
-        if p.returncode:
-            pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()[:200]}")
-        return mnt
-
-    yield mount
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def _push(tmp_path, dist) -> subprocess.CompletedProcess:

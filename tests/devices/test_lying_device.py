@@ -192,22 +192,6 @@ def test_a_planted_pyc_in_the_agent_folder_is_removed_and_never_runs(ssh_env, ss
     assert not pyc.exists() and not list(pkg.rglob("*.pyc"))
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-
-    def mount(mb: int) -> Path:
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(mnt)], capture_output=True,
-                           text=True)
-        if p.returncode:
-            pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()[:200]}")
-        return mnt
-
-    yield mount
-    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
 def test_a_read_only_root_benches_what_it_already_holds(ssh_env, sshd, tmp_path, cls_bundle, small_fs):
     root = small_fs(40) / "edgeopt"
     write_inventory(tmp_path / "inv.yaml", {"dev": device_entry(ssh_env, sshd, root,
