@@ -24,6 +24,7 @@ COMMANDS = {
     "bench": "bench", "report": "report", "run": "run", "devices": "devices", "cache": "cache",
     "gate": "gate", "rig": "rig", "baseline": "baseline", "history": "history", "rollout": "rollout",
     "rollback": "rollback", "fleet": "fleet", "tune": "tune", "ocr-check": "ocr", "debug": "debug",
+    "results": "results", "worker": "worker", "cluster": "cluster",
 }
 EPILOG = examples("""\
 examples:
