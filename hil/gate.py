@@ -101,6 +101,9 @@ def baseline_data(man: dict[str, Any], calib: str | None, preprocess: str | None
     for key, field_ in (("calib_count", "calibration_samples"), ("val_count", "validation_samples")):
         if isinstance(src.get(field_), int) and src[field_] > 0:
             out[key] = int(src[field_])
+    if out["calib"] and out["from"] == "baseline":  # the baseline's own split (none recorded: head-tail, as then)
+        sp = src.get("split") or {"how": "head-tail"}
+        out["split"] = sp["how"] + (f":{sp['seed']}" if sp["how"] == "shuffle" and "seed" in sp else "")
     return out
 
 
@@ -121,8 +124,8 @@ def build_candidate(model: str | Path, baseline: str | Path, calib: str | None, 
     how = ("on RANDOM data (the baseline was built on random data)" if data["kind"] == "random" else
            f"on {data['calib']}" + (" (the baseline's data)" if data["from"] == "baseline" else ""))
     progress(f"building the candidate {Path(model).name} for {base.target} {base.precision} like the baseline, {how}")
-    counts = {k: data[k] for k in ("calib_count", "val_count") if k in data}
-    rep = api.build(model, base.target, precision=base.precision, shapes=shapes, calib=data["calib"],
+    counts = {k: data[k] for k in ("calib_count", "val_count", "split") if k in data}
+    rep = api.build(model, base.target, precision=base.precision, shape=shapes, calib=data["calib"],
                     preprocess=data["preprocess"], dist=dist, progress=progress, accept=man.get("accept"), **counts)
     res = rep.results[0]
     if not res.ok:

@@ -27,7 +27,7 @@ from edgeopt.errors import BuildFailed, MissingDependency, UsageError
 MANIFEST_SCHEMA = 1
 CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
 # Build options every backend takes (read by the pipeline and by ``Target.build``).
-COMMON_OPTIONS = frozenset({"seed", "check_timeout", "output_kind", "if_as_where"})
+COMMON_OPTIONS = frozenset({"seed", "split", "check_timeout", "output_kind", "if_as_where"})
 
 
 class CheckFailed(BuildFailed):

@@ -290,7 +290,7 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           option: dict[str, Any] | list[str] | None = None, config: str | None = None,
           calib_count: int = 32, val_count: int | None = None, batch: int | str | list[int] | None = None,
           progress: Progress = _quiet, raise_on_failure: bool = True,
-          accept: str | os.PathLike | dict[str, Any] | None = None) -> BuildReport:
+          accept: str | os.PathLike | dict[str, Any] | None = None, split: str | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
         report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", shape="x:1x3x224x224",
@@ -313,6 +313,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     batch B under ``dist/batchB``), reported together; every size judged by the first size's output kinds,
     on the same distinct samples (B to a feed, counted once each), at one precision per target.
     ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
+    ``split``: how ``calib`` is split into calibration and validation (``--split``): ``"shuffle"`` (default,
+    seeded; ``"shuffle:7"``), ``"stride"`` or ``"head-tail"``; the indices are recorded in the manifest.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shape``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
     """
@@ -328,8 +330,14 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     batches = None if batch is None else parse_batches(batch)
     if Path(model).is_file():  # (a missing file: the pipeline's own message)
         check_model_format(model)
+    options = parse_options(option)
+    if split is not None:
+        from edgeopt.calib import parse_split
+
+        parse_split(split)  # a bad value: one line, before anything is prepared
+        options["split"] = split
     kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
-              allow_mismatch=allow_mismatch, config=config, options=parse_options(option), timeout=timeout,
+              allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout,
               n_calib=calib_count, n_val=val_count, progress=progress, accept=accept)
     if not batches or list(batches) == [1]:
         return _build_checked(_build(model, targets, shapes=parse_shapes(shapes), out=dist, **kw), raise_on_failure)

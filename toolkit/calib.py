@@ -114,7 +114,7 @@ class DataSet:
 
 
 def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list[int]], counts: tuple[int, int],
-                seed: int) -> str:
+                seed: int, split: str | None = None) -> str:
     """A cheap identity of the data source (names, sizes, mtimes; no decoding) for the cache key.
 
     The source is checked here, before any cache lookup: a typo in ``--calib`` (a missing path, an
@@ -123,6 +123,8 @@ def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list
     check_source(path, counts)
     h = hashlib.sha256(repr((preprocess.resolved(), sorted(shapes.items()), counts, seed,
                              "random" if not path else "data")).encode())
+    if path:
+        h.update(repr(parse_split(split, seed)).encode())
     if path:
         p = Path(path)
         files = sorted(p.rglob("*")) if p.is_dir() else [p]
@@ -154,8 +156,9 @@ def check_source(path: str | None, counts: tuple[int, int] = (1, 1)) -> None:
 
 
 def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Preprocess,
-              n_calib: int = 32, n_val: int | None = None, seed: int = 0) -> DataSet:
-    """Calibration + validation feeds from ``path`` (or random data when path is None).
+              n_calib: int = 32, n_val: int | None = None, seed: int = 0, split: str | None = None) -> DataSet:
+    """Calibration + validation feeds from ``path`` (or random data when path is None), split by ``split``
+    (``SPLITS``; the seeded ``shuffle`` by default; the indices go into ``source["split"]``, the manifest).
 
     ``n_val=None``: 8 validation samples, grown up to ``VAL_MAX`` when the data has more samples than
     calibration takes (top-1 agreement on n samples moves in 1/n steps)."""
@@ -198,15 +201,65 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         raise CalibrationError(f"{p}: no samples found")
     if auto_val:
         n_val = max(n_val, min(VAL_MAX, len(samples) - n_calib))
-    if len(samples) >= n_val + 2:
-        val = samples[-n_val:]
-        cal = samples[:-n_val][:n_calib]
-    else:
-        val, cal = samples[:n_val], samples[:n_calib]
+    how, split_seed = parse_split(split, seed)
+    cal_idx, val_idx, overlap = split_indices(len(samples), n_calib, n_val, how, split_seed)
+    val, cal = [samples[i] for i in val_idx], [samples[i] for i in cal_idx]
+    if overlap:
         source["note"] = "fewer samples than calibration + validation need: the two sets overlap"
-    source.update({"calibration_samples": len(cal), "validation_samples": len(val)})
+    source.update({"calibration_samples": len(cal), "validation_samples": len(val),
+                   "split": {"how": how, **({"seed": split_seed} if how == "shuffle" else {}),
+                             "of": len(samples), "calibration": cal_idx, "validation": val_idx}})
+    if len(val) < VAL_WARN_BELOW:
+        source.setdefault("data_warnings", []).append(
+            f"only {len(val)} validation samples: one differing decision is {100 / len(val):.0f}% of them, so the "
+            f"accuracy policy (at most 5% differing) refuses on a single flip; give --calib more samples "
+            f"(or --val-count {VAL_WARN_BELOW}+) for a figure that can tell")
     _check_range(val, inputs, source)
     return DataSet(cal, val, source)
+
+
+#: How ``--calib`` data is split into calibration and validation (``--split``): ``shuffle`` (the default,
+#: seeded: data ordered by class -- all faces, then all non-faces -- calibrates and validates on every
+#: class), ``stride`` (evenly spaced over the data, no randomness) or ``head-tail`` (the first N calibrate,
+#: the last M validate: what edgeopt did before; only for data already shuffled).
+SPLITS = ("shuffle", "stride", "head-tail")
+VAL_WARN_BELOW = 20
+
+
+def parse_split(text: str | None, seed: int = 0) -> tuple[str, int]:
+    """``shuffle`` / ``shuffle:7`` / ``stride`` / ``head-tail`` -> (how, seed); one line for anything else."""
+    text = (text or "shuffle").strip().lower()
+    how, _, s = text.partition(":")
+    if how not in SPLITS or (s and how != "shuffle"):
+        raise UsageError(f"--split takes {', '.join(SPLITS)} (shuffle:SEED for another seed), got {text!r}")
+    try:
+        return how, int(s) if s else int(seed or 0)
+    except ValueError:
+        raise UsageError(f"--split shuffle:SEED takes an integer seed, got {s!r}") from None
+
+
+def split_indices(n: int, n_calib: int, n_val: int, how: str = "shuffle",
+                  seed: int = 0) -> tuple[list[int], list[int], bool]:
+    """(calibration indices, validation indices, overlap) of ``n`` samples, each list in the data's order.
+
+    The two sets are disjoint when the data has room (``n >= n_val + 2``); else validation takes the first
+    ``n_val`` and calibration the first ``n_calib`` of the order, and ``overlap`` is True.  The same ``n``,
+    counts, ``how`` and seed give the same indices on every target and every machine."""
+    if how == "shuffle":
+        order = [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    else:
+        order = list(range(n))
+    if n < n_val + 2:
+        return sorted(order[:n_calib]), sorted(order[:n_val]), True
+    if how == "head-tail":
+        return order[:n - n_val][:n_calib], order[n - n_val:], False
+    if how == "stride":
+        val = sorted({min(n - 1, int((i + 0.5) * n / n_val)) for i in range(n_val)})
+        rest = [i for i in order if i not in set(val)]
+        step = max(1, len(rest) / max(1, n_calib)) if len(rest) > n_calib else 1
+        cal = [rest[int(j * step)] for j in range(min(n_calib, len(rest)))]
+        return cal, val, False
+    return sorted(order[n_val:n_val + n_calib]), sorted(order[:n_val]), False
 
 
 def describe(source: dict[str, Any]) -> str:
@@ -218,6 +271,9 @@ def describe(source: dict[str, Any]) -> str:
     pre = source.get("preprocess") or {}
     line = (f"data: {what}" + (f" (preset={pre.get('preset')})" if pre.get("preset") else "")
             + f" -> {source.get('calibration_samples')} calib + {source.get('validation_samples')} val")
+    sp = source.get("split") or {}
+    if sp:
+        line += f" ({sp['how']}" + (f", seed {sp['seed']}" if "seed" in sp else "") + " split)"
     if source.get("skipped_unreadable"):
         line += f"; skipped {len(source['skipped_unreadable'])} unreadable"
     if source.get("batch"):  # build --batch B: distinct samples, B to a feed

@@ -235,7 +235,8 @@ def build(
           "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
                       if t.name not in non_tensor]}
     unknown_ints = _integer_ranges(model, io, calib)
-    data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0))
+    data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0),
+                                   options.get("split"))
     results: list[TargetResult] = []
     todo: list[tuple[Any, str, str, Path]] = []
     # a model where ONNX Runtime may differ from the spec: its reference may be the spec's (spec_check)
@@ -714,8 +715,9 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
                      "onnx.reference.ReferenceEvaluator, the ONNX spec's implementation (validation.reference_engine)")
         progress(f"note: {notes[-1]}")
     names = [t["name"] for t in io["inputs"]]
-    data = (_batched_data(calib, io["inputs"], pre, n_calib, n_val, options.get("seed", 0), batch) if batch > 1
-            else calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=options.get("seed", 0)))
+    seed, split = options.get("seed", 0), options.get("split")
+    data = (_batched_data(calib, io["inputs"], pre, n_calib, n_val, seed, batch, split) if batch > 1
+            else calibmod.load_data(calib, io["inputs"], pre, n_calib, n_val, seed=seed, split=split))
     progress(calibmod.describe(data.source))
     for w in ([data.source["note"]] if data.source.get("note") else []) + data.source.get("data_warnings", []):
         progress(f"WARNING: data: {w}")
@@ -752,7 +754,7 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
 BATCH_DATA_REV = "distinct-1"
 
 
-def _batched_data(calib, inputs, pre, n_calib, n_val, seed, batch: int):
+def _batched_data(calib, inputs, pre, n_calib, n_val, seed, batch: int, split: str | None = None):
     """The calibration and validation data of ``build --batch B``: the batch-1 build's samples (the same
     distinct samples at every batch size of a curve), packed B to a feed (``calib.pack``; the last feed
     filled up with repeats that count once: ``validation.source.batch`` and ``validation_samples`` say how,
@@ -762,11 +764,12 @@ def _batched_data(calib, inputs, pre, n_calib, n_val, seed, batch: int):
     from edgeopt.errors import CalibrationError
 
     try:
-        data = calibmod.load_data(calib, calibmod.one_sample_inputs(inputs), pre, n_calib, n_val, seed=seed)
+        data = calibmod.load_data(calib, calibmod.one_sample_inputs(inputs), pre, n_calib, n_val, seed=seed,
+                                  split=split)
     except CalibrationError:
         if not calib:
             raise
-        data = calibmod.load_data(calib, inputs, pre, n_calib, n_val, seed=seed)  # [N, B, ...] arrays
+        data = calibmod.load_data(calib, inputs, pre, n_calib, n_val, seed=seed, split=split)  # [N, B, ...]
         data.calibration = calibmod.split_rows(data.calibration, batch)
         data.validation = calibmod.split_rows(data.validation, batch)
     n_cal, n_v = len(data.calibration), len(data.validation)

@@ -18,8 +18,9 @@ def test_stacked_npy_without_the_batch_axis_is_one_sample_per_row(tmp_path):
     ds = load_data(str(tmp_path / "x.npy"), NHWC, None, n_calib=8, n_val=4)
     assert len(ds.calibration) == 8 and len(ds.validation) == 4
     assert ds.calibration[0]["input_1"].shape == (1, 224, 224, 3)
-    np.testing.assert_array_equal(ds.calibration[3]["input_1"][0], x[3])
-    np.testing.assert_array_equal(ds.validation[-1]["input_1"][0], x[11])
+    sp = ds.source["split"]  # the seeded shuffle by default; the rows it took are recorded
+    np.testing.assert_array_equal(ds.calibration[3]["input_1"][0], x[sp["calibration"][3]])
+    np.testing.assert_array_equal(ds.validation[-1]["input_1"][0], x[sp["validation"][-1]])
     assert ds.source["kind"] == "npy"
     assert describe(ds.source).startswith("data: npy arrays from")
 

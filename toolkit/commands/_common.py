@@ -219,6 +219,12 @@ def build_options(f: Callable) -> Callable:
         click.option("--val-count", type=click.IntRange(min=1), default=None,
                      help="Validation samples held out [8; up to 32 when --calib has more samples than "
                           "calibration takes: top-1 agreement on 8 samples moves in 12.5% steps]."),
+        click.option("--split", default=None, metavar="HOW",
+                     help="How --calib data is split into calibration and validation: shuffle (seeded, "
+                          "shuffle:SEED for another seed), stride (evenly spaced) or head-tail (first N "
+                          "calibrate, last M validate) [shuffle: data ordered by class still calibrates and "
+                          "validates on every class]. The indices are in the manifest; fewer than 20 "
+                          "validation samples get a warning."),
         click.option("--dist", "--out", "-o", "out", default="dist", metavar="DIR",
                      help="Bundle folder: DIST/<model>/<target>-<precision>/."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=jobs,

@@ -61,7 +61,7 @@ def build_from_args(args):
                      config=args.config, option=list(args.option), build_timeout=args.timeout,
                      calib_count=args.calib_count, val_count=args.val_count,
                      batch=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
-                     accept=getattr(args, "accept", None),
+                     accept=getattr(args, "accept", None), split=getattr(args, "split", None),
                      raise_on_failure=False)
 
 
