@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import posixpath
+import re
 import secrets
 import sys
 import time
@@ -432,6 +433,11 @@ class DeviceSession:
                                                                   "files": files}),
                                           timeout=min(120.0, self.device.command_timeout))
         reply = _last_json(out)
+        if (not isinstance(reply, dict) or "python" not in reply) and re.search(r"Unknown option:? -I", err or ""):
+            # Python 2 (and 3 before 3.4) has no -I: it stops before running a line of ours
+            raise DeviceError(f"{' '.join(self.python)} on {self.device.name} is older than Python 3.4 (it has no "
+                              f"-I option; Python 2?): the agent needs Python ≥ {'.'.join(map(str, MIN_PYTHON))}",
+                              hint="install a newer python3 there, or point `python:` in the inventory at one")
         if not isinstance(reply, dict) or "python" not in reply:
             raise self._no_reply("the agent's preflight check", rc, out, err)
         ver = ".".join(map(str, reply["python"]))

@@ -187,6 +187,21 @@ def test_a_device_python_older_than_3_8_is_said_in_one_line(ssh_env, sshd, tmp_p
     assert not (tmp_path / "r").exists()  # refused before anything was installed
 
 
+def test_a_device_python_2_is_said_in_one_line_not_unknown_option(ssh_env, sshd, tmp_path):
+    """Python 2.7 stops at ``-I`` before running a line of ours (issue 38, 13): named, not 'Unknown option'."""
+    from edgeopt.errors import DeviceError
+
+    old = Path.home() / ".pyenv" / "versions" / "2.7.18" / "bin" / "python2.7"
+    if not old.exists():
+        pytest.skip(f"no Python 2.7 here ({old}): pyenv install 2.7.18")
+    entry = device_entry(ssh_env, sshd, tmp_path / "r", known_hosts(tmp_path / "kh", sshd), python=str(old))
+    with pytest.raises(DeviceError) as e:
+        DeviceSession.open(make_device("old2", entry))
+    assert "older than Python 3.4" in e.value.message and "old2" in e.value.message, e.value.message
+    assert "Unknown option" not in e.value.message
+    assert not (tmp_path / "r").exists()
+
+
 def test_the_push_command_prints_the_hint_of_a_failed_device(ssh_env, sshd, tmp_path, cls_bundle):
     """`edgeopt push`'s table keeps one line per failure; what to do about it (the error's hint) follows on
     stderr (issue 29 item 15: push printed no hints)."""
