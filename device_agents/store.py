@@ -18,6 +18,7 @@ Standard library only (plus ``bundle`` for hashing).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -77,10 +78,20 @@ def check_slot(slot: Any) -> str:
     return slot
 
 
+SLOT_PART_MAX = 128  # what check_slot takes of one part
+
+
 def _slot_part(name: Any) -> str:
-    """A manifest value made safe for a default slot name."""
-    s = re.sub(r"[^A-Za-z0-9._+-]", "_", str(name or "unnamed"))[:128]
-    return "_" + s if s.startswith((".", "-", "+")) else s
+    """A manifest value made safe for a default slot name.  A name longer than a slot part may be keeps its
+    first characters and a hash of the whole name, so two long names with one prefix never share a slot
+    (cutting them at 128 characters made the second displace the first)."""
+    raw = str(name or "unnamed")
+    s = re.sub(r"[^A-Za-z0-9._+-]", "_", raw)
+    s = "_" + s if s.startswith((".", "-", "+")) else s
+    if len(s) > SLOT_PART_MAX:
+        digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        s = f"{s[:SLOT_PART_MAX - 17]}-{digest}"
+    return s
 
 
 def _within(path: Path, parent: Path) -> bool:

@@ -176,3 +176,14 @@ def test_two_agents_installing_the_same_bundle_at_once_install_it_once(tmp_path,
     assert all(r["agent"] == AGENT_VERSION for r in replies)
     assert sorted(r["install"]["present"] for r in replies) == [False, True]
     assert _store_entries(root) == [bid] and list((root / "staging").iterdir()) == []
+
+
+def test_two_long_model_names_with_one_prefix_get_two_slots():
+    """Slot parts were cut at 128 characters: the second long name displaced the first (issue 38, 7)."""
+    from edgeopt_agent.store import SLOT_PART_MAX, _slot_part, check_slot
+
+    a, b = "m" * 150 + "-detector", "m" * 150 + "-classifier"
+    sa, sb = _slot_part(a), _slot_part(b)
+    assert sa != sb and len(sa) <= SLOT_PART_MAX and len(sb) <= SLOT_PART_MAX
+    assert check_slot(f"{sa}/cpu") and sa == _slot_part(a)  # valid, and the same every time
+    assert _slot_part("yolov8n") == "yolov8n" and _slot_part("x" * SLOT_PART_MAX) == "x" * SLOT_PART_MAX
