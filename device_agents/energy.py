@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -55,13 +57,27 @@ class Unavailable(Exception):
     """A source that this device does not offer (the message says why)."""
 
 
+READ_MAX_BYTES = 4096  # a sysfs attribute is one line; more is not a sensor
+MAX_POWER_W = 20_000.0  # above any one device (an 8-GPU node draws ~10 kW): a rail reading more is not believed
+
+
 def _text(path: str | Path) -> str:
-    with open(path) as f:
-        return f.read().strip()
+    """A sensor file's text.  Only a regular file (sysfs attributes are) is read, non-blocking and bounded: a
+    FIFO or a device node planted at a sensor's path would block the reader for ever."""
+    fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        return os.read(fd, READ_MAX_BYTES).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
 
 
 def _number(path: str | Path) -> float:
-    return float(_text(path).split()[0])
+    v = float(_text(path).split()[0])
+    if not math.isfinite(v):
+        raise ValueError(f"{path} reads {v}")
+    return v
 
 
 # ---- sources ----------------------------------------------------------------------------------
@@ -524,6 +540,9 @@ class _Sampler(threading.Thread):
     def sample(self) -> None:
         try:
             v = self.source.read()
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 and
+                       (self.source.kind == "counter" or x <= MAX_POWER_W) for x in v.values()):
+                raise ValueError(f"a reading that cannot be: {v}")
         except Exception:  # a missed sample; the integral spans the ones read
             self.errors += 1
             return
@@ -612,6 +631,10 @@ class Meter:
         total = sum(rails[r]["energy_j"] for r in s.total_rails if r in rails)
         if not rails or window <= 0:
             self.why_not[s.name] = "no reading over the window"
+            return None
+        if not math.isfinite(total) or total / window > MAX_POWER_W:
+            self.why_not[s.name] = (f"readings not believable: {total:.6g} J over {window:.3f} s "
+                                    f"(more than {MAX_POWER_W:.0f} W, or not a number)")
             return None
         if total <= 0:
             self.why_not[s.name] = (f"the counter did not advance over the {window:.3f} s window "

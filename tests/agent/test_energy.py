@@ -336,3 +336,41 @@ def test_bench_on_local_carries_energy_or_why_not(tiny_bundle, tmp_path, capsys)
     print_fleet(fleet)  # what `edgeopt bench` prints: the J/inf column and its note
     out = capsys.readouterr().out
     assert "J/inf" in out and (e["why_not"] in out if e["source"] is None else e["source"] in out)
+
+
+def test_absurd_rail_values_are_no_measurement_never_infinity(tmp_path):
+    """A rail reading 10^12 mA x mV, or 'nan', is not a figure (issue 38, 10): the source says why, nothing
+    reads Infinity or NaN J per inference."""
+    _ina3221_hwmon(tmp_path, "1-0040", "hwmon0", {1: ("VDD_IN", 5000, 10 ** 12)})
+    meter = energy.Meter([energy.Ina3221Hwmon(tmp_path)], {})
+    meter.start()
+    time.sleep(0.1)
+    rep = meter.stop(inferences=10)
+    assert rep["source"] is None and "ina3221" in rep["unavailable"], rep
+    _ina3221_hwmon(tmp_path, "1-0040", "hwmon0", {1: ("VDD_IN", 5000, 1000)})
+    (tmp_path / "sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon0/curr1_input").write_text("nan\n")
+    with pytest.raises(energy.Unavailable):  # the only rail reads NaN: no source, said so
+        energy.Ina3221Hwmon(tmp_path)
+
+
+def test_a_fifo_at_a_sensor_path_is_refused_not_read_for_ever(tmp_path):
+    """A FIFO planted where a sensor attribute was blocked the reader for ever (issue 38, 10): only regular
+    files are read, without blocking."""
+    import os
+
+    _powercap(tmp_path, 1_000, 1_000, 1_000)
+    ej = tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj"
+    ej.unlink()
+    os.mkfifo(ej)
+    done: list[object] = []
+    t = threading.Thread(target=lambda: done.append(_try(lambda: energy._number(ej))), daemon=True)
+    t.start()
+    t.join(timeout=20)
+    assert done and isinstance(done[0], ValueError) and "not a regular file" in str(done[0])
+
+
+def _try(f):
+    try:
+        return f()
+    except Exception as exc:  # the error is the answer
+        return exc
