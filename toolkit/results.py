@@ -1,11 +1,17 @@
-"""The results database: SQLite, one row per (device, bundle) run with its full JSON.
+"""The results database: one row per (device, bundle) run with its full JSON, in a SQLite file (the
+embedded default) or on a PostgreSQL server that every rig writes to (``--db postgresql://…``,
+``edgeopt.results_pg``).
 
-Columns hold what queries filter and sort on (model, target, precision, device, status, time and a
-few headline numbers); ``json`` holds the whole record (bench reply, probe, push, error), so nothing
-measured is ever lost to a schema.  Failed runs are rows too.  The database and the fan-out hand records
-around as dicts; the Python API hands them out typed (``BenchRecord``, made by ``record_from_dict`` from a
-stored or freshly benched dict; ``to_dict()`` gives the dict back as it was, the JSON the CLI prints).  Times are ISO 8601 UTC strings, which
-sort as text.  Only standard JSON is stored (``edgeopt.jsonsafe``: NaN/Infinity become null with a
+Columns hold what queries filter and sort on (model, target, precision, device, status, time, a few
+headline numbers, the machine ``identity``, the writing ``rig`` and the device's labels); ``json`` holds
+the whole record (bench reply with its per-iteration samples, probe, push, error), so nothing measured is
+ever lost to a schema. Failed runs are rows too. Each row has an idempotent ``record_key`` (run id, device,
+bundle): a record written twice (a retry after a dropped connection, a spool uploaded again) is stored once.
+The schema, its version and migrations are ``edgeopt.results_schema``'s, the same on both engines. The
+database and the fan-out hand records around as dicts; the Python API hands them out typed
+(``BenchRecord``, made by ``record_from_dict`` from a stored or freshly benched dict; ``to_dict()`` gives
+the dict back as it was, the JSON the CLI prints). Times are ISO 8601 UTC strings, which sort as text.
+Only standard JSON is stored (``edgeopt.jsonsafe``: NaN/Infinity become null with a
 ``<key>_null_reason``); a row that cannot be read back (written by an older edgeopt, or damaged) is
 skipped with one line on stderr, never the whole query.
 """
@@ -17,7 +23,9 @@ import copy
 import datetime as _dt
 import json
 import math
+import os
 import re
+import socket
 import sqlite3
 import sys
 import threading
@@ -28,32 +36,127 @@ from typing import Any
 
 from edgeopt.errors import UsageError
 from edgeopt.jsonsafe import clean, dumps
+from edgeopt.results_schema import (
+    INSERT_COLUMNS,
+    SCHEMA_VERSION,
+    identity_of,
+    labels_of,
+    record_key,
+    same_record,
+)
+from edgeopt.results_url import DEFAULT_DB, parse
 
-DEFAULT_DB = "edgeopt-results.db"
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    time TEXT NOT NULL,
-    model TEXT, target TEXT, precision TEXT, backend TEXT,
-    device TEXT NOT NULL, bundle_id TEXT,
-    status TEXT NOT NULL, error TEXT,
-    p50_ms REAL, throughput_ips REAL, accuracy_passed INTEGER,
-    json TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_key ON runs (model, target, precision, device, time);
-CREATE INDEX IF NOT EXISTS runs_time ON runs (time);
-CREATE INDEX IF NOT EXISTS runs_device ON runs (device, time);
-"""
-FILTERS = ("model", "target", "precision", "device", "status", "run_id")
+__all__ = ["DEFAULT_DB", "SCHEMA_VERSION", "FILTERS", "ResultsDB", "parse_since", "record_from_dict"]
+FILTERS = ("model", "target", "precision", "device", "status", "run_id", "identity", "rig", "label")
+RIG_ENV = "EDGEOPT_RIG"
+
+
+def rig_name() -> str:
+    """The rig that writes a record: ``EDGEOPT_RIG``, else this host's name."""
+    return os.environ.get(RIG_ENV) or socket.gethostname()
+
+
+def prepare(record: dict[str, Any]) -> tuple[tuple, str, str]:
+    """The row of a record (``INSERT_COLUMNS`` order, ``record_key`` first of the v2 ones), its JSON and key.
+    The record gains its ``identity`` (machine fingerprint) and ``rig`` when it has none."""
+    ident = identity_of(record)
+    if ident is not None and not isinstance(record.get("identity"), dict):
+        record["identity"] = ident
+    record.setdefault("rig", rig_name())
+    b, bench = record.get("bundle") or {}, record.get("bench") or {}
+    acc = (bench.get("accuracy") or {}).get("passed")
+    err = record.get("error") or None
+    key, text = record_key(record), dumps(record, default=str)
+    row = (record["run_id"], record["time"], b.get("model"), b.get("target"), b.get("precision"),
+           b.get("backend"), (record.get("device") or {}).get("name"), b.get("bundle_id"), record["status"],
+           dumps(err, default=str) if err else None, _finite((bench.get("latency_ms") or {}).get("p50")),
+           _finite(bench.get("throughput_ips")), None if acc is None else int(bool(acc)), text,
+           key, ident["id"] if ident else None, str(record.get("rig") or "") or None, labels_of(record))
+    return row, text, key
+
+
+_INSERT = (f"INSERT INTO runs ({', '.join(INSERT_COLUMNS)}) VALUES ({', '.join('?' * len(INSERT_COLUMNS))}) "
+           "ON CONFLICT (record_key) DO NOTHING RETURNING id")
+
+
+def insert_once(rows, row: tuple, text: str, key: str) -> tuple[int, bool]:
+    """Insert one prepared row exactly once; ``rows(sql, args)`` runs SQL (``?`` placeholders) in the caller's
+    transaction and returns its rows. Returns (row id, whether it was there already). The same key with
+    the same record is a retry (not stored again); the same key with another record (two records of one run,
+    device and bundle that differ) is stored under ``key#2``, ``#3``…: nothing is dropped."""
+    kpos = INSERT_COLUMNS.index("record_key")
+    for n in range(1, 1000):
+        k = key if n == 1 else f"{key}#{n}"
+        got = rows(_INSERT, (*row[:kpos], k, *row[kpos + 1:]))
+        if got:
+            return int(got[0][0]), False
+        have = rows("SELECT id, json FROM runs WHERE record_key = ?", (k,))
+        if have and same_record(have[0][1], text):
+            return int(have[0][0]), True
+    raise RuntimeError(f"record key {key} taken 1000 times")
+
+
+def where_of(model: str | None = None, target: str | None = None, precision: str | None = None,
+             device: str | None = None, status: str | None = None, run_id: str | None = None,
+             since: str | None = None, identity: str | None = None, rig: str | None = None,
+             label: str | None = None, until: str | None = None) -> tuple[str, list]:
+    """The WHERE clause (``?`` placeholders) of a query's filters: each comma-separated list is an IN;
+    ``identity`` matches a prefix of the fingerprint; ``label`` any one of the labels given."""
+    where: list[str] = []
+    args: list[Any] = []
+    for col, val in (("model", model), ("target", target), ("precision", precision), ("device", device),
+                     ("status", status), ("run_id", run_id), ("rig", rig)):
+        if val:
+            vals = [v.strip() for v in str(val).split(",") if v.strip()]
+            where.append(f"{col} IN ({','.join('?' * len(vals))})")
+            args += vals
+    if identity:
+        vals = [v.strip() for v in str(identity).split(",") if v.strip()]
+        where.append("(" + " OR ".join("identity LIKE ?" for _ in vals) + ")")
+        args += [v.replace("%", "").replace("_", "") + "%" for v in vals]
+    if label:
+        vals = [v.strip() for v in str(label).split(",") if v.strip()]
+        where.append("(" + " OR ".join("labels LIKE ?" for _ in vals) + ")")
+        args += [f"%,{v.replace('%', '')},%" for v in vals]
+    if since:
+        where.append("time >= ?")
+        args.append(parse_since(since))
+    if until:
+        where.append("time < ?")
+        args.append(parse_since(until))
+    return ("WHERE " + " AND ".join(where)) if where else "", args
+
+
+class _SqliteRows:
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def run(self, sql: str, args: tuple | list = ()) -> None:
+        self.conn.execute(sql, tuple(args))
+
+    def rows(self, sql: str, args: tuple | list = ()) -> list[tuple]:
+        return self.conn.execute(sql, tuple(args)).fetchall()
 
 
 class ResultsDB:
-    """Append records, query them back. Safe to share between threads (one lock)."""
+    """Append records, query them back. Safe to share between threads (one lock). ``path``: a ``--db``
+    (a file, ``sqlite:///…``, or ``postgresql://…``, which opens an ``edgeopt.results_pg.PgResultsDB``;
+    None: ``EDGEOPT_DB``, else ``edgeopt-results.db``)."""
 
-    def __init__(self, path: str | Path = DEFAULT_DB, create: bool = True) -> None:
-        self.path = Path(path)
+    def __new__(cls, path: str | Path | None = None, create: bool = True) -> ResultsDB:
+        if cls is ResultsDB and parse(path).is_server:
+            from edgeopt.results_pg import PgResultsDB
+
+            return super().__new__(PgResultsDB)
+        return super().__new__(cls)
+
+    def __init__(self, path: str | Path | None = None, create: bool = True) -> None:
+        spec = parse(path)
+        self.path = spec.path
+        self.shown = spec.shown
+        self.duplicates = 0  # records add() found stored already (a retry)
         if not create and not self.path.is_file():
             raise UsageError(f"no results database at {str(self.path)!r}",
                              hint="run `edgeopt bench` or `edgeopt run` first, or pass --db")
@@ -61,18 +164,34 @@ class ResultsDB:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise UsageError(f"{self.path} was written by a newer edgeopt (schema {version})",
-                                 hint="upgrade edgeopt, or use another --db")
-            self._conn.executescript(_SCHEMA)
-            self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self._conn.commit()
+            self._open()
         except sqlite3.DatabaseError as exc:
             raise UsageError(f"{str(self.path)!r} is not a usable results database: {exc}") from None
         self._lock = threading.Lock()
         self.unsaved: list[dict[str, Any]] = []  # records add() could not write (save_unsaved keeps them)
         self.write_error: str | None = None
+
+    def _open(self) -> None:
+        from edgeopt.results_schema import migrate, stored_version
+
+        db = _SqliteRows(self._conn)
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if max(version, stored_version(db)) > SCHEMA_VERSION:
+            raise UsageError(f"{self.path} was written by a newer edgeopt (schema "
+                             f"{max(version, stored_version(db))}; this one knows {SCHEMA_VERSION})",
+                             hint="upgrade edgeopt, or use another --db")
+        if max(version, stored_version(db)) == SCHEMA_VERSION:
+            return
+        self._conn.execute("BEGIN IMMEDIATE")  # one writer migrates; the others wait, then see it done
+        try:
+            start = max(self._conn.execute("PRAGMA user_version").fetchone()[0], stored_version(db))
+            if start < SCHEMA_VERSION:
+                migrate(db, _edgeopt_version(), start)
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._conn.commit()
+        except BaseException:
+            self._conn.rollback()
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -83,23 +202,23 @@ class ResultsDB:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def schema_version(self) -> int:
+        from edgeopt.results_schema import stored_version
+
+        with self._lock:
+            return stored_version(_SqliteRows(self._conn))
+
     def add(self, record: dict[str, Any]) -> int:
-        """Store one record (``RunRecord.as_dict()``); returns its row id."""
-        b, bench = record.get("bundle") or {}, record.get("bench") or {}
-        acc = (bench.get("accuracy") or {}).get("passed")
-        err = record.get("error") or None
-        row = (record["run_id"], record["time"], b.get("model"), b.get("target"), b.get("precision"),
-               b.get("backend"), (record.get("device") or {}).get("name"), b.get("bundle_id"), record["status"],
-               dumps(err, default=str) if err else None, _finite((bench.get("latency_ms") or {}).get("p50")),
-               _finite(bench.get("throughput_ips")), None if acc is None else int(bool(acc)),
-               dumps(record, default=str))
+        """Store one record (``RunRecord.as_dict()``) once; returns its row id (the stored one's when the same
+        record is there already: a retry), -1 when it could not be written (``save_unsaved`` keeps it)."""
+        row, text, key = prepare(record)
         with self._lock:
             try:
-                cur = self._conn.execute(
-                    "INSERT INTO runs (run_id, time, model, target, precision, backend, device, bundle_id, status, "
-                    "error, p50_ms, throughput_ips, accuracy_passed, json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                rid, dup = insert_once(_SqliteRows(self._conn).rows, row, text, key)
                 self._conn.commit()
-                return int(cur.lastrowid)
+                self.duplicates += dup
+                return rid
             except sqlite3.Error as exc:  # the disk filled (or went read-only) since the database was opened
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.rollback()
@@ -113,11 +232,10 @@ class ResultsDB:
         written. The file (``<db name>.unsaved-<run id>.json``) holds ``{"db", "error", "records"}``."""
         if not self.unsaved:
             return None
-        import os
         import tempfile
 
         n, why = len(self.unsaved), self.write_error or "unknown error"
-        body = dumps({"db": str(self.path), "error": why, "records": self.unsaved}, default=str)
+        body = dumps({"db": str(self.shown), "error": why, "records": self.unsaved}, default=str)
         name = f"{self.path.name}.unsaved-{run_id}.json"
         tried = []
         for folder in (self.path.parent, Path.cwd(), Path(tempfile.gettempdir())):
@@ -129,36 +247,32 @@ class ResultsDB:
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, dest)
-                return (f"the results database {self.path} could not be written ({why}): {n} record(s) kept in "
+                return (f"the results database {self.shown} could not be written ({why}): {n} record(s) kept in "
                         f"{dest} instead")
             except OSError as exc:
                 tried.append(f"{folder}: {exc.strerror or exc}")
                 if tmp is not None:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp)
-        return (f"the results database {self.path} could not be written ({why}), nor could {n} record(s) be kept "
+        return (f"the results database {self.shown} could not be written ({why}), nor could {n} record(s) be kept "
                 f"as JSON ({'; '.join(tried)}); they are in the output above (--json prints them whole)")
+
+    def _rows(self, sql: str, args: list | tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(args)).fetchall()
 
     def query(self, model: str | None = None, target: str | None = None, precision: str | None = None,
               device: str | None = None, status: str | None = None, run_id: str | None = None,
-              since: str | None = None, latest: bool = False) -> list[dict[str, Any]]:
-        """Records matching every filter given (``since``: ISO date/time or ``30m``/``12h``/``7d`` ago), oldest
-        first; ``latest`` keeps the newest of each (model, target, precision, device, batch), bench runs and
-        gate verdicts (``status`` ``gate-*``) apart."""
-        where, args = [], []
-        for col, val in (("model", model), ("target", target), ("precision", precision), ("device", device),
-                         ("status", status), ("run_id", run_id)):
-            if val:
-                vals = [v.strip() for v in str(val).split(",") if v.strip()]
-                where.append(f"{col} IN ({','.join('?' * len(vals))})")
-                args += vals
-        if since:
-            where.append("time >= ?")
-            args.append(parse_since(since))
-        cond = ("WHERE " + " AND ".join(where)) if where else ""
-        sql = f"SELECT id, json, model, target, precision, device, status FROM runs {cond} ORDER BY time, id"
-        with self._lock:
-            rows = self._conn.execute(sql, args).fetchall()
+              since: str | None = None, latest: bool = False, identity: str | None = None,
+              rig: str | None = None, label: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
+        """Records matching every filter given (``since``/``until``: ISO date/time or ``30m``/``12h``/``7d``
+        ago; ``identity``: a machine fingerprint or its prefix; ``rig``: the writing rig; ``label``: a device
+        label), oldest first; ``latest`` keeps the newest of each (model, target, precision, device, machine
+        identity, batch), bench runs and gate verdicts (``status`` ``gate-*``) apart."""
+        cond, args = where_of(model, target, precision, device, status, run_id, since, identity, rig, label, until)
+        sql = (f"SELECT id, json, model, target, precision, device, identity, status FROM runs {cond} "
+               "ORDER BY time, id")
+        rows = self._rows(sql, args)
         out: list[tuple[tuple, dict[str, Any]]] = []
         for row_id, text, *cols in rows:
             try:
@@ -166,18 +280,22 @@ class ResultsDB:
                 if not isinstance(rec, dict):
                     raise ValueError(f"a JSON {type(rec).__name__}, not an object")
             except (ValueError, TypeError) as exc:
-                print(f"edgeopt: {self.path}: skipped row {row_id}, which cannot be read ({str(exc)[:120]})",
+                print(f"edgeopt: {self.shown}: skipped row {row_id}, which cannot be read ({str(exc)[:120]})",
                       file=sys.stderr)
                 continue
+            if not isinstance(rec.get("identity"), dict):  # a row from before identities: computed now
+                ident = identity_of(rec)
+                if ident is not None:
+                    rec["identity"] = ident
             batch = ((rec.get("bench") or {}).get("inputs") or {}).get("batch") if isinstance(rec.get("bench"), dict) \
                 else None
-            key = (*cols[:4], 1 if batch is None else batch, str(cols[4] or "").startswith("gate-"))
+            key = (*cols[:5], 1 if batch is None else batch, str(cols[5] or "").startswith("gate-"))
             out.append((key, clean(rec)))  # a NaN an older edgeopt stored comes back as null with its reason
         if latest:
             # the newest bench run and the newest gate verdict of each (model, target, precision, device,
-            # batch): a gate does not hide a bench. Done here, not in SQL: SQLite's json_extract fails the
-            # whole query on one row an older edgeopt wrote with a bare NaN ("malformed JSON"), and a
-            # damaged newest row must not hide the last good one.
+            # identity, batch): a gate does not hide a bench. Done here, not in SQL: SQLite's json_extract
+            # fails the whole query on one row an older edgeopt wrote with a bare NaN ("malformed JSON"),
+            # and a damaged newest row must not hide the last good one.
             newest = {}
             for i, (key, _rec) in enumerate(out):
                 newest[_hashable(key)] = i
@@ -185,9 +303,21 @@ class ResultsDB:
             return [rec for i, (_key, rec) in enumerate(out) if i in keep]
         return [rec for _key, rec in out]
 
+    def models(self) -> list[str]:
+        """The models with runs stored, sorted."""
+        return [r[0] for r in self._rows("SELECT DISTINCT model FROM runs WHERE model IS NOT NULL ORDER BY model")]
+
     def count(self) -> int:
-        with self._lock:
-            return int(self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])
+
+
+def _edgeopt_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("edgeopt")
+    except Exception:  # not installed (a source checkout on sys.path)
+        return "unknown"
 
 
 def _hashable(key: tuple) -> tuple:
