@@ -344,14 +344,56 @@ def _freeze(top: Path) -> list[dict[str, str]]:
     return problems
 
 
-def _writers(top: Path) -> list[dict[str, str]]:
-    """Files under ``top`` that another process still holds open for writing (read from ``/proc``; none
-    are found where there is no ``/proc``). Checked after ``_freeze``: no new writer can open them then
-    (read-only), but one that opened a file before (a stale upload's sftp-server) could still change the
-    bytes after they were hashed, so such an upload is refused instead of installed."""
+def _writers(top: Path, any_use: bool = False) -> list[dict[str, str]]:
+    """Files under ``top`` that another process still holds open for writing, or maps shared and writable
+    (read from ``/proc``: ``fd/`` and ``maps``; none are found where there is no ``/proc``).  Checked after
+    ``_freeze``: no new writer can open them then (read-only), but one that opened a file before (a stale
+    upload's sftp-server), or mapped it with ``MAP_SHARED`` and closed the descriptor, could still change the
+    bytes after they were hashed, so such an upload is refused instead of installed.  ``any_use``: any open
+    descriptor or mapping counts (gc: an upload some process still holds is not stale, whatever its times)."""
     prefix, found = str(top) + os.sep, []
     if not os.path.isdir("/proc"):
         return found
+
+    def add(target: str, pid: str, how: str) -> None:
+        found.append({"file": Path(target).relative_to(top).as_posix(),
+                      "problem": f"still {how} by process {pid} (an upload that has not ended?); its bytes "
+                                 "could change after they were checked"})
+
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's process we may not look into
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if not target.startswith(prefix):
+                continue
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags = int(re.search(r"^flags:\s*([0-7]+)", f.read(), re.M).group(1), 8)
+            except (OSError, AttributeError, ValueError):
+                flags = os.O_RDWR  # cannot tell: assume the worst
+            if any_use or flags & (os.O_WRONLY | os.O_RDWR):
+                add(target, pid, "open for writing" if flags & (os.O_WRONLY | os.O_RDWR) else "open")
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 6:
+                continue
+            target = parts[5][:-10] if parts[5].endswith(" (deleted)") else parts[5]  # (3.8: no removesuffix)
+            if target.startswith(prefix) and (any_use or ("w" in parts[1] and "s" in parts[1])):
+                add(target, pid, "mapped shared and writable" if "w" in parts[1] and "s" in parts[1] else "mapped")
+    return found
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -546,7 +588,7 @@ def sweep_staging(root: Path, keep: Path | None = None, stale_s: float = STALE_U
     for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
         if keep is not None and entry == keep:
             continue
-        if now - _last_write(entry) >= stale_s:
+        if now - _last_write(entry) >= stale_s and not _writers(entry, any_use=True):
             _remove_tree(entry)
             removed.append(entry.name)
     return removed
@@ -832,7 +874,9 @@ def gc(root: Path, keep: Any = 3, grace_s: Any = 3600, dry_run: bool = False) ->
                 _remove_tree(entry)
         staging = root / "staging"
         for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
-            if now - _last_write(entry) >= grace_s:  # by its newest file: an upload being written is never taken
+            # by its newest file, and never one a process still holds open (a clock step can make a file
+            # being written look old; the SFTP server's descriptor says it is not)
+            if now - _last_write(entry) >= grace_s and not _writers(entry, any_use=True):
                 staging_removed.append(entry.name)
                 if not dry_run:
                     _remove_tree(entry)

@@ -310,3 +310,42 @@ def test_an_upload_a_process_still_writes_is_refused_not_installed(tmp_path, tin
     with open(up / "model.onnx", "rb"):  # a reader holds nothing up
         rc, reply = agent("install", {"root": str(root2), "staging": str(up), "bundle_id": bid})
         assert rc == 0 and reply["install"]["present"] is False, reply
+
+
+def test_gc_never_takes_an_upload_a_process_holds_open_whatever_its_times(tmp_path):
+    """A clock step made an upload *file* look old too: gc deleted what the SFTP server still held open and the
+    push blamed the disk (issue 38, 8).  An open descriptor (checked in /proc) keeps the upload."""
+    root = tmp_path / "root"
+    up = root / "staging" / "held.upload"
+    up.mkdir(parents=True)
+    past = time.time() - 7200
+    with open(up / "model.onnx", "wb") as f:  # this test process plays the SFTP server
+        f.write(b"\0" * 4096)
+        f.flush()
+        for p in (up / "model.onnx", up):
+            os.utime(p, (past, past))
+        rc, reply = agent("gc", {"root": str(root), "grace_s": 3600})
+        assert rc == 0 and reply["gc"]["staging_removed"] == [] and up.exists(), reply
+    rc, reply = agent("gc", {"root": str(root), "grace_s": 3600})  # closed, still 2 h old: interrupted
+    assert reply["gc"]["staging_removed"] == ["held.upload"] and not up.exists()
+
+
+def test_a_shared_writable_mapping_of_an_upload_is_refused_not_installed(tmp_path, tiny_bundle):
+    """A writer through a shared mmap whose descriptor was closed before install could change bytes while
+    install hashed them (issue 38, 12): /proc/PID/maps shows the mapping, and the install refuses."""
+    import mmap
+
+    root, bid = tmp_path / "root", _bid(tiny_bundle)
+    up = root / "staging" / "u1"
+    shutil.copytree(tiny_bundle, up)
+    with open(up / "model.onnx", "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)  # MAP_SHARED, writable
+    try:  # the descriptor is closed; the mapping stays
+        rc, reply = agent("install", {"root": str(root), "staging": str(up), "bundle_id": bid})
+        assert rc == 1 and reply["error"]["type"] == "InstallRejected", reply
+        assert f"mapped shared and writable by process {os.getpid()}" in reply["error"]["message"]
+        assert not (root / "store" / bid).exists()
+    finally:
+        m.close()
+    res = _install(tiny_bundle, root, "u2")
+    assert res["present"] is False and agent("verify", {"root": str(root), "bundle_id": bid})[0] == 0
