@@ -176,6 +176,9 @@ class BuildJob:
     cache_key: str = ""
     accept: dict[str, Any] | None = None  # the accuracy policy's gate file (``--accept``), parsed; None: defaults
     carried_kinds: dict[str, Any] | None = None  # build --batch: the output kinds of the batch-1 build
+    # issue 42: {input: [{"axis", "range"|"buckets"}]} of a --shape with a range/buckets; None: all static
+    variable: dict[str, Any] | None = None
+    shape_form: str | None = None  # the form this build makes: "static" (padded to the top) | "dynamic"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BuildJob:
@@ -210,6 +213,9 @@ class Target:
     # The backend runs the FP16 range analysis itself (tensorrt: keeps those layers FP32 when strongly
     # typed, else warns; coreml: keeps them FP32); for the others ``build`` warns about them.
     fp16_range_own = False
+    # The forms a variable axis can take here (issue 42), in the order preferred when both pass and time
+    # alike: "dynamic" (the runtime's own variable dims) and "static" (one shape, the top, inputs padded).
+    shape_forms: tuple[str, ...] = ("static",)
 
     def _build_ifs(self, job: BuildJob, progress: Callable[[str], None]) -> tuple[BuildOutput, list[str], bool]:
         """``(output, Ifs selected, retried)``: ``_build`` on the job -- its Ifs as both branches and a
@@ -321,7 +327,10 @@ class Target:
                 raise CheckFailed("nothing to quantize: the model has no weighted op (" + ", ".join(sorted(WEIGHTED_OPS))
                                   + "), so an 'int8' artifact would be the FP32 model under another name",
                                   hint="build it at fp32 (--precision fp32; auto falls back to it by itself)")
-            out, selected, uncalibrated = self._build_ifs(job, progress)
+            if job.variable:
+                out, selected, uncalibrated = self._build_forms(job, progress)
+            else:
+                out, selected, uncalibrated = self._build_ifs(job, progress)
         except CheckFailed as exc:  # tells the pipeline this outcome may be cached (a crash may not)
             if exc.accuracy:
                 exc.hint = with_debug_hint(exc.hint, self.debug_command(job))
@@ -353,6 +362,101 @@ class Target:
                                       "note": "this host cannot run the artifact; the check runs on the device"}
         write_manifest(bundle, manifest)
         return manifest
+
+    # --- variable-length inputs (issue 42) ------------------------------------------------------------
+    def _build_forms(self, job: BuildJob, progress: Callable[[str], None]) -> tuple[BuildOutput, list[str], bool]:
+        """Each form this backend offers (``shape_forms``; ``--option shape_form=static|dynamic`` picks one),
+        built in a folder of its own and checked at every validation sample's own length against FP32 run
+        unpadded; the fastest form that passes is kept (its files moved into the bundle) and the manifest's
+        ``shape_form`` says which, why, and what each form measured. A static form whose padding changes the
+        answers is refused with that reason; when a dynamic form passes instead, it is built and said."""
+        import dataclasses
+        import shutil
+
+        bundle = Path(job.bundle_dir)
+        free = varlen_data(job, bundle)
+        asked = str(job.options.get("shape_form", "auto"))
+        forms = list(self.shape_forms) if asked == "auto" else [asked]
+        if asked != "auto" and asked not in self.shape_forms:
+            raise BuildFailed(f"--option shape_form={asked}: {job.target['name']} builds a variable axis only as "
+                              + " or ".join(self.shape_forms))
+        tried: list[dict[str, Any]] = []
+        built: dict[str, tuple[BuildOutput, list[str], bool, Path]] = {}
+        last_exc: CheckFailed | None = None
+        for form in forms:
+            sub = bundle.parent / f"{bundle.name}.form-{form}"
+            shutil.rmtree(sub, ignore_errors=True)
+            shutil.copytree(bundle, sub)  # the validation files
+            this = dataclasses.replace(job, bundle_dir=str(sub), shape_form=form,
+                                       prepared_path=str(free) if form == "dynamic" else job.prepared_path)
+            progress(f"shape form {form}: building")
+            t0 = time.perf_counter()
+            try:
+                out, selected, uncal = self._build_ifs(this, progress)
+            except CheckFailed as exc:
+                tried.append({"form": form, "passed": False, "error": str(exc).splitlines()[0]})
+                last_exc = exc
+                continue
+            out.extra_manifest["shape_form"] = {"form": form}
+            manifest = self._manifest(this, out, time.perf_counter() - t0)
+            write_manifest(sub, manifest)
+            progress(f"shape form {form}: checking at each sample's own length")
+            check = host_check(sub, job.options.get("check_timeout", 600), out.check_options) \
+                if out.check == "numeric" else {"passed": None, "summary": f"{out.check} check"}
+            n = max(1, len(check.get("per_length") or []) or 1)
+            tried.append({"form": form, "passed": check.get("passed"), "summary": check.get("summary", ""),
+                          "error": check.get("error"),
+                          "ms_per_sample": round(1e3 * check["validation_s"] / n, 3) if check.get("validation_s")
+                          else None, "per_length": check.get("per_length")})
+            built[form] = (out, selected, uncal, sub)
+        if not built:
+            assert last_exc is not None
+            raise last_exc
+        ok = [t for t in tried if t["passed"] and t["form"] in built]
+        if ok:
+            order = {f: i for i, f in enumerate(forms)}
+            # the fastest that passes; within 10% of the preferred one, the preferred (no padding cost/risk)
+            best = min(ok, key=lambda t: (t["ms_per_sample"] or 0, order[t["form"]]))
+            first = min(ok, key=lambda t: order[t["form"]])
+            if first is not best and (first["ms_per_sample"] or 0) <= 1.1 * (best["ms_per_sample"] or 0):
+                best = first
+        else:
+            best = next(t for t in tried if t["form"] in built)
+        chosen = best["form"]
+        out, selected, uncal, sub = built[chosen]
+        for item in sub.iterdir():
+            if item.name in ("manifest.json", "validation", CHECK_FAILED_MARK):
+                continue
+            dst = bundle / item.name
+            if dst.exists():
+                shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+            shutil.move(str(item), str(dst))
+        for form in built:
+            shutil.rmtree(built[form][3], ignore_errors=True)
+        refused = [t for t in tried if t["passed"] is False]
+        if not ok:
+            reason = "no form passed its check at each sample's own length"
+        elif chosen == "dynamic" and any(t["form"] == "static" for t in refused):
+            reason = "the static (padded) form was refused: padding changes the answers"
+        elif len(ok) > 1:
+            reason = (f"fastest passing form ({best['ms_per_sample']} ms/sample vs "
+                      + ", ".join(f"{t['form']} {t['ms_per_sample']}" for t in ok if t is not best) + ")")
+        else:
+            reason = "the only form tried" if len(tried) == 1 else "the only form that passed"
+        out.extra_manifest["shape_form"] = {
+            "form": chosen, "reason": reason,
+            "runs_at": ("each request's own length (range) / its bucket (buckets)" if chosen == "dynamic"
+                        else "every request padded to the top"),
+            "tried": [{k: v for k, v in t.items() if k != "per_length"} for t in tried]}
+        for t in refused:
+            if t["form"] == "static":
+                msg = (f"static form (padded to {_tops(job)}) refused: padding changes the answers ("
+                       + (t.get("summary") or t.get("error") or "check failed") + ")")
+                (out.warnings if ok else out.notes).append(
+                    msg + (f"; built the {chosen} form, which matches FP32 at each sample's own length" if ok else ""))
+                progress(msg)
+        out.notes.append(f"shape form: {chosen} ({reason})")
+        return out, selected, uncal
 
     def debug_command(self, job: BuildJob) -> str:
         """``debug_command`` for this job."""
@@ -388,7 +492,11 @@ class Target:
                            "reference_runtime": package_versions(
                                ["onnx"] if job.data_source.get("reference_engine") == "onnx.reference"
                                else ["onnxruntime"]),
-                           "reference_engine": job.data_source.get("reference_engine", "onnxruntime")},
+                           "reference_engine": job.data_source.get("reference_engine", "onnxruntime"),
+                           **({"varlen": {"inputs": VARLEN_INPUTS, "reference": VARLEN_REFERENCE,
+                                          "reference_form": "FP32 model run unpadded at each sample's own length",
+                                          "own_lengths": bool(job.data_source.get("validation_shapes"))}}
+                              if job.variable else {})},
             "notes": job.data_source.get("prepare_notes", []) + out.notes,
             "warnings": out.warnings + ([job.data_source["warning"]] if job.data_source.get("warning") else [])
             + job.data_source.get("prepare_warnings", []),
@@ -630,6 +738,45 @@ def _branch_producer(branch, i: int, outer: dict) -> str | None:
             return node.op_type if node is not None else None
         name = node.input[0]
     return None
+
+
+VARLEN_INPUTS, VARLEN_REFERENCE = "validation/varlen_inputs.npz", "validation/varlen_reference.npz"
+
+
+def _tops(job: BuildJob) -> str:
+    return ", ".join(f"{s['name']}{s['shape']}" for s in job.io["inputs"] if s.get("variable"))
+
+
+def varlen_data(job: BuildJob, bundle: Path) -> Path:
+    """The variable-length validation set in the bundle (``VARLEN_INPUTS``: every validation sample at its
+    own length, cut from the padded one by ``data_source.validation_shapes``; ``VARLEN_REFERENCE``: the FP32
+    model run *unpadded* at that length, ONNX Runtime with optimizations off); returns the prepared model
+    with its variable axes free again (``shapes.free_model``), written beside the bundle."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from edgeopt.calib import load_stacked
+    from edgeopt.shapes import free_model
+    from edgeopt_agent import varlen
+
+    names = [s["name"] for s in job.io["inputs"]]
+    outs = [s["name"] for s in job.io["outputs"]]
+    feeds = load_stacked(job.validation_path, names, "in")
+    true = job.data_source.get("validation_shapes")
+    if true:
+        feeds = [{n: varlen.crop(f[n], t.get(n, np.shape(f[n]))) for n in names} for f, t in zip(feeds, true)]
+    free = bundle.parent / f"{bundle.name}.free.onnx"
+    onnx.save(free_model(onnx.load(job.prepared_path), job.variable or {}), str(free))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(free), so, providers=["CPUExecutionProvider"])
+    refs = [dict(zip(outs, sess.run(outs, f))) for f in feeds]
+    (bundle / "validation").mkdir(parents=True, exist_ok=True)
+    varlen.save(bundle / VARLEN_INPUTS, feeds, names, "in")
+    varlen.save(bundle / VARLEN_REFERENCE, refs, outs, "out")
+    return free
 
 
 def host_check(bundle: Path, timeout: float = 600, options: dict[str, Any] | None = None) -> dict[str, Any]:

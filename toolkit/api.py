@@ -239,8 +239,10 @@ def check_model_format(model: str | os.PathLike) -> None:
 def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[str, list[int]]:
     from edgeopt.model import parse_shapes as _parse
 
-    if isinstance(shapes, dict):
-        return {k: [int(d) for d in v] for k, v in shapes.items()}
+    if isinstance(shapes, dict):  # values: [1, 3, 224, 224], or with a range/buckets ([1, "1..128"], [1, (16, 32)])
+        from edgeopt.shapes import from_value
+
+        return {k: from_value(k, v) for k, v in shapes.items()}
     if isinstance(shapes, str):
         shapes = [shapes]
     return _parse(list(shapes or []))

@@ -214,6 +214,9 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
             f"only {len(val)} validation samples: one differing decision is {100 / len(val):.0f}% of them, so the "
             f"accuracy policy (at most 5% differing) refuses on a single flip; give --calib more samples "
             f"(or --val-count {VAL_WARN_BELOW}+) for a figure that can tell")
+    if any(isinstance(f, VarFeed) for f in val):  # variable lengths: each validation sample's own shapes
+        source["validation_shapes"] = [getattr(f, "true", None) or {n: list(np.shape(a)) for n, a in f.items()}
+                                       for f in val]
     _check_range(val, inputs, source)
     return DataSet(cal, val, source)
 
@@ -321,11 +324,111 @@ def _random_feed(inputs: list[dict[str, Any]], rng: np.random.Generator) -> dict
     return feed
 
 
+class VarFeed(dict):
+    """A sample of a variable-length input padded to the static (top) shape; ``true`` holds each input's
+    own shape before padding (``--shape`` with a range or buckets: ``edgeopt.shapes``)."""
+
+    true: dict[str, list[int]]
+
+
+def _varlen_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.ndarray]] | None:
+    """Samples at their own lengths from a .npz for inputs with variable axes (their IO spec's ``variable``):
+    object arrays (one array per sample), one sample per file (a folder of .npz), or padded arrays with
+    ``lengths`` (an int array [N], or [N, axes]) or a 0/1 mask input (its name holds "mask"; the lengths are
+    its sums over the variable axis). None: not such data (read as fixed-shape arrays)."""
+    var = {t["name"]: t["variable"] for t in inputs if t.get("variable")}
+    if not var or path.suffix.lower() != ".npz":
+        return None
+    try:
+        data = np.load(path, allow_pickle=False)
+        files = {k: data[k] for k in data.files}
+    except ValueError:  # object arrays: one array per sample of its own length (pickled by numpy)
+        data = np.load(path, allow_pickle=True)
+        files = {k: data[k] for k in data.files}
+    names = [t["name"] for t in inputs]
+    missing = [n for n in names if n not in files]
+    if missing:
+        raise CalibrationError(f"{path} lacks array(s) for input(s) {missing}", hint=f"keys found: {list(files)}")
+    by_name = {t["name"]: t for t in inputs}
+
+    def one(n: str, a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a)
+        rank = len(by_name[n]["shape"])
+        if a.ndim == rank - 1 and by_name[n]["shape"][0] == 1:
+            a = a[None]
+        if a.ndim != rank:
+            raise CalibrationError(f"{path}: a sample of input {n!r} has shape {list(a.shape)}, rank {a.ndim}; "
+                                   f"the model's input has rank {rank}")
+        return a.astype(by_name[n]["dtype"])
+
+    if any(files[n].dtype == object for n in names):
+        counts = {len(files[n]) for n in names}
+        if len(counts) != 1:
+            raise CalibrationError(f"{path}: inputs have different sample counts")
+        return [{n: one(n, files[n][i]) for n in names} for i in range(counts.pop())]
+    rank_of = {n: len(by_name[n]["shape"]) for n in names}
+    if all(files[n].ndim == rank_of[n] for n in names) and any(
+            files[n].shape[int(v["axis"])] != int(by_name[n]["shape"][int(v["axis"])]) for n in var for v in var[n]):
+        return [{n: one(n, files[n]) for n in names}]  # one sample at its own length (a folder of .npz)
+    lengths = files.get("lengths")
+    mask = next((n for n in names if "mask" in n.lower()), None)
+    if lengths is None and mask is None:
+        return None  # padded arrays with no length: fixed-shape data
+    samples = []
+    stacked = {n: files[n] if files[n].ndim == rank_of[n] + 1 else files[n][:, None] for n in names}
+    for i in range(len(stacked[names[0]])):
+        feed = {}
+        for n in names:
+            a = stacked[n][i]
+            cut = list(a.shape)
+            for k, v in enumerate(var.get(n, [])):
+                ax = int(v["axis"])
+                if lengths is not None:
+                    row = np.atleast_1d(lengths[i])
+                    cut[ax] = int(row[min(k, len(row) - 1)])
+                else:
+                    m = np.asarray(stacked[mask][i])
+                    cut[ax] = int(np.max(np.sum(m != 0, axis=min(ax, m.ndim - 1))))
+            feed[n] = one(n, a[tuple(slice(0, c) for c in cut)])
+        samples.append(feed)
+    return samples
+
+
+def _padded(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """Each sample padded with zeros to the static (top) shape, its own shapes kept in ``VarFeed.true``; a
+    sample past the top is refused."""
+    out = []
+    for i, smp in enumerate(samples):
+        feed = VarFeed()
+        feed.true = {}
+        for t in inputs:
+            a = smp[t["name"]]
+            top = [int(d) for d in t["shape"]]
+            if any(s > d for s, d in zip(a.shape, top)) or a.ndim != len(top):
+                raise CalibrationError(f"{path}: sample {i} of input {t['name']!r} has shape {list(a.shape)}, "
+                                       f"past the --shape bounds (top {top})",
+                                       hint="widen the range/buckets in --shape or drop the longer samples")
+            fixed = [ax for ax, (s, d) in enumerate(zip(a.shape, top)) if s != d
+                     and ax not in {int(v["axis"]) for v in t.get("variable") or []}]
+            if fixed:
+                raise CalibrationError(f"{path}: sample {i} of input {t['name']!r} has shape {list(a.shape)}; only "
+                                       f"the variable axes may differ from {top}")
+            feed.true[t["name"]] = list(a.shape)
+            feed[t["name"]] = np.pad(a, [(0, d - s) for s, d in zip(a.shape, top)])
+        out.append(feed)
+    return out
+
+
 def _from_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, np.ndarray]]:
     """A .npy (single-input models) or .npz keyed by input name; a leading sample axis is optional.
 
     An input whose shape starts with a batch of 1 (``[1, 224, 224, 3]``) also takes samples stacked
-    without that 1 (``[N, 224, 224, 3]``): the sample axis replaces the batch axis."""
+    without that 1 (``[N, 224, 224, 3]``): the sample axis replaces the batch axis.  Inputs with variable
+    axes (``--shape x:1x3x48x32..320``) also take samples of their own lengths (``_varlen_arrays``), padded
+    to the top shape (``VarFeed``)."""
+    varlen = _varlen_arrays(path, inputs)
+    if varlen is not None:
+        return _padded(varlen, inputs, path)
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as exc:

@@ -59,6 +59,8 @@ class ModelInfo:
     metadata: dict[str, str] = field(default_factory=dict)
     quantized: dict[str, int] = field(default_factory=dict)  # already-quantized ops (quantized_ops)
     functions: list[str] = field(default_factory=list)  # model-local functions, "domain::name"
+    # every dynamic input axis: {"input", "axis", "dim", "suggest", "why"} (``dynamic_axes``)
+    dynamic_axes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def opset(self) -> int:
@@ -392,7 +394,64 @@ def inspect(path: str | os.PathLike) -> ModelInfo:
         metadata={p.key: p.value for p in model.metadata_props},
         quantized=quantized_ops(nodes),
         functions=functions,
+        dynamic_axes=dynamic_axes(model, [_value_info(v) for v in graph.input if v.name not in init_names]),
     )
+
+
+def dynamic_axes(model: Any, inputs: list[TensorInfo]) -> list[dict[str, Any]]:
+    """Every dynamic axis of every input, with an upper bound where the model tells one: the row count of a
+    position-embedding table (a Gather from a ``[P, H]`` table that is not the largest one -- the vocabulary --
+    or a ``[1, P, H]`` initializer added to the activations) for a sequence axis of an integer input, or a
+    Reshape's constant that fixes that axis (same rank, a positive size at that index). ``suggest`` is None
+    where the model says nothing (a CNN's width, audio samples): bound it by the data."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    consts: dict[str, Any] = {}
+    for n in graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = a.t
+    tables: list[int] = []  # Gather data tables [P, H]
+    added: list[int] = []  # [1, P, H] initializers added to activations
+    reshapes: list[list[int]] = []
+    for n in graph.node:
+        if n.op_type == "Gather" and n.input and n.input[0] in inits and len(inits[n.input[0]].dims) == 2:
+            tables.append(int(inits[n.input[0]].dims[0]))
+        elif n.op_type == "Add":
+            for x in n.input:
+                t = inits.get(x)
+                if t is not None and len(t.dims) == 3 and t.dims[0] == 1 and t.dims[1] > 1:
+                    added.append(int(t.dims[1]))
+        elif n.op_type == "Reshape" and len(n.input) > 1:
+            t = inits.get(n.input[1]) or consts.get(n.input[1])
+            if t is not None:
+                try:
+                    reshapes.append([int(v) for v in numpy_helper.to_array(t).reshape(-1)])
+                except Exception:  # noqa: BLE001 - an odd constant tells nothing
+                    pass
+    positions = sorted(set(tables))[:-1] if len(set(tables)) > 1 else []
+    positions = [p for p in positions if 16 <= p <= 65536]
+    out: list[dict[str, Any]] = []
+    for t in inputs:
+        for i, d in enumerate(t.shape):
+            if isinstance(d, int):
+                continue
+            row: dict[str, Any] = {"input": t.name, "axis": i, "dim": d, "suggest": None, "why": ""}
+            seq_axis = i == len(t.shape) - 1 and i > 0
+            if seq_axis and t.dtype.startswith("int") and positions:
+                row.update(suggest=max(positions), why=f"position-embedding table of {max(positions)} rows")
+            elif seq_axis and added:
+                row.update(suggest=max(added), why=f"a [1, {max(added)}, H] initializer added to the activations "
+                           "(learned positions)")
+            else:
+                fixed = [r[i] for r in reshapes if len(r) == len(t.shape) and i > 0 and r[i] > 1]
+                if fixed:
+                    row.update(suggest=max(fixed), why=f"a Reshape's constant gives axis {i} as {max(fixed)}")
+            out.append(row)
+    return out
 
 
 _PASS_THROUGH = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose"}
@@ -500,7 +559,9 @@ def _shape_entries(item: str) -> list[str]:
 
 def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
     """``["x:1x3x224x224", "y:1,16"]``, trtexec's ``"x:1x3x224x224,y:1x2"`` and Polygraphy's
-    ``"x:[1,3,224,224]"`` -> ``{"x": [1, 3, 224, 224], ...}``. Names may hold ``:`` (``input:0:1x3``)."""
+    ``"x:[1,3,224,224]"`` -> ``{"x": [1, 3, 224, 224], ...}``. Names may hold ``:`` (``input:0:1x3``).
+    A dim may be a range (``input_ids:1x1..128``) or buckets (``input_ids:1x16|32|64``): that input's
+    shape is then an ``edgeopt.shapes.VarShape`` (each variable axis at its top, bounds in ``.axes``)."""
     shapes: dict[str, list[int]] = {}
     hint = "use NAME:1x3x224x224 (or NAME:[1,3,224,224]; several as x:1x3x224x224,y:1x2)"
     for item in items or []:
@@ -511,10 +572,10 @@ def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
                 dims = dims[1:-1]
             if not sep or not name or not dims:
                 raise UsageError(f"bad --shape {entry!r}", hint=hint)
-            try:
-                values = [int(d) for d in dims.replace(",", "x").replace(" ", "").split("x")]
-            except ValueError:
-                raise UsageError(f"bad --shape {entry!r}: dims must be integers", hint=hint) from None
+            from edgeopt import shapes as shapesmod
+
+            values = shapesmod.make([shapesmod.parse_dim(d, entry, hint)
+                                     for d in dims.replace(",", "x").replace(" ", "").split("x")])
             if any(v <= 0 for v in values):
                 raise UsageError(f"bad --shape {entry!r}: dims must be positive")
             n = 1
@@ -523,8 +584,8 @@ def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
             if n > MAX_INPUT_ELEMENTS:
                 raise UsageError(f"--shape {entry!r} is {n:,} elements ({n * 4 / 2**30:.0f} GiB as float32): "
                                  "too large for one input", hint="check the dims for a typo")
-            if name in shapes and shapes[name] != values:
-                raise UsageError(f"--shape gives {name!r} twice ({shapes[name]} and {values})")
+            if name in shapes and (shapes[name] != values or repr(shapes[name]) != repr(values)):
+                raise UsageError(f"--shape gives {name!r} twice ({shapes[name]!r} and {values!r})")
             shapes[name] = values
     return shapes
 
@@ -542,11 +603,14 @@ def static_input_shapes(info: ModelInfo, given: dict[str, list[int]]) -> dict[st
             shape = given[t.name]
             if len(shape) != len(t.shape):
                 raise UsageError(f"--shape {t.name}: the model's input has rank {len(t.shape)}, got {len(shape)} dims")
+            from edgeopt import shapes as shapesmod
+
+            shapesmod.check_model_axes(t.name, t.shape, shape)  # a range/buckets on a fixed dim: exit 2
             clash = [(i, d, s) for i, (d, s) in enumerate(zip(t.shape, shape)) if isinstance(d, int) and d != s]
             if clash:
                 i, d, s = clash[0]
                 raise UsageError(f"--shape {t.name}: dim {i} is fixed at {d} in the model, got {s}")
-            out[t.name] = list(shape)
+            out[t.name] = shape if isinstance(shape, shapesmod.VarShape) else list(shape)
         elif all(isinstance(d, int) for d in t.shape):
             out[t.name] = list(t.shape)  # type: ignore[arg-type]
         else:
@@ -556,7 +620,8 @@ def static_input_shapes(info: ModelInfo, given: dict[str, list[int]]) -> dict[st
         example = " ".join(f"--shape {t.name}:" + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
                            for t in missing)
         raise UsageError(f"the model has dynamic dimensions with no shape given: {dims}",
-                         hint=f"give concrete sizes, e.g. {example} (replace each N)")
+                         hint=f"give concrete sizes, e.g. {example} (replace each N; a range 1..128 or buckets "
+                         "16|32|64 keeps a dim variable)")
     return out
 
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeopt import __version__, spec_check
+from edgeopt import __version__, cluster, spec_check
 from edgeopt.errors import UsageError
 from edgeopt.targets.base import CHECK_FAILED_MARK, debug_command, with_debug_hint
 
@@ -230,7 +230,12 @@ def build(
              + ", ".join(f"{n}{static[n]}" for n in static))
 
     non_tensor = non_tensor_outputs(model)  # skl2onnx's ZipMap: a sequence of maps, which only ORT runs
-    io = {"inputs": [{"name": t.name, "shape": static[t.name], "dtype": t.dtype, "layout": _layout(static[t.name])}
+    from edgeopt import shapes as shapesmod  # issue 42: a range/buckets in --shape (VarShape)
+
+    variable = shapesmod.describe(static)
+    io = {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
+                      "layout": _layout(static[t.name]),
+                      **({"variable": variable[t.name]} if t.name in variable else {})}
                      for t in info.inputs],
           "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
                       if t.name not in non_tensor]}
@@ -274,7 +279,8 @@ def build(
                     "toolchain": backend.toolchain(), "edgeopt": __version__, **spec_rev,
                     "policy": policy.REV, **({"accept": accept_map} if accept_map else {}),
                     **({"batch": {"size": batch, "data": BATCH_DATA_REV}} if batch > 1 else {}),
-                    **({"kinds": kinds} if kinds else {})})
+                    **({"kinds": kinds} if kinds else {}),
+                    **({"variable": {"inputs": variable, "rev": shapesmod.REV}} if variable else {})})
         final = out / info.name / f"{spec.name}-{prec}"
         if not force and _bundle_key(final) == key:
             res.status, res.bundle, res.time_s = "up-to-date", str(final), 0.0
@@ -298,6 +304,8 @@ def build(
         todo.append((res, spec, key, final))
     if non_tensor:
         todo = _refuse_non_tensor(non_tensor, todo, bool(io["outputs"]))
+    if todo and cluster.ACTIVE is not None:  # --scheduler: a job no worker can build is refused before preparing
+        todo = cluster.ACTIVE.refuse(todo)
 
     warnings: list[str] = []
     if todo and unknown_ints:  # only when something is to be built (a cached or unsupported target needs no data)
@@ -328,6 +336,7 @@ def build(
                     "reference_path": str(work / "reference.npz"), "data_source": data_source,
                     "options": {**options, "allow_mismatch": allow_mismatch}, "cache_key": key,
                     "accept": accept_map, "carried_kinds": kinds or None,
+                    **({"variable": variable} if variable else {}),
                 }
                 jobs_list.append((res, job, final))
             pool = ThreadPoolExecutor(max_workers=max(1, jobs))
@@ -951,8 +960,9 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     job_file.write_text(json.dumps(job))
     progress(f"{tag}: building ({res.backend})")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "edgeopt.worker", str(job_file), str(result_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    start = cluster.ACTIVE.popen if cluster.ACTIVE is not None else subprocess.Popen  # --scheduler: on a worker
+    proc = start([sys.executable, "-m", "edgeopt.worker", str(job_file), str(result_file)],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _WORKERS.add(proc)
     tail: list[str] = []
 

@@ -19,6 +19,8 @@ class OnnxRuntimeTarget(Target):
     backend = "onnxruntime"
     extra = "onnxruntime"
     packages = ["onnxruntime"]
+    # a variable axis: ONNX Runtime's free dimensions (any size per request, nothing padded) first
+    shape_forms = ("dynamic", "static")
 
     def toolchain(self) -> dict[str, str]:
         # rev 2: INT8 bundles run without ORT's WeightBiasQuantization (the nodes kept float stay float)
@@ -49,9 +51,16 @@ class OnnxRuntimeTarget(Target):
         level, notes = optimize_loadable(ort, job.prepared_path, out)
         if level != "extended":
             progress(f"the extended-level graph did not load again; kept the {level} level (see the notes)")
+        options: dict[str, Any] = {"graph_optimization": f"{level} (offline)"}
+        if job.variable and job.shape_form == "dynamic":
+            options["dynamic_axes"] = {n: [f"{v['axis']}: " + ("..".join(map(str, v["range"])) if "range" in v
+                                                               else "|".join(map(str, v["buckets"])))
+                                           for v in vs] for n, vs in job.variable.items()}
+            notes.append("variable axes kept as ONNX Runtime free dimensions (each request runs at its own size; "
+                         "buckets: padded up to its bucket)")
         return BuildOutput(runtime={"name": "onnxruntime", "artifact": "model.onnx",
                                     "options": {"graph_optimization_level": "all"}},
-                           options={"graph_optimization": f"{level} (offline)"}, notes=notes)
+                           options=options, notes=notes)
 
 
 LEVELS = ("extended", "basic", "none")

@@ -80,6 +80,9 @@ class OpenVinoTarget(Target):
         return bad + self.attribute_refusals(info, [n for _, n in bad])
 
     # --- the build ----------------------------------------------------------------------
+    # a variable axis: bounded dynamic dims (ov.Dimension(lo, hi)) first, else the IR static at the top
+    shape_forms = ("dynamic", "static")
+
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         ov = require("openvino", self.extra)
         bundle = Path(job.bundle_dir)
@@ -109,6 +112,10 @@ class OpenVinoTarget(Target):
                 if bad:
                     raise UnsupportedOps(job.target["name"], bad) from None
                 raise BuildFailed(f"OpenVINO could not convert the model: {_first_line(exc)}") from None
+        if job.variable and job.shape_form == "dynamic":
+            options["bounded_dims"] = bound_dims(ov, model, job.variable)
+            notes.append("variable axes as OpenVINO bounded dimensions (ov.Dimension(lo, hi)): "
+                         + ", ".join(f"{n}{s}" for n, s in options["bounded_dims"].items()))
         runtime_options: dict[str, Any] = {"device": device, "hint": "LATENCY"}
         extra_manifest: dict[str, Any] = {}
         if job.precision == "int8":
@@ -149,6 +156,30 @@ class OpenVinoTarget(Target):
         return BuildOutput(runtime={"name": "openvino", "artifact": "model.xml", "options": runtime_options},
                            options=options, notes=notes, warnings=warnings, extra_manifest=extra_manifest,
                            check_options=check_options)
+
+
+def bound_dims(ov, model, variable: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Reshape the converted model's variable inputs to ``PartialShape``s with ``ov.Dimension(lo, hi)`` on the
+    variable axes (a range: its bounds; buckets: 1..the largest) and the static size elsewhere; returns
+    {input: the partial shape as OpenVINO prints it}."""
+    shapes: dict[str, Any] = {}
+    for port in model.inputs:
+        name = port.get_any_name()
+        var = {int(v["axis"]): v for v in variable.get(name, [])}
+        if not var:
+            continue
+        dims = []
+        for i, d in enumerate(port.get_partial_shape()):
+            v = var.get(i)
+            if v is not None:
+                lo, hi = (v["range"] if "range" in v else (min(v["buckets"]), max(v["buckets"])))
+                dims.append(ov.Dimension(int(lo), int(hi)))
+            else:
+                dims.append(d if d.is_static else ov.Dimension(-1))
+        shapes[name] = ov.PartialShape(dims)
+    if shapes:
+        model.reshape(shapes)
+    return {n: str(s) for n, s in shapes.items()}
 
 
 def keep_fp32(xml: Path) -> str:

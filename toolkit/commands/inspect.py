@@ -51,7 +51,11 @@ def run(args) -> int:
     if static is not None:
         info.flops = flops_for(args.model, static)
     if args.json:
-        emit_json({**info.as_dict(), **({"shapes": static} if static else {}), "support": matrix}, "inspect")
+        from edgeopt.shapes import describe
+
+        emit_json({**info.as_dict(), **({"shapes": static} if static else {}),
+                   **({"variable": describe(static)} if static and describe(static) else {}),
+                   "support": matrix}, "inspect")
         return 0
     mb = info.size_bytes / 1e6
     print(f"{info.path}  ({mb:.1f} MB, sha256 {info.sha256[:12]})")
@@ -62,6 +66,14 @@ def run(args) -> int:
             shape = "[" + ", ".join("?" if d is None else str(d) for d in t.shape) + "]"
             dyn = "  dynamic: " + ", ".join(t.dynamic_dims) if t.dynamic_dims else ""
             print(f"  {kind} {t.name}: {t.dtype} {shape}{dyn}")
+            for a in (info.dynamic_axes if kind == "input " else []):
+                if a["input"] == t.name:
+                    print(f"      axis {a['axis']} ({a['dim'] or '?'}): " + (
+                        f"at most {a['suggest']} ({a['why']}): e.g. --shape {t.name}:"
+                        + "x".join(f"1..{a['suggest']}" if j == a["axis"] else (str(d) if isinstance(d, int) else "N")
+                                   for j, d in enumerate(t.shape))
+                        if a["suggest"] else "no bound in the model: bound it by your data (a range lo..hi or "
+                        "buckets b1|b2|b3)"))
     at = f" at {', '.join(f'{k}{v}' for k, v in static.items())}" if static else ""
     dynamic = any(t.dynamic_dims for t in info.inputs) and not static
     print(f"  parameters {info.parameters:,} ({info.parameter_bytes / 1e6:.1f} MB)"
