@@ -82,6 +82,11 @@ DEFAULTS: dict[str, Any] = {
     "loadgen_accuracy": True,  # with LoadGen: the accuracy check again through its AccuracyOnly mode
     "profile": 0,  # > 0: after the timed loop, the stages of one request and a per-op profile over N runs
     "energy": True,  # energy over the timed loop where the device exposes it (energy.py); false: not measured
+    # variable-length bundles (validation.varlen): the requests' order over the real mix is seeded
+    "seed": 0,
+    # variable-length bundles: run the validation samples cut or zero-padded to these sizes on the variable
+    # axis (e.g. [16, 64, 128]) instead of their own; a size outside the built bounds is refused
+    "lengths": None,
 }
 LIMIT_KEYS = ("memory_mb", "cpu_s", "core_dumps")
 MAX_SAMPLES = 2000
@@ -134,6 +139,11 @@ def parse_options(options: dict[str, Any] | None) -> dict[str, Any]:
     _number(opts, "batch", 1, integer=True)
     _number(opts, "timeout_s", 0.1)
     _number(opts, "profile", 0, integer=True)
+    _number(opts, "seed", 0, integer=True)
+    if opts["lengths"] is not None:
+        if (not isinstance(opts["lengths"], list) or not opts["lengths"]
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in opts["lengths"])):
+            raise BenchError(f"lengths must be a list of positive integers, got {opts['lengths']!r}")
     if opts["max_iters"] is not None and opts["max_iters"] < opts["min_iters"]:
         raise BenchError(f"max_iters {opts['max_iters']} is below min_iters {opts['min_iters']}")
     if opts["duration_s"] >= opts["timeout_s"]:
@@ -392,10 +402,15 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
     io = manifest["io"]
     check_batch(manifest, opts["batch"])
     stage("prepare", {})
-    samples = validation_inputs(bundle, manifest)
-    groups, onnx_feeds = make_batches(samples, opts["batch"])
-    feeds = [to_artifact(f, io["inputs"]) for f in onnx_feeds]
-    del onnx_feeds
+    mix = _varlen_mix(bundle, manifest, opts) if (manifest.get("validation") or {}).get("varlen") else None
+    if mix is not None:  # variable lengths: every request at its own length (or bucket), in a seeded order
+        samples = mix["samples"]
+        groups, feeds = [[i] for i in range(len(samples))], mix["feeds"]
+    else:
+        samples = validation_inputs(bundle, manifest)
+        groups, onnx_feeds = make_batches(samples, opts["batch"])
+        feeds = [to_artifact(f, io["inputs"]) for f in onnx_feeds]
+        del onnx_feeds
     runner_opts = dict(opts["runner"])
     if opts["threads"] is not None:
         runner_opts["threads"] = opts["threads"]
@@ -417,8 +432,11 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
         first = runner.run(feeds[0])
         first_s = time.perf_counter() - t0
 
+        if mix is not None:  # the first call at each new shape (re-preparation), before any other at it
+            mix["first_at_shape"] = _first_at_shape(runner, feeds, mix)
         stage("accuracy", {"load_s": load_s, "first_inference_s": first_s})
-        accuracy = _accuracy(runner, manifest, bundle, groups, feeds, first)
+        accuracy = (_accuracy(runner, manifest, bundle, groups, feeds, first) if mix is None
+                    else _varlen_accuracy(runner, manifest, bundle))
 
         stage("warmup", {})
         meter = _energy_meter(opts, manifest, runner_opts, env)  # sources found before the warm-up
@@ -440,7 +458,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             try:
                 dyn = all(spec.get("shape") and _dynamic(spec["shape"][0]) for spec in io["inputs"])
                 scenario = run_scenario(runner.run, feeds, opts, worker=runner.worker, dynamic_batch=dyn)
-                if scenario.get("engine") == "loadgen" and opts["loadgen_accuracy"]:
+                if scenario.get("engine") == "loadgen" and opts["loadgen_accuracy"] and mix is None:
                     scenario["accuracy"] = _loadgen_accuracy(runner, manifest, bundle, groups, feeds, opts,
                                                              accuracy)
             finally:
@@ -478,6 +496,8 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
             "runner": info, "environment": env, "options": opts,
             "artifact": _artifact_facts(manifest),
         }
+        if mix is not None:
+            result["varlen"] = per_bucket(ns, mix)
         if opts["return_samples"]:
             result["samples_ms"] = subsample(ns)
         if scenario is not None:
@@ -504,6 +524,113 @@ def _accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[
     io = manifest["io"]
     return accuracy_of(manifest, bundle, groups,
                        lambda g: from_artifact(first if g == 0 else runner.run(feeds[g]), io["outputs"]))
+
+
+def _varlen_mix(bundle: Path, manifest: dict[str, Any], opts: dict[str, Any]) -> dict[str, Any]:
+    """The requests of a variable-length bundle: each validation sample at its own length (``lengths``: cut or
+    zero-padded to each of those sizes), fitted to the artifact's form (own length, its bucket, or padded to
+    the top: ``varlen.fit``), in a seeded order; ``keys`` the bucket of each feed, ``shapes`` its run shape."""
+    from . import varlen
+
+    if opts["batch"] != 1:
+        raise BenchError("a variable-length bundle is benched at batch 1 (each request at its own length)")
+    io = manifest["io"]
+    form = varlen.form_of(manifest)
+    own, _ = varlen.validation(bundle, manifest)
+    if opts["lengths"]:
+        var = [(s["name"], int(v["axis"])) for s in io["inputs"] for v in s.get("variable") or []]
+        made = []
+        for size in opts["lengths"]:
+            for f in own:
+                g = dict(f)
+                for name, ax in var:
+                    a = np.asarray(f[name])
+                    shape = list(a.shape)
+                    shape[ax] = size
+                    g[name] = varlen.pad(varlen.crop(a, [min(x, y) for x, y in zip(a.shape, shape)]), shape)
+                made.append(g)
+        own = made
+    order = np.random.default_rng(opts["seed"]).permutation(len(own))
+    samples = [own[i] for i in order]
+    fitted = []
+    for i, f in enumerate(samples):
+        try:
+            fitted.append(varlen.fit(f, io["inputs"], form))
+        except varlen.OutOfBounds as exc:
+            raise BenchError(f"request {i}: {exc} (the bundle was built for "
+                             + ", ".join(f"{s['name']}[{v['axis']}] {varlen.bounds_text(v)}" for s in io["inputs"]
+                                         for v in s.get("variable") or []) + ")") from None
+    keys = [varlen.bucket_key(f, io["inputs"], form) for f in samples]
+    return {"samples": samples, "feeds": [to_artifact(f, io["inputs"]) for f in fitted], "keys": keys,
+            "lengths": [varlen.length_key(f, io["inputs"]) for f in samples],
+            "shapes": [tuple(tuple(np.shape(a)) for a in f.values()) for f in fitted], "form": form,
+            "seed": opts["seed"], "order": [int(i) for i in order]}
+
+
+def _first_at_shape(runner, feeds: list[Any], mix: dict[str, Any]) -> dict[str, list[float]]:
+    """The latency (ms) of the first call at each distinct run shape, per bucket: what a shape switch costs
+    the first time (ONNX Runtime's allocation plan, OpenVINO's shape inference/kernels, a LiteRT resize)."""
+    seen = {mix["shapes"][0]}
+    out: dict[str, list[float]] = {}
+    for j, shape in enumerate(mix["shapes"]):
+        if shape in seen:
+            continue
+        seen.add(shape)
+        t0 = time.perf_counter_ns()
+        runner.run(feeds[j])
+        out.setdefault(mix["keys"][j], []).append((time.perf_counter_ns() - t0) / 1e6)
+    return out
+
+
+def _varlen_accuracy(runner, manifest: dict[str, Any], bundle: Path) -> dict[str, Any]:
+    """The host check's rule on the device: each sample at its own length against FP32 run unpadded."""
+    from .check import run_varlen
+
+    outputs, reference, rows = run_varlen(runner, manifest, bundle)
+    result = compare_outputs(outputs, reference, manifest["precision"], manifest.get("tolerance_override"),
+                             manifest.get("output_kinds"))
+    result["samples"] = len(rows)
+    result["per_length"] = rows
+    src = (manifest.get("validation") or {}).get("source") or {}
+    result["data"] = {"kind": src.get("kind", "unknown"), "n": len(rows),
+                      "path": Path(str(src["path"])).name if src.get("path") else None}
+    return result
+
+
+def per_bucket(ns: np.ndarray, mix: dict[str, Any]) -> dict[str, Any]:
+    """Latency per bucket over the timed loop (call ``i`` ran feed ``i % n``), the mix-weighted overall figure
+    (each bucket's mean and p50 weighted by its share of the requests), calls right after a shape switch
+    apart from calls at the shape of the one before, and the first call at each new shape."""
+    n = len(mix["feeds"])
+    idx = np.arange(ns.size) % n
+    keys = np.asarray(mix["keys"])[idx]
+    shapes = [mix["shapes"][i] for i in idx]
+    switch = np.array([k > 0 and shapes[k] != shapes[k - 1] for k in range(ns.size)], bool)
+    if ns.size and n > 1:
+        switch[0] = mix["shapes"][0] != mix["shapes"][-1]
+    share = {k: mix["keys"].count(k) / n for k in set(mix["keys"])}
+    buckets = {}
+    for k in sorted(share, key=lambda b: [float(x) for x in "".join(c if c.isdigit() else " " for c in b).split()]):
+        sel = ns[keys == k]
+        if not sel.size:
+            continue
+        stats = latency_stats(sel)
+        firsts = mix.get("first_at_shape", {}).get(k, [])
+        buckets[k] = {"share": round(share[k], 4), "requests": int(sel.size), "p50_ms": stats["p50"],
+                      "p99_ms": stats["p99"], "mean_ms": stats["mean"],
+                      "first_at_new_shape_ms": (round(float(np.median(firsts)), 3) if firsts else None),
+                      "new_shapes": len(firsts)}
+    total = sum(b["share"] for b in buckets.values()) or 1.0
+    out = {"form": mix["form"], "seed": mix["seed"], "requests_in_mix": n, "buckets": buckets,
+           "weighted_mean_ms": sum(b["share"] * b["mean_ms"] for b in buckets.values()) / total,
+           "weighted_p50_ms": sum(b["share"] * b["p50_ms"] for b in buckets.values()) / total,
+           "switch_share": float(switch.mean()) if ns.size else 0.0}
+    if switch.any() and (~switch).any():
+        out["after_switch_p50_ms"] = latency_stats(ns[switch])["p50"]
+        out["same_shape_p50_ms"] = latency_stats(ns[~switch])["p50"]
+    elif switch.any():
+        out["after_switch_p50_ms"] = latency_stats(ns[switch])["p50"]
+    return out
 
 
 def _loadgen_accuracy(runner, manifest: dict[str, Any], bundle: Path, groups: list[list[int]], feeds,
