@@ -424,6 +424,13 @@ def summary(result: DebugResult) -> str:
     bound = ", ".join(f"{k} {v:g}" for k, v in result.bound.items())
     head = (f"{result.target} {result.precision} ({result.artifact}) vs ONNX FP32: {result.observed} tensors "
             f"compared in {result.windows} window(s), {result.samples} sample(s); bound {bound}")
+    cov = result.coverage or {}
+    if cov.get("compute_nodes"):
+        head += (f"\nobservable: {cov['observable']} of {cov['compute_nodes']} compute nodes (Conv, Gemm, MatMul, "
+                 f"attention; {cov['share']:.0%}): {cov['own_output']} at their own output, {cov['fused']} inside the "
+                 "fused kernel of a compared node" + (f"; not observed: {', '.join(cov['unobserved'][:6])}"
+                                                      + (" ..." if len(cov["unobserved"]) > 6 else "")
+                                                      if cov["unobserved"] else ""))
     head += "".join(f"\nnote: {n}" for n in result.notes)
     pol = result.policy or {}
     if pol:
@@ -432,7 +439,8 @@ def summary(result: DebugResult) -> str:
     if result.first_jump:
         j = result.first_jump
         at = f" (artifact node {j['artifact_node']})" if j.get("artifact_node") else ""
-        text = head + f"\nfirst jump: {j['node']} ({j['op']}){at}: " + "; ".join(j.get("reasons") or [])
+        text = head + f"\nfirst jump: {j['node']} ({j['op']}){_fused_text(result, j)}{at}: " + "; ".join(
+            j.get("reasons") or [])
         if pol.get("accepted") is True:
             text += " -- a diagnosis only: the policy accepts the artifact"
     elif pol.get("accepted") is False:
@@ -441,6 +449,20 @@ def summary(result: DebugResult) -> str:
     else:
         text = head + "\nno first jump: every compared tensor is within the bound"
     return text + flips_text(result)
+
+
+def _fused_text(result: DebugResult, row: dict[str, Any]) -> str:
+    """The unobserved nodes a compared node's value also shows (``covers``), compute nodes first: the changed
+    Conv of a Conv+BatchNormalization kernel is named beside the BatchNormalization whose output is compared."""
+    from edgeopt.layerdiff import COMPUTE_OPS
+
+    covers = row.get("covers") or []
+    if not covers:
+        return ""
+    op = {r["node"]: r["op"] for r in result.nodes}
+    first = sorted(covers, key=lambda n: op.get(n) not in COMPUTE_OPS)
+    shown = ", ".join(f"{n} ({op.get(n, '?')})" for n in first[:3]) + (" ..." if len(first) > 3 else "")
+    return f", fused with {shown}"
 
 
 def _sample_word(ids: list[int]) -> str:

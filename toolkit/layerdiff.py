@@ -16,8 +16,10 @@ Per backend (the real runtime, with the options the bundle ships):
 - ``openvino`` (intel-*): ``Model.add_outputs`` on the IR's ports found by their ONNX tensor names, with
   the runner's compile config; the runtime graph's ``runtimePrecision`` per layer says which ONNX
   nodes ran in INT8 and which in FP32.
-- ``tflite`` (mobile): LiteRT with ``experimental_preserve_all_tensors``; onnx2tf names its tensors after
-  the ONNX node/tensor names, NHWC tensors are matched to the NCHW ONNX shape by the permutation that fits.
+- ``tflite`` (mobile): LiteRT with ``experimental_preserve_all_tensors``; each TFLite tensor is mapped to the
+  ONNX tensor it computes by the bundle's ``tensor_map.json`` (recorded by the build from onnx2tf's own table,
+  ``edgeopt.targets.tflite.tensor_map``), INT8 tensors dequantized; NHWC tensors are matched to the NCHW ONNX
+  shape by the permutation that fits.
 - ``tensorrt``: the prepared ONNX the engine is built from (Q/DQ placement, FP16 casts) in ONNX Runtime, as the
   host check runs it (the engine's own layers need a GPU); Core ML: predicts on macOS only, the reason is said
   (``BackendUnavailable``).
@@ -25,10 +27,8 @@ Per backend (the real runtime, with the options the bundle ships):
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +41,9 @@ SKIP_OPS = ("Constant", "ConstantOfShape")
 # tensor-level bounds judged on an intermediate tensor (the output kinds' task bounds apply at the outputs)
 TENSOR_BOUNDS = ("rel_l2_max", "cosine_min", "max_abs_norm_max")
 DEFAULT_MAX_MEMORY = 1 << 30
+# the compute nodes whose observable share debug reports (issue 41): convolutions, matrix products, attention
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Gemm", "MatMul", "MatMulInteger",
+                         "QLinearMatMul", "FusedMatMul", "Attention", "MultiHeadAttention", "Einsum"})
 
 
 class BackendUnavailable(Exception):
@@ -395,10 +398,12 @@ class OpenVinoBundle(BundleSource):
 class TfliteBundle(BundleSource):
     """LiteRT's interpreter with every tensor kept (``experimental_preserve_all_tensors``).
 
-    The graph outputs map through the bundle's IO spec (signature names, layout). Intermediates map where the
-    TFLite tensor carries the ONNX name (onnx2tf keeps it on some layers: grouped convolutions); onnx2tf 1.29
-    names most TF ops by Keras' counters (``tf.math.add_5``), which no ONNX name reaches -- those nodes are
-    "not observed" and the notes say so."""
+    The graph outputs map through the bundle's IO spec (signature names, layout); intermediates through the
+    bundle's ``tensor_map.json``, recorded by the build from onnx2tf's own table of the TF tensors it made
+    (``edgeopt.targets.tflite.tensor_map``: checked by value against the source model, resolved on the written
+    file through TFLite's fusion; a fused kernel's tensor is the last ONNX node it covers).  Quantized
+    tensors (INT8) are dequantized with their own scale and zero point.  A bundle built before the map was
+    recorded compares its graph outputs only, and the notes say so."""
 
     def __init__(self, bundle: Path, manifest: dict[str, Any], onnx_names: list[str] | None = None):
         super().__init__(bundle, manifest)
@@ -417,6 +422,7 @@ class TfliteBundle(BundleSource):
                                       experimental_preserve_all_tensors=True, num_threads=1)
         self.interp.allocate_tensors()
         self.details = {d["name"]: d for d in self.interp.get_tensor_details()}
+        self._by_index = {int(d["index"]): d for d in self.details.values()}
         self._io = manifest["io"]
         self.label = "LiteRT (experimental_preserve_all_tensors)"
         sigs = self.interp.get_signature_list() if hasattr(self.interp, "get_signature_list") else {}
@@ -432,69 +438,46 @@ class TfliteBundle(BundleSource):
             idx = outs.get(spec.get("artifact_name") or spec["name"])
             if idx is not None:
                 self.map[spec["name"]] = int(idx)
-        # ONNX tensor -> Keras layer, recorded while onnx2tf converted (targets/tflite/convert.py NAMES_FILE);
-        # its keys are onnx2tf's sanitized names: compared on their letters and digits alone
-        layers: dict[str, str] = {}
-        with contextlib.suppress(OSError, ValueError):
-            layers = {_bare(k): v for k, v in json.loads((bundle / "onnx2tf_names.json").read_text()).items()}
-        for onnx_name in onnx_names or []:
-            if onnx_name not in self.map:
-                idx = self._match(onnx_name)
-                if idx is None and _bare(onnx_name) in layers:
-                    idx = self._layer(layers[_bare(onnx_name)])
-                if idx is None and _bare(onnx_name) in layers:  # fused into a later op's kernel
-                    idx = self._layer(layers[_bare(onnx_name)], any_entry=True)
-                if idx is not None:
+        self.fused: dict[str, str] = {}
+        self._notes: list[str] = []
+        try:
+            tmap = json.loads((bundle / "tensor_map.json").read_text())
+        except (OSError, ValueError):
+            tmap = None
+        if tmap is None:
+            self._notes.append("the bundle has no tensor_map.json (built before the TFLite -> ONNX tensor map was "
+                               "recorded, or the map failed): only the graph outputs are compared; rebuild it")
+        else:
+            wanted = set(onnx_names) if onnx_names is not None else None
+            for onnx_name, rec in (tmap.get("tensors") or {}).items():
+                idx = int(rec["index"])
+                d = self._by_index.get(idx)
+                if d is None or d["name"] != rec["name"] or onnx_name in self.map:
+                    continue  # not this file's tensor (the map and the file disagree): not compared
+                if wanted is None or onnx_name in wanted:
                     self.map[onnx_name] = idx
-        # A fused kernel's tensor (``matmul/MatMul;add/Add;Const``: a FULLY_CONNECTED with its bias) holds the
-        # value of the LAST op it fuses, whichever entry comes first in its name: of the ONNX tensors mapped to
-        # one TFLite tensor, only the last in topological order keeps it (the others were fused away).
-        order = {n: i for i, n in enumerate(onnx_names or [])}
-        last: dict[int, str] = {}
-        for name, idx in self.map.items():
-            if idx not in last or order.get(name, len(order)) >= order.get(last[idx], len(order)):
-                last[idx] = name
-        self.map = {n: i for n, i in self.map.items() if last[i] == n}
+            self.fused = dict(tmap.get("fused") or {})
         self.available = set(self.map)
-        inner = len(self.map) - len([o for o in self._io["outputs"] if o["name"] in self.map])
-        self._notes = [] if inner else [
-            "no intermediate TFLite tensor carries an ONNX name (onnx2tf names TF ops by Keras' counters): only "
-            "the graph outputs are compared" + ("" if layers else "; the bundle has no onnx2tf_names.json (built "
-                                                "before the ONNX -> Keras layer map was recorded)")]
 
     def notes(self) -> list[str]:
         return list(self._notes)
 
-    def _layer(self, layer: str, any_entry: bool = False) -> int | None:
-        """The TFLite tensor a Keras layer computes: the LAST tensor (in the interpreter's op order) whose name's
-        first entry is in that layer's scope (``model/tf.math.add_5/Add``; a conv1d layer is ExpandDims ->
-        Conv2D -> Squeeze, its value the Squeeze's); ``any_entry``: a later entry of a fused name counts too (the
-        layer's op was fused into another op's kernel: which ONNX tensor keeps that tensor is decided by the
-        caller)."""
-        if not hasattr(self, "_computed"):
-            try:  # only tensors an op computes (a layer's scope names its constants too), in op order
-                self._computed = [int(i) for op in self.interp._get_ops_details() for i in op["outputs"]]
-            except Exception:  # noqa: BLE001 - an interpreter without it: every tensor, in index order
-                self._computed = sorted(int(d["index"]) for d in self.details.values())
-            self._names = {int(d["index"]): n for n, d in self.details.items()}
-        found = None
-        for idx in self._computed:
-            name = self._names.get(idx, "")
-            entries = name.split(";") if any_entry else name.split(";")[:1]
-            if any(layer in e.split(":")[0].split("/")[:-1] for e in entries):
-                found = idx
-        return found
-
-    def _match(self, onnx_name: str) -> int | None:
-        """A TFLite tensor named after the ONNX tensor/node (``/`` and ``:`` made ``_``); a fused tensor's name is
-        a ``;``-joined list whose first entry is the last op."""
-        want = re.sub(r"[^0-9A-Za-z_.\-]", "_", onnx_name)
-        for name, d in self.details.items():
-            first = name.split(";")[0].split(":")[0]
-            parts = [re.sub(r"[^0-9A-Za-z_.\-]", "_", p) for p in first.split("/")]
-            if want in parts:
-                return int(d["index"])
-        return None
+    def _value(self, idx: int) -> np.ndarray:
+        """The tensor's value; a quantized one dequantized (per tensor or per axis)."""
+        v = np.array(self.interp.get_tensor(idx))
+        d = self._by_index.get(idx) or {}
+        if v.dtype.kind not in "iu":
+            return v
+        qp = d.get("quantization_parameters") or {}
+        scales = np.asarray(qp.get("scales", []), dtype=np.float32)
+        zps = np.asarray(qp.get("zero_points", []), dtype=np.float32)
+        if scales.size == 0 or not np.any(scales):
+            return v
+        if scales.size > 1:
+            shape = [1] * v.ndim
+            shape[int(qp.get("quantized_dimension", 0))] = -1
+            scales, zps = scales.reshape(shape), zps.reshape(shape)
+        return (v.astype(np.float32) - zps) * scales
 
     def run(self, names, feeds):
         from edgeopt_agent.bundle import to_artifact
@@ -506,17 +489,12 @@ class TfliteBundle(BundleSource):
                 self.interp.set_tensor(self.inputs[key], arr)
             self.interp.invoke()
             for n in names:
-                got[n].append(np.array(self.interp.get_tensor(self.map[n])))
+                got[n].append(self._value(self.map[n]))
         return {n: np.stack(v) for n, v in got.items()}
 
     def artifact_node(self, tensor: str) -> str | None:
         idx = self.map.get(tensor)
-        return None if idx is None else next((k for k, d in self.details.items() if d["index"] == idx), None)
-
-
-def _bare(name: str) -> str:
-    """A tensor name's letters and digits (onnx2tf's sanitizing and ours replace the rest)."""
-    return re.sub(r"[^0-9A-Za-z]", "", name)
+        return None if idx is None else self._by_index[idx]["name"]
 
 
 def artifact_source(bundle: Path, manifest: dict[str, Any], producers: dict[str, str]) -> BundleSource:
@@ -641,6 +619,8 @@ class DebugResult:
     # when the policy refuses on decisions: the samples whose decision flipped and, for each, the first node
     # where its error jumps (``edgeopt.debug.explain_flips``)
     flips: dict[str, Any] | None = None
+    # the share of compute nodes (``COMPUTE_OPS``) whose output debug observes (``coverage``)
+    coverage: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -763,7 +743,23 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
     scored = [r for r in res.nodes if r.get("rel_l2") is not None]
     if scored:
         res.worst = max(scored, key=lambda r: _err(r))
+    res.coverage = coverage(res.nodes)
     return res
+
+
+def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many compute nodes (``COMPUTE_OPS`` with a float output) debug observes: at their own output
+    (compared), or inside a fused kernel -- not observed themselves but in the ``covers`` of a compared node
+    whose value flows from them through unobserved nodes only (a Conv folded with its BatchNormalization and
+    Relu: the Relu's row shows the Conv's error first).  ``unobserved`` names up to 12 of the rest."""
+    compute = [r for r in rows if r["op"] in COMPUTE_OPS and r.get("outputs")]
+    covered = {c for r in rows if r.get("status") in ("ok", "FAIL") for c in r.get("covers") or []}
+    own = [r["node"] for r in compute if r.get("status") in ("ok", "FAIL")]
+    fused = [r["node"] for r in compute if r.get("status") not in ("ok", "FAIL") and r["node"] in covered]
+    rest = [r["node"] for r in compute if r["node"] not in set(own) | set(fused)]
+    n = len(compute)
+    return {"compute_nodes": n, "own_output": len(own), "fused": len(fused), "observable": len(own) + len(fused),
+            "share": round((len(own) + len(fused)) / n, 4) if n else None, "unobserved": rest[:12]}
 
 
 def _covers(node: Node, by_output: dict[str, Node], status: dict[str, str]) -> list[str]:

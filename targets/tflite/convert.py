@@ -41,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from edgeopt.targets.tflite import tensor_map
 from edgeopt_agent.compare import seq_label, top1_text
 
-CONVERTER_REV = 4  # bump when the SavedModel stage changes, to invalidate cached conversions
+CONVERTER_REV = 5  # bump when the SavedModel stage changes, to invalidate cached conversions
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf would download
 
 
@@ -133,8 +134,11 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
     out = Path(req["out"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(content)
-    if (sm_dir / NAMES_FILE).is_file():  # for edgeopt debug: ONNX tensor -> Keras layer (TFLite tensor names)
-        shutil.copyfile(sm_dir / NAMES_FILE, out.parent / NAMES_FILE)
+    if (sm_dir / tensor_map.LAYERS_FILE).is_file():  # for edgeopt debug: TFLite tensor -> ONNX tensor
+        try:
+            tensor_map.write_map(out, sm_dir / tensor_map.LAYERS_FILE, out.parent / tensor_map.MAP_FILE)
+        except Exception as exc:  # noqa: BLE001 - debug then compares the graph outputs only, and says so
+            notes.append(f"the TFLite -> ONNX tensor map was not written ({_first_line(exc)})")
     tflite_s = time.perf_counter() - t1
 
     from edgeopt_agent.runners.tflite import TfliteRunner, read_ops
@@ -267,7 +271,7 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> list[str]:
     os.chdir(work)
     names: dict[str, str] = {}
     try:
-        with _recording_layer_names(names):
+        with tensor_map.record_layers(names):
             onnx2tf.convert(input_onnx_file_path=str(src), output_folder_path=str(out_dir),
                             output_signaturedefs=True, custom_input_op_name_np_data_path=custom,
                             replace_to_pseudo_operators=[n.lower() for n in req["replace"]],  # as its CLI passes them
@@ -276,76 +280,28 @@ def run_onnx2tf(req: dict[str, Any], out_dir: Path, progress) -> list[str]:
         os.chdir(cwd)
     if not (out_dir / "saved_model.pb").is_file():
         raise RuntimeError("onnx2tf finished without writing a SavedModel")
-    if names:
-        (out_dir / NAMES_FILE).write_text(json.dumps(names, indent=0, sort_keys=True))
+    if names:  # for edgeopt debug: the source model's tensors -> Keras layers, checked by value
+        try:
+            source = onnx.load(req["prepared_path"])
+            # the file onnx2tf converted: it runs onnxsim on it in place when it simplifies the model itself
+            converted = onnx.load(str(src)) if src.is_file() else model
+            layers, counts = tensor_map.to_source(names, converted, source, _first_feed(req))
+            tensor_map.write_layers(out_dir / tensor_map.LAYERS_FILE, layers, source, counts)
+        except Exception as exc:  # noqa: BLE001 - the map serves debug; the conversion stands without it
+            progress(f"the ONNX -> TFLite tensor map was not recorded ({_first_line(exc)})")
     for stray in out_dir.glob("*.tflite"):  # its own float files: the precisions are made from the SavedModel
         stray.unlink()
     return rewrites
 
 
-# ONNX tensor -> the Keras layer onnx2tf made for it (``tf.math.add_5``), recorded while onnx2tf converts: the
-# TFLite tensors are named after those layers (``model/tf.math.add_5/Add``), which no ONNX name reaches
-# otherwise; ``edgeopt debug`` (layerdiff) reads it from the bundle to compare intermediates on mobile.
-NAMES_FILE = "onnx2tf_names.json"
-
-
-@contextlib.contextmanager
-def _recording_layer_names(names: dict[str, str]):
-    """While onnx2tf converts, wrap each op module's ``make_node`` it imports to record, for every output of
-    the node, the name of the Keras layer of ``tf_layers_dict[output]['tf_node']`` (onnx2tf's own table of
-    converted tensors; keys are the names after onnx2tf's sanitizing).  Best effort: an onnx2tf whose
-    internals differ records nothing and converts as before."""
-    import importlib
-
-    try:
-        import onnx2tf.onnx2tf as core
-    except Exception:  # noqa: BLE001
-        yield
-        return
-    real = getattr(core, "importlib", None)
-    if real is None or not hasattr(real, "import_module"):
-        yield
-        return
-    wrapped: list[tuple[Any, Any]] = []
-
-    def record(graph_node, tf_layers_dict) -> None:
-        for o in getattr(graph_node, "outputs", None) or []:
-            t = (tf_layers_dict.get(getattr(o, "name", None)) or {}).get("tf_node")
-            layer = getattr(getattr(t, "_keras_history", None), "layer", None)
-            if getattr(layer, "name", None):
-                names[o.name] = layer.name
-
-    class _Shim:
-        def __getattr__(self, k: str) -> Any:
-            return getattr(importlib, k)
-
-        @staticmethod
-        def import_module(name: str, *a: Any, **kw: Any) -> Any:
-            mod = importlib.import_module(name, *a, **kw)
-            if name.startswith("onnx2tf.ops.") and hasattr(mod, "make_node") \
-                    and not getattr(mod.make_node, "_edgeopt", False):
-                orig = mod.make_node
-
-                def make_node(*args: Any, orig=orig, **kwargs: Any) -> Any:
-                    out = orig(*args, **kwargs)
-                    try:
-                        record(kwargs.get("graph_node"), kwargs.get("tf_layers_dict") or {})
-                    except Exception:  # noqa: BLE001 - the map is best effort, the conversion is not
-                        pass
-                    return out
-
-                make_node._edgeopt = True  # type: ignore[attr-defined]
-                wrapped.append((mod, orig))
-                mod.make_node = make_node
-            return mod
-
-    core.importlib = _Shim()
-    try:
-        yield
-    finally:
-        core.importlib = real
-        for mod, orig in wrapped:
-            mod.make_node = orig
+def _first_feed(req: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Calibration sample 0 in the ONNX layout, keyed by input name."""
+    feed = {}
+    with np.load(req["calib_path"]) as calib:
+        for i, spec in enumerate(req["io"]["inputs"]):
+            data = calib[f"in{i}"]
+            feed[spec["name"]] = data[0] if data.ndim == len(spec["shape"]) + 1 else data
+    return feed
 
 
 def _sanitize_node_names(graph) -> None:

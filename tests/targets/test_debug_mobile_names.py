@@ -1,7 +1,9 @@
-"""`edgeopt debug` on mobile compares intermediates, not only graph outputs: the build records onnx2tf's ONNX
-tensor -> Keras layer map (``onnx2tf_names.json`` in the bundle; TFLite tensors are named after those layers),
-and a planted fault (conv2's filter 0 flipped in the model the bundle is built from) is named by its node when
-the bundle is compared against the clean model."""
+"""`edgeopt debug` on mobile compares intermediates, not only graph outputs: the build records which ONNX tensor
+each TFLite tensor computes (``tensor_map.json`` in the bundle, from onnx2tf's own table, checked by value against
+the source model: onnxsim folds bn2 into conv2 and conv2's output name then holds bn2's value), and a planted
+fault (conv2's filter 0 flipped in the model the bundle is built from) is named by its node -- the
+BatchNormalization's row, conv2 fused into its kernel -- when the bundle is compared against the clean model;
+against the model it was built from, nothing jumps (no tensor is mapped to the wrong ONNX tensor)."""
 
 from __future__ import annotations
 
@@ -21,20 +23,24 @@ def _net(path: Path, fault: bool = False) -> None:
     w1 = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
     w2 = (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32)
     w3 = (rng.standard_normal((4, 8, 1, 1)) * 0.3).astype(np.float32)
+    bn = [rng.uniform(0.5, 1.5, 8).astype(np.float32), (rng.standard_normal(8) * 0.2).astype(np.float32),
+          (rng.standard_normal(8) * 0.2).astype(np.float32), rng.uniform(0.5, 1.5, 8).astype(np.float32)]
     if fault:
         w2[0] = -2.0 * w2[0]
-    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))]
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"), *zip(
+        bn, ("bn_s", "bn_b", "bn_m", "bn_v")))]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Sigmoid", ["c1"], ["s1"], name="sig1"),
              helper.make_node("Conv", ["s1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-             helper.make_node("Tanh", ["c2"], ["t2"], name="tanh2"),
+             helper.make_node("BatchNormalization", ["c2", "bn_s", "bn_b", "bn_m", "bn_v"], ["b2"], name="bn2"),
+             helper.make_node("Tanh", ["b2"], ["t2"], name="tanh2"),
              helper.make_node("Conv", ["t2", "w3"], ["y"], name="conv3")]
     g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
 
 
-def test_mobile_debug_maps_intermediates_and_names_the_faulty_conv(tmp_path):
+def test_mobile_debug_maps_intermediates_and_names_the_faulty_conv(tmp_path):  # ~25 s (one onnx2tf run)
     from edgeopt import api
     from edgeopt.debug import debug_bundle
 
@@ -44,12 +50,21 @@ def test_mobile_debug_maps_intermediates_and_names_the_faulty_conv(tmp_path):
                     allow_mismatch=True, raise_on_failure=False, val_count=4, calib_count=4)
     assert rep.results and rep.results[0].bundle, rep.results
     bundle = Path(rep.results[0].bundle)
-    names = json.loads((bundle / "onnx2tf_names.json").read_text())
-    assert {"c1", "s1", "c2", "t2"} & set(names)  # ONNX tensors -> Keras layers onnx2tf made
+    tmap = json.loads((bundle / "tensor_map.json").read_text())
+    assert {"c1", "s1", "b2", "t2"} <= set(tmap["tensors"]), tmap  # TFLite tensors of these ONNX tensors
+    assert "c2" not in tmap["tensors"]  # conv2's own output exists nowhere in the file: bn2 is folded into it
+
+    same = debug_bundle(str(bundle), str(tmp_path / "net.onnx"), samples=4, progress=lambda s: None, judge=False)
+    assert same.first_jump is None, same.first_jump  # every mapped tensor holds its ONNX tensor's value
+    assert same.coverage["observable"] == same.coverage["compute_nodes"] == 3, same.coverage
 
     result = debug_bundle(str(bundle), str(tmp_path / "clean.onnx"), samples=4, progress=lambda s: None)
     compared = [n for n in result.nodes if n.get("status") in ("ok", "FAIL")]
-    assert len(compared) >= 3, result.nodes  # intermediates, not only the graph output
-    assert result.first_jump is not None and result.first_jump["node"] in ("conv2", "tanh2"), result.first_jump
+    assert len(compared) >= 4, result.nodes  # intermediates, not only the graph output
+    jump = result.first_jump
+    assert jump is not None and jump["node"] == "bn2" and "conv2" in jump["covers"], jump
     before = [n for n in result.nodes if n.get("node") in ("conv1", "sig1") and n.get("status") in ("ok", "FAIL")]
-    assert before and all(n["status"] == "ok" for n in before)  # upstream of the fault: equal
+    assert len(before) == 2 and all(n["status"] == "ok" for n in before)  # upstream of the fault: equal
+    from edgeopt.debug import summary
+
+    assert "first jump: bn2 (BatchNormalization), fused with conv2 (Conv)" in summary(result)
