@@ -46,7 +46,9 @@ class Baselines:
         from edgeopt.results import ResultsDB
 
         ResultsDB(path, create=create).close()  # refuses a missing DB when create=False, validates it
-        self.conn = sqlite3.connect(str(path), timeout=30)
+        from edgeopt.results_url import local_path
+
+        self.conn = sqlite3.connect(str(local_path(path)), timeout=30)  # a server's: beside its spool
         self.conn.executescript(_SCHEMA)
         self.conn.commit()
 
@@ -147,14 +149,16 @@ def entry_from_record(rec: dict[str, Any], block_iters: int = 20) -> dict[str, A
 
 
 def save(name: str, source: str, db: str | Path = "edgeopt-results.db", model: str | None = None,
-         target: str | None = None, device: str | None = None, force: bool = False) -> dict[str, Any]:
+         target: str | None = None, device: str | None = None, force: bool = False,
+         identity: str | None = None) -> dict[str, Any]:
     """``edgeopt baseline save NAME --from RUN_ID|latest``: the run's entries (model × target × device) kept
-    under NAME. ``latest``: the newest run in the DB (optionally of this model / target / device)."""
+    under NAME. ``latest``: the newest run in the DB (optionally of this model / target / device / machine
+    ``identity``: on a shared ``--db postgresql://…``, the newest run of any rig of that identity)."""
     from edgeopt.results import ResultsDB
 
     _check_name(name)
     with ResultsDB(db, create=False) as rdb:
-        recs = rdb.query(model=model, target=target, device=device)
+        recs = rdb.query(model=model, target=target, device=device, identity=identity)
         usable = [r for r in recs if r.get("status") in ("ok",) or str(r.get("status", "")).startswith("gate-")
                   and r.get("status") != "gate-error"]
         if source == "latest":
@@ -185,7 +189,9 @@ def _brief(e: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_baselines(db: str | Path = "edgeopt-results.db") -> list[dict[str, Any]]:
-    if not Path(db).is_file():
+    from edgeopt.results_url import local_path
+
+    if not local_path(db).is_file():
         return []
     with Baselines(db) as bl:
         out = []
@@ -202,10 +208,12 @@ def show(name: str, db: str | Path = "edgeopt-results.db") -> dict[str, Any]:
         return {"name": name, "entries": [_brief(e) for e in bl.get(name)]}
 
 
-def _existing(db: str | Path) -> Path:
-    if not Path(db).is_file():
-        raise UsageError(f"no results database at {str(db)!r}", hint="pass the --db your gates and benches wrote to")
-    return Path(db)
+def _existing(db: str | Path) -> str | Path:
+    from edgeopt.results_url import exists, mask
+
+    if not exists(db):
+        raise UsageError(f"no results database at {mask(str(db))!r}", hint="pass the --db your gates and benches wrote to")
+    return db
 
 
 def export(name: str, db: str | Path = "edgeopt-results.db") -> dict[str, Any]:

@@ -74,8 +74,10 @@ class Series:
     device: str | None
     metric: str
     unit: str
-    points: list[dict[str, Any]] = field(default_factory=list)  # {time, run_id, kind, status, value}
+    points: list[dict[str, Any]] = field(default_factory=list)  # {time, run_id, kind, status, value, device, rig}
     changes: list[ChangePoint] = field(default_factory=list)
+    identity: str | None = None  # the machine fingerprint the series is of (None: runs from before identities)
+    note: str | None = None  # e.g. "new identity since …": a re-imaged rig starts a new series
 
     @property
     def values(self) -> list[float]:
@@ -83,7 +85,8 @@ class Series:
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "target": self.target, "precision": self.precision, "device": self.device,
-                "metric": self.metric, "unit": self.unit, "points": self.points,
+                "identity": self.identity, "note": self.note, "metric": self.metric, "unit": self.unit,
+                "points": self.points,
                 "changes": [c.as_dict() for c in self.changes]}
 
 
@@ -202,31 +205,39 @@ def _value(rec: dict[str, Any], metric: str) -> float | None:
 
 def history(model: str, db: str | Path | None = None, target: str | None = None, device: str | None = None,
             precision: str | None = None, metric: str = "p50", since: str | None = None, min_size: int = 5,
-            min_shift: float = 0.05, alpha: float = 0.01, permutations: int = 999) -> list[Series]:
-    """The series of ``model``'s benched and gated runs per target x precision x device, each with its
-    change points. ``target`` accepts aliases; ``db`` must exist (one-line error otherwise)."""
-    from edgeopt.results import DEFAULT_DB, ResultsDB
+            min_shift: float = 0.05, alpha: float = 0.01, permutations: int = 999, identity: str | None = None,
+            label: str | None = None, rig: str | None = None, until: str | None = None) -> list[Series]:
+    """The series of ``model``'s benched and gated runs per target x precision x machine, each with its
+    change points. A machine is its identity (``results_schema.identity_of``: a renamed rig keeps its series,
+    a re-imaged one starts a new one, noted); runs from before identities are per device name. ``target``
+    accepts aliases; ``db`` (a file or ``postgresql://…``) must exist (one-line error otherwise);
+    ``identity``/``label``/``rig``/``until`` filter as ``ResultsDB.query`` does."""
+    from edgeopt.results import ResultsDB
+    from edgeopt.results_url import exists, parse
 
     check_metric(metric)
-    path = Path(db or DEFAULT_DB)
-    if not path.is_file():
-        raise UsageError(f"no results database at {str(path)!r} (run `edgeopt bench` or `edgeopt gate` first, "
+    shown = parse(db).shown
+    if not exists(db):
+        raise UsageError(f"no results database at {shown!r} (run `edgeopt bench` or `edgeopt gate` first, "
                          "or pass --db)")
     from edgeopt.api import resolve_target_filter
 
     tfilter = resolve_target_filter(target)
-    with ResultsDB(path, create=False) as rdb:
-        records = rdb.query(model=model, target=tfilter, device=device, precision=precision, since=since)
+    with ResultsDB(db, create=False) as rdb:
+        records = rdb.query(model=model, target=tfilter, device=device, precision=precision, since=since,
+                            identity=identity, label=label, rig=rig, until=until)
+        models = rdb.models() if not records else []
     if not records:
-        models = _models(path)
         close = difflib.get_close_matches(model, models, n=1, cutoff=0.5)
         if model not in models:
-            raise UsageError(f"no runs of model {model!r} in {str(path)!r}"
+            raise UsageError(f"no runs of model {model!r} in {shown!r}"
                              + (f" (did you mean {close[0]!r}?)" if close else
                                 f"; its models: {', '.join(models[:8])}" if models else " (it is empty)"))
-        raise UsageError(f"no runs of model {model!r} in {str(path)!r}"
+        raise UsageError(f"no runs of model {model!r} in {shown!r}"
                          + "".join(f" with {k} {v}" for k, v in (("target", tfilter), ("device", device),
-                                                                    ("precision", precision), ("since", since)) if v))
+                                                                    ("precision", precision), ("since", since),
+                                                                    ("identity", identity), ("label", label),
+                                                                    ("rig", rig), ("until", until)) if v))
     key, unit, higher, _ = METRICS[metric]
     groups: dict[tuple, Series] = {}
     for rec in records:
@@ -235,34 +246,39 @@ def history(model: str, db: str | Path | None = None, target: str | None = None,
             continue
         b = rec.get("bundle") or {}
         dev = (rec.get("device") or {}).get("name")
-        k = (b.get("model"), b.get("target"), b.get("precision"), dev)
-        s = groups.setdefault(k, Series(*k, metric=metric, unit=unit))
+        ident = (rec.get("identity") or {}).get("id") if isinstance(rec.get("identity"), dict) else None
+        k = (b.get("model"), b.get("target"), b.get("precision"), ident or f"device:{dev}")
+        s = groups.setdefault(k, Series(*k[:3], dev, metric=metric, unit=unit, identity=ident))
+        if dev and dev not in str(s.device).split(", "):
+            s.device = f"{s.device}, {dev}"  # a renamed rig: one machine, one series
         s.points.append({"time": rec.get("time"), "run_id": rec.get("run_id"),
                          "kind": "gate" if str(rec.get("status")).startswith("gate-") else "bench",
-                         "status": rec.get("status"), "bundle_id": b.get("bundle_id"), "value": v})
+                         "status": rec.get("status"), "bundle_id": b.get("bundle_id"), "value": v,
+                         "device": dev, "rig": rec.get("rig")})
+    by_name: dict[tuple, list[Series]] = {}
     for s in groups.values():
         s.changes = change_points(s.values, min_size, min_shift, alpha, permutations, higher)
         for c in s.changes:
             c.time, c.run_id = s.points[c.index]["time"], s.points[c.index]["run_id"]
+        by_name.setdefault((s.model, s.target, s.precision, s.points[0]["device"]), []).append(s)
+    for same in by_name.values():  # one device name on several identities: re-imaged (a new driver, runtime)
+        same.sort(key=lambda s: str(s.points[0]["time"]))
+        for before, after in zip(same, same[1:]):
+            after.note = (f"new identity {after.identity} since {after.points[0]['time']} (was {before.identity}): "
+                          "a new series, not compared with the one before")
     if not groups:
         raise UsageError(f"no run of model {model!r} has a {metric} figure (failed runs, or a metric the gate "
                          "does not record)")
-    return sorted(groups.values(), key=lambda s: tuple(str(x or "") for x in (s.target, s.precision, s.device)))
-
-
-def _models(path: Path) -> list[str]:
-    import sqlite3
-    from contextlib import closing
-
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        return [r[0] for r in conn.execute("SELECT DISTINCT model FROM runs WHERE model IS NOT NULL ORDER BY model")]
+    return sorted(groups.values(), key=lambda s: tuple(str(x or "") for x in (s.target, s.precision, s.device,
+                                                                           s.points[0]["time"])))
 
 
 # --- output -----------------------------------------------------------------------------------------
 
 
 def _title(s: Series) -> str:
-    return f"{s.model}  {s.target}-{s.precision}  on {s.device}  ({s.metric}, {s.unit})"
+    return (f"{s.model}  {s.target}-{s.precision}  on {s.device}" + (f" [{s.identity}]" if s.identity else "")
+            + f"  ({s.metric}, {s.unit})" + (f"\n  note: {s.note}" if s.note else ""))
 
 
 def _mark(s: Series, i: int) -> str:

@@ -473,7 +473,9 @@ class RigState:
         from edgeopt.results import ResultsDB
 
         ResultsDB(path).close()  # the file is a results DB (creates/validates it)
-        self.conn = sqlite3.connect(str(path), timeout=30)
+        from edgeopt.results_url import local_path
+
+        self.conn = sqlite3.connect(str(local_path(path)), timeout=30)  # a server's: beside its spool
         self.conn.executescript(_SCHEMA)
         self.conn.commit()
 
@@ -560,10 +562,12 @@ def _state_row(r: tuple) -> dict[str, Any]:
 
 def quarantined(db_path: str | Path | None, names: list[str]) -> dict[str, dict[str, Any]]:
     """The quarantined devices among ``names`` (read-only: a DB that does not exist is not created)."""
-    if db_path is None or not Path(db_path).is_file():
+    from edgeopt.results_url import local_path
+
+    if db_path is None or not local_path(db_path).is_file():
         return {}
     try:
-        conn = sqlite3.connect(f"file:{Path(db_path).absolute()}?mode=ro", uri=True, timeout=30)
+        conn = sqlite3.connect(f"file:{local_path(db_path).absolute()}?mode=ro", uri=True, timeout=30)
         try:
             rows = conn.execute("SELECT device, consecutive_failures, quarantined, quarantined_at, reason, last_seen, "
                                 "last_status, last_health FROM rig_state WHERE quarantined = 1").fetchall()

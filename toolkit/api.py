@@ -292,7 +292,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           option: dict[str, Any] | list[str] | None = None, config: str | None = None,
           calib_count: int = 32, val_count: int | None = None, batch: int | str | list[int] | None = None,
           progress: Progress = _quiet, raise_on_failure: bool = True,
-          accept: str | os.PathLike | dict[str, Any] | None = None, split: str | None = None) -> BuildReport:
+          accept: str | os.PathLike | dict[str, Any] | None = None, split: str | None = None,
+          scheduler: str | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
         report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", shape="x:1x3x224x224",
@@ -319,6 +320,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     seeded; ``"shuffle:7"``), ``"stride"`` or ``"head-tail"``; the indices are recorded in the manifest.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shape``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
+    ``scheduler``: ``"tcp://HOST:PORT"``/``"tls://…"`` (``--scheduler``; None: ``$EDGEOPT_SCHEDULER``, else here):
+    each job a Dask task on a worker that can build it (``edgeopt.cluster``), ``"auto"`` falls back to here.
     """
     from edgeopt.pipeline import build as _build
 
@@ -338,6 +341,11 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
 
         parse_split(split)  # a bad value: one line, before anything is prepared
         options["split"] = split
+    from edgeopt import cluster
+
+    if cluster.ACTIVE is None and cluster.resolve(scheduler) is not None:  # each job a Dask task on a worker
+        params = _pyinspect.signature(build).parameters
+        return cluster.build_on(scheduler, build, {k: v for k, v in locals().items() if k in params})
     kw = dict(precisions=precision, calib=calib, preprocess=preprocess, jobs=jobs, force=force,
               allow_mismatch=allow_mismatch, config=config, options=options, timeout=timeout,
               n_calib=calib_count, n_val=val_count, progress=progress, accept=accept)
@@ -874,9 +882,11 @@ def resolve_target_filter(value: str | list[str] | None) -> str | None:
 @_api()
 def query(db: str | None = None, model: str | None = None, targets: str | list[str] | None = None,
           device: str | None = None, precision: str | None = None, since: str | None = None,
-          run: str | None = None, all: bool = False) -> list[BenchRecord]:
+          run: str | None = None, all: bool = False, identity: str | None = None, label: str | None = None,
+          rig: str | None = None) -> list[BenchRecord]:
     """Run records from the results database (the latest of each unless ``all``, ``--all``; ``run``: one run's
-    id, ``--run``), typed (``results.BenchRecord``; ``rec.to_dict()`` is the stored JSON).
+    id, ``--run``; ``identity``/``label``/``rig``: a machine fingerprint, a device label, the writing rig, on
+    a database many rigs share), typed (``results.BenchRecord``; ``rec.to_dict()`` is the stored JSON).
 
         for rec in edgeopt.query(model="cls", targets="intel-cpu", all=True):
             print(rec.bundle.precision, rec.latency.p50_ms if rec.ok else rec.status)"""
@@ -886,7 +896,7 @@ def query(db: str | None = None, model: str | None = None, targets: str | list[s
     with ResultsDB(db or DEFAULT_DB, create=False) as rdb:
         return [record_from_dict(r) for r in rdb.query(model=model, target=target, device=device,
                                                        precision=precision, since=since, run_id=run,
-                                                       latest=not all)]
+                                                       latest=not all, identity=identity, label=label, rig=rig)]
 
 
 @_api(extra=_keywords_of("edgeopt.api:query"))

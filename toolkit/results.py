@@ -212,6 +212,7 @@ class ResultsDB:
     def add(self, record: dict[str, Any]) -> int:
         """Store one record (``RunRecord.as_dict()``) once; returns its row id (the stored one's when the same
         record is there already: a retry), -1 when it could not be written (``save_unsaved`` keeps it)."""
+        self.adopt_identity(record)
         row, text, key = prepare(record)
         with self._lock:
             try:
@@ -225,6 +226,30 @@ class ResultsDB:
                 self.unsaved.append(clean(record))  # the measurement is kept: save_unsaved() writes it out
                 self.write_error = self.write_error or str(exc)
                 return -1
+
+    def adopt_identity(self, record: dict[str, Any]) -> None:
+        """A record that knows its machine only in part (a gate's: no probe) takes the identity of the same
+        device's latest fuller one when every fact it knows agrees, so a gate joins its device's series."""
+        from edgeopt.results_schema import adopts
+
+        ident = identity_of(record)
+        dev = (record.get("device") or {}).get("name") if isinstance(record.get("device"), dict) else None
+        if ident is None or record.get("probe") or not dev or isinstance(record.get("identity"), dict):
+            return
+        try:
+            rows = self._rows("SELECT json FROM runs WHERE device = ? AND identity IS NOT NULL AND identity <> ? "
+                              "ORDER BY id DESC LIMIT 20", (dev, ident["id"]))
+        except Exception:  # an unreadable row, a server lost: the record keeps its own
+            return
+        for (text,) in rows:
+            try:
+                other = json.loads(text).get("identity")
+            except (ValueError, TypeError, AttributeError):
+                continue
+            if isinstance(other, dict) and isinstance(other.get("facts"), dict) and adopts(ident["facts"],
+                                                                                             other["facts"]):
+                record["identity"] = {"id": other["id"], "facts": other["facts"], "from": "the device's earlier runs"}
+                return
 
     def save_unsaved(self, run_id: str) -> str | None:
         """When ``add`` could not write some records: save them as JSON beside the database (else in the
@@ -307,8 +332,10 @@ class ResultsDB:
         """The models with runs stored, sorted."""
         return [r[0] for r in self._rows("SELECT DISTINCT model FROM runs WHERE model IS NOT NULL ORDER BY model")]
 
-    def count(self) -> int:
-        return int(self._rows("SELECT COUNT(*) FROM runs")[0][0])
+    def count(self, **filters: Any) -> int:
+        """How many rows (matching ``query``'s filters, when given)."""
+        cond, args = where_of(**filters)
+        return int(self._rows(f"SELECT COUNT(*) FROM runs {cond}", args)[0][0])
 
 
 def _edgeopt_version() -> str:

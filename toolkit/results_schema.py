@@ -177,6 +177,12 @@ def identity_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     return {"id": hashlib.sha256(_canon(facts).encode()).hexdigest()[:12], "facts": facts}
 
 
+def adopts(partial: dict[str, Any], full: dict[str, Any]) -> bool:
+    """Whether identity facts known in part (a gate's record: no probe, so no cores or memory) are those of a
+    fuller identity: every fact known is the same there, and it knows more."""
+    return set(partial) < set(full) and all(full.get(k) == v for k, v in partial.items())
+
+
 def labels_of(rec: dict[str, Any]) -> str | None:
     """The device's labels as stored for filtering: ``,a,b,`` (so ``LIKE '%,a,%'`` finds one)."""
     dev = rec.get("device") if isinstance(rec.get("device"), dict) else {}

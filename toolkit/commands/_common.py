@@ -155,7 +155,7 @@ def bench_options(f: Callable) -> Callable:
         click.option("--no-samples", is_flag=True, help="Don't keep per-iteration latencies (no distribution plot)."),
         click.option("--verify", is_flag=True,
                      help="Re-verify bundles already on the device (sha256 of every file); repair corrupted ones."),
-        click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db]."),
+        click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE", help="Results database [./edgeopt-results.db]."),
         click.option("--scenario", type=click.Choice(["single-stream", "multi-stream", "server", "offline",
                                                       "concurrency"]),
                      help="Also run this load scenario (before the timed loop): MLPerf's (LoadGen on the device), or "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-DB = click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database.")
+DB = click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 
 
@@ -36,10 +36,12 @@ examples:
               help="With `latest`: the newest run of this target (one; aliases work).")
 @click.option("--target", "target_alias", default=None, hidden=True)  # the old spelling of --targets
 @click.option("--device", default=None, help="With `latest`: the newest run on this device.")
+@click.option("--identity", default=None, metavar="ID",
+              help="With `latest`: the newest run on a machine of this identity (any rig of a shared --db).")
 @click.option("--force", is_flag=True, help="Replace entries NAME already has.")
 @DB
 @JSON
-def save(name, source, model, target, target_alias, device, force, db, as_json) -> int:
+def save(name, source, model, target, target_alias, device, identity, force, db, as_json) -> int:
     """Keep run RUN_ID (or the latest) under NAME."""
     from edgeopt.api import resolve_target_filter
     from edgeopt.commands import emit_json
@@ -51,7 +53,7 @@ def save(name, source, model, target, target_alias, device, force, db, as_json) 
     if target and "," in target:
         raise UsageError(f"baseline save --targets takes one target (the newest run of it), got {target!r}")
 
-    res = do_save(name, source, db, model, target, device, force)
+    res = do_save(name, source, db, model, target, device, force, identity=identity)
     if as_json:
         emit_json(res, "baseline-save")
     else:

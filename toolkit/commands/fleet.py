@@ -23,7 +23,7 @@ examples:
 @click.option("--devices", "devices_file", required=True, help="Devices YAML or Ansible inventory.")
 @click.option("--limit", multiple=True)
 @click.option("--rollout", "rollout_id", default=None, help="Compare with what this rollout's journal expects.")
-@click.option("--db", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--parallel", default=16, show_default=True, type=int)
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)

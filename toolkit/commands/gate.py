@@ -65,7 +65,7 @@ exit codes: 0 pass or improved, 5 regressed, 4 a device or rig failure (never a 
 @click.option("--junit", type=click.Path(), help="Write JUnit XML here (one test case per device × metric).")
 @click.option("--md", type=click.Path(), help="Write a Markdown summary here (for a PR comment).")
 @click.option("--raw", type=click.Path(), help="Write every round's samples and the verdicts as JSON here.")
-@click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database.")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database.")
 @click.option("--calib", default=None, help="CANDIDATE a model: its calibration/validation data (as for build) "
               "[the baseline bundle's recorded data source; exit 2 when it cannot be found].")
 @click.option("--preprocess", default=None, help="CANDIDATE a model: image preprocessing (as for build) "

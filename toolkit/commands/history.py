@@ -57,7 +57,11 @@ def _fraction(ctx, param, value):
 @click.option("--precision", help="Only these precisions.")
 @click.option("--metric", default="p50", metavar="NAME", help=f"The figure followed: {METRIC_NAMES}.")
 @click.option("--since", help="Only runs since a date/time or a span ago (12h, 7d).")
-@click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
+@click.option("--until", help="Only runs before a date/time or a span ago.")
+@click.option("--identity", help="Only machines of this identity (fingerprint or its prefix).")
+@click.option("--label", help="Only devices with one of these labels.")
+@click.option("--rig", help="Only runs written by these rigs (EDGEOPT_RIG or the host name).")
+@click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
 @click.option("--format", "-f", "format_", type=click.Choice(["table", "csv", "json", "html"]), default="table",
               help="Output format.")
 @click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
@@ -84,7 +88,7 @@ def run(args) -> int:
         check_writable(args.out)
     series = history(args.model, db=args.db, target=args.target, device=args.device, precision=args.precision,
                      metric=args.metric, since=args.since, min_size=args.min_size, min_shift=args.min_shift,
-                     alpha=args.alpha)
+                     alpha=args.alpha, identity=args.identity, label=args.label, rig=args.rig, until=args.until)
     text = render(series, "json" if args.json else args.format_)
     if args.out:
         from pathlib import Path

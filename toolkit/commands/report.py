@@ -32,7 +32,7 @@ examples:
 
 @click.command("report", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
                short_help="Compare measured runs (table, md, html, json, csv).")
-@click.option("--db", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
+@click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
 @click.option("--format", "-f", "format_", type=click.Choice(["table", "md", "html", "json", "csv"]), default=None,
               help="Output format [table, or from --out's extension].")
 @click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
@@ -44,6 +44,9 @@ examples:
 @click.option("--precision", help="Only these precisions.")
 @click.option("--since", help="Only runs since a date/time (2025-01-31, 2025-01-31T12:00) or a span ago (12h, 7d).")
 @click.option("--run", "run_id", help="Only the runs of one `edgeopt bench` invocation (its run id).")
+@click.option("--identity", help="Only runs on machines of this identity (fingerprint or its prefix).")
+@click.option("--label", help="Only devices with one of these labels.")
+@click.option("--rig", help="Only runs written by these rigs (EDGEOPT_RIG or the host name).")
 @click.option("--all", "all_", is_flag=True, help="Every run, not only the latest of each.")
 @click.option("--json", "json_", is_flag=True, help="Same as --format json.")
 @verbosity
@@ -116,7 +119,8 @@ def run(args) -> int:
     from edgeopt import api
 
     filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
-               "since": args.since, "run_id": args.run_id}
+               "since": args.since, "run_id": args.run_id, "identity": args.identity, "label": args.label,
+               "rig": args.rig}
     records = api.query(args.db, **{k: v for k, v in filters.items() if k != "run_id"}, run=args.run_id, all=args.all_)
     shown = {**{k: v for k, v in filters.items() if k != "targets"}, "target": api.resolve_target_filter(args.target)}
     write_report(records, guess_format(args.format_, args.out, args.json), args.out, args.title, shown)

@@ -23,7 +23,7 @@ examples:
 """)
 @click.option("--devices", "devices_file", default="local", show_default=True,
               help="The rig file (an inventory with a `rig:` section), or `local`.")
-@click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (quarantine state).")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database (quarantine state).")
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Probe every device now and judge it against the policy (else: the last state recorded).")
 @click.option("--limit", default=None, metavar="NAMES", help="Only these devices (comma-separated), as bench and gate.")
@@ -72,7 +72,7 @@ examples:
   edgeopt rig release jetson-2 --db ci/results.db
 """)
 @click.argument("device")
-@click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (quarantine state).")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database (quarantine state).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def release(device, db, as_json) -> int:
     """Lift DEVICE's quarantine and clear its failure count: the next gate measures it again."""

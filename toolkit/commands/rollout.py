@@ -196,7 +196,7 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
               help="On a halt the failing wave rolls back; earlier waves stay (keep) or roll back too.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (waves, devices, bytes) and change nothing.")
 @click.option("--events", type=click.Path(), help="Append every event as a JSON line to this file.")
-@click.option("--db", default="edgeopt-results.db", show_default=True, help="Journal / results database.")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Journal / results database.")
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary as one "
               "line.")
@@ -254,7 +254,7 @@ def _stale(r: dict, host: dict | None) -> str | None:
 
 
 @command.command("list")
-@click.option("--db", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--last", default=20, show_default=True, help="How many rollouts, newest first.")
 @click.option("--json", "as_json", is_flag=True)
 def list_(db, last, as_json) -> int:
@@ -286,7 +286,7 @@ def list_(db, last, as_json) -> int:
 
 @command.command("status")
 @click.argument("rollout_id")
-@click.option("--db", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def status(rollout_id, db, as_json) -> int:
     """A rollout's status and each device's last outcome, from the journal; a rollout whose host process
@@ -330,7 +330,7 @@ def status(rollout_id, db, as_json) -> int:
 @click.argument("rollout_id")
 @click.option("--approve", is_flag=True, help="Approve the inconclusive latency verdicts that paused the rollout "
               "(those devices go on); later devices pause again on theirs.")
-@click.option("--db", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--events", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)

@@ -70,7 +70,7 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
 @click.option("--confirm", "confirm_rounds", default=2, show_default=True, type=click.IntRange(min=0),
               help="Interleaved re-measuring rounds of the 3 best points; the pick is on their medians.")
 @click.option("--dist", default="dist", show_default=True, help="Where candidate and tuned bundles go.")
-@click.option("--db", default="edgeopt-results.db", show_default=True, help="Results database (every point).")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database (every point).")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1), help="Parallel builds.")
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
