@@ -1,0 +1,117 @@
+"""--shape ranges and buckets (issue 42): parsing, the API's forms, the one-line refusals, inspect's
+dynamic axes and suggested bounds. Fast: no conversion."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from edgeopt import api
+from edgeopt.errors import UsageError
+from edgeopt.model import inspect, parse_shapes, static_input_shapes
+from edgeopt.shapes import Buckets, Range, VarShape, describe, suggest_buckets, variable_axes
+from tests.conftest import fixture
+
+
+def test_range_and_buckets_parse_to_the_top_with_bounds():
+    s = parse_shapes(["input_ids:1x1..128", "mask:1x16|32|64|128", "x:1x3x224x224"])
+    assert s["input_ids"] == [1, 128] and variable_axes(s["input_ids"]) == {1: Range(1, 128)}
+    assert s["mask"] == [1, 128] and variable_axes(s["mask"]) == {1: Buckets((16, 32, 64, 128))}
+    assert s["x"] == [1, 3, 224, 224] and not isinstance(s["x"], VarShape)
+    assert repr(s["input_ids"]) == "1x1..128"
+    # Polygraphy's and trtexec's spellings take them too
+    assert variable_axes(parse_shapes(["ids:[1,8..64]"])["ids"]) == {1: Range(8, 64)}
+    both = parse_shapes(["a:1x1..8,b:1x2|4"])
+    assert describe(both) == {"a": [{"axis": 1, "range": [1, 8]}], "b": [{"axis": 1, "buckets": [2, 4]}]}
+
+
+def test_api_takes_the_same_forms():
+    s = api.parse_shapes({"ids": [1, "1..128"], "m": [1, (16, 32)], "r": [1, range(8, 65)], "x": [1, 3]})
+    assert variable_axes(s["ids"]) == {1: Range(1, 128)}
+    assert variable_axes(s["m"]) == {1: Buckets((16, 32))}
+    assert variable_axes(s["r"]) == {1: Range(8, 64)}
+    assert s["x"] == [1, 3]
+    assert variable_axes(api.parse_shapes("ids:1x4..9")["ids"]) == {1: Range(4, 9)}
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("ids:1x128..1", "min 128 > max 1"),
+    ("ids:1x0..8", "positive"),
+    ("ids:1x8|0", "positive"),
+    ("ids:1xa..b", "integers, ranges"),
+])
+def test_bad_ranges_are_one_line_usage_errors(spec, words):
+    with pytest.raises(UsageError, match=words.replace("|", r"\|")):
+        parse_shapes([spec])
+
+
+def test_buckets_or_range_on_a_fixed_dim_refused():
+    info = inspect(fixture("ocr-cls"))  # x [?, 3, ?, ?]: the channel dim is fixed at 3
+    with pytest.raises(UsageError, match="fixed at 3 in the model"):
+        static_input_shapes(info, parse_shapes(["x:1x1|3x48x192"]))
+    ok = static_input_shapes(info, parse_shapes(["x:1x3x48x32..320"]))
+    assert variable_axes(ok["x"]) == {3: Range(32, 320)} and ok["x"] == [1, 3, 48, 320]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgeopt", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_bad_range_and_static_dim_exit_2_in_one_line():
+    model = str(fixture("ocr-cls"))
+    for spec, words in (("x:1x3x48x320..32", "min 320 > max 32"), ("x:1x2|3x48x192", "fixed at 3")):
+        p = _cli("inspect", model, "--shape", spec)
+        assert p.returncode == 2, p.stderr
+        first = p.stderr.strip().splitlines()[0]
+        assert words in first and "Traceback" not in p.stderr
+
+
+def _position_model(path, vocab=1000, positions=512, hidden=16):
+    """A text-encoder front end: token + learned position embeddings (Gathers from [V, H] and [P, H])."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    tok = numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "tok")
+    pos = numpy_helper.from_array(rng.standard_normal((positions, hidden)).astype(np.float32), "pos")
+    nodes = [helper.make_node("Gather", ["tok", "input_ids"], ["t"]),
+             helper.make_node("Shape", ["input_ids"], ["s"], start=1),
+             helper.make_node("Squeeze", ["s"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["idx"]),
+             helper.make_node("Gather", ["pos", "idx"], ["p"]),
+             helper.make_node("Add", ["t", "p"], ["y"])]
+    g = helper.make_graph(nodes, "enc", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", hidden])],
+                          [tok, pos, numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                           numpy_helper.from_array(np.array(1, np.int64), "one")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+def test_inspect_names_dynamic_axes_and_suggests_position_bound(tmp_path):
+    model = _position_model(tmp_path / "enc.onnx")
+    info = inspect(model)
+    (axis,) = info.dynamic_axes
+    assert axis["input"] == "input_ids" and axis["axis"] == 1 and axis["dim"] == "seq"
+    assert axis["suggest"] == 512 and "position-embedding" in axis["why"]
+    p = _cli("inspect", str(model))
+    assert p.returncode == 0, p.stderr
+    assert "at most 512" in p.stdout and "--shape input_ids:1x1..512" in p.stdout
+    j = json.loads(_cli("inspect", str(model), "--json", "--shape", "input_ids:1x8..128").stdout)
+    assert j["variable"] == {"input_ids": [{"axis": 1, "range": [8, 128]}]}
+    # a CNN's width: dynamic, no bound in the model
+    rec = inspect(fixture("ocr-rec"))
+    assert [a["axis"] for a in rec.dynamic_axes] == [0, 2, 3] and all(a["suggest"] is None for a in rec.dynamic_axes)
+
+
+def test_suggest_buckets_from_quantiles():
+    lengths = list(range(8, 129))
+    b = suggest_buckets(lengths)
+    assert b[-1] == 128 and len(b) == 4 and b == sorted(b)
