@@ -9,16 +9,16 @@ goes to the results database with the full JSON.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from edgeopt.deploy import DeviceSession, LocalBundle, reply_error
+from edgeopt.deploy import DeviceSession, LocalBundle, _in_daemon_threads, reply_error
 from edgeopt.errors import DeviceError, HostKeyError, UsageError
 from edgeopt.inventory import Device, canonical_target
 from edgeopt.replies import ReplyNotBelievable
@@ -126,9 +126,34 @@ def bench_fleet(devices: list[Device], bundles: list[LocalBundle], options: dict
             if db is not None:
                 db.add(rec.as_dict())
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
-        list(pool.map(lambda w: _one_device(w[0], w[1], opts, result.run_id, trust_new_host_keys, verify,
-                                            add, result.pushes, lock, progress), work))
+    live: dict[str, Any] = {}  # device -> its open transport, closed at once on Ctrl-C
+    stopping = [False]
+
+    def quiet(line: str) -> None:  # after Ctrl-C, the workers' lines would bury the summary
+        if not stopping[0]:
+            progress(line)
+
+    try:
+        _in_daemon_threads(lambda w: _one_device(w[0], w[1], opts, result.run_id, trust_new_host_keys, verify,
+                                                 add, result.pushes, lock, quiet, live), work, jobs)
+    except KeyboardInterrupt:
+        # Ctrl-C: every open connection is closed now (no bench waits for its stall deadline), the devices
+        # that finished are named with their records (already stored), and the interrupt goes on (exit 130)
+        stopping[0] = True
+        for tr in list(live.values()):
+            with contextlib.suppress(Exception):
+                (getattr(tr, "abort", None) or tr.close)()
+        with lock:
+            recs = list(result.records)
+        for d, mine in work:
+            got = [r for r in recs if r.device.get("name") == d.name]
+            if got and len(got) >= len(mine):
+                progress(f"{d.name}: done before the interrupt: "
+                         + ", ".join(f"{r.bundle.get('model')} {r.bundle.get('target')}-{r.bundle.get('precision')} "
+                                     f"{r.status}" for r in got) + (" (stored)" if db is not None else ""))
+            else:
+                progress(f"{d.name}: interrupted" + (f" after {len(got)} of {len(mine)} bundle(s)" if got else ""))
+        raise
     result.time_s = round(time.perf_counter() - t0, 3)
     if db is not None and getattr(db, "unsaved", None):  # the database filled meanwhile: keep the measurements
         result.unsaved = db.save_unsaved(result.run_id)
@@ -137,7 +162,7 @@ def bench_fleet(devices: list[Device], bundles: list[LocalBundle], options: dict
 
 def _one_device(dev: Device, bundles: list[LocalBundle], opts: dict[str, Any], run_id: str, trust_new: bool,
                 verify: bool, add: Callable[[RunRecord], None], pushes: list, lock: threading.Lock,
-                progress: Progress) -> None:
+                progress: Progress, live: dict[str, Any] | None = None) -> None:
     def rec(b: LocalBundle, status: str, error: dict[str, Any] | None = None, **kw) -> RunRecord:
         return RunRecord(run_id, now_iso(), dev.public(), b.describe(), status, error, **kw)
 
@@ -155,6 +180,8 @@ def _one_device(dev: Device, bundles: list[LocalBundle], opts: dict[str, Any], r
         return
     pending = list(bundles)  # a bundle leaves only once its record is written
     probe = None
+    if live is not None:
+        live[dev.name] = tr
     try:
         with DeviceSession(dev, tr, progress) as sess:
             sess.ensure_agent()
@@ -176,6 +203,9 @@ def _one_device(dev: Device, bundles: list[LocalBundle], opts: dict[str, Any], r
         progress(f"{dev.name}: {status.upper()}: {exc.message}")
         for b in pending:
             add(rec(b, status, err(exc), probe=probe))
+    finally:
+        if live is not None:
+            live.pop(dev.name, None)
 
 
 def _bench_one(sess: DeviceSession, b: LocalBundle, opts: dict[str, Any], probe: dict[str, Any],

@@ -118,3 +118,67 @@ def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ss
     assert "fine: done before the interrupt" in err and "installed" in err, err[-2000:]
     assert "stuck: interrupted" in err, err[-2000:]
     assert not (root / "store").is_dir() or not [e for e in (root / "store").iterdir() if len(e.name) == 64]
+
+
+def test_ctrl_c_during_bench_stops_at_once_and_names_the_device_that_finished(ssh_env, big_bundle, tmp_path):
+    """Ctrl-C during `bench` while one device's upload is frozen waited for the stall deadline and printed
+    nothing, although the other device had finished (issue 38, 11): now it stops at once, names the device
+    that finished (its record stored) and the one interrupted, exit 130."""
+    healthy, frozen = ssh_env.make("bench-ok"), ssh_env.make("bench-frozen")
+    kh = known_hosts(tmp_path / "known_hosts", healthy, frozen)
+    ok_root, root = tmp_path / "root-ok", tmp_path / "root"
+    write_inventory(tmp_path / "inv.yaml", {
+        "fine": device_entry(ssh_env, healthy, ok_root, kh, target="cpu"),
+        "stuck": device_entry(ssh_env, frozen, root, kh, target="cpu", transfer_stall_timeout=300)})
+    stopped: list[int] = []
+
+    def freeze_when_uploading() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            staging = root / "staging"
+            if staging.is_dir() and any(staging.iterdir()):
+                for pid in frozen.descendants():
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.append(pid)
+                    except ProcessLookupError:
+                        pass
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=freeze_when_uploading, daemon=True)
+    watcher.start()
+    p = subprocess.Popen([sys.executable, "-m", "edgeopt", "bench", "--dist", str(big_bundle.parent.parent),
+                          "--devices", str(tmp_path / "inv.yaml"), "--duration", "0.2", "--min-iters", "5",
+                          "--db", str(tmp_path / "r.db")], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
+    reader.start()
+    try:
+        watcher.join(130)
+        assert stopped, "the upload finished before the freeze: the test did not test anything"
+        deadline = time.time() + 240  # until the healthy device has its figure
+        while not any("fine: " in ln and " p50 " in ln for ln in list(lines)):
+            assert time.time() < deadline and p.poll() is None, "the healthy device never finished: " + "".join(lines)
+            time.sleep(0.05)
+        time.sleep(0.5)  # its record is written right after the line
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=150)  # far below the 300 s stall deadline it would otherwise wait for
+        took = time.monotonic() - t0
+        reader.join(10)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        frozen.kill()
+        if p.poll() is None:
+            p.kill()
+    err = "".join(lines)
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert "made no progress" not in err and took < 60, (took, err[-2000:])
+    assert "fine: done before the interrupt" in err and "ok" in err.split("fine: done before the interrupt")[1]
+    assert "stuck: interrupted" in err, err[-2000:]
