@@ -26,8 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import UsageError
+from edgeopt.errors import DeviceError, UsageError
 from edgeopt.jsonsafe import dumps
+
+
+class FleetBusy(DeviceError):
+    """Another running rollout holds some of these devices (exit 4; the message names it)."""
 
 HEARTBEAT_S = 5.0  # how often a running rollout's host writes its heartbeat
 FLUSH_S = 0.1  # while a rollout runs, its events are committed in groups at most this often (see start_heartbeat)
@@ -42,6 +46,10 @@ CREATE TABLE IF NOT EXISTS rollout_events (
     device TEXT, step TEXT NOT NULL, status TEXT NOT NULL, json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rollout_events_key ON rollout_events (rollout_id, device, seq);
+CREATE TABLE IF NOT EXISTS fleet_locks (
+    rollout_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL,
+    devices TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS rollout_hosts (
     rollout_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL,
     heartbeat REAL NOT NULL
@@ -248,6 +256,54 @@ class Journal:
             alive = _pid_alive(int(pid))
         return {"host": host, "pid": int(pid), "started": started, "heartbeat_age_s": round(age, 1),
                 "alive": alive, "stale": alive is False or age > STALE_AFTER_S}
+
+    # --- one rollout per fleet at a time ---------------------------------------------------------------
+    def claim(self, rollout_id: str, devices: list[str] | set[str]) -> None:
+        """Take ``devices`` for this rollout, or refuse (``FleetBusy``) naming the rollout that holds any of
+        them, its host, pid and since when.  Two rollouts of one fleet at once both gated every device under
+        each other's load and both reported DONE.  A holder whose process is gone (same host: its pid; another
+        host: no heartbeat for ``STALE_AFTER_S``) no longer holds anything.  Atomic: check and take in one
+        ``BEGIN IMMEDIATE`` transaction, so two hosts starting at once cannot both win."""
+        want = set(devices)
+        with self._lock:
+            self._flush_locked()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for rid, host, pid, since, devs in self._conn.execute(
+                        "SELECT rollout_id, host, pid, since, devices FROM fleet_locks WHERE rollout_id != ?",
+                        (rollout_id,)).fetchall():
+                    shared = sorted(want & set(json.loads(devs)))
+                    if not shared or not self._holder_alive(rid, host, int(pid), float(since)):
+                        continue
+                    self._conn.rollback()
+                    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(since)))
+                    raise FleetBusy(f"rollout {rid} (on {host}, pid {pid}, since {when}) is rolling out to "
+                                    f"{', '.join(shared[:5])}{' …' if len(shared) > 5 else ''}: one rollout per "
+                                    "device at a time (both would gate under each other's load)",
+                                    hint=f"wait for it (`edgeopt rollout status {rid}`), or `edgeopt rollout "
+                                         f"abort {rid}`")
+                self._conn.execute("INSERT OR REPLACE INTO fleet_locks (rollout_id, host, pid, since, devices) "
+                                   "VALUES (?,?,?,?,?)", (rollout_id, socket.gethostname(), os.getpid(),
+                                                          time.time(), json.dumps(sorted(want))))
+                self._conn.commit()
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+
+    def release(self, rollout_id: str) -> None:
+        """Give the devices back (the rollout ended, paused or this process stops)."""
+        with self._lock:
+            self._flush_locked()
+            self._conn.execute("DELETE FROM fleet_locks WHERE rollout_id=? AND pid=?", (rollout_id, os.getpid()))
+            self._conn.commit()
+
+    def _holder_alive(self, rollout_id: str, host: str, pid: int, since: float) -> bool:
+        if host == socket.gethostname():
+            return _pid_alive(pid)
+        row = self._conn.execute("SELECT heartbeat FROM rollout_hosts WHERE rollout_id=?", (rollout_id,)).fetchone()
+        last = float(row[0]) if row else since
+        return time.time() - last <= STALE_AFTER_S
 
     # --- the planned bundles, kept with the journal -------------------------------------------------
     def kept_dir(self, rollout_id: str) -> Path:

@@ -276,6 +276,16 @@ def run_rollout(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], op
     changes nothing.  While it runs, this process's pid and a heartbeat are in the journal."""
     new = rollout_id is None
     rollout_id = rollout_id or uuid.uuid4().hex[:12]
+    journal.claim(rollout_id, [d["device"] for w in plan.waves for d in w])  # one rollout per device at a time
+    try:
+        return _run_claimed(plan, devices, bundles, opts, journal, rollout_id, new, spec, done, progress)
+    finally:
+        journal.release(rollout_id)
+
+
+def _run_claimed(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], opts: Options, journal: Journal,
+                 rollout_id: str, new: bool, spec: dict[str, Any] | None, done: dict[str, str] | None,
+                 progress: Callable[[str], None]) -> dict[str, Any]:
     if new:
         try:  # before anything is journalled: a bundle that cannot be kept is bad input, nothing written
             kept = journal.keep_bundles(rollout_id, list(bundles.values()))
