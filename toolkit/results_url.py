@@ -40,8 +40,9 @@ class DbSpec:
 
 
 def mask(text: str) -> str:
-    """``scheme://user:secret@host`` -> ``scheme://user:***@host`` (any URL-looking part of ``text``)."""
-    return re.sub(r"(\b[a-z][a-z0-9+.-]*://[^/:@\s]*):[^@/\s]*@", r"\1:***@", str(text), flags=re.I)
+    """``scheme://user:secret@host`` -> ``scheme://user:***@host``, ``?password=x`` -> ``?password=***``."""
+    text = re.sub(r"(\b[a-z][a-z0-9+.-]*://[^/:@\s]*):[^@/\s]*@", r"\1:***@", str(text), flags=re.I)
+    return re.sub(r"([?&]password=)[^&\s'\"]*", r"\1***", text, flags=re.I)
 
 
 def resolve(db: str | os.PathLike | None) -> str:
