@@ -216,6 +216,10 @@ class Target:
     # The forms a variable axis can take here (issue 42), in the order preferred when both pass and time
     # alike: "dynamic" (the runtime's own variable dims) and "static" (one shape, the top, inputs padded).
     shape_forms: tuple[str, ...] = ("static",)
+    # True: the dynamic form is converted from the model with its variable axes free (ONNX Runtime, OpenVINO);
+    # False: the one static conversion is also the dynamic form, resized at load to each request (LiteRT's
+    # resize_tensor_input): converted once, checked in both forms
+    dynamic_from_free = True
 
     def _build_ifs(self, job: BuildJob, progress: Callable[[str], None]) -> tuple[BuildOutput, list[str], bool]:
         """``(output, Ifs selected, retried)``: ``_build`` on the job -- its Ifs as both branches and a
@@ -388,16 +392,31 @@ class Target:
             shutil.rmtree(sub, ignore_errors=True)
             shutil.copytree(bundle, sub)  # the validation files
             this = dataclasses.replace(job, bundle_dir=str(sub), shape_form=form,
-                                       prepared_path=str(free) if form == "dynamic" else job.prepared_path)
-            progress(f"shape form {form}: building")
+                                       prepared_path=str(free) if form == "dynamic" and self.dynamic_from_free
+                                       else job.prepared_path)
             t0 = time.perf_counter()
-            try:
-                out, selected, uncal = self._build_ifs(this, progress)
-            except CheckFailed as exc:
-                tried.append({"form": form, "passed": False, "error": str(exc).splitlines()[0]})
-                last_exc = exc
-                continue
+            twin = next(iter(built.values()), None) if not self.dynamic_from_free else None
+            if twin is not None:  # the same conversion in the other form: its files, not a second conversion
+                progress(f"shape form {form}: the same artifact, {'resized at load' if form == 'dynamic' else 'padded'}")
+                out, selected, uncal = dataclasses.replace(twin[0], extra_manifest=dict(twin[0].extra_manifest),
+                                                           notes=list(twin[0].notes)), twin[1], twin[2]
+                for item in twin[3].iterdir():
+                    if item.name not in ("manifest.json", "validation", CHECK_FAILED_MARK):
+                        (shutil.copytree if item.is_dir() else shutil.copy2)(item, sub / item.name)
+            else:
+                progress(f"shape form {form}: building")
+                try:
+                    out, selected, uncal = self._build_ifs(this, progress)
+                except CheckFailed as exc:
+                    tried.append({"form": form, "passed": False, "error": str(exc).splitlines()[0]})
+                    last_exc = exc
+                    continue
             out.extra_manifest["shape_form"] = {"form": form}
+            if out.io:  # the artifact's own IO spec (layouts): the variable axes (ONNX layout) go with it
+                for spec in out.io["inputs"]:
+                    given = next((s for s in job.io["inputs"] if s["name"] == spec["name"]), {})
+                    if given.get("variable"):
+                        spec["variable"] = given["variable"]
             manifest = self._manifest(this, out, time.perf_counter() - t0)
             write_manifest(sub, manifest)
             progress(f"shape form {form}: checking at each sample's own length")
@@ -436,7 +455,9 @@ class Target:
         for form in built:
             shutil.rmtree(built[form][3], ignore_errors=True)
         refused = [t for t in tried if t["passed"] is False]
-        if not ok:
+        if not ok and not refused:
+            reason = "the one form this target builds (its numeric check runs on the device)"
+        elif not ok:
             reason = "no form passed its check at each sample's own length"
         elif chosen == "dynamic" and any(t["form"] == "static" for t in refused):
             reason = "the static (padded) form was refused: padding changes the answers"

@@ -95,6 +95,7 @@ class TensorRtRunner(Runner):
         """Set input shapes, (re)allocate every buffer once for them, warm up, capture a graph."""
         trt, cudart = self._trt, self._cudart
         self._free()
+        self._select_profile(shapes)
         for name in self._inputs:
             if name not in shapes:
                 raise ValueError(f"no shape for engine input {name!r}")
@@ -120,6 +121,28 @@ class TensorRtRunner(Runner):
             raise RuntimeError("TensorRT execute_async_v3 failed on the warm-up run")
         self._cuda(cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
         self._capture()
+
+    def _select_profile(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """An engine with several optimization profiles (one per bucket of a variable-length input, issue 42):
+        switch the context to the first profile whose min..max holds every input's shape."""
+        count = int(getattr(self.engine, "num_optimization_profiles", 1) or 1)
+        if count <= 1:
+            return
+        for k in range(count):
+            fits = True
+            for name in self._inputs:
+                lo, _, hi = self.engine.get_tensor_profile_shape(name, k)
+                shape = shapes.get(name, ())
+                if len(shape) != len(lo) or any(not (a <= d <= b) for a, d, b in zip(lo, shape, hi)):
+                    fits = False
+                    break
+            if fits:
+                if self.context.active_optimization_profile != k:
+                    if not self.context.set_optimization_profile_async(k, int(self._stream)):
+                        raise RuntimeError(f"TensorRT refused optimization profile {k}")
+                    self._cuda(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+                return
+        raise ValueError(f"shapes {shapes} lie in none of the engine's {count} optimization profiles")
 
     def _capture(self) -> None:
         mode = str(self.options.get("cuda_graph", "auto")).lower()

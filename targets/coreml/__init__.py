@@ -148,6 +148,7 @@ class CoreMlTarget(Target):
                            minimum_deployment_target=target, skip_model_load=True)
         package = Path(job.bundle_dir) / ARTIFACT
         model.save(str(package))
+        planned = planned_flexible(job.variable) if job.variable else {}
 
         io = artifact_io(job.io, conv)
         progress("structural check")
@@ -159,11 +160,15 @@ class CoreMlTarget(Target):
         notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "
                  f"{conv.folded} constant-folded, {conv.fused} decomposed LayerNorms fused",
                  *range_notes,
+                 *(["variable axes: built static at the top shape, requests padded to it; EnumeratedShapes "
+                    f"{planned} is the planned form, not built: edgeopt's ONNX->MIL translator fixes every shape when "
+                    "it translates, and a program made flexible afterwards fails to load ('Cannot convert symbols "
+                    "to int')"] if planned else []),
                  "numeric check: on host (Core ML runner)" if on_mac else "numeric check: on device"]
         return BuildOutput(
             runtime={"name": "coreml", "artifact": ARTIFACT, "options": {"compute_units": units}},
             options={"min_deployment_target": target_name, "compute_precision": job.precision,
-                     "compute_units": units},
+                     "compute_units": units, **({"enumerated_shapes_planned": planned} if planned else {})},
             io=io, check="numeric" if on_mac else "structural", structural=structural, notes=notes,
             warnings=range_warnings, extra_manifest={"structural_check": structural} if on_mac else {})
 
@@ -213,6 +218,19 @@ def value_shaped_nodes(graph: Any) -> list[tuple[str, str]]:
         if any(x in dynamic for x in node.input if x):
             dynamic.update(o for o in node.output if o)
     return found
+
+
+def planned_flexible(variable: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per variable input, the Core ML flexibility its declared bounds map to (issue 42): buckets ->
+    ``EnumeratedShapes`` of the bucket sizes (each Neural Engine eligible, at most 128); a range ->
+    ``RangeDim(lo, hi)`` (the Neural Engine runs only the default shape)."""
+    out: dict[str, Any] = {}
+    for name, var in variable.items():
+        for v in var:
+            out[f"{name}[{v['axis']}]"] = ({"EnumeratedShapes": list(v["buckets"])} if "buckets" in v else
+                                           {"RangeDim": list(v["range"]), "caveat": "Neural Engine at the default "
+                                            "shape only"})
+    return out
 
 
 def artifact_io(io: dict[str, list[dict[str, Any]]], conv: Any) -> dict[str, list[dict[str, Any]]]:

@@ -166,6 +166,15 @@ def _check_hint(prec: str) -> str:
     return "use --allow-mismatch to keep it"
 
 
+def _validation_lengths(job: BuildJob) -> dict[str, list[list[int]]]:
+    """{input: every validation sample's own shape} (``data_source.validation_shapes``), for a range's opt."""
+    out: dict[str, list[list[int]]] = {}
+    for row in job.data_source.get("validation_shapes") or []:
+        for name, shape in (row or {}).items():
+            out.setdefault(name, []).append(list(shape))
+    return out
+
+
 def build_spec(precision: str, o: dict[str, Any], spec: dict[str, Any], io_shapes: dict[str, list[int]],
                profiles: dict[str, Any]) -> dict[str, Any]:
     """What the device's ``compile`` needs, as plain data (``trt_build.json``)."""
@@ -218,6 +227,9 @@ class TensorRtTarget(Target):
     extra = "tensorrt"
     packages = ["onnxsim"]  # the host needs onnx, onnxruntime and onnxsim; never tensorrt
     check_kind = "device"
+    # issue 42: a variable axis as optimization profiles (one per bucket), from the user's model's dims
+    shape_forms = ("dynamic",)
+    dynamic_from_free = False
     fp16_range_own = True  # its FP16 range analysis: the overflowing layers FP32 (strongly typed) or a warning
 
     def known_options(self) -> frozenset[str] | None:
@@ -260,6 +272,9 @@ class TensorRtTarget(Target):
         static = {t["name"]: list(t["shape"]) for t in job.io["inputs"]}
         declared = _declared_dims(job.model_path)
         profiles = trt_prep.parse_profiles(o["trt_profile"], static, declared)
+        bucket_profiles: list[dict[str, Any]] = []
+        if not profiles and job.variable:  # issue 42: the --shape bounds as optimization profiles
+            profiles, bucket_profiles = trt_prep.varlen_profiles(job.variable, static, _validation_lengths(job))
         bundle = Path(job.bundle_dir)
         warnings: list[str] = []
 
@@ -311,6 +326,8 @@ class TensorRtTarget(Target):
         files = trt_prep.save_model(model, bundle / ARTIFACT)
 
         bspec = build_spec(prec, o, spec, static, profiles)
+        if bucket_profiles:  # one narrow profile per bucket: kernels tuned for each bucket's own shape
+            bspec["profiles"] = bucket_profiles
         (bundle / SPEC_FILE).write_text(json.dumps(bspec, indent=2) + "\n")
 
         progress("checking the prepared ONNX in ONNX Runtime (the engine is checked on the device)")

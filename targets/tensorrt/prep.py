@@ -300,6 +300,44 @@ def _shape(text: str, where: str) -> tuple[int, ...]:
     return dims
 
 
+def varlen_profiles(variable: dict[str, list[dict[str, Any]]], static: dict[str, list[int]],
+                    lengths: dict[str, list[list[int]]] | None = None) -> tuple[dict[str, InputProfile],
+                                                                                list[dict[str, Any]]]:
+    """The optimization profiles of a ``--shape`` with a range or buckets (issue 42): (the union profile that
+    keeps the variable dims dynamic in the prepared ONNX, the build spec's profile list). A range is one
+    profile min=lo, opt=the median validation length (else the middle), max=hi; buckets are one narrow profile
+    per bucket, min=opt=max=the bucket (requests are padded to their bucket: the kernels are tuned for exactly
+    that shape; TensorRT's one-tactic-set-per-profile makes a wide profile slow at both ends)."""
+    union: dict[str, InputProfile] = {}
+    per_bucket: list[dict[str, Any]] = []
+    counts = {len(v["buckets"]) for vs in variable.values() for v in vs if "buckets" in v}
+    all_buckets = all("buckets" in v for vs in variable.values() for v in vs)
+    for name, vs in variable.items():
+        lo, opt, hi = list(static[name]), list(static[name]), list(static[name])
+        for v in vs:
+            ax = int(v["axis"])
+            if "range" in v:
+                lo[ax], hi[ax] = int(v["range"][0]), int(v["range"][1])
+                seen = sorted(int(s[ax]) for s in (lengths or {}).get(name, []) if len(s) > ax)
+                opt[ax] = seen[len(seen) // 2] if seen else (lo[ax] + hi[ax]) // 2
+            else:
+                b = sorted(int(x) for x in v["buckets"])
+                lo[ax], hi[ax], opt[ax] = b[0], b[-1], b[len(b) // 2]
+        union[name] = InputProfile(name, tuple(lo), tuple(opt), tuple(hi))
+    if all_buckets and len(counts) == 1:
+        for k in range(counts.pop()):
+            prof: dict[str, Any] = {}
+            for name, vs in variable.items():
+                shape = list(static[name])
+                for v in vs:
+                    shape[int(v["axis"])] = sorted(int(x) for x in v["buckets"])[k]
+                prof[name] = {"min": shape, "opt": shape, "max": shape}
+            per_bucket.append(prof)
+    else:
+        per_bucket = [{n: p.as_dict() for n, p in union.items()}]
+    return union, per_bucket
+
+
 def parse_profiles(text: str | None, static: dict[str, list[int]],
                    model_dims: dict[str, list[int | str | None]]) -> dict[str, InputProfile]:
     """Parse ``trt_profile``; ``static`` are the --shape shapes (validation data and default opt),

@@ -79,6 +79,10 @@ class TfliteTarget(Target):
     backend = "tflite"
     extra = "tflite"
     ifs_as_where = True  # onnx2tf fails on If (KeyError on a branch's outer initializer): targets.if_select
+    # issue 42: a variable axis as the one converted file resized at load to each request (the runner's
+    # resize_tensor_input), else padded to the top; converted once, checked in both forms (base._build_forms)
+    shape_forms = ("dynamic", "static")
+    dynamic_from_free = False
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
 
     def toolchain(self) -> dict[str, str]:
