@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeopt.errors import DeviceError, MissingDependency, UsageError
 from edgeopt.results import ResultsDB, _edgeopt_version, insert_once, prepare
-from edgeopt.results_schema import SCHEMA_VERSION, migrate, stored_version
+from edgeopt.results_schema import MIGRATIONS_TABLE, SCHEMA_VERSION, migrate, stored_version
 from edgeopt.results_url import mask, parse
 
 _LOCK_KEY = 4_301_843  # pg_advisory_xact_lock: one migrating rig at a time
@@ -40,10 +40,10 @@ class _PgRows:
         self.conn = conn
 
     def run(self, sql: str, args: tuple | list = ()) -> None:
-        self.conn.exec_driver_sql(sql.replace("?", "%s"), tuple(args))
+        self.conn.exec_driver_sql(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
 
     def rows(self, sql: str, args: tuple | list = ()) -> list[tuple]:
-        res = self.conn.exec_driver_sql(sql.replace("?", "%s"), tuple(args))
+        res = self.conn.exec_driver_sql(sql.replace("%", "%%").replace("?", "%s"), tuple(args))
         return [tuple(r) for r in res.fetchall()] if res.returns_rows else []
 
 
@@ -71,7 +71,8 @@ class PgResultsDB(ResultsDB):
         self.write_error: str | None = None
         self.duplicates = 0
         self.spooled = 0
-        self.synced = 0
+        self.synced = 0  # records uploaded from the spool by this object (on open and by sync)
+        self.sync_duplicates = 0
         self.offline: str | None = None  # why the server could not be reached (records then go to the spool)
         self._spool: ResultsDB | None = None
         try:
@@ -90,6 +91,9 @@ class PgResultsDB(ResultsDB):
                 raise UsageError(f"the results server {self.shown} refused edgeopt: {_why(exc)}",
                                  hint="check the user and database in --db, and the password in PGPASSWORD or "
                                       "~/.pgpass") from None
+            if not isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+                raise DeviceError(f"the results server {self.shown} failed to open the results schema: "
+                                  f"{_why(exc)}") from None
             if not create:
                 raise DeviceError(f"the results server {self.shown} cannot be reached: {_why(exc)}",
                                   hint="start it or check the network; records written meanwhile wait in the "
@@ -119,7 +123,10 @@ class PgResultsDB(ResultsDB):
         with self._engine.begin() as conn:
             db = _PgRows(conn)
             db.run("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
-            found = stored_version(db) if self._has_migrations(db) else 0
+            # the table made (or found) under the lock, before reading it: a catalog lookup alone
+            # (to_regclass) can miss a table another rig's migration committed while this one waited
+            db.run(MIGRATIONS_TABLE)
+            found = stored_version(db)
             if found > SCHEMA_VERSION:
                 raise UsageError(f"the results database {self.shown} was written by a newer edgeopt (schema "
                                  f"{found})", hint="upgrade edgeopt on this rig")
@@ -171,8 +178,7 @@ class PgResultsDB(ResultsDB):
                         self.duplicates += dup
                         return rid
                     except self._sa.exc.DBAPIError as exc:
-                        if _is_bad_input(exc) or not (exc.connection_invalidated or isinstance(
-                                exc, (self._sa.exc.OperationalError, self._sa.exc.InterfaceError))):
+                        if not self._lost(exc):
                             raise
                         err = exc
                         time.sleep(0.2 * 2 ** attempt)
@@ -221,6 +227,7 @@ class PgResultsDB(ResultsDB):
                                  [r[0] for r in rows])
                 sp._conn.commit()
         self.synced += out["uploaded"]
+        self.sync_duplicates += out["duplicates"]
         return out
 
     # --- reading ------------------------------------------------------------------------------------
@@ -228,9 +235,19 @@ class PgResultsDB(ResultsDB):
     def _rows(self, sql: str, args: list | tuple = ()) -> list[tuple]:
         if self.offline is not None:
             raise DeviceError(f"the results server {self.shown} cannot be reached: {self.offline}")
-        try:
-            with self._engine.connect() as conn:
-                return _PgRows(conn).rows(sql, args)
-        except self._sa.exc.DBAPIError as exc:
-            raise DeviceError(f"the results server {self.shown} failed a query: {_why(exc)}") from None
+        for attempt in range(RETRIES):
+            try:
+                with self._engine.connect() as conn:
+                    return _PgRows(conn).rows(sql, args)
+            except self._sa.exc.DBAPIError as exc:
+                if attempt == RETRIES - 1 or not self._lost(exc):
+                    raise DeviceError(f"the results server {self.shown} failed a query: {_why(exc)}") from None
+                time.sleep(0.2 * 2 ** attempt)  # a dropped connection: a fresh one (a read is safe to repeat)
+        raise AssertionError("unreachable")
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Whether an error is the connection's (dropped, server restarting), worth a retry on a fresh one."""
+        sa = self._sa
+        return not _is_bad_input(exc) and bool(getattr(exc, "connection_invalidated", False) or isinstance(
+            exc, (sa.exc.OperationalError, sa.exc.InterfaceError)))
 

@@ -95,11 +95,14 @@ MIGRATIONS: list[tuple[int, str, Callable[[Adapter], None]]] = [
 ]
 
 
+MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                    "applied_at TEXT NOT NULL, edgeopt TEXT, description TEXT)")
+
+
 def migrate(db: Adapter, edgeopt_version: str, start: int) -> int:
     """Bring the database from version ``start`` to SCHEMA_VERSION (the caller has refused a newer one
     and holds the lock/transaction); returns the version it is at."""
-    db.run("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, "
-           "edgeopt TEXT, description TEXT)")
+    db.run(MIGRATIONS_TABLE)
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     for version, what, fn in MIGRATIONS:
         if version <= start:

@@ -118,6 +118,10 @@ class Relay:
 
     def cut(self) -> None:
         self.listening = False
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: new connections are refused
+        except OSError:
+            pass
         self.sock.close()
         self.drop()
 
