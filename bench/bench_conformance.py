@@ -25,6 +25,14 @@ build did), ``check-caught`` (built, edgeopt's check refused it: a wrong convers
 
 Resumable: one JSON line per test in ``--work``/results.jsonl; tests already there are skipped.
 
+``--form initializers`` (issue 41): the node tests feed weights, scales and bounds as graph *inputs*; in a real
+model they are initializers.  In this form every graph input but the first becomes an initializer holding the
+spec's value (the model written to ``--work``/models/<test>/model.onnx), the first stays the input; tests with one
+input read the same in both forms and are left out of it.  ``--form inputs`` is the tests as shipped.  Both forms'
+tables also give the **held-out** part (every 5th test of the float32 list, index % 5 == 0): the mobile rules of
+``targets/support_rules.py`` were written from these runs, so the figure on the tests they were not written
+from is reported on its own.
+
 ``--fast``: the builds run in this process (``edgeopt.api.build``, not one ``edgeopt build`` CLI per test) and
 each backend's converter worker is one long-lived process per backend (restarted every ``--recycle`` jobs,
 after a crash and after a timeout) instead of a fresh ``python -m edgeopt.worker`` per (test, target): the
@@ -97,6 +105,50 @@ def float32_tests(ops: set[str] | None = None, match: str | None = None) -> list
             continue
         found.append((d.name, types))
     return found
+
+
+HELD_OUT_EVERY = 5  # every 5th test of the float32 list (index % 5 == 0) is held out from rule writing
+
+
+def held_out(test: str) -> bool:
+    """Is ``test`` in the held-out part (every ``HELD_OUT_EVERY``-th of the float32 list)?"""
+    global _INDEX
+    if _INDEX is None:
+        _INDEX = {name: i for i, (name, _) in enumerate(float32_tests())}
+    i = _INDEX.get(test)
+    return i is not None and i % HELD_OUT_EVERY == 0
+
+
+_INDEX: dict[str, int] | None = None
+
+
+def n_inputs(test: str) -> int:
+    import onnx
+
+    m = onnx.load(str(node_dir() / test / "model.onnx"))
+    inits = {i.name for i in m.graph.initializer}
+    return len([i for i in m.graph.input if i.name not in inits])
+
+
+def as_initializers(test: str, work: Path) -> Path:
+    """The test's model with every graph input but the first made an initializer of the spec's value."""
+    import onnx
+    from onnx import numpy_helper
+
+    inputs, _ = spec_data(test)
+    m = onnx.load(str(node_dir() / test / "model.onnx"))
+    inits = {i.name for i in m.graph.initializer}
+    feed = [i for i in m.graph.input if i.name not in inits]
+    keep = feed[0].name
+    for v in feed[1:]:
+        m.graph.initializer.append(numpy_helper.from_array(inputs[v.name], v.name))
+    kept = [i for i in m.graph.input if i.name == keep or i.name in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(kept)
+    out = work / "models" / test / "model.onnx"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(out))
+    return out
 
 
 def spec_data(test: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -320,7 +372,7 @@ def build_in_process(model: str, targets: list[str], dist: Path, calib: Path | N
     os.environ["EDGEOPT_SUPPORT_RULES"] = "off"
     try:
         rep = api.build(model, targets, precision="fp32", calib=str(calib) if calib else None, dist=str(dist), jobs=1,
-                        timeout=timeout, raise_on_failure=False)
+                        build_timeout=timeout, raise_on_failure=False)
         return (0 if rep.ok else 3), json.dumps(rep.as_dict(), default=str), ""
     except EdgeoptError as exc:
         code = getattr(exc, "exit_code", 2)
@@ -351,15 +403,19 @@ def _commit() -> str | None:
         return None
 
 
-def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool = False) -> dict[str, Any]:
-    model = str(node_dir() / test / "model.onnx")
-    rec: dict[str, Any] = {"test": test, "targets": {}, "commit": _commit(), "at": time.strftime("%H:%M:%S")}
+def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool = False,
+             form: str = "inputs") -> dict[str, Any]:
+    model = str(node_dir() / test / "model.onnx") if form == "inputs" else str(as_initializers(test, work))
+    rec: dict[str, Any] = {"test": test, "form": form, "targets": {}, "commit": _commit(),
+                           "at": time.strftime("%H:%M:%S")}
     try:
         v = verdicts(model, targets)
     except Exception as exc:  # noqa: BLE001 - inspect itself crashed: that is a finding
         v = {t: {"verdict": "crash", "why": str(exc)[:200]} for t in targets}
     dist = work / "dist" / test
     inputs, expected = spec_data(test)
+    if form != "inputs":  # the others are initializers now
+        inputs = dict(list(inputs.items())[:1])
     calib = work / "calib" / f"{test}.npz"  # the spec's inputs as the validation data (in-domain: Asin, Log)
     calib.parent.mkdir(parents=True, exist_ok=True)
     import numpy as np
@@ -465,7 +521,11 @@ def main() -> int:
     ap.add_argument("--keep-spec", action="store_true", help="with --report: the recorded comparisons with the spec "
                     "(not run again)")
     ap.add_argument("--preface", default=None, help="with --write: a file whose text goes above the figures")
-    ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance")
+    ap.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md section conformance "
+                    "(conformance-initializers for that form)")
+    ap.add_argument("--form", choices=["inputs", "initializers"], default="inputs",
+                    help="the tests as shipped (extra inputs as graph inputs) or with every input but the first "
+                    "as an initializer (a real model's form; tests with one input left out)")
     a = ap.parse_args()
     targets = [t for t in a.targets.split(",") if t]
     work = Path(a.work)
@@ -486,6 +546,8 @@ def main() -> int:
                 if t in rec["targets"] and index.get(name, 0) % k:
                     del rec["targets"][t]
     tests = float32_tests({o for o in a.ops.split(",") if o} or None, a.match)[a.start::max(a.every, 1)]
+    if a.form == "initializers":
+        tests = [(n, ts) for n, ts in tests if n_inputs(n) > 1]
     if a.limit:
         tests = tests[:a.limit]
     if not a.report:
@@ -500,7 +562,7 @@ def main() -> int:
             todo = [t for t in targets if t not in done.get(test, {}).get("targets", {})]
             if not todo:
                 continue
-            rec = run_test(test, todo, work, a.timeout, a.fast)
+            rec = run_test(test, todo, work, a.timeout, a.fast, a.form)
             with res.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             done.setdefault(test, {"test": test, "targets": {}})["targets"].update(rec["targets"])
@@ -510,26 +572,36 @@ def main() -> int:
     records = [r for n, r in sorted(done.items()) if n in names or a.report]
     if a.report:  # today's inspect against the recorded builds (a build's result does not depend on it)
         for r in records:
-            now = verdicts(str(node_dir() / r["test"] / "model.onnx"), list(r["targets"]))
+            src = node_dir() / r["test"] / "model.onnx" if a.form == "inputs" else as_initializers(r["test"], work)
+            now = verdicts(str(src), list(r["targets"]))
             spec = None
             for t, row in r["targets"].items():
                 bundle = Path(row.get("bundle") or work / "dist" / r["test"] / "model" / f"{t}-fp32")
                 if row.get("spec") and not a.keep_spec and (bundle / "manifest.json").exists():  # today's comparison
                     spec = spec or spec_data(r["test"])
+                    if a.form != "inputs":
+                        spec = (dict(list(spec[0].items())[:1]), spec[1])
                     row["spec"] = spec_compare(bundle, t, *spec)
                 row.setdefault("verdict_at_run", row["verdict"])
                 row.update(now[t])
                 row["outcome"] = outcome(row, row["outcome"] == "crash")
-    body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, `inspect` verdict vs "
-            f"`build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec output|); "
-            f"{len(records)} tests (per target: the last row)"
+    form = ("extra inputs as graph inputs (the tests as shipped)" if a.form == "inputs" else
+            "every input but the first as an initializer of the spec's value (a real model's form; tests with "
+            "one input left out)")
+    held = [r for r in records if held_out(r["test"])]
+    body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, form: {form}; `inspect` "
+            f"verdict vs `build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec "
+            f"output|); {len(records)} tests (per target: the last row)"
             + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
-            f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets) + "\n\n" + failures(records, targets))
+            f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets)
+            + f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == 0: "
+            f"{len(held)} of these tests; no rule was written from them):\n\n" + table(held, targets)
+            + "\n\n" + failures(records, targets))
     if a.preface:  # what the run was (processes, samples, rule changes), written above the figures
         body = Path(a.preface).read_text().rstrip() + "\n\n" + body
     print(body)
     if a.write:
-        write_section("conformance", body)
+        write_section("conformance" if a.form == "inputs" else "conformance-initializers", body)
     return 0
 
 
