@@ -144,6 +144,49 @@ CASES = [
      "tests/fleet/test_rollout_faults.py::test_a_device_whose_store_cannot_take_the_bundle_fails_alone"),
     ("fleet", "a halt after first installs puts devices back to nothing",
      "tests/fleet/test_rollout_faults.py::test_a_halt_after_first_installs_puts_devices_back_to_nothing"),
+    # issue 38: a device that lies, a disk that fills, a store that is tampered with
+    ("lying device", "a bench reply with NaN/Infinity/negative/huge numbers, a string or deep nesting is refused "
+                     "for that device in one line; the good device is printed and stored",
+     "tests/devices/test_lying_device.py::test_a_lying_device_is_refused_in_one_line_and_the_good_one_is_printed_"
+     "and_stored"),
+    ("lying device", "a `has` reply that cannot be true fails that device in one line",
+     "tests/devices/test_lying_device.py::test_a_has_reply_that_cannot_be_true_fails_that_device_in_one_line"),
+    ("lying device", "mutated replies (fuzz, corpus in the repo) are refused or read, never a traceback or a stored ok",
+     "tests/devices/test_reply_fuzz.py::test_mutated_replies_are_refused_or_read_without_a_traceback"),
+    ("store integrity", "push --verify replaces a store file swapped for a symlink outside the root, verifies "
+                        "again, and fails if it is still wrong",
+     "tests/devices/test_lying_device.py::test_push_verify_replaces_a_store_file_swapped_for_a_link_and_verifies_"
+     "again"),
+    ("neighbour", "a planted __pycache__/*.pyc in the agent folder is removed and never runs (-B)",
+     "tests/devices/test_lying_device.py::test_a_planted_pyc_in_the_agent_folder_is_removed_and_never_runs"),
+    ("disk", "a read-only agent root benches what it already holds",
+     "tests/devices/test_lying_device.py::test_a_read_only_root_benches_what_it_already_holds"),
+    ("disk", "a results database that fills during the bench keeps the measurement (table printed, JSON beside)",
+     "tests/devices/test_lying_device.py::test_a_results_database_that_fills_during_the_bench_keeps_the_"
+     "measurement"),
+    ("inventory", "a key given twice in flow-style YAML is refused with line numbers",
+     "tests/devices/test_inventory.py::test_a_key_given_twice_in_flow_style_is_refused_too"),
+    ("store integrity", "two long model names with one prefix never share a slot (hash suffix)",
+     "tests/agent/test_agent_store.py::test_two_long_model_names_with_one_prefix_get_two_slots"),
+    ("races", "gc never takes an upload a process holds open, whatever its (clock-stepped) times",
+     "tests/agent/test_store_integrity.py::test_gc_never_takes_an_upload_a_process_holds_open_whatever_its_times"),
+    ("fleet", "a second rollout sharing a device is refused naming the first; a dead holder holds nothing",
+     "tests/fleet/test_fleet_lock.py::test_a_second_rollout_on_a_shared_device_is_refused_naming_the_first"),
+    ("energy", "absurd rail values are no measurement (never Infinity J/inf); a FIFO at a sensor path is refused, "
+               "not read for ever",
+     "tests/agent/test_energy.py::test_absurd_rail_values_are_no_measurement_never_infinity"),
+    ("energy", "a FIFO planted at a sensor path is refused without blocking",
+     "tests/agent/test_energy.py::test_a_fifo_at_a_sensor_path_is_refused_not_read_for_ever"),
+    ("network", "Ctrl-C during bench stops at once, names the device that finished (stored) and the one "
+                "interrupted",
+     "tests/devices/test_transfer_stall.py::test_ctrl_c_during_bench_stops_at_once_and_names_the_device_that_"
+     "finished"),
+    ("neighbour", "an upload mapped shared and writable (descriptor closed) is refused, not installed",
+     "tests/agent/test_store_integrity.py::test_a_shared_writable_mapping_of_an_upload_is_refused_not_installed"),
+    ("device", "a device python that is Python 2.7 (no -I) is named in one line",
+     "tests/devices/test_push.py::test_a_device_python_2_is_said_in_one_line_not_unknown_option"),
+    ("suite", "the throttle-between-blocks test holds at any load (the agent throttled by SIGSTOP duty cycle)",
+     "tests/hil/test_rig.py::test_throttling_between_blocks_drops_the_rounds_measured_after_it"),
 ]
 
 
