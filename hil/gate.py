@@ -342,12 +342,15 @@ def _overall(devs: list[dict[str, Any]]) -> str:
 
 
 def _retryable(exc: Exception) -> bool:
-    """Unreachable or hung (worth a power cycle), as opposed to refused, unfit, or a bundle that fails."""
+    """Unreachable or hung (worth a power cycle), as opposed to refused, unfit, a bundle that fails, or a
+    reply that cannot be true (a power cycle does not make a lying agent honest)."""
     from edgeopt.hil.paired import AgentFailed
     from edgeopt.hil.rig import HookFailed, RigUnfit
+    from edgeopt.replies import ReplyNotBelievable
     from edgeopt.transport import AuthFailed, HostKeyError
 
-    return not isinstance(exc, (HostKeyError, AuthFailed, RigUnfit, HookFailed, AgentFailed, _PushFailed))
+    return not isinstance(exc, (HostKeyError, AuthFailed, RigUnfit, HookFailed, AgentFailed, _PushFailed,
+                                ReplyNotBelievable))
 
 
 class _PushFailed(DeviceError):

@@ -99,3 +99,14 @@ def test_an_undecided_tail_says_how_many_rounds_it_needs():
     assert need > 12 and spread > 0
     quiet = rounds_needed(_blocks(3, 12, tail_slow=1.08, spikes=0.0, noise=0.03), spec, "p90")
     assert quiet[0] < need
+
+
+def test_a_reply_that_cannot_be_true_is_not_power_cycled_and_retried():
+    """A lying agent stays a liar after a power cycle: the gate fails that device, it does not retry it
+    (issue 38); an unreachable one is still worth a cycle."""
+    from edgeopt.errors import DeviceError
+    from edgeopt.hil.gate import _retryable
+    from edgeopt.replies import ReplyNotBelievable
+
+    assert not _retryable(ReplyNotBelievable("liar: the agent's pairbench reply is not believable: p50_ms = -1"))
+    assert _retryable(DeviceError("dev: unreachable"))
