@@ -574,7 +574,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   target_qps: float | None = None, latency_bound: str | None = None,
                   samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
                   workers: int | None = None, concurrency: int | None = None,
-                  max_queue_delay: float | None = None) -> dict[str, Any]:
+                  max_queue_delay: float | None = None, lengths: str | list[int] | None = None) -> dict[str, Any]:
     """The options the agent's bench takes, checked (UsageError before any device is touched).
     ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
     ``concurrency`` scenario; ``max_queue_delay`` (ms, ``--max-queue-delay``): dynamic batching in the server scenario (up to
@@ -592,7 +592,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
                            latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
                            profile=profile, workers=workers, concurrency=concurrency,
-                           max_queue_delay_ms=max_queue_delay)
+                           max_queue_delay_ms=max_queue_delay, lengths=lengths)
     opts = _opts(args)
     if warm_s is not None:
         opts["warmup_s"] = warm_s
@@ -612,6 +612,31 @@ def _warmup(value: int | str) -> tuple[int | None, float | None]:
         return warmup_value(value)
     except click.BadParameter as exc:
         raise UsageError(f"--warmup: {exc.message}") from None
+
+
+def check_lengths(bundles: list, lengths: list[int] | None) -> None:
+    """Refuse up front (exit 2) ``--lengths`` a bundle cannot take: a bundle with no variable axis, or a size
+    outside the bounds it was built for (the agent's own rule, ``edgeopt_agent.varlen.run_size``)."""
+    import json
+
+    from edgeopt_agent import varlen
+
+    if not lengths:
+        return
+    for b in bundles:
+        m = json.loads((b.path / "manifest.json").read_text())
+        var = [(s["name"], v) for s in m["io"]["inputs"] for v in s.get("variable") or []]
+        if not var:
+            raise UsageError(f"--lengths: {b.model} {b.target}-{b.precision} has no variable axis (built from a "
+                             "static --shape)", hint="build with a range or buckets in --shape, e.g. x:1x1..128")
+        for size in lengths:
+            for name, v in var:
+                try:
+                    varlen.run_size(v, size, varlen.form_of(m))
+                except varlen.OutOfBounds:
+                    raise UsageError(f"--lengths {size}: {b.model} {b.target}-{b.precision} was built for "
+                                     f"{name}[{v['axis']}] {varlen.bounds_text(v)}; {size} is outside the built "
+                                     "bounds", hint="rebuild with wider bounds in --shape") from None
 
 
 def check_batch(bundles: list, batch: int) -> None:
@@ -685,6 +710,7 @@ def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, 
         return _bench_batches(own, dist, devices, limit, labels, targets, found, trust_new_host_keys, parallel,
                               verify, db, progress, options, exact=True)
     check_batch(found, opts["batch"])
+    check_lengths(found, opts.get("lengths"))
     work, skipped = plan(devs, found, picked)
     if not work:  # before the database is opened: bad input writes nothing
         raise UsageError("nothing to bench: " + "; ".join(f"{s['device']}: {s['reason']}" for s in skipped),

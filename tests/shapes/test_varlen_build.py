@@ -129,3 +129,32 @@ def test_padded_arrays_with_lengths_or_mask_and_one_file_per_sample(tmp_path):
     np.savez(folder / "s9.npz", ids=np.ones((1, 12), np.int64), mask=np.ones((1, 12), np.int64))
     with pytest.raises(CalibrationError, match="past the --shape bounds"):
         calibmod.load_data(str(folder), inputs, calibmod.Preprocess(), 3, 3)
+
+
+def test_bench_lengths_outside_the_built_bounds_or_on_a_static_bundle_exit_2(built, tmp_path):
+    from edgeopt.errors import UsageError
+
+    dist = Path(next(t for t in built["mel"].results if t.target == "cpu").bundle).parents[1]
+    with pytest.raises(UsageError, match="outside the built bounds") as exc:
+        edgeopt.bench(dist=str(dist), lengths=[2000], db=str(tmp_path / "r.db"), targets="cpu")
+    assert exc.value.exit_code == 2
+    with pytest.raises(UsageError, match="--lengths takes positive"):
+        edgeopt.bench(dist=str(dist), lengths="0,8", db=str(tmp_path / "r.db"))
+    static = edgeopt.build(fixture("oww-melspec"), "cpu", precision="fp32", shape="input:1x16000",
+                           dist=str(tmp_path / "static"))
+    with pytest.raises(UsageError, match="has no variable axis"):
+        edgeopt.bench(dist=str(tmp_path / "static"), lengths=[16000], db=str(tmp_path / "r.db"))
+    assert static.results[0].status == "built"
+
+
+def test_tensorrt_records_one_profile_per_bucket(built, tmp_path):
+    pytest.importorskip("onnxsim")
+    mel = data.melspec(tmp_path / "mel.npz", count=12)
+    rep = edgeopt.build(fixture("oww-melspec"), "jetson-orin", precision="fp32",
+                        shape="input:1x8000|16000|32000", calib=str(mel), calib_count=4, val_count=8,
+                        dist=str(tmp_path / "trt"))
+    r, m = _manifest(rep, "jetson-orin")
+    spec = json.loads((Path(r.bundle) / "trt_build.json").read_text())
+    assert [p["input"]["opt"] for p in spec["profiles"]] == [[1, 8000], [1, 16000], [1, 32000]]
+    assert all(p["input"]["min"] == p["input"]["opt"] == p["input"]["max"] for p in spec["profiles"])
+    assert m["shape_form"]["form"] == "dynamic"

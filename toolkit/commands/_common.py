@@ -171,6 +171,10 @@ def bench_options(f: Callable) -> Callable:
         click.option("--max-queue-delay", "max_queue_delay_ms", type=float, metavar="MS",
                      help="server: dynamic batching — a worker waits up to MS ms for more queries and runs up to "
                           "--batch of them at once (each query's latency still counts from its arrival)."),
+        click.option("--lengths", default=None, metavar="LIST",
+                     help="Variable-length bundles (--shape with a range/buckets): bench the validation samples cut or "
+                          "zero-padded to these sizes on the variable axis (16,64,128) [each sample at its own "
+                          "length, in a seeded order]. A size outside the built bounds is refused (exit 2)."),
         click.option("--profile", type=click.IntRange(min=0), default=0, metavar="N",
                      help="After the timed loop: where one request's time goes (preprocess, copies, compute, "
                           "postprocess) and the runtime's own per-op profile over N runs (ONNX Runtime, "
@@ -206,7 +210,8 @@ def build_options(f: Callable) -> Callable:
                           "cpu=fp32,int8,intel-cpu=int8 (or --precision repeated)."),
         click.option("--shape", "--shapes", "shape", multiple=True, metavar="NAME:DIMS",
                      help="Concrete shape of inputs with dynamic dims: x:1x3x640x640, Polygraphy's "
-                          "x:[1,3,640,640] or trtexec's x:1x3x640x640,y:1x2 (repeatable)."),
+                          "x:[1,3,640,640] or trtexec's x:1x3x640x640,y:1x2 (repeatable); a dim kept variable "
+                          "as a range (input_ids:1x1..128) or buckets (input_ids:1x16|32|64|128)."),
         click.option("--calib", metavar="PATH",
                      help="Calibration/validation data: a folder of images, a .npy or .npz (keys = input "
                           "names); without it random data is used, with a loud warning and a mark on every "

@@ -46,6 +46,8 @@ def bench_options(args) -> dict:
             "return_samples": not args.no_samples, "limits": limits}
     if getattr(args, "profile", 0):
         opts["profile"] = int(args.profile)
+    if getattr(args, "lengths", None):
+        opts["lengths"] = parse_lengths(args.lengths)
     scenario = getattr(args, "scenario", None)
     pct, bound = parse_latency_bound(getattr(args, "latency_bound", None))
     workers, clients = getattr(args, "workers", None), getattr(args, "concurrency", None)
@@ -172,12 +174,27 @@ def max_qps_exit(rows: list[dict]) -> int:
     return EXIT_GOAL_NOT_MET if "not met" in verdicts else EXIT_INCONCLUSIVE if "undetermined" in verdicts else 0
 
 
+def parse_lengths(value) -> list[int]:
+    """``--lengths 16,64,128`` (or a list) -> [16, 64, 128]; anything else is exit 2."""
+    from edgeopt.errors import UsageError
+
+    items = value if isinstance(value, (list, tuple)) else str(value).replace(" ", "").split(",")
+    try:
+        out = [int(v) for v in items if str(v) != ""]
+    except ValueError:
+        raise UsageError(f"--lengths takes sizes like 16,64,128, got {value!r}") from None
+    if not out or any(v <= 0 for v in out):
+        raise UsageError(f"--lengths takes positive sizes like 16,64,128, got {value!r}")
+    return out
+
+
 def bench_kwargs(args) -> dict:
     """The bench options of parsed CLI args, as ``edgeopt.api.bench_options`` takes them."""
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
                                           "latency_bound", "samples_per_query", "engine", "profile", "workers",
-                                          "concurrency")} | {"max_queue_delay": args.max_queue_delay_ms}
+                                          "concurrency")} | {"max_queue_delay": args.max_queue_delay_ms,
+                                                             "lengths": getattr(args, "lengths", None)}
 
 
 def run_bench(args, bundles: list, progress):
