@@ -27,7 +27,18 @@ from edgeopt.errors import BuildFailed, MissingDependency, UsageError
 MANIFEST_SCHEMA = 1
 CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
 # Build options every backend takes (read by the pipeline and by ``Target.build``).
-COMMON_OPTIONS = frozenset({"seed", "split", "check_timeout", "output_kind", "if_as_where"})
+COMMON_OPTIONS = frozenset({"seed", "split", "check_timeout", "output_kind", "if_as_where", "shape_form"})
+SHAPE_FORMS = ("auto", "dynamic", "static")  # --option shape_form: which form a variable axis is built in
+
+
+def shape_form_asked(options: dict[str, Any]) -> str:
+    """``--option shape_form`` (auto | dynamic | static), or UsageError (exit 2) before anything is built."""
+    value = str(options.get("shape_form", "auto")).lower()
+    if value not in SHAPE_FORMS:
+        raise UsageError(f"--option shape_form={options.get('shape_form')!r}: expected one of {', '.join(SHAPE_FORMS)}",
+                         hint="auto: every form the target offers, checked at each sample's own length, the fastest "
+                         "that passes kept")
+    return value
 
 
 class CheckFailed(BuildFailed):
@@ -379,7 +390,7 @@ class Target:
 
         bundle = Path(job.bundle_dir)
         free = varlen_data(job, bundle)
-        asked = str(job.options.get("shape_form", "auto"))
+        asked = shape_form_asked(job.options)
         forms = list(self.shape_forms) if asked == "auto" else [asked]
         if asked != "auto" and asked not in self.shape_forms:
             raise BuildFailed(f"--option shape_form={asked}: {job.target['name']} builds a variable axis only as "

@@ -597,10 +597,11 @@ def check_options(plans: list[tuple[Any, str]], options: dict[str, Any]) -> None
     every backend lists its keys (``Target.known_options``).  Then each selected (target, precision)
     whose backend can build here checks the values of its own keys (``Target.check_options``).
     """
-    from edgeopt.targets.base import COMMON_OPTIONS, if_as_where_asked
+    from edgeopt.targets.base import COMMON_OPTIONS, if_as_where_asked, shape_form_asked
     from edgeopt.targets.registry import BACKENDS, get_backend
 
     if_as_where_asked(options)  # a common option's value
+    shape_form_asked(options)
     key_sets = [get_backend(name).known_options() for name in BACKENDS] if options else []
     if key_sets and all(k is not None for k in key_sets):
         known = set(COMMON_OPTIONS).union(*key_sets)

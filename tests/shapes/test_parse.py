@@ -115,3 +115,9 @@ def test_suggest_buckets_from_quantiles():
     lengths = list(range(8, 129))
     b = suggest_buckets(lengths)
     assert b[-1] == 128 and len(b) == 4 and b == sorted(b)
+
+
+def test_bad_shape_form_option_exit_2():
+    p = _cli("build", str(fixture("oww-melspec")), "-t", "cpu", "--shape", "input:1x4000..32000",
+             "--option", "shape_form=padded", "--out", "/nonexistent-never-written")
+    assert p.returncode == 2 and "shape_form" in p.stderr.strip().splitlines()[0]
