@@ -490,6 +490,13 @@ class Target:
                     msg + (f"; built the {chosen} form, which matches FP32 at each sample's own length" if ok else ""))
                 progress(msg)
         out.notes.append(f"shape form: {chosen} ({reason})")
+        import onnx
+
+        from edgeopt.shapes import pad_sensitive
+
+        for why in pad_sensitive(onnx.load(job.prepared_path, load_external_data=False),
+                                 [s["name"] for s in job.io["inputs"]]):
+            out.notes.append(f"padding may change the answers: {why} (the check at each own length decides)")
         return out, selected, uncal
 
     def debug_command(self, job: BuildJob) -> str:

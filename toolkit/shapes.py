@@ -222,3 +222,20 @@ def free_model(model: Any, variable: dict[str, list[dict[str, Any]]]) -> Any:
     except Exception:  # noqa: BLE001 - shapes unknown inside are fine for the runtimes
         pass
     return m
+
+
+def pad_sensitive(model: Any, input_names: list[str]) -> list[str]:
+    """Why padding may change this model's answers at the real positions (``--shape`` with a range/buckets
+    warns; the per-length check decides): dynamic quantization (one scale over every position, pads
+    included), and a mean/normalisation over the whole input with no mask input to leave the pads out."""
+    ops = {n.op_type for n in model.graph.node}
+    out = []
+    if "DynamicQuantizeLinear" in ops or "MatMulIntegerToFloat" in ops or "DynamicQuantizeMatMul" in ops:
+        out.append("dynamic quantization (DynamicQuantizeLinear): one scale over every position, pads included, "
+                   "so padding moves the real positions' values")
+    if not any("mask" in n.lower() for n in input_names):
+        means = sorted(ops & {"ReduceMean", "GlobalAveragePool", "Softmax", "InstanceNormalization"})
+        if means:
+            out.append(f"{', '.join(means)} with no mask input: pads enter sums and means over the variable axis "
+                       "unless the graph cuts them off")
+    return out

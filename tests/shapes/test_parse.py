@@ -121,3 +121,9 @@ def test_bad_shape_form_option_exit_2():
     p = _cli("build", str(fixture("oww-melspec")), "-t", "cpu", "--shape", "input:1x4000..32000",
              "--option", "shape_form=padded", "--out", "/nonexistent-never-written")
     assert p.returncode == 2 and "shape_form" in p.stderr.strip().splitlines()[0]
+
+
+def test_inspect_warns_when_the_math_sees_pads():
+    p = _cli("inspect", str(fixture("ocr-rec")), "--shape", "x:1x3x48x32..320")
+    assert p.returncode == 0, p.stderr
+    assert "padding may change the answers" in p.stdout and "no mask input" in p.stdout

@@ -81,6 +81,14 @@ def run(args) -> int:
              + ("; dynamic dims counted as 1, --shape fixes them" if dynamic else "") + ")" if info.flops else ""))
     if info.external_data:
         print(f"  external data: {', '.join(info.external_data)}")
+    if static is not None:
+        from edgeopt.model import load
+        from edgeopt.shapes import describe, pad_sensitive
+
+        if describe(static):
+            for why in pad_sensitive(load(args.model, load_external=False), [t.name for t in info.inputs]):
+                print(f"  warning: padding may change the answers: {why}; a build checks each form at every "
+                      "sample's own length")
     print(f"  {len(info.nodes)} nodes: " + ", ".join(f"{op}×{n}" for op, n in info.op_histogram.items()))
     print()
     rows = []
