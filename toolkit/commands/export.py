@@ -1,4 +1,5 @@
-"""``edgeopt export triton BUNDLE --out DIR``: serve a TensorRT bundle with Triton Inference Server."""
+"""``edgeopt export triton BUNDLE --out DIR``: serve a TensorRT bundle with Triton Inference Server;
+``edgeopt export mlflow --tracking-uri URL``: the results database's records as MLflow runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import click
 from . import emit_json
 from ._common import CONTEXT, examples, json_option, ns, verbosity
 
-HELP = """Export a bundle for a serving system (Triton).
+HELP = """Export a bundle for a serving system (Triton), or the measured runs to MLflow.
 
 Write a Triton model repository entry for a TensorRT bundle of a datacenter target (a100, h100,
 l4, nvidia): DIR/<name>/config.pbtxt (platform tensorrt_plan, inputs and outputs, max batch size,
@@ -15,6 +16,14 @@ dynamic batching with the queue delay you set, instance groups) and DIR/<name>/1
 The engine is built on the serving GPU with the Triton container's TensorRT version: pass it with
 --engine, or run the printed `edgeopt_agent compile` command there. Dynamic batching needs a bundle
 built with a batch profile, e.g. --option trt_profile=x:1x3x224x224/8x3x224x224/32x3x224x224.
+
+`export mlflow --tracking-uri URL` logs each record of the results database (--db, filtered like
+`report --all`) as an MLflow run through the server's REST API (no mlflow package needed): params
+(model, target, precision, backend, device, identity, bundle id), metrics (p50..p99.9, throughput,
+load, first inference, peak memory, accuracy, energy, and each latency sample at its step), tags
+(device truth, run id, verdict). Experiment: --experiment, else edgeopt-<model>. Records already
+exported are skipped; a refusal is one line (exit 4). Credentials: MLFLOW_TRACKING_TOKEN, or
+MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.
 """
 
 
@@ -30,13 +39,24 @@ def _ints(text: str | None, what: str) -> tuple[int, ...]:
 
 
 @click.command("export", help=HELP, context_settings=CONTEXT,
-               short_help="Export a bundle for a serving system (Triton).", epilog=examples("""\
+               short_help="Export a bundle for Triton, or measured runs to MLflow.", epilog=examples("""\
 examples:
   edgeopt export triton dist/resnet/h100-fp16 --out model_repository
+  edgeopt export mlflow --tracking-uri http://mlflow.lab:5000 --experiment edge-latency
+  edgeopt export mlflow --tracking-uri http://mlflow.lab:5000 --db postgresql://rig@db.lab/edgeopt --since 7d
   edgeopt export triton dist/resnet/h100-fp16 --out repo --name resnet --max-batch 32 --preferred-batch 8,16"""))
-@click.argument("format", type=click.Choice(["triton"]))
-@click.argument("bundle", type=click.Path())
-@click.option("--out", "-o", required=True, metavar="DIR", help="The model repository folder.")
+@click.argument("format", type=click.Choice(["triton", "mlflow"]))
+@click.argument("bundle", type=click.Path(), required=False)
+@click.option("--out", "-o", metavar="DIR", help="triton: the model repository folder.")
+@click.option("--tracking-uri", metavar="URL", envvar="MLFLOW_TRACKING_URI",
+              help="mlflow: the tracking server [$MLFLOW_TRACKING_URI].")
+@click.option("--experiment", metavar="NAME", help="mlflow: the experiment [edgeopt-<model>].")
+@click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE|URL",
+              help="mlflow: the results database [$EDGEOPT_DB, else ./edgeopt-results.db].")
+@click.option("--model", help="mlflow: only this model.")
+@click.option("--device", "device_", help="mlflow: only these devices.")
+@click.option("--since", help="mlflow: only runs since a date/time or a span ago (12h, 7d).")
+@click.option("--run", "run_id", help="mlflow: only the records of one run id.")
 @click.option("--name", help="Model name in the repository [the model's name].")
 @click.option("--max-batch", type=click.IntRange(min=0), help="max_batch_size [the profile's largest batch, 0 without one].")
 @click.option("--queue-delay-us", type=click.IntRange(min=0), default=100,
@@ -55,6 +75,12 @@ def command(**kw) -> int:
 
 
 def run(args) -> int:
+    from edgeopt.errors import UsageError
+
+    if args.format == "mlflow":
+        return run_mlflow(args)
+    if not args.bundle or not args.out:
+        raise UsageError("export triton takes a BUNDLE and --out DIR")
     from edgeopt.triton import TritonOptions, export_triton
 
     opts = TritonOptions(name=args.name, max_batch=args.max_batch, dynamic_batching=not args.no_dynamic_batching,
@@ -73,4 +99,35 @@ def run(args) -> int:
         print(f"engine copied to {res.model_dir}/{args.version}/model.plan")
     for step in res.next_steps:
         print(f"next: {step}")
+    return 0
+
+
+def run_mlflow(args) -> int:
+    import sys
+
+    from edgeopt.errors import UsageError
+    from edgeopt.results import ResultsDB
+    from edgeopt.results_mlflow import export
+    from edgeopt.results_url import exists, parse
+
+    if args.bundle:
+        raise UsageError("export mlflow takes no BUNDLE: it exports the results database's records (--db)")
+    if not args.tracking_uri:
+        raise UsageError("export mlflow needs --tracking-uri URL (or MLFLOW_TRACKING_URI)")
+    if not exists(args.db):
+        raise UsageError(f"no results database at {parse(args.db).shown!r}", hint="pass --db, or bench first")
+    with ResultsDB(args.db, create=False) as db:
+        records = db.query(model=args.model, device=args.device_, since=args.since, run_id=args.run_id)
+    if not records:
+        raise UsageError("no records to export" + (" matching the filters" if any(
+            (args.model, args.device_, args.since, args.run_id)) else ""))
+    quiet = getattr(args, "quiet", False)
+    res = export(records, args.tracking_uri, args.experiment,
+                 progress=None if quiet or args.json else (lambda m: print(m, file=sys.stderr)))
+    if args.json:
+        emit_json(res, "export-mlflow")
+    else:
+        exps = ", ".join(f"{n} (id {i})" for n, i in res["experiments"].items())
+        print(f"{res['exported']} record(s) exported to {args.tracking_uri} as runs, {res['skipped']} already there; "
+              f"experiment {exps}; {res['batches']} log-batch call(s)")
     return 0
