@@ -16,6 +16,11 @@ Runtime computes the same values before and after.
   the "no bound" sentinel FLT_MAX as 65504, a real bound (openwakeword's mel power ~1e8 was capped at
   48.17 dB: rel_l2 0.23).  Sentinel bounds (|v| >= 3e38) are dropped; a bound that is not a constant
   becomes an explicit Max / Min (ONNX Clip is ``min(max(x, lo), hi)``).
+- ``kernel_shapes``: onnx2tf's ConvTranspose sizes its weight transpose by the ``kernel_shape`` attribute
+  alone (``get_weights_constant_or_variable(kernel_size=len(kernel_shape))``), so a ConvTranspose with a
+  constant weight and no ``kernel_shape`` -- optional in the spec, inferred from the weight -- failed inside
+  onnx2tf ("ValueError: axes don't match array": the node tests with the weight as an initializer, a real
+  model's form).  The attribute is written from the weight's shape (its spatial dims: the spec's default).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ def rewrite(model: Any) -> list[str]:
     if clips["sentinels"]:
         done.append(f"{clips['sentinels']} Clip bound(s) of +-FLT_MAX ('no bound') dropped (float16 makes them "
                     "65504, a real bound)")
+    if n := kernel_shapes(model):
+        done.append(f"{n} ConvTranspose(s) given the kernel_shape their weight implies (onnx2tf needs the "
+                    "attribute)")
     if clips["computed"]:
         done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
                     "such a bound)")
@@ -198,3 +206,26 @@ def explicit_clips(model: Any) -> dict[str, int]:
         del g.node[:]
         g.node.extend(nodes)
     return counts
+
+
+def kernel_shapes(model: Any) -> int:
+    """Write ``kernel_shape`` (the weight's spatial dims) on every ConvTranspose whose weight is a constant of
+    known shape and that has none; returns how many."""
+    from onnx import helper
+
+    todo = [n for n in model.graph.node if n.op_type == "ConvTranspose" and len(n.input) > 1
+            and not any(a.name == "kernel_shape" for a in n.attribute)]
+    if not todo:
+        return 0
+    dims = _dims(model)
+    consts = {i.name: list(i.dims) for i in model.graph.initializer}
+    consts.update({n.output[0]: list(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value" and a.t.dims})
+    done = 0
+    for n in todo:
+        w = consts.get(n.input[1]) or dims.get(n.input[1])
+        if not w or len(w) < 3 or any(not isinstance(d, int) or d <= 0 for d in w[2:]):
+            continue
+        n.attribute.append(helper.make_attribute("kernel_shape", [int(d) for d in w[2:]]))
+        done += 1
+    return done
