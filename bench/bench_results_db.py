@@ -293,12 +293,17 @@ def main() -> None:
     ap.add_argument("--skip-main", action="store_true")
     ap.add_argument("--skip-arm", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--render", metavar="JSON", help="only write the section from a results.json of a run")
     a = ap.parse_args()
+    if a.render:
+        R = json.loads(Path(a.render).read_text())
+        write_section("results-db", render(R, R["started"], R["load0"]))
+        return
     if not os.environ.get("EDGEOPT_TEST_PG"):
         sys.exit("set EDGEOPT_TEST_PG (a PostgreSQL URL whose role may CREATE DATABASE), password in PGPASSWORD")
     tmp = Path(tempfile.mkdtemp(prefix="bench-results-"))
     started, ld0 = stamp(), load()
-    R: dict = {}
+    R: dict = {"started": started, "load0": ld0}
     R["writers"] = step_writers(a.records, tmp / "writers-spool.db")
     print("writers", {k: v for k, v in R["writers"].items() if k != "stderr"}, flush=True)
     R["spool"] = step_spool(R["writers"]["url"], tmp / "offline-spool.db")

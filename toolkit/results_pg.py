@@ -96,8 +96,9 @@ class PgResultsDB(ResultsDB):
                                   f"{_why(exc)}") from None
             if not create:
                 raise DeviceError(f"the results server {self.shown} cannot be reached: {_why(exc)}",
-                                  hint="start it or check the network; records written meanwhile wait in the "
-                                       f"spool {self.path}") from None
+                                  hint="start it or check the network" + (
+                                      f"; {self.spool().count()} record(s) wait in the spool {self.path}"
+                                      if self._spool_waiting() else "")) from None
             self.offline = _why(exc)
             print(f"edgeopt: the results server {self.shown} cannot be reached ({self.offline}): records go to "
                   f"the local spool {self.path}; `edgeopt results sync` uploads them", file=sys.stderr)

@@ -37,12 +37,8 @@ def sync(db, as_json) -> int:
     if not spec.is_server:
         raise UsageError(f"--db {spec.shown!r} is a local file: there is nothing to sync",
                          hint="give the server: --db postgresql://user@host:port/dbname (or EDGEOPT_DB)")
-    with ResultsDB(db) as rdb:  # opening it uploads the spool when the server answers
-        if rdb.offline is not None:
-            from edgeopt.errors import DeviceError
-
-            raise DeviceError(f"the results server {spec.shown} cannot be reached: {rdb.offline}",
-                              hint=f"the spooled records stay in {spec.path}; run `edgeopt results sync` again")
+    # create=False: an unreachable server is exit 4 in one line (not a spool); opening it uploads the spool
+    with ResultsDB(db, create=False) as rdb:
         rdb.sync()
         res = {"uploaded": rdb.synced, "duplicates": rdb.sync_duplicates, "left": 0}
         res.update({"db": spec.shown, "spool": str(spec.path), "rows": rdb.count()})
