@@ -23,12 +23,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from edgeopt.errors import DeviceError, UsageError
+from edgeopt.errors import (
+    EXIT_DEVICE_FAILED,
+    EXIT_GOAL_NOT_MET,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    DeviceError,
+    UsageError,
+)
 from edgeopt.policy.gatefile import GateSpec
 from edgeopt.policy.stats import overall
 
-EXIT_INCONCLUSIVE = 6
-EXIT = {"pass": 0, "improved": 0, "regressed": 5, "error": 4, "inconclusive": EXIT_INCONCLUSIVE}
+# a gate verdict -> its exit code (the codes themselves live in edgeopt.errors)
+EXIT = {"pass": EXIT_OK, "improved": EXIT_OK, "regressed": EXIT_GOAL_NOT_MET, "error": EXIT_DEVICE_FAILED,
+        "inconclusive": EXIT_INCONCLUSIVE}
 # --on-inconclusive: pause (exit 6, the default) | fail (exit 5) | pass (exit 0); old spellings kept as aliases
 ON_INCONCLUSIVE = ("pause", "fail", "pass")
 ON_INCONCLUSIVE_ALIASES = {"exit6": "pause", "continue": "pass"}

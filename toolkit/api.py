@@ -39,6 +39,7 @@ import inspect as _pyinspect
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -400,6 +401,21 @@ def check_bundle_folder(path: str | os.PathLike, flag: str = "--dist") -> None:
                          hint=f"{flag} names the folder bundles go in, e.g. {flag} dist")
 
 
+def bundles_under(dist: str | os.PathLike, flag: str = "--dist") -> list:
+    """The bundles under ``dist`` (``deploy.find_bundles``); a folder that holds none is a UsageError naming
+    ``flag`` and the folder (bench, push, find-max-qps: nothing to measure is bad input, exit 2)."""
+    from edgeopt.deploy import find_bundles
+
+    if not Path(dist).is_dir():
+        raise UsageError(f"{flag} {str(dist)!r} is not a folder",
+                         hint=f"build first: edgeopt build MODEL {flag} {dist}")
+    found = find_bundles(dist)
+    if not found:
+        raise UsageError(f"no bundle under {flag} {str(dist)!r} (no manifest.json below it)",
+                         hint=f"build first: edgeopt build MODEL {flag} {dist}")
+    return found
+
+
 def batch_dist(dist: str | os.PathLike, batch: int) -> Path:
     """Where ``build --batch`` installs batch ``batch``'s bundles: ``dist`` for 1, ``dist/batchB`` above."""
     return Path(dist) if batch == 1 else Path(dist) / f"batch{batch}"
@@ -690,7 +706,6 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
 
 def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, parallel, verify, db, progress,
            options: dict[str, Any], run_id: str | None = None) -> FleetResult:
-    from edgeopt.deploy import find_bundles
     from edgeopt.fleetbench import bench_fleet, plan
     from edgeopt.results import DEFAULT_DB, ResultsDB
 
@@ -703,7 +718,9 @@ def _bench(dist, devices, limit, labels, targets, bundles, trust_new_host_keys, 
     options["batch"] = batches[0]
     opts = bench_options(**options)
     devs = select_devices(devices, limit, labels)
-    found = bundles if bundles is not None else find_bundles(dist)
+    found = bundles if bundles is not None else bundles_under(dist)
+    if not found:
+        raise UsageError("no bundle to bench", hint="give bundles, or a --dist folder that holds some")
     check_target_filter(found, picked, dist)
     own = sorted({_static_batch(b) or 1 for b in found})
     if opts["batch"] == 1 and own != [1]:  # bundles built at other batches (build --batch): each at its own
@@ -769,14 +786,13 @@ def _bench_batches(batches, dist, devices, limit, labels, targets, bundles, trus
     import json
     import uuid
 
-    from edgeopt.deploy import find_bundles
     from edgeopt_agent.bench import _dynamic
 
     run_id = uuid.uuid4().hex[:12]  # one run for the whole curve: every batch's records are stored under it
 
     for b in batches:
         bench_options(**{**options, "batch": b})  # every size's options checked before any work
-    found = bundles if bundles is not None else find_bundles(dist)
+    found = bundles if bundles is not None else bundles_under(dist)
 
     def takes(bundle, b: int) -> bool:  # every input's leading dimension is b, or dynamic
         if exact:
@@ -816,11 +832,11 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
     """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult].
     A device that failed (the CLI's exit 4) raises ``DeviceError`` with the list as ``err.result``, unless
     ``raise_on_failure=False``."""
-    from edgeopt.deploy import find_bundles, load_bundle
+    from edgeopt.deploy import load_bundle
     from edgeopt.deploy import push as _push
     from edgeopt.fleetbench import plan
 
-    found = [load_bundle(b) for b in bundles] if bundles else find_bundles(dist)
+    found = [load_bundle(b) for b in bundles] if bundles else bundles_under(dist)
     picked = check_bench_targets(targets)
     devs = select_devices(devices, limit, label)
     if not all_targets:
@@ -1087,6 +1103,10 @@ def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select:
     found = []
     for b in bundles:
         p = Path(b)
+        if not p.is_dir():
+            raise UsageError(f"bundle folder {str(b)!r} " + ("is a file" if p.exists() else "does not exist"),
+                             hint="give bundle folders (dist/<model>/<target>-<precision>) or a dist/<model>/ "
+                                  "folder")
         found.extend([load_bundle(p)] if (p / "manifest.json").is_file() else find_bundles(p))
     if not found:
         raise UsageError(f"no bundle in {', '.join(map(str, bundles))}",
@@ -1290,3 +1310,116 @@ def change_points(values: Any, **kw: Any) -> Any:
     from edgeopt.hil.history import change_points as _cp
 
     return _cp(values, **kw)
+
+
+# --- fleet views and rollback (the CLI's rollback / fleet status / rollout list|status) -----------------
+
+
+@dataclass
+class RollbackDevice:
+    """One device of :func:`rollback`: ``status`` rolled-back | skipped (the model was never activated
+    there) | failed (unreachable, or no previous bundle); ``current`` the bundle id it runs now."""
+
+    device: str
+    status: str
+    current: str | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "status": self.status, "current": self.current, "error": self.error}
+
+
+@dataclass
+class RollbackResult:
+    """What :func:`rollback` did per device; ``ok`` when no device failed."""
+
+    model: str
+    devices: list[RollbackDevice]
+
+    @property
+    def ok(self) -> bool:
+        return all(d.status != "failed" for d in self.devices)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "ok": self.ok, "items": [d.as_dict() for d in self.devices],
+                # the older --json shape: device -> the bundle id it runs now, or "failed: why"
+                "devices": {d.device: d.current if d.status == "rolled-back" else f"{d.status}: {d.error}"
+                            for d in self.devices}}
+
+
+def _without_device(name: str, message: str) -> str:
+    """A device error's text without the device name in front (the caller names the device once)."""
+    return message[len(name) + 2:] if message.startswith(f"{name}: ") else message
+
+
+def _slots(devs: list, trust_new_host_keys: bool, parallel: int = 16) -> dict[str, dict[str, Any] | str]:
+    """Each device's slots as its agent lists them (``{slot: {current, trial, ...}}``), or the error text."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgeopt.deploy import DeviceSession
+
+    def one(dev) -> tuple[str, dict[str, Any] | str]:
+        try:
+            with DeviceSession.open(dev, trust_new_host_keys) as s:
+                return dev.name, s.listing().get("slots", {}) or {}
+        except DeviceError as exc:
+            return dev.name, _without_device(dev.name, exc.message)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(devs) or 1))) as pool:
+        return dict(pool.map(one, devs))
+
+
+@_api()
+def rollback(devices: str | os.PathLike, model: str, target: str | None = None,
+             limit: str | list[str] | None = None, trust_new_host_keys: bool = False, progress: Progress = _quiet,
+             raise_on_failure: bool = True) -> RollbackResult:
+    """Put each selected device's slot ``<model>/<target>`` back on its previous bundle (``edgeopt rollback``).
+
+    A model that no selected device has ever activated is bad input (``UsageError``, exit 2) naming the
+    models those devices have; a device without it is skipped; a device that could not be reached or has
+    no previous bundle is ``failed`` and raises ``DeviceError`` (exit 4) with the result as ``err.result``
+    unless ``raise_on_failure=False``.
+
+    >>> edgeopt.rollback("fleet.yaml", model="ch_ppocr_mobile_v2.0_cls_infer", limit="shop-07")  # doctest: +SKIP
+    """
+    from edgeopt.fleet.rollout import rollback_devices, slot_of
+    from edgeopt.inventory import canonical_target, load_inventory
+
+    devs = load_inventory(devices).select(_split(limit))
+    if target:
+        devs = [d for d in devs if d.target and canonical_target(d.target) == canonical_target(target)]
+    devs = [d for d in devs if d.target]
+    if not devs:
+        raise UsageError("no device with a target matches", hint="check --target/--limit and the inventory")
+    slots = _slots(devs, trust_new_host_keys)
+    out: dict[str, RollbackDevice] = {}
+    have = []
+    for d in devs:
+        s = slots[d.name]
+        if isinstance(s, str):
+            out[d.name] = RollbackDevice(d.name, "failed", error=s)
+        elif slot_of(model, d.target) in s:
+            have.append(d)
+        else:
+            out[d.name] = RollbackDevice(d.name, "skipped", error=f"{model} was never activated here")
+    reached = [s for s in slots.values() if isinstance(s, dict)]
+    if reached and not have:
+        models = sorted({k.split("/")[0] for s in reached for k in s})
+        raise UsageError(f"no selected device has model {model!r}: "
+                         + (f"the models they have: {', '.join(models)}" if models
+                            else "no model has been activated on them"),
+                         hint="--model takes the name in the bundles' manifest (edgeopt fleet status lists them)")
+    progress(f"rolling back {model} on {len(have)} device(s)" + (f"; {len(devs) - len(have)} without it skipped"
+                                                                 if len(devs) > len(have) else ""))
+    res = rollback_devices(have, model, {d.name: d.target for d in have}, trust_new_host_keys,
+                           lambda *a, **k: None)
+    for d in have:
+        cur = str(res.get(d.name))
+        out[d.name] = (RollbackDevice(d.name, "failed", error=_without_device(d.name, cur[len("failed: "):]))
+                       if cur.startswith("failed: ") else RollbackDevice(d.name, "rolled-back", current=cur))
+    result = RollbackResult(model, [out[d.name] for d in devs])
+    if raise_on_failure and not result.ok:
+        bad = [d for d in result.devices if d.status == "failed"]
+        raise DeviceError(f"rollback failed on {len(bad)} device(s): {bad[0].device}: {bad[0].error}",
+                          hint="the RollbackResult is err.result", result=result)
+    return result

@@ -16,7 +16,7 @@ import click
 
 from edgeopt import __version__
 from edgeopt.commands._common import CONTEXT, examples
-from edgeopt.errors import EXIT_INTERNAL, EXIT_USAGE, EdgeoptError
+from edgeopt.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, EdgeoptError
 
 # command name -> module, in the order of --help
 COMMANDS = {
@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         print("edgeopt: interrupted", file=sys.stderr)
         if as_json:
-            _json_error(130, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
-        return 130
+            _json_error(EXIT_INTERRUPTED, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
+        return EXIT_INTERRUPTED
     except click.exceptions.ClickException as exc:
         print(f"edgeopt: error: {exc.format_message()}", file=sys.stderr)
         if as_json:
@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgeopt: interrupted", file=sys.stderr)
         if as_json:  # a script parsing --json gets its one error object on a stop too (SIGTERM, Ctrl-C)
-            _json_error(130, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
-        return 130
+            _json_error(EXIT_INTERRUPTED, "interrupted", "the run was stopped (Ctrl-C or SIGTERM); run it again", "Interrupted")
+        return EXIT_INTERRUPTED
     except Exception as exc:
         import traceback
 

@@ -17,6 +17,7 @@ EXIT_DEVICE_FAILED = 4  # a device was unreachable or a run on it failed
 EXIT_GOAL_NOT_MET = 5  # ran fine, goal not met: gate regressed, SLO unmet, max-QPS bound unmet, rollout halted
 EXIT_GATE_FAILED = EXIT_GOAL_NOT_MET  # the old name, kept as an alias
 EXIT_INCONCLUSIVE = 6  # ran fine, but the evidence could not decide (e.g. a gate ended inconclusive)
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C or SIGTERM (128 + SIGINT, the shell's convention)
 
 
 class EdgeoptError(Exception):

@@ -11,6 +11,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from edgeopt.errors import EXIT_USAGE
+
 # name -> (package, relative path, pip requirement)
 FIXTURES: dict[str, tuple[str, str, str]] = {
     "ocr-det": ("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", "rapidocr-onnxruntime==1.4.4"),
@@ -49,7 +51,24 @@ def path(name: str) -> Path:
     return base / rel
 
 
+USAGE = """usage: python -m edgeopt.fixtures [NAME]
+
+Without NAME: every fixture with its path (or the pip command that brings it).
+With NAME: that fixture's path on stdout (made on first use for the made ones), for scripts:
+  edgeopt build "$(python -m edgeopt.fixtures ocr-cls)" -t cpu --calib "$(python -m edgeopt.fixtures ocr-lines)"
+
+exit codes: 0 ok, 2 unknown name or a fixture whose wheel is not installed (the line names the pip command).
+"""
+
+
 def main(argv: list[str]) -> int:
+    """``python -m edgeopt.fixtures [NAME | -h]``: list the fixtures, or print one's path."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE.rstrip())
+        print("\nfixtures:")
+        for name in [*FIXTURES, *MADE]:
+            print(f"  {name}")
+        return 0
     if not argv:
         for name in FIXTURES:
             try:
@@ -59,11 +78,21 @@ def main(argv: list[str]) -> int:
         for name, what in MADE.items():
             print(f"{name:22} made on first use: {what}")
         return 0
+    name = argv[0]
+    if len(argv) > 1 or (name not in FIXTURES and name not in MADE):
+        import difflib
+
+        names = [*FIXTURES, *MADE]
+        close = difflib.get_close_matches(name, names, n=1)
+        what = f"takes one NAME, got {len(argv)}" if len(argv) > 1 else f"no fixture {name!r}"
+        print(f"edgeopt.fixtures: {what}; " + (f"did you mean {close[0]!r}?" if close and len(argv) == 1
+                                               else "names: " + ", ".join(names)), file=sys.stderr)
+        return EXIT_USAGE
     try:
-        print(ocr_lines() if argv[0] == "ocr-lines" else path(argv[0]))
-    except (KeyError, FileNotFoundError) as exc:
+        print(ocr_lines() if name == "ocr-lines" else path(name))
+    except FileNotFoundError as exc:
         print(f"edgeopt.fixtures: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     return 0
 
 

@@ -129,10 +129,17 @@ class Inventory:
             return local_device()
         import difflib
 
-        close = difflib.get_close_matches(name, self.names() + [LOCAL], n=1)
-        raise InventoryError(f"no device {name!r} in {self.source}",
-                             hint=f"did you mean {close[0]!r}?" if close else
-                             "devices: " + ", ".join(self.names() + [LOCAL]))
+        names = self.names()
+        close = difflib.get_close_matches(name, names + ([] if LOCAL in names else [LOCAL]), n=1)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+        elif self.source == "<built-in>":
+            raise InventoryError(f"no device {name!r}: without --devices FILE the only device is {LOCAL!r} "
+                                 "(this host)", hint="pass the inventory that has it: --devices FILE")
+        else:  # the file's own devices; `local` (this host) always resolves, but it is not in the file
+            hint = (f"devices in {self.source}: " + ", ".join(names)
+                    + ("" if LOCAL in names else f"; `{LOCAL}` (this host) is always there"))
+        raise InventoryError(f"no device {name!r} in {self.source}", hint=hint)
 
     def select(self, only: list[str] | None = None, labels: list[str] | None = None) -> list[Device]:
         """Devices by name (``--only``; ``local`` always resolves) and/or by label; all when neither."""

@@ -1,6 +1,7 @@
 """``bench --find-max-qps``: the highest server rate a device sustains within a latency bound.
 
-Per (device, bundle): a short single-stream bench gives the service time; the search starts at half
+Per (device, bundle): a short single-stream bench gives the service time (a bound below its p50 is not met
+at any rate: said at once, no probe); the search starts at half
 the rate that service time allows and bisects on the *server* scenario (LoadGen's own VALID/INVALID
 when installed on the device, else the agent's open-loop Poisson server, labelled), each probe long
 enough for the percentile's sample minimum (662 queries for p99, 64 for p90) where the rate allows,
@@ -36,6 +37,15 @@ def search(sess, bundle_id: str, bound_ms: float, percentile: float = 99.0, engi
     need = 662 if percentile >= 99 else 64 if percentile >= 90 else 1
     q_min = 1.2 * need / max_probe_s  # below this rate a probe cannot collect the percentile's samples in time
     lo, hi, probes, engine_used, note = 0.0, None, [], None, None
+    if percentile >= 50 and service > bound_ms:
+        # half the queries take longer than the bound with nothing queued: queueing only adds to that, so no
+        # rate can keep pNN (NN >= 50) within it -- said now, not after minutes of probes
+        note = (f"the bound is not met at any rate: one query at a time already takes {service:.3g} ms (p50, "
+                f"single-stream) > p{percentile:g} <= {bound_ms:g} ms")
+        progress(f"{sess.device.name}: {note}")
+        return {"max_qps": None, "verdict": "not met", "bound": {"percentile": percentile, "ms": bound_ms},
+                "service_p50_ms": service, "engine": engine, "probes": [], "resolution": resolution,
+                "converged": False, "note": note}
     q = max(q_min, 500.0 / max(service, 1e-3))  # half the rate the service time allows
     while len(probes) < max_probes:
         dur = min(max_probe_s, max(2.0, (1.2 * need + 40) / q))  # Poisson arrivals: a margin over the minimum

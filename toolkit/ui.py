@@ -51,6 +51,31 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], drop: list
     return "\n".join(lines)
 
 
+def clip(text: object, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters, cut at a word boundary with an ellipsis (never
+    mid-word: a reason cut at "permissi" reads as another word)."""
+    t = " ".join(str(text).split())
+    if len(t) <= limit:
+        return t
+    cut = t[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:-(") + "…"
+
+
+def size(n: int | float | None) -> str:
+    """Bytes for people: ``1446647`` -> ``1.4 MB`` (decimal units, as ``ls -h --si`` and download meters)."""
+    if n is None:
+        return "-"
+    v = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(v) < 1000 or unit == "GB":
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1000
+    return f"{v:.1f} GB"
+
+
 def stderr_progress(quiet: bool = False) -> Callable[[str], None]:
     start = time.monotonic()
 

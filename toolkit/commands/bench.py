@@ -130,7 +130,6 @@ def command(**kw) -> int:
 
 def run_max_qps(args) -> int:
     from edgeopt import api
-    from edgeopt.deploy import find_bundles
     from edgeopt.errors import UsageError
     from edgeopt.maxqps import find_max_qps
     from edgeopt.ui import stderr_progress, table
@@ -141,7 +140,7 @@ def run_max_qps(args) -> int:
     if args.target_qps is not None or args.scenario not in (None, "server"):
         raise UsageError("--find-max-qps searches the server scenario's rate: drop --target-qps/--scenario")
     picked = api.check_bench_targets(args.targets)
-    found = find_bundles(args.dist)
+    found = api.bundles_under(args.dist)
     devs = api.select_devices(args.devices, list(args.only), list(args.label))
     api.check_target_filter(found, picked, args.dist)
     rows = find_max_qps(devs, found, bound, pct, args.engine, args.threads,
@@ -201,7 +200,7 @@ def run_bench(args, bundles: list, progress):
     """Shared by ``bench`` and ``run``: bench ``bundles`` on the selected devices, record in the database."""
     from edgeopt import api
 
-    return api.bench(devices=args.devices, limit=list(args.only), label=list(args.label),
+    return api.bench(getattr(args, "dist", "dist"), devices=args.devices, limit=list(args.only), label=list(args.label),
                      targets=getattr(args, "bench_targets", None), bundles=bundles,
                      trust_new_host_keys=args.trust_new_host_keys, parallel=args.parallel, verify=args.verify,
                      db=args.db, progress=progress, raise_on_failure=False, **bench_kwargs(args))
@@ -209,13 +208,14 @@ def run_bench(args, bundles: list, progress):
 
 def print_fleet(result) -> None:
     from edgeopt.reporting import render
+    from edgeopt.ui import size
 
     print(render([r.as_dict() for r in result.records], "table"), end="")
     for s in result.skipped:
         print(f"skipped {s['device']}: {s['reason']}")
     for p in result.pushes:
         n = sum(b.status in ("installed", "repaired") for b in p.bundles)
-        print(f"{p.device}: pushed {n} bundle(s), {p.bytes_sent} bytes"
+        print(f"{p.device}: pushed {n} bundle(s), {size(p.bytes_sent)}"
               + (", agent installed" if p.agent.get("uploaded") else ""))
     for r in result.records:
         sc = (r.bench or {}).get("scenario") if hasattr(r, "bench") else None
@@ -245,14 +245,13 @@ def print_fleet(result) -> None:
 
 def run(args) -> int:
     from edgeopt import api
-    from edgeopt.deploy import find_bundles
     from edgeopt.errors import EXIT_DEVICE_FAILED
     from edgeopt.ui import stderr_progress
 
     args.bench_targets = args.targets
     api.bench_options(**bench_kwargs(args))  # refuse bad options before reading the bundles
     api.check_bench_targets(args.targets)
-    bundles = find_bundles(args.dist)
+    bundles = api.bundles_under(args.dist)
     result = run_bench(args, bundles, stderr_progress(args.quiet))
     if args.json:
         emit_json(result.as_dict(), "bench")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ._common import verbosity
+
 
 @click.group("fleet", short_help="What the fleet runs, read from the devices themselves",
              context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
@@ -27,14 +29,15 @@ examples:
 @click.option("--parallel", default=16, show_default=True, type=int)
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, as_json) -> int:
+@verbosity
+def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Every device's slots (current, trial) as its agent reports them; with --rollout, drift from
     what the journal believes each device runs is flagged."""
     from concurrent.futures import ThreadPoolExecutor
 
     from edgeopt.commands import emit_json
     from edgeopt.deploy import DeviceSession
-    from edgeopt.errors import DeviceError
+    from edgeopt.errors import EXIT_DEVICE_FAILED, DeviceError
     from edgeopt.inventory import load_inventory
 
     devs = load_inventory(devices_file).select(list(limit) or None)
@@ -76,4 +79,4 @@ def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, a
                          f"{tr.get('deadline_at')} unless committed)" if tr else "")
                 flag = "  DRIFT: journal expects " + drift[name]["journal"][:12] if name in drift else ""
                 click.echo(f"{name}: {slot}: {str(st.get('current'))[:12]}{trial}{flag}")
-    return 4 if drift or any("error" in r for r in rows.values()) else 0
+    return EXIT_DEVICE_FAILED if drift or any("error" in r for r in rows.values()) else 0

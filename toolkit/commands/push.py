@@ -50,7 +50,7 @@ def command(**kw) -> int:
 def run(args) -> int:
     from edgeopt import api
     from edgeopt.errors import EXIT_DEVICE_FAILED
-    from edgeopt.ui import stderr_progress, table
+    from edgeopt.ui import size, stderr_progress, table
 
     results = api.push(list(args.bundles) or None, dist=args.dist, devices=args.devices, limit=list(args.only),
                        label=list(args.label), targets=args.targets, all_targets=args.all_targets,
@@ -64,13 +64,13 @@ def run(args) -> int:
             for b in r.bundles:
                 status = b.status + (f", current in {b.activated}" if b.activated else "")
                 rows.append({"device": r.device, "bundle": f"{b.model} {b.target}-{b.precision}", "status": status,
-                             "bytes": b.bytes_sent, "time": f"{b.time_s:.2f}s", "id": b.bundle_id[:12],
+                             "bytes": size(b.bytes_sent), "time": f"{b.time_s:.2f}s", "id": b.bundle_id[:12],
                              "error": b.error or ""})
             if r.error:
                 rows.append({"device": r.device, "status": "FAILED", "error": r.error.splitlines()[0]})
-        print(table(rows, [("device", "device"), ("bundle", "bundle"), ("status", "status"), ("bytes", "bytes sent"),
+        print(table(rows, [("device", "device"), ("bundle", "bundle"), ("status", "status"), ("bytes", "sent"),
                            ("time", "time"), ("id", "bundle id"), ("error", "error")]))
-        print(f"{sum(r.bytes_sent for r in results)} bytes of bundles sent to {len(results)} device(s)")
+        print(f"{size(sum(r.bytes_sent for r in results))} of bundles sent to {len(results)} device(s)")
         for r in results:  # the table keeps one line per failure; what to do about it follows
             rest = [x.strip() for x in (r.error or "").splitlines()[1:] if x.strip()]
             if rest:

@@ -113,11 +113,27 @@ def check_writable(out: str) -> None:
         raise UsageError(f"--report {out!r} is a folder", hint="give a file name, e.g. report.html")
     if not os.access(probe, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UsageError(f"cannot write the report to {out!r}: permission denied")
+    # the access bits can say yes where a write fails (root, /proc, a read-only mount): make and remove a
+    # file where the report will go (write_report makes the missing folders, then writes beside the target)
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".edgeopt-write-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {out!r}: {exc.strerror or exc}") from None
 
 
 def run(args) -> int:
     from edgeopt import api
+    from edgeopt.errors import UsageError
 
+    if args.json and args.format_ not in (None, "json"):
+        raise UsageError(f"--json and --format {args.format_} ask for two formats",
+                         hint="drop one: --json is --format json")
+    if args.out:
+        check_writable(args.out)
     filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
                "since": args.since, "run_id": args.run_id, "identity": args.identity, "label": args.label,
                "rig": args.rig}

@@ -62,8 +62,10 @@ def status(devices_file, db, probe, limit, labels, trust_new_host_keys, as_json)
                 click.echo(f"    quarantined: {r['quarantine_reason']} (edgeopt rig release {r['device']})")
             for e in (r.get("recent_failures") or [])[:3]:
                 click.echo(f"    {e['time'][:19]} {e['kind']}: {(e['detail'] or '')[:100]}")
+    from edgeopt.errors import EXIT_DEVICE_FAILED
+
     bad = any(r["quarantined"] or r["health"] in ("unfit", "unreachable") for r in res["devices"])
-    return 4 if bad else 0
+    return EXIT_DEVICE_FAILED if bad else 0
 
 
 @command.command("release", epilog="""\b

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import click
 
+from edgeopt.ui import clip
+
+from ._common import verbosity
+
 EXAMPLES = """\b
 examples:
   edgeopt rollout dist/cls --devices fleet.yaml --waves 1,10%,50%,100% --dry-run
@@ -48,6 +52,9 @@ def command() -> None:
 
 
 def _progress(quiet: bool):
+    from ._common import quiet as said_quiet
+
+    quiet = said_quiet(click.get_current_context(silent=True), quiet)  # -q on the command or before it
     return (lambda s: None) if quiet else (lambda s: print(f"[rollout] {s}", file=sys.stderr, flush=True))
 
 
@@ -129,7 +136,7 @@ def _print_summary(summary: dict) -> None:
         click.echo(f"  wave {w['wave'] + 1}: " + ", ".join(f"{k} {v}" for k, v in sorted(w["counts"].items())))
         for o in w["outcomes"]:
             if o["status"] not in ("done", "already"):
-                click.echo(f"    {o['device']}: {o['status']} at {o['step']}: {o['reason'][:200]}")
+                click.echo(f"    {o['device']}: {o['status']} at {o['step']}: {clip(o['reason'], 200)}")
     for s in summary.get("skipped", []):
         if s["reason"] != "beyond the last wave":
             click.echo(f"  skipped {s['device']}: {s['reason']}")
@@ -200,8 +207,7 @@ def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, 
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary as one "
               "line.")
-@click.option("-v", "--verbose", is_flag=True)
-@click.option("-q", "--quiet", is_flag=True)
+@verbosity
 def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget, gate_budget, max_disagreement,
           eval_data, eval_max_drop, no_latency_gate, max_fail, parallel, engine, engine_alias, retries, step_timeout,
           bake, health_watch, on_inconclusive, on_halt, dry_run, events, db, trust_new_host_keys, as_json, verbose,
@@ -257,7 +263,8 @@ def _stale(r: dict, host: dict | None) -> str | None:
 @click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--last", default=20, show_default=True, help="How many rollouts, newest first.")
 @click.option("--json", "as_json", is_flag=True)
-def list_(db, last, as_json) -> int:
+@verbosity
+def list_(db, last, as_json, verbose, quiet) -> int:
     """The rollouts journalled here, newest first; one whose host process is gone reads `interrupted`
     (resumable with `edgeopt rollout resume ID`)."""
     from edgeopt.fleet.journal import Journal
@@ -278,6 +285,8 @@ def list_(db, last, as_json) -> int:
     if as_json:
         _emit({"rollouts": rows}, "rollout-list")
         return 0
+    if not rows:
+        click.echo(f"no rollout journalled in {db}")
     for r in rows:
         click.echo(f"{r['id']}  {r['time']}  {r['model']}  {r['status']}"
                    + (f" ({r['stale_reason']}; `edgeopt rollout resume {r['id']}`)" if r.get("stale_reason") else ""))
@@ -288,7 +297,8 @@ def list_(db, last, as_json) -> int:
 @click.argument("rollout_id")
 @click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def status(rollout_id, db, as_json) -> int:
+@verbosity
+def status(rollout_id, db, as_json, verbose, quiet) -> int:
     """A rollout's status and each device's last outcome, from the journal; a rollout whose host process
     died is `stale`, with the devices left in an unconfirmed trial and when their agents revert them."""
     from edgeopt.errors import UsageError
@@ -314,7 +324,7 @@ def status(rollout_id, db, as_json) -> int:
     for name, ev in sorted(states.items()):
         if name in trials:
             continue
-        click.echo(f"  {name}: {ev['status']}" + (f" at {ev.get('at')}: {str(ev.get('reason'))[:160]}"
+        click.echo(f"  {name}: {ev['status']}" + (f" at {ev.get('at')}: {clip(ev.get('reason'), 200)}"
                                                   if ev.get("reason") else ""))
     for name, ev in sorted(trials.items()):
         how = ("its agent reverts it to the previous bundle at " if stale or r["status"] != "running"
@@ -333,8 +343,8 @@ def status(rollout_id, db, as_json) -> int:
 @click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--events", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
-@click.option("-q", "--quiet", is_flag=True)
-def resume(rollout_id, approve, db, events, as_json, quiet) -> int:
+@verbosity
+def resume(rollout_id, approve, db, events, as_json, verbose, quiet) -> int:
     """Finish a rollout that paused, or whose host died mid-wave: devices already on the candidate are
     not touched again; half-done ones are finished (their unconfirmed trial reverts on its own). It
     installs exactly the bundles the plan names, from the copies kept with the journal."""

@@ -22,6 +22,7 @@ from typing import Any
 from edgeopt.errors import DeviceError
 from edgeopt.fleet.journal import Journal
 from edgeopt.fleet.plan import Plan, wave_failed
+from edgeopt.ui import clip
 
 FAILED = ("failed", "unreachable", "timed-out", "refused")
 
@@ -97,7 +98,7 @@ class _Step(Exception):
 def _run_hook(sess, argv: tuple[str, ...], timeout: float, what: str) -> None:
     rc, out, err = sess.transport.run(list(argv), timeout=timeout)
     if rc != 0:
-        tail = " | ".join((err or out).strip().splitlines()[-2:])[:300]
+        tail = clip(" | ".join((err or out).strip().splitlines()[-2:]), 300)
         raise _Step(what, f"{what} exited {rc}: {tail}")
 
 
@@ -398,7 +399,7 @@ def _run(plan: Plan, devices: dict[str, Any], bundles: dict[str, Any], opts: Opt
         counts: dict[str, int] = {}
         for o in outs:
             counts[o.status] = counts.get(o.status, 0) + 1
-            progress(f"  {o.device}: {o.status}" + (f" at {o.step}: {o.reason[:160]}" if o.reason else ""))
+            progress(f"  {o.device}: {o.status}" + (f" at {o.step}: {clip(o.reason, 200)}" if o.reason else ""))
         failures = sum(counts.get(s, 0) for s in FAILED)
         wave_sum = {"wave": wi, "devices": len(wave), "counts": counts, "failures": failures,
                     "outcomes": [o.as_dict() for o in outs]}
