@@ -47,7 +47,7 @@ def test_mobile_debug_maps_intermediates_and_names_the_faulty_conv(tmp_path):  #
     _net(tmp_path / "clean.onnx")
     _net(tmp_path / "net.onnx", fault=True)
     rep = api.build(str(tmp_path / "net.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    allow_mismatch=True, raise_on_failure=False, val_count=4, calib_count=4)
+                    allow_mismatch=True, raise_on_failure=False, val_count=8, calib_count=8)  # as the INT8 test: one onnx2tf run
     assert rep.results and rep.results[0].bundle, rep.results
     bundle = Path(rep.results[0].bundle)
     tmap = json.loads((bundle / "tensor_map.json").read_text())
@@ -68,3 +68,24 @@ def test_mobile_debug_maps_intermediates_and_names_the_faulty_conv(tmp_path):  #
     from edgeopt.debug import summary
 
     assert "first jump: bn2 (BatchNormalization), fused with conv2 (Conv)" in summary(result)
+
+
+def test_mobile_int8_debug_dequantizes_and_names_the_faulty_conv(tmp_path):  # ~35 s (onnx2tf, then INT8)
+    """A full-integer INT8 file keeps the map: its tensors are read dequantized (scale, zero point), the planted
+    fault is the first jump and nothing upstream of it passes the INT8 bound."""
+    from edgeopt import api
+    from edgeopt.debug import debug_bundle
+
+    _net(tmp_path / "clean.onnx")
+    _net(tmp_path / "net.onnx", fault=True)
+    rep = api.build(str(tmp_path / "net.onnx"), "mobile", precision="int8", dist=str(tmp_path / "d"),
+                    allow_mismatch=True, raise_on_failure=False, val_count=8, calib_count=8,
+                    option=["int8_mode=full"])
+    assert rep.results and rep.results[0].bundle, rep.results
+    bundle = Path(rep.results[0].bundle)
+    result = debug_bundle(str(bundle), str(tmp_path / "clean.onnx"), samples=4, progress=lambda s: None, judge=False)
+    jump = result.first_jump
+    assert jump is not None and jump["node"] == "bn2" and "conv2" in jump["covers"], jump
+    rows = {n["node"]: n for n in result.nodes}
+    assert rows["conv1"]["status"] == "ok" and rows["sig1"]["status"] == "ok", rows
+    assert rows["sig1"]["rel_l2"] < 0.1  # dequantized INT8 values, not raw int8 codes
