@@ -303,6 +303,7 @@ def render(records: list[Any], fmt: str = "table", title: str = "edgeopt report"
     """The report of these records in one format (see ``FORMATS``); gate verdicts (``edgeopt gate``) get
     their own baseline-vs-candidate section (``edgeopt.gate_report``), bench runs the comparison table."""
     from edgeopt import gate_report
+    from edgeopt.report_varlen import varlen_rows, varlen_text
 
     records = records_of(records)
     gates = [r for r in records if gate_report.is_gate(r)]
@@ -313,7 +314,8 @@ def render(records: list[Any], fmt: str = "table", title: str = "edgeopt report"
 
         return jsonsafe.dumps({"schema": "edgeopt/v1", "kind": "report", "title": title, "filters": filters or {},
                                "count": len(rows), "rows": public(rows), "ship": choose([dict(r) for r in rows]),
-                               "notes": notes_of(rows), "gates": gate_report.as_json(gates)},
+                               "notes": notes_of(rows), "gates": gate_report.as_json(gates),
+                               **({"per_bucket": varlen_rows(records)} if varlen_rows(records) else {})},
                               indent=2, default=str) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
@@ -339,7 +341,9 @@ def render(records: list[Any], fmt: str = "table", title: str = "edgeopt report"
         from edgeopt.report_scenarios import scenario_text
 
         scen = scenario_text(records)
+        buckets = varlen_text(records)  # issue 42: per bucket, so the longest one's regression shows
         return (text + ("\n\n" + "\n".join(notes) if notes else "") + ("\n\n" + scen.rstrip() if scen else "")
+                + ("\n\n" + buckets if buckets else "")
                 + ("\n\n" + dec if dec else "")
                 + ("\n\nfailures:\n  " + "\n  ".join(errs) if errs else "")
                 + ("\n\n" + gate_lines if gate_lines else "") + "\n")

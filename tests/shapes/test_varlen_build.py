@@ -158,3 +158,16 @@ def test_tensorrt_records_one_profile_per_bucket(built, tmp_path):
     assert [p["input"]["opt"] for p in spec["profiles"]] == [[1, 8000], [1, 16000], [1, 32000]]
     assert all(p["input"]["min"] == p["input"]["opt"] == p["input"]["max"] for p in spec["profiles"])
     assert m["shape_form"]["form"] == "dynamic"
+
+
+def test_bench_and_report_per_bucket_on_the_local_device(built, tmp_path):
+    from edgeopt.reporting import render
+
+    dist = Path(next(t for t in built["mel"].results if t.target == "cpu").bundle).parents[1]
+    res = edgeopt.bench(dist=str(dist), targets="cpu", duration=0.5, min_iters=20, warmup=2,
+                        db=str(tmp_path / "r.db"))
+    assert len(res.records) == 2  # the recogniser and the melspectrogram, each over its own mix
+    assert all(rec.raw["bench"]["varlen"]["buckets"] for rec in res.records)
+    text = render(res.records, "table")
+    assert "per bucket" in text and "mix-weighted p50" in text
+    assert json.loads(render(res.records, "json"))["per_bucket"]
