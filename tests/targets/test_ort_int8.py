@@ -238,8 +238,9 @@ def test_elementwise_ops_left_float_when_quantizing_them_misses_the_bound(tmp_pa
     rng = np.random.default_rng(1)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((48, 1, 64)).astype(np.float32),
              s=(10 ** rng.uniform(-2, 2, (48, 1, 1))).astype(np.float32))
+    # (the split this search's steps were measured on: 16 validation samples, where one flip decides a step)
     r = build(str(tmp_path / "ln.onnx"), "cpu", ["int8"], calib=str(tmp_path / "d.npz"), out=tmp_path / "dist",
-              force=True, jobs=1).results[0]
+              force=True, jobs=1, options={"split": "head-tail"}).results[0]
     assert r.ok, r.error
     info = r.manifest["options"]["int8"]
     assert "weighted ops only" in info["chosen"]["label"] and info["chosen"]["step"] == "weighted-ops", info
