@@ -479,6 +479,7 @@ def integer_input_ranges(path_or_model, names: list[str]) -> dict[str, tuple[int
     which is bounded gets the tightest bound. A name with ``mask`` in it that is otherwise unbounded
     is taken as 0/1. Anything else (lengths, shapes, positions used in arithmetic) is unknown: random
     values there are not safe, and build asks for real data instead."""
+    import numpy as np
     from onnx import numpy_helper
 
     model = load(path_or_model) if isinstance(path_or_model, (str, os.PathLike)) else path_or_model
@@ -520,9 +521,42 @@ def integer_input_ranges(path_or_model, names: list[str]) -> dict[str, tuple[int
                 highs.append(int(dims[axis]) if dims and -len(dims) <= axis < len(dims) else None)
             elif op == "OneHot" and k == 0 and node.input[1] in values:
                 highs.append(int(values[node.input[1]].reshape(-1)[0]))
+            elif op == "Equal" and len(node.input) == 2:  # a one-hot written as Equal against 0..N-1
+                highs.append(range_high(node.input[1 - k]))
             else:
                 highs.append(None)
         return None if any(h is None for h in highs) else min(highs)
+
+    producers = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+
+    def range_high(tensor: str, depth: int = 0) -> int | None:
+        """N when ``tensor`` holds 0, 1, ..., N-1 (a constant, or ``Range(0, N, 1)``, through reshapes)."""
+        if depth > 8:
+            return None
+        if tensor not in values and tensor in inits and int(np.prod(inits[tensor].dims or [1])) <= 1 << 16:
+            try:  # a range constant of any rank ([1, 1, 256] to broadcast against)
+                values[tensor] = numpy_helper.to_array(inits[tensor])
+            except Exception:  # noqa: BLE001
+                pass
+        if tensor in values:
+            v = values[tensor]
+            try:
+                flat = np.asarray(v).reshape(-1)
+            except Exception:  # noqa: BLE001
+                return None
+            if flat.size >= 2 and flat.dtype.kind in "iu" and np.array_equal(flat, np.arange(flat.size)):
+                return int(flat.size)
+            return None
+        node = producers.get(tensor)
+        if node is None:
+            return None
+        if node.op_type in _PASS_THROUGH and node.input:
+            return range_high(node.input[0], depth + 1)
+        if node.op_type == "Range" and len(node.input) == 3 and all(i in values for i in node.input):
+            start, limit, delta = (int(np.asarray(values[i]).reshape(-1)[0]) for i in node.input)
+            return limit if start == 0 and delta == 1 and limit > 1 else None
+        return None
 
     out: dict[str, tuple[int, int] | None] = {}
     for name in names:

@@ -77,3 +77,23 @@ def test_a_grayscale_input_records_the_preprocessing_that_was_done(tmp_path):
     m = json.loads((tmp_path / "d" / "g" / "cpu-fp32" / "manifest.json").read_text())
     pre = m["validation"]["source"]["preprocess"]
     assert pre["order"] == "gray" and pre["mean"] == [round((0.485 + 0.456 + 0.406) / 3, 6)] and len(pre["std"]) == 1
+
+
+@pytest.mark.parametrize("form", ["constant", "range"])
+def test_a_one_hot_written_as_equal_against_a_range_tells_the_inputs_values(tmp_path, form):
+    """Issue 39, 8: byte ids compared with a broadcast 0..255 and cast (a one-hot as ``Equal``, not ``OneHot``)
+    were refused without --calib as 'meaning unknown'; the range is [0, 256)."""
+    nodes = [helper.make_node("Unsqueeze", ["ids", "ax"], ["u"])]
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "ax"),
+             numpy_helper.from_array(np.ones((256, 8), np.float32), "w")]
+    if form == "constant":
+        inits.append(numpy_helper.from_array(np.arange(256, dtype=np.int32).reshape(1, 1, 256), "r"))
+    else:
+        inits += [numpy_helper.from_array(np.array(v, np.int32), n) for n, v in (("s", 0), ("l", 256), ("d", 1))]
+        nodes.append(helper.make_node("Range", ["s", "l", "d"], ["r"]))
+    nodes += [helper.make_node("Equal", ["u", "r"], ["eq"]), helper.make_node("Cast", ["eq"], ["oh"], to=1),
+              helper.make_node("MatMul", ["oh", "w"], ["y"])]
+    g = helper.make_graph(nodes, "onehot", [helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert integer_input_ranges(model, ["ids"]) == {"ids": (0, 256)}
