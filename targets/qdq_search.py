@@ -549,8 +549,23 @@ class QdqSearch:
         """The most accurate variant tried (what a refusal names)."""
         return max(self.variants, key=lambda v: v.accuracy)
 
+    def overrun(self) -> str | None:
+        """A search stops starting steps at its budget but never cuts one mid-way: when the last step ran past
+        the budget, by how much and which step (said in the record, the notes and a progress line)."""
+        over = self.elapsed() - self.budget_s
+        if over <= min(0.5, 0.1 * self.budget_s):  # timer noise, not an overrun
+            return None
+        last = self._variant_s[-1] if self._variant_s else over
+        return (f"the search ran {over:.0f}s past its {self.budget_s:.0f}s budget: a step is never cut mid-way, "
+                f"and the last ({self.stage or 'the first variant'}) took {last:.0f}s")
+
     def record(self) -> dict[str, Any]:
+        over = self.overrun()
+        if over and over not in self.notes:
+            self.notes.append(over)
+            self.progress(f"note: {over}")
         return {"search": self.mode, "budget_s": self.budget_s, "time_s": round(self.elapsed(), 1),
+                **({"overrun_s": round(self.elapsed() - self.budget_s, 3)} if over else {}),
                 "variants": [v.record() for v in self.variants], "sensitivity_top": self.ranking,
                 "timings": self.timings, "calibration_samples": len(self.calib),
                 "validation_samples": self.n_val, "cross_checks": self.cross_checks, "notes": self.notes,

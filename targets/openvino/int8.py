@@ -543,6 +543,12 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
              f"build-host latency {chosen['latency_ms']} ms vs FP32 IR {fp32_ms} ms on {device}"]
     if mixed_note:
         notes.append(mixed_note)
+    search_s = time.perf_counter() - t_start
+    if search_s > budget + 0.5:  # no variant is started that would not fit, but none is cut mid-way either
+        record["overrun_s"] = round(search_s - budget, 1)
+        notes.append(f"the INT8 search ran {search_s - budget:.0f}s past its {budget:.0f}s budget (int8_budget_s): "
+                     "a variant is never cut mid-way, and timing the candidates comes after the last")
+        progress(f"note: {notes[-1]}")
     if pinned and device_on_host:
         notes.append("INT8 bundle pins INFERENCE_PRECISION_HINT=f32 for the layers left in floating point: the FP32 "
                      "IR at the plugin's default precision alone misses the INT8 bound "

@@ -444,3 +444,19 @@ def test_entropy_clipping_cuts_a_sparse_tail_and_keeps_a_dense_range():
     assert 2.0 < amax["g"] < 15.0  # the bulk ends near 5; 60 would waste the 127 levels on three samples
     assert amax["u"] > 0.9 * flat.max()
     assert trt_prep.calibration_method("entropy") == ("entropy", 99.99)
+
+
+def test_a_search_that_runs_past_its_budget_says_by_how_much_and_which_step(tmp_path):
+    """Issue 39, 9: a search printed '<= 120s left of the budget' and ran ~270 s against 120 s without a
+    word.  The first variant always runs and no step is cut mid-way; past the budget, the record, the notes
+    and a progress line say by how much and which step."""
+    model = _linear(tmp_path / "lin.onnx")
+    feeds = _feeds(24, seed=6, shape=(1, 16))
+    lines: list[str] = []
+    res = search_int8(model, feeds[:16], feeds[16:], _reference(model, feeds[16:]), _dir(tmp_path / "w"),
+                      budget_s=0.001, progress=lines.append)
+    rec = res.report
+    assert rec["overrun_s"] > 0 and rec["time_s"] > rec["budget_s"]
+    note = next(n for n in rec["notes"] if "past its 0s budget" in n)
+    assert "never cut mid-way" in note and "took" in note
+    assert any(line == f"note: {note}" for line in lines)
