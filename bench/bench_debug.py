@@ -16,8 +16,8 @@ Each tool runs in its own child process; peak RSS is that child's ``ru_maxrss`` 
 
     .venv/bin/python bench/bench_debug.py [--samples 4] [--write]
 
-``--observable`` (issue 41): a bundle built from a model with ONE conv's weights changed (output channel 0's
-filter of the Conv a third of the way in, flipped and doubled), compared with the original model (``edgeopt
+``--observable`` (issue 41): a bundle built from a model with ONE conv's weights changed (the weights of the
+Conv a third of the way in, flipped and doubled), compared with the original model (``edgeopt
 debug BUNDLE --model ORIGINAL --json``) on cpu, intel-cpu and mobile, fp32 and int8: the first jump, whether it
 names the changed conv (the jump's node or a node fused into its kernel), and the observable share of compute
 nodes (Conv, Gemm, MatMul, attention) debug prints.  The same bundle compared with its own source says where the
@@ -204,7 +204,7 @@ def obs_models() -> dict[str, dict]:
 
 
 def changed_model(src: Path, dst: Path, op: str = "Conv", frac: float = 1 / 3) -> str:
-    """``src`` with one ``op`` node's weights changed (output channel 0 flipped and doubled); its node name."""
+    """``src`` with one ``op`` node's weights changed (flipped and doubled); its node name."""
     import onnx
     from onnx import numpy_helper
 
@@ -215,11 +215,7 @@ def changed_model(src: Path, dst: Path, op: str = "Conv", frac: float = 1 / 3) -
              and (n.input[1] in inits or n.input[1] in consts)]
     victim = nodes[int(len(nodes) * frac)]
     t = inits[victim.input[1]] if victim.input[1] in inits else consts[victim.input[1]].attribute[0].t
-    w = numpy_helper.to_array(t).copy()
-    if op == "Conv":
-        w[0] = -2.0 * w[0]
-    else:  # MatMul [K, N]: output column 0
-        w[..., 0] = -2.0 * w[..., 0]
+    w = -2.0 * numpy_helper.to_array(t)  # every filter flipped and doubled: a change no INT8 bound hides
     t.CopyFrom(numpy_helper.from_array(w, t.name))
     onnx.save(m, str(dst))
     return victim.name
@@ -255,8 +251,24 @@ def obs_row(name: str, spec: dict, target: str, precision: str, original: Path, 
                     "rel_l2": j.get("rel_l2"), "coverage": dd.get("coverage"), "observed": dd.get("observed"),
                     "policy": (dd.get("policy") or {}).get("word"), "wall_s": d["wall_s"]}
     v = row.get("vs_original") or {}
-    row["named"] = bool(v.get("node")) and (victim == v["node"] or victim in v.get("covers", []))
+    row["named"] = named(v, victim, changed)
     return row
+
+
+def named(v: dict, victim: str, model: Path) -> bool:
+    """The first jump is the changed node, or a non-compute node whose kernel holds the changed node and no other
+    compute node (a Conv's BatchNormalization row: the Conv fused into it)."""
+    import onnx
+
+    from edgeopt.layerdiff import COMPUTE_OPS
+
+    if not v.get("node"):
+        return False
+    if v["node"] == victim:
+        return True
+    ops = {n.name: n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+    inside = [c for c in v.get("covers") or [] if ops.get(c) in COMPUTE_OPS]
+    return inside == [victim] and ops.get(v["node"]) not in COMPUTE_OPS
 
 
 def observable(args) -> int:
@@ -333,8 +345,8 @@ def write_observable(rows: list[dict]) -> None:
         "## debug: one changed conv named on every backend here, and the observable share (bench/bench_debug.py "
         "--observable)", "",
         f"{stamp()}; {machine()}; {load()} at the end (other engineers' jobs on the same 2 cores).", "",
-        "Each model is rebuilt with ONE conv's weights changed (output channel 0's filter of the Conv a third of "
-        "the way in, flipped and doubled; a MatMul's output column for MiniLM) and the bundle compared with the "
+        "Each model is rebuilt with ONE conv's weights changed (the Conv a third of the way in: its weights "
+        "flipped and doubled; a MatMul's for MiniLM) and the bundle compared with the "
         "ORIGINAL model: `edgeopt debug BUNDLE --model ORIGINAL`. *named*: the first jump is the changed node or a "
         "node fused into its kernel (`covers`: a Conv folded with its BatchNormalization is compared at the "
         "BatchNormalization's output). *own source*: the same bundle against the model it was built from -- where "

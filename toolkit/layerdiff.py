@@ -749,11 +749,20 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
 
 def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How many compute nodes (``COMPUTE_OPS`` with a float output) debug observes: at their own output
-    (compared), or inside a fused kernel -- not observed themselves but in the ``covers`` of a compared node
-    whose value flows from them through unobserved nodes only (a Conv folded with its BatchNormalization and
-    Relu: the Relu's row shows the Conv's error first).  ``unobserved`` names up to 12 of the rest."""
+    (compared), or inside a fused kernel -- not observed themselves but the ONLY compute node a compared node's
+    value shows besides nothing else of the kind (in its ``covers``, the compared node itself not a compute
+    node): a Conv folded with its BatchNormalization and Relu, the Relu's row shows that Conv's error alone.  A
+    compared node whose covers hold several compute nodes (nothing observed between them) observes none of
+    them.  ``unobserved`` names up to 12 of the rest."""
     compute = [r for r in rows if r["op"] in COMPUTE_OPS and r.get("outputs")]
-    covered = {c for r in rows if r.get("status") in ("ok", "FAIL") for c in r.get("covers") or []}
+    ops = {r["node"]: r["op"] for r in rows}
+    covered: set[str] = set()
+    for r in rows:
+        if r.get("status") not in ("ok", "FAIL"):
+            continue
+        inside = [c for c in r.get("covers") or [] if ops.get(c) in COMPUTE_OPS]
+        if len(inside) == 1 and r["op"] not in COMPUTE_OPS:
+            covered.add(inside[0])
     own = [r["node"] for r in compute if r.get("status") in ("ok", "FAIL")]
     fused = [r["node"] for r in compute if r.get("status") not in ("ok", "FAIL") and r["node"] in covered]
     rest = [r["node"] for r in compute if r["node"] not in set(own) | set(fused)]

@@ -44,7 +44,7 @@ import numpy as np
 from edgeopt.targets.tflite import tensor_map
 from edgeopt_agent.compare import seq_label, top1_text
 
-CONVERTER_REV = 6  # bump when the SavedModel stage changes, to invalidate cached conversions
+CONVERTER_REV = 7  # bump when the SavedModel stage changes, to invalidate cached conversions
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # what onnx2tf would download
 
 

@@ -48,6 +48,13 @@ def bare(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z]", "", name)
 
 
+def onnx2tf_name(name: str) -> str:
+    """The name onnx2tf 1.29 gives an ONNX tensor in its graph (``tf_layers_dict``'s key): ``:`` made ``__``, and a
+    leading ``/`` made ``wa/`` (with ``output_signaturedefs``, which the build passes): torch's
+    ``/_blocks.0/_depthwise_conv/Conv_output_0`` is ``wa/_blocks.0/_depthwise_conv/Conv_output_0`` there."""
+    return re.sub("^/", "wa/", name.replace(":", "__"))
+
+
 # --- 1. onnx2tf's table ------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -149,8 +156,13 @@ def to_source(layers: dict[str, str], simplified: Any, source: Any, feed: dict[s
     """``layers`` (onnx2tf's names in the simplified model -> Keras layer) as source-model tensor -> layer,
     each checked by value (module docstring, step 2).  Returns the map and counts (kept as named, moved to
     another tensor, dropped)."""
-    by_bare = {bare(t): t for t in _float_tensors(simplified)}
-    sim_layer = {by_bare[bare(k)]: v for k, v in layers.items() if bare(k) in by_bare}
+    sim_names = _float_tensors(simplified)
+    by_bare = {bare(t): t for t in sim_names}
+    sim_layer = {t: layers[onnx2tf_name(t)] for t in sim_names if onnx2tf_name(t) in layers}
+    named = {onnx2tf_name(t) for t in sim_layer}
+    for k, v in layers.items():  # another renaming of onnx2tf's: the same letters and digits
+        if k not in named and bare(k) in by_bare and by_bare[bare(k)] not in sim_layer:
+            sim_layer[by_bare[bare(k)]] = v
     src_names = _float_tensors(source)
     src_set = set(src_names)
     consumers: dict[str, list[str]] = {}
