@@ -24,5 +24,5 @@ def test_onnx2tf_names_torch_tensors_as_it_renames_them():
     from edgeopt.targets.tflite.tensor_map import onnx2tf_name
 
     assert onnx2tf_name("/_blocks.0/_depthwise_conv/Conv_output_0") == "wa/_blocks.0/_depthwise_conv/Conv_output_0"
-    assert onnx2tf_name("onnx::Conv_12") == "onnx__Conv_12"
+    assert onnx2tf_name("onnx::Conv_12") == "onnx____Conv_12"  # each ":" is "__"
     assert onnx2tf_name("conv2d_53.tmp_0") == "conv2d_53.tmp_0"
