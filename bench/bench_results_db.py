@@ -186,7 +186,7 @@ def step_report(url: str) -> dict:
     with ResultsDB(url, create=False) as db:
         rows = db._rows("SELECT rig, device, identity, COUNT(*) FROM runs GROUP BY rig, device, identity "
                         "ORDER BY rig, device")
-        recs = db.query(latest=True)
+        recs = db.query(latest=True, annotate=True)
     facts = {}
     for r in recs:
         ident = r.get("identity") or {}
@@ -200,7 +200,7 @@ def step_gate(url: str, work: Path) -> dict:
     from edgeopt.results import ResultsDB
 
     with ResultsDB(url, create=False) as db:
-        rec = next(r for r in reversed(db.query(target="cpu", rig="x86-host")) if r.get("status") == "ok")
+        rec = next(r for r in reversed(db.query(target="cpu", rig="x86-host", annotate=True)) if r.get("status") == "ok")
     ident, model = rec["identity"]["id"], rec["bundle"]["model"]
     s = cli("baseline", "save", "shared", "--from", "latest", "--identity", ident, "--model", model,
             "--targets", "cpu", "--db", url, "--force", "--json")
@@ -224,7 +224,7 @@ def step_mlflow(url: str, tmp: Path) -> dict:
     from tests.results.test_mlflow import rest, start_server, stop_server
 
     with ResultsDB(url, create=False) as db:
-        main = [r for r in db.query(rig="x86-host") if not str(r.get("status")).startswith("gate-")]
+        main = [r for r in db.query(rig="x86-host", annotate=True) if not str(r.get("status")).startswith("gate-")]
     run_id = main[0]["run_id"]
     main = [r for r in main if r["run_id"] == run_id]
     t0 = time.perf_counter()

@@ -158,7 +158,7 @@ def save(name: str, source: str, db: str | Path = "edgeopt-results.db", model: s
 
     _check_name(name)
     with ResultsDB(db, create=False) as rdb:
-        recs = rdb.query(model=model, target=target, device=device, identity=identity)
+        recs = rdb.query(model=model, target=target, device=device, identity=identity, annotate=True)
         usable = [r for r in recs if r.get("status") in ("ok",) or str(r.get("status", "")).startswith("gate-")
                   and r.get("status") != "gate-error"]
         if source == "latest":
@@ -263,8 +263,10 @@ def resolve(spec: str, db: str | Path | None, model: str, target: str) -> tuple[
     name = spec[len(PREFIX):]
     if not name:
         raise UsageError("--baseline results: needs a name (results:NAME)")
-    if db is None or not Path(db).is_file():
-        raise UsageError(f"no baseline named {name!r}: no results database at {str(db)!r}",
+    from edgeopt.results_url import exists, mask
+
+    if db is None or not exists(db):
+        raise UsageError(f"no baseline named {name!r}: no results database at {mask(str(db))!r}",
                          hint="pass the --db the baseline was saved in, or `edgeopt baseline import FILE` first")
     with Baselines(db, create=False) as bl:
         entries = bl.get(name)

@@ -225,7 +225,7 @@ def history(model: str, db: str | Path | None = None, target: str | None = None,
     tfilter = resolve_target_filter(target)
     with ResultsDB(db, create=False) as rdb:
         records = rdb.query(model=model, target=tfilter, device=device, precision=precision, since=since,
-                            identity=identity, label=label, rig=rig, until=until)
+                            identity=identity, label=label, rig=rig, until=until, annotate=True)
         models = rdb.models() if not records else []
     if not records:
         close = difflib.get_close_matches(model, models, n=1, cutoff=0.5)

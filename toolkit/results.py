@@ -56,13 +56,13 @@ def rig_name() -> str:
     return os.environ.get(RIG_ENV) or socket.gethostname()
 
 
-def prepare(record: dict[str, Any]) -> tuple[tuple, str, str]:
-    """The row of a record (``INSERT_COLUMNS`` order, ``record_key`` first of the v2 ones), its JSON and key.
-    The record gains its ``identity`` (machine fingerprint) and ``rig`` when it has none."""
-    ident = identity_of(record)
-    if ident is not None and not isinstance(record.get("identity"), dict):
-        record["identity"] = ident
-    record.setdefault("rig", rig_name())
+def prepare(record: dict[str, Any], identity: dict[str, Any] | None = None,
+            rig: str | None = None) -> tuple[tuple, str, str]:
+    """The row of a record (``INSERT_COLUMNS`` order), its JSON and its key. The JSON is the record as given
+    (what ``--json`` printed); the machine identity (``identity``, else ``identity_of``) and the writing
+    ``rig`` (else ``EDGEOPT_RIG``, else the host name) go to their columns (``query(annotate=True)`` puts
+    them back on the record)."""
+    ident = identity if identity is not None else identity_of(record)
     b, bench = record.get("bundle") or {}, record.get("bench") or {}
     acc = (bench.get("accuracy") or {}).get("passed")
     err = record.get("error") or None
@@ -71,7 +71,7 @@ def prepare(record: dict[str, Any]) -> tuple[tuple, str, str]:
            b.get("backend"), (record.get("device") or {}).get("name"), b.get("bundle_id"), record["status"],
            dumps(err, default=str) if err else None, _finite((bench.get("latency_ms") or {}).get("p50")),
            _finite(bench.get("throughput_ips")), None if acc is None else int(bool(acc)), text,
-           key, ident["id"] if ident else None, str(record.get("rig") or "") or None, labels_of(record))
+           key, ident["id"] if ident else None, rig or str(record.get("rig") or "") or rig_name(), labels_of(record))
     return row, text, key
 
 
@@ -212,8 +212,7 @@ class ResultsDB:
     def add(self, record: dict[str, Any]) -> int:
         """Store one record (``RunRecord.as_dict()``) once; returns its row id (the stored one's when the same
         record is there already: a retry), -1 when it could not be written (``save_unsaved`` keeps it)."""
-        self.adopt_identity(record)
-        row, text, key = prepare(record)
+        row, text, key = prepare(record, self.adopt_identity(record))
         with self._lock:
             try:
                 rid, dup = insert_once(_SqliteRows(self._conn).rows, row, text, key)
@@ -227,29 +226,29 @@ class ResultsDB:
                 self.write_error = self.write_error or str(exc)
                 return -1
 
-    def adopt_identity(self, record: dict[str, Any]) -> None:
-        """A record that knows its machine only in part (a gate's: no probe) takes the identity of the same
-        device's latest fuller one when every fact it knows agrees, so a gate joins its device's series."""
+    def adopt_identity(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """The record's machine identity; one that knows its machine only in part (a gate's: no probe) takes
+        the identity of the same device's latest fuller one when every fact it knows agrees, so a gate joins
+        its device's series."""
         from edgeopt.results_schema import adopts
 
         ident = identity_of(record)
         dev = (record.get("device") or {}).get("name") if isinstance(record.get("device"), dict) else None
         if ident is None or record.get("probe") or not dev or isinstance(record.get("identity"), dict):
-            return
+            return ident
         try:
-            rows = self._rows("SELECT json FROM runs WHERE device = ? AND identity IS NOT NULL AND identity <> ? "
-                              "ORDER BY id DESC LIMIT 20", (dev, ident["id"]))
+            rows = self._rows("SELECT identity, json FROM runs WHERE device = ? AND identity IS NOT NULL AND "
+                              "identity <> ? ORDER BY id DESC LIMIT 20", (dev, ident["id"]))
         except Exception:  # an unreadable row, a server lost: the record keeps its own
-            return
-        for (text,) in rows:
+            return ident
+        for other_id, text in rows:
             try:
-                other = json.loads(text).get("identity")
+                other = identity_of(json.loads(text))
             except (ValueError, TypeError, AttributeError):
                 continue
-            if isinstance(other, dict) and isinstance(other.get("facts"), dict) and adopts(ident["facts"],
-                                                                                             other["facts"]):
-                record["identity"] = {"id": other["id"], "facts": other["facts"], "from": "the device's earlier runs"}
-                return
+            if other and adopts(ident["facts"], other["facts"]):
+                return {"id": other_id, "facts": other["facts"], "from": "the device's earlier runs"}
+        return ident
 
     def save_unsaved(self, run_id: str) -> str | None:
         """When ``add`` could not write some records: save them as JSON beside the database (else in the
@@ -289,17 +288,20 @@ class ResultsDB:
     def query(self, model: str | None = None, target: str | None = None, precision: str | None = None,
               device: str | None = None, status: str | None = None, run_id: str | None = None,
               since: str | None = None, latest: bool = False, identity: str | None = None,
-              rig: str | None = None, label: str | None = None, until: str | None = None) -> list[dict[str, Any]]:
+              rig: str | None = None, label: str | None = None, until: str | None = None,
+              annotate: bool = False) -> list[dict[str, Any]]:
         """Records matching every filter given (``since``/``until``: ISO date/time or ``30m``/``12h``/``7d``
         ago; ``identity``: a machine fingerprint or its prefix; ``rig``: the writing rig; ``label``: a device
         label), oldest first; ``latest`` keeps the newest of each (model, target, precision, device, machine
-        identity, batch), bench runs and gate verdicts (``status`` ``gate-*``) apart."""
+        identity, batch), bench runs and gate verdicts (``status`` ``gate-*``) apart. ``annotate``: each record
+        also carries its ``identity`` (``{"id", "facts"}``) and ``rig`` (kept in columns, not in the record
+        as it was written)."""
         cond, args = where_of(model, target, precision, device, status, run_id, since, identity, rig, label, until)
-        sql = (f"SELECT id, json, model, target, precision, device, identity, status FROM runs {cond} "
+        sql = (f"SELECT id, json, rig, model, target, precision, device, identity, status FROM runs {cond} "
                "ORDER BY time, id")
         rows = self._rows(sql, args)
         out: list[tuple[tuple, dict[str, Any]]] = []
-        for row_id, text, *cols in rows:
+        for row_id, text, rig_col, *cols in rows:
             try:
                 rec = json.loads(text)
                 if not isinstance(rec, dict):
@@ -308,10 +310,14 @@ class ResultsDB:
                 print(f"edgeopt: {self.shown}: skipped row {row_id}, which cannot be read ({str(exc)[:120]})",
                       file=sys.stderr)
                 continue
-            if not isinstance(rec.get("identity"), dict):  # a row from before identities: computed now
+            if annotate:
                 ident = identity_of(rec)
-                if ident is not None:
+                if cols[4]:
+                    rec["identity"] = {"id": cols[4], "facts": (ident or {}).get("facts") or {}}
+                elif ident is not None:  # a row from before identities: computed now
                     rec["identity"] = ident
+                if rig_col:
+                    rec["rig"] = rig_col
             batch = ((rec.get("bench") or {}).get("inputs") or {}).get("batch") if isinstance(rec.get("bench"), dict) \
                 else None
             key = (*cols[:5], 1 if batch is None else batch, str(cols[5] or "").startswith("gate-"))

@@ -166,9 +166,7 @@ class PgResultsDB(ResultsDB):
 
     def add(self, record: dict[str, Any]) -> int:
         """Store one record once (see ``ResultsDB.add``); the row id on the server, 0 when it went to the spool."""
-        if self.offline is None:
-            self.adopt_identity(record)
-        row, text, key = prepare(record)
+        row, text, key = prepare(record, self.adopt_identity(record) if self.offline is None else None)
         with self._lock:
             if self.offline is None:
                 err = None
@@ -205,7 +203,7 @@ class PgResultsDB(ResultsDB):
             return out
         sp = self.spool()
         while True:
-            rows = sp._rows("SELECT id, json FROM runs ORDER BY id LIMIT ?", (batch,))
+            rows = sp._rows("SELECT id, json, identity, rig FROM runs ORDER BY id LIMIT ?", (batch,))
             if not rows:
                 break
             import json
@@ -213,9 +211,9 @@ class PgResultsDB(ResultsDB):
             try:
                 with self._engine.begin() as conn:
                     db = _PgRows(conn)
-                    for _rid, text in rows:
+                    for _rid, text, ident, rig in rows:  # the identity and rig the spool kept
                         rec = json.loads(text)
-                        row, text2, key = prepare(rec)
+                        row, text2, key = prepare(rec, {"id": ident} if ident else None, rig)
                         _, dup = insert_once(db.rows, row, text2, key)
                         out["duplicates" if dup else "uploaded"] += 1
             except self._sa.exc.DBAPIError as exc:

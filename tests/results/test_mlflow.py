@@ -42,6 +42,7 @@ def mlflow_bin() -> Path:
 
 def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
     """A real `mlflow server` on SQLite in ``folder`` (job execution off: no huey workers), ready."""
+    folder.mkdir(parents=True, exist_ok=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -33,7 +33,8 @@ def test_each_record_once_and_read_back_whole(db_url):
         assert ids == again and db.count() == 5 and db.duplicates == 5
         other = record(0, p50=9.0)  # the same run, device and bundle, another measurement: kept, not dropped
         assert record_key(other) == record_key(recs[0]) and db.add(other) not in ids and db.count() == 6
-        got = db.query()
+        got = db.query(annotate=True)
+        assert db.query()[0] == json.loads(json.dumps(recs[0]))  # the record as written, nothing added
         assert len(got) == 6 and got[0]["bench"]["samples_ms"] == recs[0]["bench"]["samples_ms"]  # samples kept
         ident = got[0]["identity"]
         assert len(ident["id"]) == 12 and ident["facts"]["cpu"] == "Intel Xeon" and ident["facts"]["cores"] == 8
@@ -48,7 +49,7 @@ def test_identity_rename_and_reimage(db_url):
         reimaged = record(2, device="rig-a", driver="550.2")
         for r in (a, renamed, reimaged):
             db.add(r)
-        ia, ir, ii = (r["identity"]["id"] for r in db.query())
+        ia, ir, ii = (r["identity"]["id"] for r in db.query(annotate=True))
         assert ia == ir != ii
         assert [r["device"]["name"] for r in db.query(identity=ia[:6])] == ["rig-a", "rig-a-renamed"]
         assert db.count(identity=ii) == 1
@@ -75,7 +76,7 @@ def test_report_and_history_side_by_side(db_url, monkeypatch):
         for i in range(6):
             db.add(record(i, device="xeon-1", p50=2.0 + 0.01 * i))
             db.add(record(100 + i, device="orin-1", cpu="ARMv8 Processor rev 1", cores=12, p50=5.0 + 0.01 * i))
-        ids = {r["device"]["name"]: r["identity"]["id"] for r in db.query(latest=True)}
+        ids = {r["device"]["name"]: r["identity"]["id"] for r in db.query(latest=True, annotate=True)}
     env = {"EDGEOPT_DB": db_url}
     p = _cli("report", "--format", "csv", env=env)
     assert p.returncode == 0, p.stderr
@@ -98,7 +99,7 @@ def test_gate_baseline_from_shared_history(db_url):
     with ResultsDB(db_url) as db:
         db.add(record(0, run_id="r-a", device="xeon-1"))
         db.add(record(1, run_id="r-b", device="orin-1", cpu="ARMv8 Processor rev 1", cores=12))
-        ident = db.query(device="xeon-1")[0]["identity"]["id"]
+        ident = db.query(device="xeon-1", annotate=True)[0]["identity"]["id"]
     res = save("main", "latest", db_url, identity=ident)
     assert res["run_id"] == "r-a" and [e["device"] for e in res["entries"]] == ["xeon-1"]
     (e,) = show("main", db_url)["entries"]

@@ -117,7 +117,8 @@ def run_mlflow(args) -> int:
     if not exists(args.db):
         raise UsageError(f"no results database at {parse(args.db).shown!r}", hint="pass --db, or bench first")
     with ResultsDB(args.db, create=False) as db:
-        records = db.query(model=args.model, device=args.device_, since=args.since, run_id=args.run_id)
+        records = db.query(model=args.model, device=args.device_, since=args.since, run_id=args.run_id,
+                           annotate=True)
     if not records:
         raise UsageError("no records to export" + (" matching the filters" if any(
             (args.model, args.device_, args.since, args.run_id)) else ""))
