@@ -453,6 +453,17 @@ class Target:
             if first is not best and (first["ms_per_sample"] or 0) <= 1.1 * (best["ms_per_sample"] or 0):
                 best = first
         else:
+            if any(t["passed"] is False for t in tried) and not job.options.get("allow_mismatch"):
+                for form in built:
+                    shutil.rmtree(built[form][3], ignore_errors=True)
+                how = {"static": "padded to the top", "dynamic": "each request at its own length or bucket"}
+                raise CheckFailed(
+                    "no form matches FP32 at each sample's own length: " + "; ".join(
+                        f"{t['form']} ({how.get(t['form'], t['form'])}): "
+                        + ("padding changes the answers: " if t["form"] == "static" and t.get("summary") else "")
+                        + (t.get("summary") or t.get("error") or "failed") for t in tried),
+                    hint="declare buckets (--shape NAME:..x16|32|64) for a form per bucket, or --allow-mismatch to "
+                    "keep the closest form", accuracy=True)
             best = next(t for t in tried if t["form"] in built)
         chosen = best["form"]
         out, selected, uncal, sub = built[chosen]
@@ -707,7 +718,10 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     except Exception:  # noqa: BLE001
         refs = {}
     shapes = [i.get("shape") or [] for i in job.io["inputs"]]
-    image_hw = shapes[0][2:] if len(shapes) == 1 and len(shapes[0]) == 4 and shapes[0][1] in (1, 3) else None
+    image_hw = None  # one image input: its pixels (NCHW, or NHWC as TF exports have it)
+    if len(shapes) == 1 and len(shapes[0]) == 4:
+        image_hw = (shapes[0][2:] if shapes[0][1] in (1, 3) else shapes[0][1:3] if shapes[0][3] in (1, 3)
+                    else None)
     rows = batch_rows(job.data_source)
     batch = _fixed_batch(job)
     if rows:  # `build --batch B`: the kind is the batch-1 model's (a [B, 2] softmax is not [T, K] positions),

@@ -171,3 +171,14 @@ def test_bench_and_report_per_bucket_on_the_local_device(built, tmp_path):
     text = render(res.records, "table")
     assert "per bucket" in text and "mix-weighted p50" in text
     assert json.loads(render(res.records, "json"))["per_bucket"]
+
+
+def test_static_form_only_is_refused_with_the_padding_reason(built, tmp_path):
+    calib = next(p for p in Path(built["rec"].out).parent.glob("rec.npz"))
+    rep = edgeopt.build(fixture("ocr-rec"), "cpu", precision="fp32", shape="x:1x3x48x32..320", calib=str(calib),
+                        calib_count=8, val_count=12, dist=str(tmp_path / "d"), option=["shape_form=static"],
+                        raise_on_failure=False)
+    r = rep.results[0]
+    assert r.status != "built" and r.refused
+    assert "no form matches FP32 at each sample's own length" in r.error
+    assert "static (padded to the top): padding changes the answers" in r.error
