@@ -4,8 +4,8 @@
         .venv/bin/python bench/bench_results_db.py [--records 200] [--skip-main] [--skip-arm]
 
 What it does, each on a fresh database created on EDGEOPT_TEST_PG's server (the role needs CREATEDB):
-1. four rig processes write 200 records each at once; the first to reach record 100 terminates every other
-   edgeopt connection (a forced reconnect in the middle); each rig then writes all its records again:
+1. four rig processes write 200 records each at once; each, at its record 100, terminates every other
+   edgeopt connection (forced reconnects in the middle); each rig then writes all its records again:
    rows, distinct keys, duplicates found;
 2. a rig with the server stopped (`pg_ctlcluster … stop`, root) writes 50 records: spooled; the server
    started again, `edgeopt results sync`: counts equal;
@@ -76,6 +76,7 @@ def step_writers(n: int, spool: Path) -> dict:
         suffixed = db._rows("SELECT COUNT(*) FROM runs WHERE record_key LIKE '%#%'")[0][0]
     return {"url": url, "rows": rows, "keys": keys, "rigs": rigs, "suffixed": suffixed, "wall_s": wall,
             "dups": [r["duplicates"] for r in res], "spooled": sum(r["spooled"] for r in res),
+            "killed": sum(r.get("killed", 0) for r in res), "retries": [r.get("retries", 0) for r in res],
             "write_s": [r["write_s"] for r in res], "stderr": [o[1].strip() for o in outs if o[1].strip()]}
 
 
@@ -339,8 +340,10 @@ def render(R: dict, started: str, ld0: str) -> str:
            "PostgreSQL 15 (Debian) on this host, SQLAlchemy 2.1 + psycopg 3.3; MLflow 3.17.2 on SQLite in its "
            "own venv.", "",
            f"**Four rigs at once.** 4 processes x {w['rows'] // 4 if w['rows'] else '?'} records to one fresh database; "
-           "the first to reach its middle record terminated every other edgeopt connection "
-           "(`pg_terminate_backend`), then each rig wrote all its records again: "
+           "each rig, at its middle record, terminated every other edgeopt connection "
+           f"(`pg_terminate_backend`: {w.get('killed', '?')} connections terminated; writes and reads retried on a "
+           f"fresh connection per rig: {', '.join(map(str, w.get('retries', [])))}), then each rig wrote all its "
+           "records again: "
            f"**{w['rows']} rows, {w['keys']} distinct keys, {w['rigs']} rigs, {w['suffixed']} stored twice**; "
            f"the second pass found {sum(w['dups'])} duplicates ({', '.join(map(str, w['dups']))} per rig), "
            f"{w['spooled']} spooled; {w['wall_s']:.1f} s wall for all four "

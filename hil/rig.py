@@ -599,7 +599,9 @@ def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-resul
         devs = [d for d in devs if d.name in picked]
     state: dict[str, dict[str, Any]] = {}
     events: dict[str, list[dict[str, Any]]] = {}
-    if Path(db).is_file():
+    from edgeopt.results_url import local_path
+
+    if local_path(db).is_file():  # a server's rig state lives beside its spool
         with RigState(db) as st:
             state = {s["device"]: s for s in st.all()}
             events = {d.name: st.events(d.name) for d in devs}
@@ -635,7 +637,9 @@ def status(devices: str | Path | None = "local", db: str | Path = "edgeopt-resul
 
 def release(device: str, db: str | Path = "edgeopt-results.db") -> dict[str, Any]:
     """Lift a device's quarantine and clear its failure count (``edgeopt rig release``)."""
-    if not Path(db).is_file():
-        raise UsageError(f"no results database at {str(db)!r}", hint="pass the --db the gates wrote to")
+    from edgeopt.results_url import local_path, mask
+
+    if not local_path(db).is_file():
+        raise UsageError(f"no results database at {mask(str(db))!r}", hint="pass the --db the gates wrote to")
     with RigState(db) as st:
         return st.release(device)

@@ -73,6 +73,7 @@ class PgResultsDB(ResultsDB):
         self.spooled = 0
         self.synced = 0  # records uploaded from the spool by this object (on open and by sync)
         self.sync_duplicates = 0
+        self.retries = 0  # writes and reads repeated on a fresh connection after a dropped one
         self.offline: str | None = None  # why the server could not be reached (records then go to the spool)
         self._spool: ResultsDB | None = None
         try:
@@ -180,6 +181,7 @@ class PgResultsDB(ResultsDB):
                         if not self._lost(exc):
                             raise
                         err = exc
+                        self.retries += 1
                         time.sleep(0.2 * 2 ** attempt)
                 self.offline = _why(err)
                 print(f"edgeopt: the results server {self.shown} was lost ({self.offline}): records go to the "
@@ -241,6 +243,7 @@ class PgResultsDB(ResultsDB):
             except self._sa.exc.DBAPIError as exc:
                 if attempt == RETRIES - 1 or not self._lost(exc):
                     raise DeviceError(f"the results server {self.shown} failed a query: {_why(exc)}") from None
+                self.retries += 1
                 time.sleep(0.2 * 2 ** attempt)  # a dropped connection: a fresh one (a read is safe to repeat)
         raise AssertionError("unreachable")
 

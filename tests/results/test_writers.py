@@ -21,8 +21,8 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_four_rigs_at_once_with_connections_killed(pg_url, tmp_path):
-    """4 processes x 40 records at once; the first to reach record 20 terminates every other writer's
-    connection; each then writes all its records again. 160 rows, each once."""
+    """4 processes x 40 records at once; each, at its record 20, terminates every other writer's connection;
+    each then writes all its records again. 160 rows, each once."""
     env = {**os.environ, "EDGEOPT_SPOOL": str(tmp_path / "spool.db")}
     procs = [subprocess.Popen([sys.executable, str(WRITER), pg_url, f"rig-{k}", "40", "20"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(4)]

@@ -24,16 +24,17 @@ def main() -> None:
     recs = [record(i, run_id=f"run-{rig}", device=rig) for i in range(n)]
     t0 = time.perf_counter()
     with ResultsDB(url) as db:
+        killed = 0
         for i, rec in enumerate(recs):
             if i == kill_at:
-                db._rows("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                         "application_name = 'edgeopt' AND pid <> pg_backend_pid()")
+                killed = db._rows("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                                  "application_name = 'edgeopt' AND pid <> pg_backend_pid()")[0][0]
             db.add(rec)
         write_s = time.perf_counter() - t0
         for rec in recs:
             db.add(rec)
         print(json.dumps({"rig": rig, "duplicates": db.duplicates, "spooled": getattr(db, "spooled", 0),
-                          "write_s": write_s}))
+                          "write_s": write_s, "killed": killed, "retries": getattr(db, "retries", 0)}))
 
 
 if __name__ == "__main__":
