@@ -120,6 +120,11 @@ def _ln_extra_outputs(n, g) -> str | None:
     return "its Mean/InvStdDev outputs used" if used else None
 
 
+def _ln_scale_2d(n, g) -> str | None:
+    r = g.rank(inp(n, 1)) if inp(n, 1) else None
+    return f"a scale of rank {r} (normalized over {r} axes)" if r is not None and r >= 2 else None
+
+
 def _bn_extra_outputs(n, g) -> str | None:
     used = [o for o in list(n.output)[1:] if o and o in g.used]
     return "its running mean/var outputs (training_mode=1) used" if used else None
@@ -484,6 +489,17 @@ TABLES: dict[str, list[Rule]] = {
         Rule(("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"), _same_lower,
              "onnx2tf has no SAME_LOWER padding (TensorFlow's SAME pads at the end)"),
         Rule(("LayerNormalization",), _ln_extra_outputs, "onnx2tf converts only the normalized output"),
+        Rule(("LayerNormalization",), _ln_scale_2d,
+             "onnx2tf fails on a scale of rank >= 2 (normalizing over two or more axes: 'Eager execution of "
+             "tf.constant with unsupported shape'; measured on layer_normalization_2d_axis0 with the scale an "
+             "initializer and on [1,4,5] axis=1 / [1,3,4,5] axis=-2 models with a [4,5] scale, issue 41)"),
+        Rule(("ConvTranspose",), lambda n, g: "dilations > 1" if any(d != 1 for d in attr(n, "dilations", [])) else None,
+             "TensorFlow's CPU conv2d_transpose has no dilation ('Current CPU implementations do not yet support "
+             "dilation rates', convtranspose_dilations with the weight an initializer)"),
+        Rule(("ConvTranspose",), lambda n, g: "an output_shape attribute" if attr(n, "output_shape") else None,
+             "onnx2tf reads ConvTranspose's output_shape (spatial dims only in the spec) as the whole NCHW shape: "
+             "IndexError in its own code (convtranspose_kernel_shape with the weight an initializer); pads and "
+             "output_padding instead of output_shape convert"),
         Rule(("BatchNormalization",), _bn_extra_outputs, "onnx2tf converts only the normalized output (no "
              "TFLite output for the running statistics: both training_mode node tests)"),
         Rule(("DeformConv",), lambda n, g: "a deformable convolution",
