@@ -322,6 +322,11 @@ def _line(v: ShipVerdict, reasons: list[str], pick: dict[str, Any], fast: dict[s
              + (f", agreement {agreement_text(pick.get('agreement_ci'))}" if pick.get("agreement_ci") else "") + ")")
         if pick is not fast:
             s += f"; {_name(fast)} measured {fast['p50_ms']:.3g} ms p50 against {v.p50_ms:.3g} ms"
+        if v.ratio is not None and not any(r.startswith("intervals include") for r in reasons):
+            # the figure behind "no clear winner", printed even when noise or few samples are the reason
+            slow, quick = (v.ship, v.runner_up) if pick is not fast else (v.runner_up, v.ship)
+            s += (f"; {slow} / {quick} p50 ratio {v.ratio:.2f}x (99% CI {v.ci_low:.2f}–{v.ci_high:.2f}x), "
+                  "not conclusive on this evidence")
         if v.paired:
             s += f"; to separate them, measure them interleaved on the device: {v.paired}"
     a = pick.get("agreement_ci")

@@ -17,18 +17,21 @@ import math
 from typing import Any
 
 from edgeopt import decide
+from edgeopt.ui import clip
 
 FORMATS = ("table", "md", "html", "json", "csv")
 
 # (key, header) of the comparison, in order.
 COLUMNS = [
     ("model", "model"), ("target", "target"), ("precision", "precision"), ("device", "device"),
-    ("device_truth", "measured on"), ("status", "status"), ("ship", "ship"), ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
+    ("device_truth", "measured on"), ("status", "status"), ("ship", "ship"),
+    ("gate_accepts", "accuracy policy vs FP32"),  # beside "ship": a refused row is seen as refused at once
+    ("p50_ms", "p50 ms"), ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"),
     ("p99_9_ms", "p99.9 ms"), ("throughput_ips", "inf/s"), ("vs_fp32", "× fp32"), ("energy_j", "J/inf"),
     ("load_s", "load s"),
     ("first_inference_ms", "1st inf ms"), ("peak_rss_mb", "peak MB"), ("artifact_mb", "size MB"),
     ("agreement", "vs FP32 reference (n, data)"), ("cosine_min", "cosine"),
-    ("agreement_ci", "agreement (k/n, 95% CI)"), ("gate_accepts", "accuracy policy vs FP32"),
+    ("agreement_ci", "agreement (k/n, 95% CI)"),
     ("runtime", "runtime"), ("time", "measured (UTC)"),
 ]
 # Where a row was measured (edgeopt.decide.device_truth): only "device" rows can be the basis of a SHIP.
@@ -398,6 +401,18 @@ tr.untrue td{color:#6e7781;font-style:italic} tr.untrue td.device_truth{color:#9
 th{white-space:normal;max-width:90px;vertical-align:bottom} ul.notes{margin:6px 0 10px;padding-left:18px}
 dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px;margin:0 0 10px}
 dl.meta dt{color:#57606a} dl.meta dd{margin:0}
+td.refuse{color:#cf222e;font-weight:700} td.accept{color:#1a7f37}
+.verdicts{display:flex;flex-wrap:wrap;gap:12px;margin:10px 0 14px}
+.verdict{border:2px solid #1a7f37;border-radius:6px;padding:10px 14px;background:#f6fff8;max-width:860px;
+ flex:1 1 360px;overflow-wrap:anywhere}
+.verdict.nowinner{border-color:#9a6700;background:#fffbeb} .verdict.noship{border-color:#cf222e;background:#fff5f5}
+.verdict .pick{font-size:17px;font-weight:700} .verdict .pick .tag{color:#1a7f37}
+.verdict.nowinner .pick .tag{color:#9a6700} .verdict.noship .pick .tag{color:#cf222e}
+.verdict .crit,.verdict .ratio{margin-top:4px} .verdict .crit{color:#57606a;font-size:13px}
+.verdict ul{margin:6px 0 0;padding-left:18px} .verdict code{font-size:12px;background:#eaeef2;padding:1px 4px;
+ border-radius:3px} .legend{color:#57606a;font-size:12px;margin:-12px 0 16px;padding-top:14px}
+h1,dl.meta dd{overflow-wrap:anywhere}
+@media (max-width:600px){body{margin:10px} .verdict{flex-basis:100%;padding:8px 10px} .verdict .pick{font-size:15px}}
 """
 
 
@@ -431,13 +446,117 @@ def _meta_html(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> str
         iters = [r.get("iterations") for r in rows if r.get("iterations")]
         items.append(("runs", f"threads {o.get('threads') or 'runtime default'}, warm-up "
                       + (f"{o['warmup_s']:g} s" if o.get("warmup_s") else f"{o.get('warmup')} iterations")
-                      + f", {o.get('duration_s')} s timed, batch {o.get('batch')}"
+                      + f", {o.get('duration_s')} s timed, "
+                      + _batch_label(sorted({int(x.get("batch") or 1) for x in opts})).strip(" —")
                       + (f", {min(iters)}–{max(iters)} iterations per artifact" if iters else "")))
     shapes = sorted({r["input_shape"] for r in rows if r.get("input_shape")})
     if shapes:
         items.append(("inputs", "; ".join(shapes)))
     items.append(("report made by", " ".join(["edgeopt", *(portable(a) for a in sys.argv[1:])])[:300]))
     return '<dl class="meta">' + "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items) + "</dl>"
+
+
+LEGEND = ("ship: the artifact to deploy on that device at that batch (the verdict above says why); accuracy policy "
+          "vs FP32: the gate defaults' word (accept / REFUSE: a refused row is never shipped); × fp32: the same "
+          "runtime's FP32 p50 over this row's (2.00x = twice as fast; empty on the FP32 row itself); measured on: "
+          "rows not measured on their own device are greyed and never shipped.")
+
+
+def _batch_label(batches: list[int]) -> str:
+    """`` — batch curve: 1, 4, 8`` (latency per call of B inputs), `` — batch 4``, or ``batch 1``."""
+    if len(batches) > 1:
+        return " — batch curve: " + ", ".join(map(str, batches)) + " (latency per call of B inputs)"
+    if batches and batches[0] > 1:
+        return f" — batch {batches[0]} (latency per call of {batches[0]} inputs)"
+    return "batch 1"
+
+
+def _why_not(r: dict[str, Any], v: dict[str, Any]) -> str:
+    """Why row ``r`` is not the pick of verdict ``v`` (one line)."""
+    name = decide._name(r)
+    if r.get("status") != "ok":
+        return f"{r.get('status')}" + (f": {clip(r.get('error'), 160)}" if r.get("error") else "")
+    if r.get("accuracy") != "passed":
+        return f"outside its own bound vs FP32 ({r.get('agreement') or 'not measured'})"
+    truth = r.get("device_truth") or "device"
+    if truth != "device":
+        where = {"build-host": "on the build host", "other-vendor": "on another vendor's hardware",
+                 "emulated": "under emulation"}.get(truth, truth)
+        return "never a SHIP: " + (r.get("device_truth_why") or f"measured {where}, not on its own device")
+    if r.get("gate_accepts") is False:
+        return f"REFUSED by the accuracy policy (gate defaults vs FP32): {r.get('gate_reason')}"
+    c = next((c for c in v.get("compared") or [] if c.get("name") == name), None)
+    if c is None and name == v.get("runner_up") and v.get("ratio") is not None:  # the fastest, not picked
+        return (f"fastest p50 ({_fmt('p50_ms', r.get('p50_ms'))} ms), but {v['ship']} is not separated from it "
+                f"(ratio {v['ratio']:.2f}x, 99% CI {v['ci_low']:.2f}–{v['ci_high']:.2f}x) and is more faithful")
+    if c is None or c.get("ratio") is None:
+        return "not compared (no latency samples)"
+    ratio = f"{c['ratio']:.2f}x the p50 of {_fastest(v)} (99% CI {c['ci_low']:.2f}–{c['ci_high']:.2f}x)"
+    if c.get("separated"):
+        return f"slower: {ratio}"
+    return f"not separated on this evidence: {ratio}; less faithful than {v['ship']}" if v.get("basis") == \
+        "fidelity" else f"not separated: {ratio}"
+
+
+def _fastest(v: dict[str, Any]) -> str:
+    """The candidate every ``compared`` ratio is measured against (the fastest p50)."""
+    names = {c.get("name") for c in v.get("compared") or []}
+    return v["ship"] if v.get("ship") not in names else (v.get("runner_up") or "the fastest")
+
+
+def verdict_boxes(rows: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> str:
+    """One box per (model, device, batch) above the table: the pick, the criterion, the ratio with its 99%
+    interval (printed when it is not conclusive too), and one line per other artifact saying why not."""
+    out = []
+    for v in verdicts:
+        group = [r for r in rows if (r["model"], r["device"], int(r.get("batch") or 1)) ==
+                 (v["model"], v["device"], int(v["batch"] or 1))]
+        latest: dict[str, dict[str, Any]] = {}
+        for r in group:  # `report --all`: each artifact once, its latest run
+            if decide._name(r) not in latest or str(r.get("time") or "") > str(latest[decide._name(r)].get("time") or ""):
+                latest[decide._name(r)] = r
+        where = f"on {v['device']} · batch {v['batch']}" + (f" · {v['model']}" if len({r['model'] for r in rows}) > 1
+                                                            else "")
+        if not v.get("ship"):
+            kind, head = "noship", f'<span class="tag">No SHIP</span> {html.escape(where)}'
+        elif v.get("basis") == "fidelity":
+            kind, head = "nowinner", (f'<span class="tag">No clear winner</span> {html.escape(where)}: ship '
+                                      f'<b>{html.escape(v["ship"])}</b>, the more faithful')
+        else:
+            kind, head = "ship", f'<span class="tag">SHIP</span> <b>{html.escape(v["ship"])}</b> {html.escape(where)}'
+        crit = (f"criterion: {v['criterion']}, among the rows measured on their own device that the accuracy policy "
+                "(gate defaults vs FP32) accepts")
+        if v.get("basis") == "only candidate":
+            ratio = f"the only candidate: {v['p50_ms']:.3g} ms p50"
+        elif v.get("ratio") is not None:
+            slow, quick = ((v["runner_up"], v["ship"]) if v.get("basis") == "speed" or _fastest(v) == v["ship"]
+                           else (v["ship"], v["runner_up"]))
+            ratio = (f"{slow} / {quick} p50: {v['ratio']:.2f}x (99% CI {v['ci_low']:.2f}–{v['ci_high']:.2f}x"
+                     + (f", Holm p={v['p_value']:.2g}" if v.get("p_value") is not None else "") + ")"
+                     + ("" if v.get("clear") else " — not conclusive on this evidence"))
+        else:
+            ratio = ""
+        reason = ""
+        if kind == "nowinner":
+            m = v["line"].split("no clear winner on ", 1)[-1]
+            reason = m[m.find("(") + 1:m.find("): ship")] if "): ship" in m else ""
+        others = [r for n, r in sorted(latest.items()) if n != v.get("ship")]
+        items = "".join(f"<li><b>{html.escape(decide._name(r))}</b>: {html.escape(_why_not(r, v))}</li>"
+                        for r in others)
+        policy = ("" if v.get("gate_accepts") is None else
+                  "accuracy policy: accepts it against FP32" if v["gate_accepts"] else
+                  f"accuracy policy: REFUSES it ({v.get('gate_reason')})")
+        out.append(f'<section class="verdict {kind}"><div class="pick">{head}</div>'
+                   f'<div class="crit">{html.escape(crit)}</div>'
+                   + (f'<div class="ratio">{html.escape(ratio)}</div>' if ratio else "")
+                   + (f'<div class="crit">why not conclusive: {html.escape(reason)}</div>' if reason else "")
+                   + (f'<div class="crit">{html.escape(policy)}'
+                      + (" — on RANDOM data" if v.get("random_data") else "") + "</div>" if policy else "")
+                   + (f"<ul>{items}</ul>" if items else "")
+                   + (f'<div class="crit">to separate them, measured interleaved on the device: '
+                      f'<code>{html.escape(v["paired"])}</code></div>' if v.get("paired") else "")
+                   + "</section>")
+    return f'<div class="verdicts">{"".join(out)}</div>' if out else ""
 
 
 def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str, filters: dict[str, Any],
@@ -455,11 +574,18 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
         cls = ("ok" if r["status"] == "ok" else "bad") + (" ship" if r.get("ship") else "") + (
             " host" if r.get("on_build_host") else "") + (
             " untrue" if r.get("device_truth") not in (None, "device") else "")
-        tip = {"energy_j": energy_detail(r)}  # the J/inf cell's title: mean W, source, resolution (or why not)
-        tds = "".join(f'<td class="{"num" if k in num else k}"'
+        tip = {"energy_j": energy_detail(r),  # the J/inf cell's title: mean W, source, resolution (or why not)
+               "gate_accepts": r.get("gate_reason") or ""}
+        policy = {True: " accept", False: " refuse"}.get(r.get("gate_accepts"), "")
+        tds = "".join(f'<td class="{"num" if k in num else k}{policy if k == "gate_accepts" else ""}"'
                       + (f' title="{html.escape(tip[k])}"' if tip.get(k) else "") + f">{html.escape(c[k])}</td>"
                       for k, _ in cols)
         body.append(f'<tr class="{cls}">{tds}</tr>')
+    verdicts = choose([dict(r) for r in rows]) if rows else []
+    lines = {v["line"] for v in verdicts}
+    notes = [n for n in notes_of(rows) if n not in lines] if rows else []  # the verdicts are in their boxes
+    batches = sorted({int(r.get("batch") or 1) for r in rows})
+    curve = len(batches) > 1 or batches not in ([], [1])
     errs = _errors(rows)
     note = html_dependency_note()
     plots = _plots(rows, records) if rows and not note else []
@@ -470,11 +596,13 @@ def _html(rows: list[dict[str, Any]], records: list[dict[str, Any]], title: str,
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}{gate_report.CSS}</style></head><body>
-<h1>{html.escape(title)}</h1>
+<h1>{html.escape(title)}{html.escape(_batch_label(batches)) if curve else ''}</h1>
 <div class="meta">{model_line}{len(rows)} run(s) &middot; {html.escape(shown)} &middot; edgeopt {html.escape(__version__)}</div>
 {_meta_html(rows, records)}
-{('<ul class="notes">' + ''.join(f'<li>{html.escape(n)}</li>' for n in notes_of(rows)) + '</ul>') if rows else ''}
+{verdict_boxes(rows, verdicts)}
 <div class="scroll"><table id="comparison"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>
+<div class="legend">{html.escape(LEGEND)}</div>
+{('<ul class="notes">' + ''.join(f'<li>{html.escape(n)}</li>' for n in notes) + '</ul>') if notes else ''}
 {('<h2>Failures</h2><ul class="err">' + ''.join(f'<li>{html.escape(e)}</li>' for e in errs) + '</ul>') if errs else ''}
 <div class="plots">{figs}</div>
 {_scenarios_html(records)}
@@ -613,6 +741,35 @@ def _unoverlap(fig, anns: list) -> None:
         placed.append(bb.translated(0, -k * step))
 
 
+# Plot colours by verdict: the pick, the others the policy accepts, refused/failed; rows not measured on their
+# own device are drawn hollow grey whatever their verdict.
+VERDICT_COLOURS = {"ship": "#1a7f37", "other": "#2f81f7", "refused": "#cf222e"}
+VERDICT_LEGEND = "green: SHIP, blue: accepted but not picked, red: refused or failed"
+
+
+def verdict_of(r: dict[str, Any]) -> str:
+    """``ship`` | ``other`` | ``refused`` | ``untrue`` (not measured on its device): a row's colour."""
+    if not _true(r):
+        return "untrue"
+    if r.get("ship"):
+        return "ship"
+    return "other" if r.get("status") == "ok" and accepted(r) else "refused"
+
+
+def median_ci(samples: list[float] | None, level: float = 0.99) -> tuple[float, float] | None:
+    """The median latency's ``level`` interval: a seeded bootstrap over the run's contiguous blocks (the unit
+    the verdict resamples, ``decide.blocks_of``); None with too few samples."""
+    import numpy as np
+
+    blocks = decide.blocks_of(samples)
+    if not blocks:
+        return None
+    meds = np.asarray([float(np.median(b)) for b in blocks])
+    boot = np.median(meds[np.random.default_rng(0).integers(0, len(meds), (2000, len(meds)))], axis=1)
+    a = (1 - level) / 2 * 100
+    return float(np.percentile(boot, a)), float(np.percentile(boot, 100 - a))
+
+
 def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """[(caption, base64 PNG)]: latency distributions and latency vs accuracy."""
     import base64
@@ -641,12 +798,12 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         for r in ok:
             rec = by_key.get((r["model"], r["target"], r["precision"], r["device"], r["time"])) or {}
             samples = [s for s in ((rec.get("bench") or {}).get("samples_ms") or []) if _num(s) is not None]
-            lab = _label(r, many)
+            lab = ("★ SHIP  " if r.get("ship") else "") + _label(r, many)
             if len(samples) >= 5:
                 stats.append(("samples", lab, samples))
             else:  # no samples kept: draw the box from the percentiles
                 stats.append(("pct", lab, r))
-            colours.append(None if not _true(r) else "#2f81f7" if r["status"] == "ok" else "#cf222e")
+            colours.append(VERDICT_COLOURS.get(verdict_of(r)))
         fig, ax = plt.subplots(figsize=(8, 0.6 * len(stats) + 1.6))
         bxp = []
         for kind, lab, v in stats:
@@ -681,10 +838,23 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 jitter = np.random.default_rng(i).uniform(-0.18, 0.18, a.size)
                 ax.scatter(a, i + jitter, s=3, alpha=0.25, color="#1b1f24" if colours[i - 1] else GREY,
                            linewidths=0)
+                ci = median_ci(v)
+                if ci:  # the median's 99% interval: a thick bar across the box's middle
+                    ax.plot(ci, [i, i], color="#1b1f24", lw=4, solid_capstyle="butt", zorder=4)
+            if ok[i - 1].get("ship"):
+                parts["boxes"][i - 1].set_linewidth(2.5)
+        for tick, r in zip(ax.get_yticklabels(), ok):
+            if r.get("ship"):
+                tick.set_color(VERDICT_COLOURS["ship"])
+                tick.set_fontweight("bold")
         _log_ms(ax)
-        ax.set_xlabel("latency per inference (ms, log scale), box = quartiles, whiskers = p1..p99")
-        ax.set_title("Latency distribution per artifact" + ("" if all(map(_true, ok)) else
-                                                              " (hollow grey: not measured on its device)"))
+        curve = any((r.get("batch") or 1) > 1 for r in ok)
+        ax.set_xlabel(("latency per call (ms, log scale; a call is one batch of B inputs)" if curve else
+                       "latency per inference (ms, log scale)")
+                      + ", box = quartiles, whiskers = p1..p99, black bar = the median's 99% interval")
+        ax.set_title("Latency per artifact (" + VERDICT_LEGEND
+                     + ("" if all(map(_true, ok)) else "; hollow grey: not measured on its device") + ")",
+                     fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.invert_yaxis()
         out.append(("Latency distribution per artifact and device", png(fig)))
@@ -699,13 +869,28 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 continue
             ys.append(y)
             col = "#2f81f7" if accepted(r) else "#cf222e"  # the accuracy policy's word (edgeopt.policy)
-            if _true(r):
+            rec = by_key.get((r["model"], r["target"], r["precision"], r["device"], r["time"])) or {}
+            ci = median_ci((rec.get("bench") or {}).get("samples_ms"))
+            a = r.get("agreement_ci") or {}
+            yerr = ([[max(0.0, y - a["ci_low"])], [max(0.0, a["ci_high"] - y)]]
+                    if r["top1"] is not None and a.get("metric") == "top-1" else None)
+            if ci or yerr:  # the median's 99% interval across, agreement's 95% Wilson interval up and down
+                ax.errorbar([r["p50_ms"]], [y], xerr=[[r["p50_ms"] - ci[0]], [ci[1] - r["p50_ms"]]] if ci else None,
+                            yerr=yerr, fmt="none", ecolor=col if _true(r) else GREY, elinewidth=1.2, capsize=3,
+                            zorder=2)
+            if yerr:
+                ys.append(y - yerr[0][0])  # the axis holds the interval's low end too
+            if _true(r) and r.get("ship"):
+                ax.scatter([r["p50_ms"]], [y], s=220, marker="*", color=VERDICT_COLOURS["ship"],
+                           edgecolors="#1b1f24", zorder=4, clip_on=False)
+            elif _true(r):
                 ax.scatter([r["p50_ms"]], [y], s=60, color=col, edgecolors="#1b1f24", zorder=3, clip_on=False)
             else:  # hollow grey: not evidence of the device's speed
                 ax.scatter([r["p50_ms"]], [y], s=60, facecolors="none", edgecolors=GREY, linewidths=1.5,
                            linestyle="--", zorder=3, clip_on=False)
             right = math.log(r["p50_ms"]) > (math.log(lo) + math.log(hi)) / 2  # labels point inwards
-            anns.append(ax.annotate(_label(r, False), (r["p50_ms"], y), fontsize=8,
+            anns.append(ax.annotate(("★ SHIP " if r.get("ship") else "") + _label(r, False), (r["p50_ms"], y),
+                                    fontsize=8, fontweight="bold" if r.get("ship") else "normal",
                                     color="#1b1f24" if _true(r) else GREY, xytext=(-6 if right else 6, -12),
                                     textcoords="offset points", ha="right" if right else "left",
                                     arrowprops={"arrowstyle": "-", "color": "#afb8c1", "lw": 0.6,
@@ -714,8 +899,9 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         ax.set_xlabel("median latency (ms, log scale)")
         use_top1 = any(r["top1"] is not None for r in ok)
         ax.set_ylabel("top-1 agreement with FP32 reference" if use_top1 else "cosine similarity to FP32 reference")
-        ax.set_title("Latency vs accuracy (blue: the accuracy policy accepts, red: refuses"
-                     + ("" if all(map(_true, ok)) else "; hollow grey: not measured on its device") + ")")
+        ax.set_title("Latency vs accuracy (★: SHIP, blue: the accuracy policy accepts, red: refuses"
+                     + ("" if all(map(_true, ok)) else "; hollow grey: not measured on its device")
+                     + ";\nbars: the median's 99% interval, agreement's 95% interval)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.margins(x=0.25, y=0.15)
         if ys:  # agreement cannot pass 1.0: the axis does not either
@@ -727,7 +913,16 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
         fig, ax = plt.subplots(figsize=(8, 0.45 * len(ok) + 1.4))
         labels = [_label(r, many).replace("\n", " · ") for r in ok]
         vals = [r["throughput_ips"] or 0 for r in ok]
-        bars = ax.barh(labels, vals, color=["#1a7f37" if r["status"] == "ok" else "#cf222e" for r in ok])
+        labels = [("★ SHIP  " if r.get("ship") else "") + lab for r, lab in zip(ok, labels)]
+        xerr = [[0.0] * len(ok), [0.0] * len(ok)]
+        for i, r in enumerate(ok):  # inferences/s at the median's 99% interval (batch B per call)
+            rec = by_key.get((r["model"], r["target"], r["precision"], r["device"], r["time"])) or {}
+            ci = median_ci((rec.get("bench") or {}).get("samples_ms"))
+            if ci and vals[i] and r.get("p50_ms"):
+                per = vals[i] * r["p50_ms"]  # inferences/s x ms at the median: the same scale at the bounds
+                xerr[0][i], xerr[1][i] = max(0.0, vals[i] - per / ci[1]), max(0.0, per / ci[0] - vals[i])
+        bars = ax.barh(labels, vals, color=[VERDICT_COLOURS.get(verdict_of(r), GREY) for r in ok],
+                       xerr=xerr, error_kw={"ecolor": "#1b1f24", "capsize": 3, "lw": 1})
         for bar, r in zip(bars, ok):
             if not _true(r):  # hollow grey: not the device's throughput
                 bar.set_facecolor("none")
@@ -736,7 +931,13 @@ def _plots(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[tu
                 bar.set_linestyle("--")
         ax.invert_yaxis()
         ax.set_xlabel("inferences per second")
-        ax.set_title("Throughput" + ("" if all(map(_true, ok)) else " (hollow grey: not measured on its device)"))
+        for tick, r in zip(ax.get_yticklabels(), ok):
+            if r.get("ship"):
+                tick.set_color(VERDICT_COLOURS["ship"])
+                tick.set_fontweight("bold")
+        ax.set_title("Throughput (" + VERDICT_LEGEND + ("" if all(map(_true, ok)) else
+                                                        "; hollow grey: not measured on its device")
+                     + "; bars: from the median's 99% interval)", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         out.append(("Throughput per artifact and device", png(fig)))
     return out
