@@ -74,21 +74,23 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
     # cosine 1.0000, one of 8 noise "lines" decoded differently); the figure is still reported.
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
              "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99,
-             "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999},
+             "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999, "prob_delta_max": 1e-3},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
     # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
     "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95,
              "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999, "box_match_min": 0.95,
-             "slice_rel_l2_max": 0.1, "slice_cosine_min": 0.995},
+             "slice_rel_l2_max": 0.1, "slice_cosine_min": 0.995, "prob_delta_max": 1e-2},
     "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
              "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
-             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
+             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1},
     "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
-            "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9},
+            "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1},
 }
+# prob_delta_max: the most a probability the application reads (an output of kind ``probability``) may move
+# from FP32's, whatever its thresholds: a safety score that moves by 0.10 is a different score.
 
 # The per-slice check (``slice_metrics``): every index along the channel-like per-sample axis
 # (``channel_axis``, 2..SLICE_AXIS_MAX entries) is a slice (a channel, a column of a table, a component of a
@@ -169,17 +171,48 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
                              "or a YOLO head's format (detection@yolov8, detection@yolov5, detection@yolov10), "
                              f"not {spec!r}")
         return {"kind": "detection", "format": "yolox", "input_hw": hw}
-    if param:
+    if param and kind == "probability":  # one threshold, or the application's bands: probability@0.2/0.8
+        try:
+            ts = sorted(float(t) for t in param.replace("|", "/").split("/"))
+        except ValueError:
+            raise ValueError(f"bad parameter {param!r} for output kind {kind!r}") from None
+        if not ts or not all(0 < t < 1 for t in ts):
+            raise ValueError("output kind probability takes a threshold in (0, 1), e.g. probability@0.2, or the "
+                             f"bands' thresholds, probability@0.2/0.8, not {spec!r}")
+        out["threshold"] = ts[0]
+        if len(ts) > 1:
+            out["thresholds"] = ts
+    elif param:
         key = {"classification": "axis", "regression": "scale"}.get(kind, "threshold")
         try:
             out[key] = int(param) if key == "axis" else float(param)
         except ValueError:
             raise ValueError(f"bad parameter {param!r} for output kind {kind!r}") from None
-        if kind == "probability" and not 0 < out[key] < 1:
-            raise ValueError(f"output kind probability takes a threshold in (0, 1), e.g. probability@0.2, not {spec!r}")
     elif kind == "probability":
         out["threshold"] = 0.5
     return out
+
+
+def _pixel_coordinates(rows: np.ndarray, input_hw: list[int]) -> bool:
+    """``[N, C]`` rows that read as points in the input's pixels (x, y[, z] per point: C a multiple of 2 or 3,
+    at least 4 points): the x and y columns non-negative almost everywhere, inside the image give or take a
+    quarter, spread over at least a tenth of it.  Logits are not: about half of them are negative, and their
+    spread is a few units, not tens of pixels."""
+    n, c = rows.shape
+    side = float(max(input_hw))
+    for k in (3, 2):
+        if c % k or c // k < 4:
+            continue
+        pts = rows.reshape(n, c // k, k).astype(np.float64)
+        xy = pts[..., :2]
+        if not np.all(np.isfinite(xy)):
+            return False
+        inside = np.mean((xy >= -0.25 * side) & (xy <= 1.25 * side))
+        nonneg = np.mean(xy >= 0)
+        spread = float(np.median(xy[..., 0].max(1) - xy[..., 0].min(1)))
+        if inside >= 0.99 and nonneg >= 0.9 and spread >= 0.1 * side and float(np.max(xy)) >= 0.2 * side:
+            return True
+    return False
 
 
 def _prob_rows(rows: np.ndarray) -> bool:
@@ -347,6 +380,10 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
         return {"kind": "decision", "threshold": 0.5}  # one probability per position ([T]: voice activity)
     if c == 1 and (producer == "Sigmoid" or (np.all(ref >= 0) and np.all(ref <= 1) and producer in (None,))):
         return {"kind": "decision", "threshold": 0.5}
+    if c == 1 and len(per) <= 2 and int(np.prod(per)) == 1 and producer != "Sigmoid" and len(ref) >= 2 \
+            and float(np.min(ref)) < 0 < float(np.max(ref)) and not any(w in low for w in REGRESSION_WORDS):
+        # one score per sample on both sides of 0 (a presence/face logit): a decision at 0, not a tensor
+        return {"kind": "decision", "threshold": 0.0, "guess": "logit"}
     if len(per) == 2 and per[0] == 1 and 2 <= c <= 100_000:
         if producer in ("Div",) and any(w in low for w in ("norm", "emb")):
             return {"kind": "embedding"}
@@ -354,6 +391,8 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
             return {"kind": "classification", "axis": 1}  # a distribution over classes
         if any(w in low for w in REGRESSION_WORDS):
             return {"kind": "regression"}  # boxes, landmarks, offsets: not a choice among classes
+        if input_hw and _pixel_coordinates(ref.reshape(len(ref), c), input_hw):
+            return {"kind": "regression", "guess": "coordinates"}  # landmarks in the input's pixels
         return {"kind": "classification", "axis": 1, "guess": "shape"}  # [1, classes] logits
     if len(per) >= 3:
         return {"kind": "dense"}
@@ -419,12 +458,19 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(_topk(out, ref, k.get("axis", ref.ndim - 2)))
     elif name == "probability":
         m.update(_topk(out, ref, ref.ndim - 2))
-        m.update(probability_metrics(out, ref, float(k.get("threshold", 0.5))))
+        m.update(probability_metrics(out, ref, k.get("thresholds") or float(k.get("threshold", 0.5))))
     elif name == "per_position":
         m.update(per_position_metrics(out, ref))
     elif name == "regression" and k.get("scale"):
         m["max_abs_scaled"] = m["max_abs"] * float(k["scale"])
         m["mean_abs_scaled"] = m["mean_abs"] * float(k["scale"])
+    elif name == "regression" and k.get("guess") == "coordinates" and r.size:
+        # points in the input's pixels: the error in pixels, and the outliers a whole-tensor cosine hides
+        a = np.abs(diff)
+        m["max_abs_px"] = float(a.max())
+        m["p99_abs_px"] = float(np.percentile(a, 99))
+        m["over_1px"] = float(np.sum(a > 1.0))
+        m["elements"] = float(a.size)
     elif name in ("ctc_time_major", "ctc_batch_major"):
         m.update(ctc_metrics(out, ref, time_major=name == "ctc_time_major"))
     elif name == "sequence":
@@ -785,16 +831,21 @@ def per_position_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
             "windows_equal": float(np.mean(~flips.reshape(len(ref), -1).any(1)))}
 
 
-def probability_metrics(out: np.ndarray, ref: np.ndarray, threshold: float) -> dict[str, float]:
-    """Class probabilities an application thresholds (``probability@0.2``): a sample flips when any class's
-    probability is on the other side of ``threshold`` than FP32's; ``flip_rate`` = flipped samples / samples
-    (``flips`` their count), ``max_abs_prob`` = the largest probability moved."""
+def probability_metrics(out: np.ndarray, ref: np.ndarray, threshold: Any) -> dict[str, float]:
+    """Class probabilities an application thresholds (``probability@0.2``, or its bands ``probability@0.2/0.8``):
+    a sample flips when any class's probability falls in another band than FP32's (for one threshold: on the
+    other side of it); ``flip_rate`` = flipped samples / samples (``flips`` their count), ``max_abs_prob`` =
+    the largest probability moved (judged by ``prob_delta_max``)."""
     if ref.ndim < 2:
         return {}
-    a = (out > threshold) != (ref > threshold)
+    ts = sorted(float(t) for t in threshold) if isinstance(threshold, (list, tuple)) else [float(threshold)]
+    a = np.digitize(out, ts) != np.digitize(ref, ts)
     per = a.reshape(len(ref), -1).any(1)
-    return {"flip_rate": float(np.mean(per)), "flips": float(np.sum(per)), "threshold": float(threshold),
-            "max_abs_prob": float(np.max(np.abs(out.astype(np.float64) - ref))) if ref.size else 0.0}
+    m = {"flip_rate": float(np.mean(per)), "flips": float(np.sum(per)), "threshold": ts[0],
+         "max_abs_prob": float(np.max(np.abs(out.astype(np.float64) - ref))) if ref.size else 0.0}
+    if len(ts) > 1:
+        m["bands"] = float(len(ts) + 1)
+    return m
 
 
 def decision_metrics(out: np.ndarray, ref: np.ndarray, threshold: float | None = None) -> dict[str, float]:
@@ -860,12 +911,19 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         if "positions" in metrics:
             what = (f"{int(metrics['flips'])} of {int(metrics['positions'])} positions changed class "
                     f"(argmax per position)")
+        elif "max_abs_prob" in metrics and "bands" in metrics:
+            what = (f"{int(metrics['flips'])} samples changed band ({int(metrics['bands'])} bands from "
+                    f"{metrics['threshold']:g}; probabilities moved up to {metrics['max_abs_prob']:.3g})")
         elif "max_abs_prob" in metrics:
             what = (f"{int(metrics['flips'])} samples crossed the {metrics['threshold']:g} threshold "
                     f"(probabilities moved up to {metrics['max_abs_prob']:.3g})")
         else:
             what = f"{int(metrics['flips'])} decisions flipped"
         reasons.append(f"flip_rate: {what} ({metrics['flip_rate']:.2%}) > {tol['flip_rate_max']:.2%}")
+    if tol.get("prob_delta_max") is not None and "max_abs_prob" in metrics \
+            and metrics["max_abs_prob"] > tol["prob_delta_max"]:
+        reasons.append(f"prob_delta: a probability moved by {metrics['max_abs_prob']:.3g} from FP32's "
+                       f"> {tol['prob_delta_max']:g}")
     if tol.get("slice_rel_l2_max") is not None and "slice_rel_l2" in metrics \
             and metrics["slice_rel_l2"] > tol["slice_rel_l2_max"]:
         reasons.append(f"slice_rel_l2: index {int(metrics['slice_index'])} of axis {int(metrics['slice_axis'])} "
@@ -994,7 +1052,7 @@ def compare_outputs(
 
 _SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "{} {:.0%}"),
           ("flip_rate", "flips {:.2%}"), ("vector_cosine_min", "vec-cos {:.4f}"), ("box_match", "boxes {:.0%}"),
-          ("exact_match", "exact {:.0%}"))
+          ("exact_match", "exact {:.0%}"), ("max_abs_px", "max Δ {:.3g} px"))
 
 
 def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
@@ -1002,6 +1060,8 @@ def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
         return ("labels {}" if m.get("label_output") else fmt).format(top1_text(m))
     if key == "seq_match":
         return fmt.format(seq_label(m), m[key])
+    if key == "max_abs_px" and m.get("elements"):
+        return fmt.format(m[key]) + f" ({int(m.get('over_1px', 0))} of {int(m['elements'])} > 1 px)"
     return fmt.format(m[key])
 
 

@@ -231,6 +231,9 @@ class Target:
     # False: the one static conversion is also the dynamic form, resized at load to each request (LiteRT's
     # resize_tensor_input): converted once, checked in both forms
     dynamic_from_free = True
+    # runtime options the dynamic form is checked again with when it fails as built (tflite: no XNNPACK, whose
+    # delegate cannot always re-plan a resized graph); None: no second try
+    dynamic_retry_runtime: dict[str, Any] | None = None
 
     def _build_ifs(self, job: BuildJob, progress: Callable[[str], None]) -> tuple[BuildOutput, list[str], bool]:
         """``(output, Ifs selected, retried)``: ``_build`` on the job -- its Ifs as both branches and a
@@ -433,13 +436,36 @@ class Target:
             progress(f"shape form {form}: checking at each sample's own length")
             check = host_check(sub, job.options.get("check_timeout", 600), out.check_options) \
                 if out.check == "numeric" else {"passed": None, "summary": f"{out.check} check"}
+            retry_error = None
+            if check.get("passed") is False and form == "dynamic" and self.dynamic_retry_runtime:
+                first = (check.get("summary") or check.get("error") or "failed").splitlines()[0]
+                kept = out.runtime
+                out.runtime = {**kept, "options": {**(kept.get("options") or {}), **self.dynamic_retry_runtime}}
+                manifest["runtime"] = out.runtime
+                write_manifest(sub, manifest)
+                progress(f"shape form {form}: checking again with runtime options {self.dynamic_retry_runtime} "
+                         f"({first[:120]})")
+                again = host_check(sub, job.options.get("check_timeout", 600),
+                                   {**out.check_options, **self.dynamic_retry_runtime})
+                if again.get("passed"):
+                    check = again
+                    out.check_options = {**out.check_options, **self.dynamic_retry_runtime}
+                    out.notes.append(f"resized at load with runtime options {self.dynamic_retry_runtime}: with the "
+                                     f"defaults the check failed ({first[:200]})")
+                else:
+                    retry_error = (again.get("summary") or again.get("error") or "failed").splitlines()[0][:300]
+                    out.runtime = kept
+                    manifest["runtime"] = kept
+                    write_manifest(sub, manifest)
             n = max(1, len(check.get("per_length") or []) or 1)
             tried.append({"form": form, "passed": check.get("passed"), "summary": check.get("summary", ""),
                           "error": check.get("error"),
                           "ms_per_sample": round(1e3 * check["warm_validation_s"] / n, 3)
                           if check.get("warm_validation_s") else None,
                           "first_pass_ms_per_sample": round(1e3 * check["validation_s"] / n, 3)
-                          if check.get("validation_s") else None, "per_length": check.get("per_length")})
+                          if check.get("validation_s") else None, "per_length": check.get("per_length"),
+                          **({"retried_with": self.dynamic_retry_runtime, "retry_error": retry_error}
+                             if retry_error else {})})
             built[form] = (out, selected, uncal, sub)
         if not built:
             assert last_exc is not None

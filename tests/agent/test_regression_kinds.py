@@ -204,3 +204,66 @@ def test_probability_at_the_applications_threshold(tmp_path):
     assert r.manifest["output_kinds"]["probs"]["kind"] == "probability"
     m = r.manifest["host_check"]["outputs"]["probs"]["metrics"]
     assert m["threshold"] == 0.2 and m["flip_rate"] == 0.0 and "top1" in m
+
+
+def test_probability_bands_and_a_bound_on_how_far_a_probability_moves():
+    """Issue 39, 4: an application that reads a score in bands (``probability@0.2/0.8``) sees a sample change
+    band; and a probability that moves by more than ``prob_delta_max`` (0.1 at INT8) is refused even when no
+    threshold is crossed."""
+    from edgeopt.errors import UsageError
+    from edgeopt.targets.base import parse_output_kind_option
+
+    kind = parse_output_kind_option("probs:probability@0.8/0.2", ["probs"])["probs"]
+    assert kind["thresholds"] == [0.2, 0.8] and kind["threshold"] == 0.2
+    with pytest.raises(UsageError, match="threshold in"):
+        parse_output_kind_option("probs:probability@0.2/1.2", ["probs"])
+    p1 = np.linspace(0.3, 0.7, 40)
+    p1[:3] = [0.75, 0.76, 0.78]
+    ref = np.stack([1 - p1, p1], -1)[:, None, :].astype(np.float32)
+    out = ref.copy()
+    out[:3, 0, 1] += 0.05  # 0.75.. -> 0.80..0.83: over 0.8 -- another band, though no 0.5 decision moved
+    out[:3, 0, 0] -= 0.05
+    res = compare_outputs({"probs": out}, {"probs": ref}, "int8", kinds={"probs": kind})
+    o = res["outputs"]["probs"]
+    assert not res["passed"] and o["failed"] == ["flip_rate"] and o["metrics"]["flips"] == 3
+    assert "changed band (3 bands" in res["summary"]
+    moved = ref.copy()
+    moved[10:12, 0, 1] += 0.12  # inside the middle band, but a score 0.12 away from FP32's
+    moved[10:12, 0, 0] -= 0.12
+    res = compare_outputs({"probs": moved}, {"probs": ref}, "int8", kinds={"probs": kind})
+    assert not res["passed"] and res["outputs"]["probs"]["failed"] == ["prob_delta"], res["summary"]
+    assert "moved by 0.12" in res["summary"]
+
+
+def test_a_one_element_logit_is_a_decision_at_zero():
+    """Issue 39, 2: a scalar presence logit (both signs over the samples) was judged as a dense tensor (cosine
+    over 32 scalars); it is a decision at 0, and one sign flipped is one decision of 32 changed."""
+    rng = np.random.default_rng(3)
+    ref = rng.normal(0, 4, (32, 1, 1)).astype(np.float32)
+    ref[0] = 0.05
+    assert infer_kind("presence", ref) == {"kind": "decision", "threshold": 0.0, "guess": "logit"}
+    out = ref.copy()
+    out[0] = -0.05
+    res = compare_outputs({"presence": out}, {"presence": ref}, "int8")
+    m = res["outputs"]["presence"]["metrics"]
+    assert m["flips"] == 1 and m["threshold"] == 0.0
+    assert infer_kind("presence", np.abs(ref) + 2)["kind"] != "decision"  # one sign only: not judged as one
+
+
+def test_pixel_coordinates_are_regression_with_their_error_in_pixels_and_logits_stay_classes():
+    """Issue 39, 2: 65 landmarks (x, y, z) in a 192-px crop were judged as classification ('top1 100%' is an
+    argmax over coordinates); read as points they are regression, their error in pixels with the outliers
+    counted, while 1000 ImageNet logits stay classes."""
+    rng = np.random.default_rng(0)
+    pts = np.concatenate([rng.uniform(40, 150, (24, 65, 2)), rng.normal(0, 5, (24, 65, 1))], -1)
+    ref = pts.reshape(24, 1, 195).astype(np.float32)
+    k = infer_kind("Identity_1", ref, None, None, [192, 192])
+    assert k == {"kind": "regression", "guess": "coordinates"}
+    logits = rng.normal(0, 3, (24, 1, 1000)).astype(np.float32)
+    assert infer_kind("logits", logits, None, None, [224, 224])["kind"] == "classification"
+    out = ref.copy()
+    out[3, 0, 10] += 12.0  # one landmark 12 px off, the tensor's cosine still ~1
+    res = compare_outputs({"Identity_1": out}, {"Identity_1": ref}, "int8", kinds={"Identity_1": k})
+    m = res["outputs"]["Identity_1"]["metrics"]
+    assert m["max_abs_px"] == pytest.approx(12.0) and m["over_1px"] == 1 and m["cosine"] > 0.99
+    assert "max Δ 12 px (1 of 4680 > 1 px)" in res["summary"]
