@@ -157,3 +157,21 @@ def test_a_newer_schema_is_refused(db_url):
         ResultsDB(db_url)
     p = _cli("report", "--db", db_url)
     assert p.returncode == 2 and "newer edgeopt" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_history_one_series_per_identity(db_url):
+    """A re-imaged rig (new driver) starts a new series, noted, and its step is not a change point; a renamed
+    one keeps its series."""
+    from edgeopt.hil.history import history
+
+    with ResultsDB(db_url) as db:
+        for i in range(6):
+            db.add(record(i, device="rig-a", driver="535", p50=2.0 + 0.001 * i))
+        for i in range(6, 12):
+            db.add(record(i, device="rig-a", driver="550", p50=2.5 + 0.001 * i))
+        for i in range(12, 15):
+            db.add(record(i, device="rig-a-renamed", driver="550", p50=2.5))
+    old, new = history("cls", db=db_url, min_size=3, permutations=199)
+    assert (old.device, len(old.points), old.note) == ("rig-a", 6, None)
+    assert new.device == "rig-a, rig-a-renamed" and len(new.points) == 9 and new.identity != old.identity
+    assert new.note.startswith(f"new identity {new.identity}") and not old.changes and not new.changes
