@@ -513,3 +513,17 @@ def test_int8_of_an_if_branch_no_calibration_sample_takes(tmp_path):
     assert r.ok, r.error  # NNCF calibrated both bodies
     tried = r.manifest["options"]["int8"]["tried"]
     assert any(t.get("quantizers") for t in tried), tried
+
+
+def test_the_search_also_tries_openvinos_own_reading_of_the_onnx(tmp_path, images_dir):
+    """Issue 39, 7: NNCF on OpenVINO's own read_model of the user's ONNX placed its quantizers differently
+    from NNCF on edgeopt's converted IR (a CNN+LSTM: max |dprob| 0.025 against 0.45); when no variant on the
+    converted IR is accepted, the search quantizes that graph too, judged by the same rule and recorded."""
+    model = tiny_cnn(tmp_path / "tiny.onnx")
+    report = _build(tmp_path, model, "intel-cpu", ["int8"], calib=str(images_dir), preprocess="preset=imagenet",
+                    options={"int8_tolerance": "cosine_min=0.9999999,rel_l2_max=0.000001",
+                             "int8_accuracy_control": "false", "int8_budget_s": "600"})
+    (r,) = report.results
+    assert r.status == "failed" and "no variant the accuracy policy accepts" in r.error, r.error
+    line = next(ln for ln in r.error.splitlines() if "openvino-read" in ln)
+    assert ": failed (" not in line and "not tried" not in line, line  # quantized and judged
