@@ -115,3 +115,11 @@ def exists(db: str | os.PathLike | None) -> bool:
     """Whether there is something to read at ``db``: the SQLite file exists (a server: always, asked on open)."""
     spec = parse(db)
     return spec.is_server or spec.path.is_file()
+
+
+def local_db_callback(ctx: object, param: object, value: str | None) -> str | None:
+    """A click ``callback`` for a ``--db`` that only keeps local state (a rollout journal): a server URL
+    becomes its spool file (``local_path``), a password in it is refused; a path is kept as given."""
+    if value is None or not parse(value).is_server:
+        return value
+    return str(local_path(value))
