@@ -421,9 +421,11 @@ class Target:
                 progress(f"shape form {form}: building")
                 try:
                     out, selected, uncal = self._build_ifs(this, progress)
-                except CheckFailed as exc:
-                    tried.append({"form": form, "passed": False, "error": str(exc).splitlines()[0]})
-                    last_exc = exc
+                except BuildFailed as exc:  # CheckFailed, or a converter that cannot take this form
+                    if not isinstance(exc, CheckFailed) and form == forms[-1] and not built:
+                        raise
+                    tried.append({"form": form, "passed": False, "error": str(exc).splitlines()[0][:300]})
+                    last_exc = exc if isinstance(exc, CheckFailed) else CheckFailed(str(exc), exc.hint)
                     continue
             out.extra_manifest["shape_form"] = {"form": form}
             if out.io:  # the artifact's own IO spec (layouts): the variable axes (ONNX layout) go with it

@@ -82,7 +82,9 @@ class TfliteTarget(Target):
     # issue 42: a variable axis as the one converted file resized at load to each request (the runner's
     # resize_tensor_input), else padded to the top; converted once, checked in both forms (base._build_forms)
     shape_forms = ("dynamic", "static")
-    dynamic_from_free = False
+    dynamic_from_free = False  # converted from the free model, onnx2tf 1.29 kept the input [1, -1] but fixed the
+    # melspectrogram's output at 257 frames: the one static conversion, resized at load, is tried instead
+    dynamic_retry_runtime = {"delegate": "none"}  # XNNPACK cannot always re-plan a resized graph
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
 
     def toolchain(self) -> dict[str, str]:
