@@ -27,6 +27,7 @@ DEFAULT_AUTO = "tcp://127.0.0.1:8786"  # --scheduler auto without $EDGEOPT_SCHED
 LOCAL = ("local", "none", "off")
 
 ACTIVE: Session | None = None  # the open session (one per process): read by pipeline.build
+_HERE = False  # inside a session that fell back to this host (auto): every build inside stays here
 
 _URL = re.compile(r"^(tcp|tls)://(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 
@@ -50,6 +51,8 @@ def check_url(url: str) -> str:
 def resolve(scheduler: str | None) -> str | None:
     """The scheduler a build uses: ``--scheduler``, else ``$EDGEOPT_SCHEDULER``; None = build here
     (``local``/``none``/``off``/unset); ``auto`` as is; an address checked (exit 2 when malformed)."""
+    if _HERE:
+        return None
     value = scheduler if scheduler not in (None, "") else os.environ.get(ENV, "")
     value = (value or "").strip()
     if not value or value.lower() in LOCAL:
@@ -71,7 +74,7 @@ def session(scheduler: str | None, progress: Callable[[str], None] = lambda s: N
     """Open the Dask session every build inside the block goes through (None: build here). The scheduler is
     reached first: unreachable = ``ClusterUnreachable`` (exit 4) before anything is prepared, except with
     ``auto``, which builds here and says so in one line."""
-    global ACTIVE
+    global ACTIVE, _HERE
     address = resolve(scheduler)
     if address is None or ACTIVE is not None:  # local, or nested (tune -> build): the open session serves
         yield ACTIVE
@@ -89,7 +92,11 @@ def session(scheduler: str | None, progress: Callable[[str], None] = lambda s: N
             raise
         progress(f"scheduler {address} unreachable ({exc.message.split(': ', 1)[-1]}): building on this host "
                  "(--scheduler auto)")
-        yield None
+        _HERE = True
+        try:
+            yield None
+        finally:
+            _HERE = False
         return
     ACTIVE = sess
     try:
@@ -107,3 +114,26 @@ def summary_notes(report: Any, sess: Session | None) -> None:
     for note in sess.notes:
         if note not in report.warnings:
             report.warnings.append(note)
+
+
+IN_FLIGHT = 64  # jobs the host keeps submitted at once with --scheduler: the scheduler places them
+
+
+def build_on(scheduler: str | None, build: Callable[..., Any], args: dict[str, Any]) -> Any:
+    """``edgeopt.build(**args)`` with every job on the cluster (``api.build``'s ``scheduler=``): the session opened
+    around it, every job submitted at once, what the cluster did added to the report's warnings."""
+    from edgeopt.errors import EdgeoptError
+
+    progress = args.get("progress") or (lambda s: None)
+    with session(scheduler, progress) as sess:
+        args = {k: v for k, v in args.items() if k != "scheduler"}  # inside: the open session (or here)
+        if sess is not None:
+            args["jobs"] = max(int(args.get("jobs") or 1), IN_FLIGHT)
+        try:
+            report = build(**args)
+        except EdgeoptError as exc:
+            if exc.result is not None:
+                summary_notes(exc.result, sess)
+            raise
+        summary_notes(report, sess)
+        return report

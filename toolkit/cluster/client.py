@@ -25,6 +25,11 @@ NO_WORKER_GRACE_S = float(os.environ.get("EDGEOPT_CLUSTER_NO_WORKER_S", "120")) 
 NOT_INPUTS = ("owner.pid",)
 
 
+def dataset(sha: str) -> str:
+    """The name an input is published under in the scheduler (its content's sha256)."""
+    return f"edgeopt-input-{sha}"
+
+
 def security(address: str) -> Any:
     """Dask's ``Security`` for a ``tls://`` scheduler: ``$EDGEOPT_TLS_CA``/``_CERT``/``_KEY`` (PEM files), else
     dask's own ``distributed.comm.tls`` configuration; None for ``tcp://`` (no encryption, no authentication)."""
@@ -79,7 +84,8 @@ class Session:
     def __init__(self, address: str, client: Any, progress: Callable[[str], None]) -> None:
         self.address, self.client, self.progress = address, client, progress
         self.notes: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # notes and the job table (the client's event thread takes it too)
+        self._ship_lock = threading.Lock()  # held across scatters: never taken on the event thread
         self._procs: dict[str, RemoteProc] = {}
         self._scattered: dict[str, Any] = {}  # sha256 -> the Future holding those bytes in the cluster
         self._sha: dict[tuple[str, int, int], str] = {}
@@ -100,6 +106,9 @@ class Session:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.unsubscribe_topic(TOPIC)
+        for sha in list(self._scattered):  # the inputs leave the workers' memory (their stores keep them)
+            with contextlib.suppress(Exception):
+                self.client.unpublish_dataset(dataset(sha))
         with contextlib.suppress(Exception):
             self.client.close(timeout=10)
 
@@ -172,23 +181,32 @@ class Session:
             self._sha[k] = sha256_file(path)
         return self._sha[k]
 
-    def ship(self, job: dict[str, Any], again: set[str] = frozenset()) -> tuple[dict[str, list], dict[str, Path]]:
+    def ship(self, job: dict[str, Any], again: bool = False) -> tuple[dict[str, list], dict[str, Path]]:
         """The job's inputs (the prepared work folder's files and the user's model) as name -> [sha256, size,
-        key], each held once in the cluster (scattered under its content: a worker fetches only what its store
-        lacks); ``again``: shas to scatter anew (their holder died). Also sha256 -> the host's path."""
+        dataset name], each held once in the cluster (scattered under its content: a worker fetches only what its
+        store lacks); ``again``: a worker found one missing (its holder died, or another host that shipped the same
+        bytes unpublished them): scattered again where lost, published again. Also sha256 -> the host's path."""
         work = Path(job["prepared_path"]).parent
         paths = {p.name: p for p in sorted(work.iterdir()) if p.is_file() and p.name not in NOT_INPUTS
                  and not (p.name.startswith(("job-", "result-")) and p.suffix == ".json")}
         paths["model/" + Path(job["model_path"]).name] = Path(job["model_path"])
         inputs, by_sha = {}, {}
-        with self._lock:
+        with self._ship_lock:
+            held: dict[str, Any] = {}
+            if again:  # which of ours no worker holds any more
+                with contextlib.suppress(Exception):
+                    held = self.client.who_has(list(self._scattered.values()))
             for name, p in paths.items():
                 sha = self._sha_of(p)
                 fut = self._scattered.get(sha)
-                if fut is None or sha in again or fut.status != "finished":
-                    fut = self.client.scatter(p.read_bytes(), hash=True)
-                    self._scattered[sha] = fut
-                inputs[name] = [sha, p.stat().st_size, fut.key]
+                if fut is None or fut.status != "finished" or again:
+                    if fut is None or fut.status != "finished" or not held.get(fut.key):
+                        # again: under a new key (the lost one may linger in the scheduler's books)
+                        fut = self.client.scatter(p.read_bytes(), hash=not again)
+                        self._scattered[sha] = fut
+                    # published: a worker's task finds it by name (a Future made from a bare key never updates)
+                    self.client.publish_dataset(**{dataset(sha): fut}, override=True)
+                inputs[name] = [sha, p.stat().st_size, dataset(sha)]
                 by_sha[sha] = p
         return inputs, by_sha
 
@@ -247,6 +265,7 @@ class RemoteProc:
         self._future: Any = None
         self._job_id = ""
         self._excluded: set[str] = set()
+        self._reships = 0
         self._starts: list[dict[str, Any]] = []
         self._finished = threading.Event()
         self.timeline: list[dict[str, Any]] = []  # every start/finish/slot event, for the record
@@ -353,10 +372,11 @@ class RemoteProc:
                 return self._fail(f"the job's workers died while running it, too often for Dask to try again "
                                   f"(distributed.scheduler.allowed-failures): {str(exc).splitlines()[0]}")
             except InputsLost:
-                lost = {sha for sha, _, _ in self._inputs.values()}
-                self.stderr.q.put("progress: an input's holder left the cluster: shipping the inputs again")
-                self.sess.ship(self.job, again={s for s in lost if self.sess._scattered.get(s) is None
-                                                or self.sess._scattered[s].status != "finished"})
+                self._reships += 1
+                if self._reships > 3:
+                    return self._fail("a worker could not fetch the job's inputs from the cluster 3 times")
+                self.stderr.q.put("progress: an input was no longer held in the cluster: shipping the inputs again")
+                self.sess.ship(self.job, again=True)
                 self._submit(budget, self._workers())
                 continue
             except Exception as exc:  # noqa: BLE001 - the task itself failed on the worker

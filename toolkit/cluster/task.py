@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 TOPIC = "edgeopt-progress"  # the events every job sends the host (start, progress lines, finish)
-FETCH_TIMEOUT_S = 600.0
+FETCH_TIMEOUT_S = 300.0
 
 
 class InputsLost(RuntimeError):
@@ -47,19 +47,27 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fetch(key: str) -> bytes:
-    """The bytes the host scattered under ``key``, from whichever worker holds them."""
-    from distributed import Future, get_client, wait
+def _fetch(name: str) -> bytes:
+    """The bytes the host scattered and published as dataset ``name``, from whichever worker holds them."""
+    from distributed import get_client
 
     client = get_client()
-    fut = Future(key, client=client)
     try:
-        wait([fut], timeout=FETCH_TIMEOUT_S)
-    except TimeoutError:
-        raise InputsLost(key) from None
-    if fut.status != "finished":
-        raise InputsLost(key)
-    return fut.result()
+        fut = client.get_dataset(name)
+    except KeyError:
+        raise InputsLost(name) from None
+    deadline = time.monotonic() + FETCH_TIMEOUT_S
+    nowhere = 0
+    while True:
+        if fut.status in ("lost", "cancelled", "error"):
+            raise InputsLost(name)
+        try:
+            return fut.result(timeout=2.0)
+        except TimeoutError:
+            # held by no worker (its holder died): the host ships it again
+            nowhere = 0 if client.who_has([fut]).get(fut.key) else nowhere + 1
+            if nowhere >= 2 or time.monotonic() > deadline:
+                raise InputsLost(name) from None
 
 
 def _stored(sha: str, size: int, key: str) -> tuple[Path, bool]:

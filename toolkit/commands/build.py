@@ -25,9 +25,11 @@ examples:
   edgeopt build model.onnx -t cpu,intel-cpu -p cpu=fp32,int8,intel-cpu=int8 --calib data.npz
   edgeopt build yolo.onnx -t mobile --shapes=images:1x3x640x640 --option int8_mode=full --json
   edgeopt build model.onnx -t cpu,intel-cpu --shape x:1x3x224x224 --batch 1,4,8   # one bundle per batch
+  edgeopt build model.onnx -t cpu,intel-cpu,mobile --scheduler tcp://buildhost:8786   # on the workers
 
 exit codes: 0 every target built and passed its check, 2 bad input (nothing built), 3 a target
-failed to build or failed its check (the others are kept).""")
+failed to build or failed its check (the others are kept), 4 the --scheduler unreachable (nothing
+prepared).""")
 
 
 @click.command("build", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
@@ -36,6 +38,11 @@ failed to build or failed its check (the others are kept).""")
 @click.option("--batch", "batches", default=None, metavar="LIST",
               help="Build one bundle per batch size, e.g. 1,4,8 (the batch in the artifact's shape; batch B "
                    "goes under DIST/batchB/); `edgeopt bench --batch 1,4,8` then gives the curve.")
+@click.option("--scheduler", default=None, metavar="URL",
+              help="Build each (target, precision) on the Dask workers that can build it: tcp://HOST:PORT or "
+                   "tls://HOST:PORT (`edgeopt worker --scheduler URL` on each build machine); auto = "
+                   "$EDGEOPT_SCHEDULER or tcp://127.0.0.1:8786, else here with a line; local = here "
+                   "[$EDGEOPT_SCHEDULER, else here]. Unreachable: exit 4 before anything is prepared.")
 @json_option
 @verbosity
 def command(**kw) -> int:
@@ -55,14 +62,19 @@ def build_from_args(args):
     from ._common import out_flag
 
     api.check_bundle_folder(args.out, out_flag())
-    return api.build(args.model, args.targets, precision=list(args.precision) if not isinstance(args.precision, str)
-                     else args.precision, shape=list(args.shape), calib=args.calib, preprocess=args.preprocess,
-                     dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
-                     config=args.config, option=list(args.option), build_timeout=args.timeout,
-                     calib_count=args.calib_count, val_count=args.val_count,
-                     batch=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
-                     accept=getattr(args, "accept", None), split=getattr(args, "split", None),
-                     raise_on_failure=False)
+    kw = dict(model=args.model, targets=args.targets,
+              precision=list(args.precision) if not isinstance(args.precision, str) else args.precision,
+              shape=list(args.shape), calib=args.calib, preprocess=args.preprocess,
+              dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
+              config=args.config, option=list(args.option), build_timeout=args.timeout,
+              calib_count=args.calib_count, val_count=args.val_count,
+              batch=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
+              accept=getattr(args, "accept", None), split=getattr(args, "split", None), raise_on_failure=False)
+    from edgeopt import cluster
+
+    if cluster.resolve(getattr(args, "scheduler", None)) is not None:  # each job a Dask task (edgeopt.cluster)
+        return cluster.build_on(getattr(args, "scheduler", None), api.build, kw)
+    return api.build(**kw)
 
 
 def parse_batches(text: str | None) -> list[int] | None:

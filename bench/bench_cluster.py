@@ -1,0 +1,235 @@
+"""Builds through a real Dask scheduler and `edgeopt worker` processes (issue 44), beside local builds.
+
+  python bench/bench_cluster.py [--write] [--parts readme,kill,slot,scale]
+
+readme: the README model for cpu (fp32, int8), intel-cpu (fp32, fp16, int8) and mobile (fp16) through a scheduler
+        with two workers, then locally with -j 2 (the same cores): every file's sha256 and the cache key compared,
+        the host checks compared, each job's time in both;
+kill:   a worker frozen and killed once a job (cpu int8) has started on it, a second worker joining: the build
+        completes there;
+slot:   four TensorRT jobs on a worker with 2 threads and one declared engine slot: start/finish on the worker's
+        clock, never overlapping (no GPU here: the slot is declared with --resources tensorrt=1);
+scale:  12 jobs (7 targets x fp32/fp16) with 1 and 2 workers, and locally with -j 1 and -j 2.
+Writes docs/BENCHMARKS.md section `cluster` with --write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import load, machine, md_table, stamp, write_section  # noqa: E402
+from tests.cluster.conftest import EDGEOPT, Cluster  # noqa: E402
+
+README_ARGS = ["--shape", "x:1x3x48x192", "--preprocess", "preset=pm1 order=bgr"]
+DETERMINISTIC = {"cpu-fp32", "intel-cpu-fp32", "intel-cpu-fp16"}
+VOLATILE = (("build", "time_s"), ("build", "built_at"), ("host_check", "load_s"), ("host_check", "validation_s"))
+
+
+def content_id(manifest: dict) -> str:
+    """sha256 of the manifest less its timings (two local builds of one key differ only there)."""
+    import hashlib
+
+    m = json.loads(json.dumps(manifest))
+    for a, b in VOLATILE:
+        (m.get(a) or {}).pop(b, None)
+    return hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()
+
+
+def build(args: list[str], cache: Path, scheduler: str | None = None) -> tuple[dict, float, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run([*EDGEOPT, "build", *args, "--json", *(["--scheduler", scheduler] if scheduler else [])],
+                       capture_output=True, text=True, env={**os.environ, "EDGEOPT_CACHE_DIR": str(cache)})
+    wall = time.perf_counter() - t0
+    try:
+        rep = json.loads(p.stdout)
+    except ValueError:
+        rep = {"results": [], "error": p.stdout[-500:] + p.stderr[-1500:]}
+    return rep, wall, p.stderr
+
+
+def manifests(dist: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in dist.glob("*/*/manifest.json")}
+
+
+def part_readme(tmp: Path, out: dict) -> str:
+    from edgeopt.fixtures import ocr_lines, path
+
+    model, lines = str(path("ocr-cls")), str(ocr_lines())
+    args = [model, *README_ARGS, "--calib", lines, "-t", "cpu,intel-cpu,mobile",
+            "-p", "cpu=fp32,int8,intel-cpu=fp32,fp16,int8,mobile=fp16"]
+    c = Cluster(tmp / "readme")
+    try:
+        c.connect()
+        c.worker("w1")
+        c.worker("w2")
+        c.wait_for("w1", "w2")
+        remote, remote_wall, remote_err = build([*args, "--out", str(tmp / "remote")], tmp / "rc", c.url)
+    finally:
+        c.close()
+    local, local_wall, _ = build([*args, "--out", str(tmp / "local"), "-j", "2"], tmp / "lc")
+    rm, lm = manifests(tmp / "remote"), manifests(tmp / "local")
+    rt = {f"{r['target']}-{r['precision']}": r for r in remote.get("results", [])}
+    lt = {f"{r['target']}-{r['precision']}": r for r in local.get("results", [])}
+    where = {}
+    for ln in remote_err.splitlines():
+        if ": on worker " in ln:
+            tag = ln.split("] ", 1)[1].split(":")[0]
+            where[tag.replace(" ", "-")] = ln.split(": on worker ")[1].split(" ")[0]
+    rows = []
+    for name in sorted(set(rm) | set(lm)):
+        a, b = rm.get(name, {}), lm.get(name, {})
+        same_files = a.get("files") == b.get("files") and bool(a)
+        hc = lambda m: {k: v for k, v in (m.get("host_check") or {}).items() if k not in ("load_s", "validation_s")}  # noqa: E731
+        rows.append({"bundle": name, "worker": where.get(name, "-"),
+                     "cache key": "equal" if a.get("build", {}).get("cache_key") == b.get("build", {}).get("cache_key") else "DIFFERS",
+                     "files (sha256)": "equal" if same_files else "differ",
+                     "content id": "equal" if a and content_id(a) == content_id(b) else "differs",
+                     "host check": ("equal" if hc(a) == hc(b) else "differs") + f" (passed: {(a.get('host_check') or {}).get('passed')})",
+                     "job s (cluster / local)": f"{(rt.get(name) or {}).get('time_s') or 0:.1f} / {(lt.get(name) or {}).get('time_s') or 0:.1f}"})
+    out["readme"] = {"rows": rows, "remote_wall": remote_wall, "local_wall": local_wall,
+                     "remote_error": remote.get("error"), "local_error": local.get("error")}
+    return (f"**The README model through a scheduler with two workers** (`w1`, `w2`: each offers every backend "
+            f"that builds here, 1 thread) vs locally with `-j 2`: wall {remote_wall:.1f} s vs {local_wall:.1f} s "
+            "(both include the preparation, ~1 s).\n\n"
+            + md_table(rows, [(k, k) for k in rows[0]] if rows else [("bundle", "bundle")])
+            + "\n\n`content id` = sha256 of manifest.json less its four timings (`build.time_s`, `build.built_at`, "
+              "`host_check.load_s`, `host_check.validation_s`): sha256(manifest.json) itself, the agent's bundle id, "
+              "differs between any two builds, local or not, by those timings.\n")
+
+
+def part_kill(tmp: Path, out: dict) -> str:
+    from edgeopt.fixtures import ocr_lines, path
+
+    c = Cluster(tmp / "kill")
+    lines: list[str] = []
+    try:
+        c.connect()
+        c.worker("k1", "--only", "onnxruntime")
+        c.wait_for("k1")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([*EDGEOPT, "build", str(path("ocr-cls")), *README_ARGS, "--calib", str(ocr_lines()),
+                                 "-t", "cpu", "-p", "int8", "--out", str(tmp / "kd"), "--scheduler", c.url],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "EDGEOPT_CACHE_DIR": str(tmp / "kc")})
+        killed_at = [None]
+
+        def read() -> None:
+            for line in proc.stderr:
+                lines.append(line.rstrip())
+                seen = any(": on worker k1 " in ln for ln in lines[:-1])
+                if killed_at[0] is None and seen and "cpu int8: " in line:  # the converter is running on k1
+                    c.kill("k1", signal.SIGSTOP)
+                    c.kill("k1")
+                    killed_at[0] = time.perf_counter() - t0
+                    c.worker("k2", "--only", "onnxruntime")
+
+        r = threading.Thread(target=read, daemon=True)
+        r.start()
+        stdout = proc.stdout.read()
+        proc.wait()
+        r.join(timeout=60)
+        wall = time.perf_counter() - t0
+    finally:
+        c.close()
+    notes = [ln for ln in stdout.splitlines() if "cluster:" in ln]
+    out["kill"] = {"rc": proc.returncode, "killed_at": killed_at[0], "wall": wall, "notes": notes}
+    return (f"**A worker killed mid-build** (`k1`, the only worker, frozen with SIGSTOP then SIGKILLed as a "
+            f"process group {killed_at[0] or 0:.1f} s into `build -t cpu -p int8` of the README model, while its "
+            f"INT8 search ran; `k2` started then): exit {proc.returncode} after {wall:.1f} s; the summary said:\n\n"
+            + "\n".join(f"    {n}" for n in notes) + "\n")
+
+
+def part_slot(tmp: Path, out: dict) -> str:
+    from edgeopt.fixtures import path
+
+    c = Cluster(tmp / "slot")
+    try:
+        c.connect()
+        c.worker("gpu", "--only", "onnxruntime", "--resources", "onnxruntime=0 tensorrt=1", "--nthreads", "2")
+        c.wait_for("gpu")
+        rep, wall, err = build([str(path("ocr-cls")), "--shape", "x:1x3x48x192", "-t", "jetson-orin,h100",
+                                "-p", "fp32,fp16", "--out", str(tmp / "sd")], tmp / "sc", c.url)
+        ev = c.events()
+    finally:
+        c.close()
+    jobs: dict[str, dict] = {}
+    for e in ev:
+        if e["kind"] in ("start", "finish"):
+            jobs.setdefault(e["job"], {})[e["kind"]] = e["t"]
+    spans = sorted((j["start"], j["finish"]) for j in jobs.values() if len(j) == 2)
+    t0 = spans[0][0] if spans else 0
+    overlap = any(spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1))
+    rows = [{"job": i + 1, "start s": f"{s - t0:.2f}", "finish s": f"{f - t0:.2f}"} for i, (s, f) in enumerate(spans)]
+    out["slot"] = {"spans": spans, "overlap": overlap, "ok": sum(r.get("status") in ("built",) for r in rep.get("results", []))}
+    return (f"**Two TensorRT jobs never share one engine slot**: a worker with 2 threads declaring one slot "
+            f"(`--resources tensorrt=1`; no GPU here, so the jobs are edgeopt's host side of TensorRT builds -- "
+            f"the engine itself is built on the device) ran {len(spans)} TensorRT jobs "
+            f"(jetson-orin, h100 x fp32, fp16) in {wall:.1f} s; on the worker's clock "
+            f"{'SOME OVERLAPPED' if overlap else 'none overlapped'}:\n\n"
+            + md_table(rows, [("job", "job"), ("start s", "start (s)"), ("finish s", "finish (s)")]) + "\n")
+
+
+def part_scale(tmp: Path, out: dict) -> str:
+    from edgeopt.fixtures import path
+
+    args = [str(path("ocr-cls")), "--shape", "x:1x3x48x192", "-t",
+            "cpu,intel-cpu,intel-gpu,intel-npu,apple,jetson-orin,h100", "-p", "fp32,fp16"]
+    rows = []
+    for label, n in (("local -j 1", 0), ("local -j 2", 0), ("1 worker", 1), ("2 workers", 2)):
+        if n == 0:
+            rep, wall, _ = build([*args, "--out", str(tmp / f"s{label[-1]}"), "-j", label[-1]], tmp / f"lc{label[-1]}")
+        else:
+            c = Cluster(tmp / f"scale{n}")
+            try:
+                c.connect()
+                names = [f"s{i}" for i in range(n)]
+                for nm in names:
+                    c.worker(nm, "--resources", "tensorrt=1")
+                c.wait_for(*names)
+                rep, wall, _ = build([*args, "--out", str(tmp / f"sw{n}")], tmp / f"wc{n}", c.url)
+            finally:
+                c.close()
+        res = rep.get("results", [])
+        rows.append({"how": label, "jobs": len(res), "ok": sum(r["status"] == "built" for r in res),
+                     "wall s": f"{wall:.1f}", "sum of job times s": f"{sum(r.get('time_s') or 0 for r in res):.1f}"})
+    out["scale"] = rows
+    return ("**12 jobs** (the README model for cpu fp32, intel-cpu/intel-gpu/apple/jetson-orin/h100 fp32 + fp16, "
+            "intel-npu fp16; each worker 1 thread, every backend + a declared TensorRT slot), wall time of the whole "
+            "`edgeopt build` including preparation:\n\n"
+            + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--parts", default="readme,kill,slot,scale")
+    a = ap.parse_args()
+    out: dict = {}
+    body = [f"Measured {stamp()} on {machine()}; {load()} at the start (5 engineers share these 2 cores: wall "
+            "times carry their load). A real `dask scheduler` and `edgeopt worker` processes on 127.0.0.1, each "
+            "worker with its own input store, as on separate machines.\n"]
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as d:
+        tmp = Path(d)
+        for part in a.parts.split(","):
+            body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot, "scale": part_scale}[part](tmp, out))
+            print(body[-1], flush=True)
+    body.append(f"Load at the end: {load()}.\n")
+    Path(tempfile.gettempdir(), "bench_cluster.json").write_text(json.dumps(out, indent=2, default=str))
+    if a.write:
+        write_section("cluster", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(body))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

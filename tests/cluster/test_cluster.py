@@ -1,0 +1,213 @@
+"""`edgeopt build --scheduler`: a real Dask scheduler, real `edgeopt worker` processes, real converters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.conftest import fixture, tiny_cnn
+
+from .conftest import EDGEOPT, Cluster, free_port
+
+MODEL_ARGS = ["--shape", "x:1x3x48x192", "--preprocess", "preset=pm1 order=bgr"]
+
+
+def edgeopt(args: list[str], cache: Path, env: dict[str, str] | None = None, timeout: float = 600):
+    return subprocess.run([*EDGEOPT, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "EDGEOPT_CACHE_DIR": str(cache), **(env or {})})
+
+
+def manifests(dist: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in dist.glob("*/*/manifest.json")}
+
+
+def test_readme_model_builds_on_the_workers_with_the_local_bundles(cluster: Cluster, tmp_path):
+    """cpu fp32 and intel-cpu fp32 through the scheduler: every file's sha256 and the cache key equal to a local
+    build's; intel-cpu went to the only worker offering OpenVINO; the bundles are in --out and the cache."""
+    from edgeopt.fixtures import ocr_lines
+
+    model, lines = str(fixture("ocr-cls")), str(ocr_lines())
+    common = ["build", model, *MODEL_ARGS, "--calib", lines, "-t", "cpu,intel-cpu", "-p", "fp32"]
+    remote = edgeopt([*common, "--out", str(tmp_path / "remote"), "--scheduler", cluster.url], tmp_path / "c1")
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert "intel-cpu fp32: on worker wa " in remote.stderr
+    local = edgeopt([*common, "--out", str(tmp_path / "local")], tmp_path / "c2")
+    assert local.returncode == 0, local.stderr[-3000:]
+    r, lo = manifests(tmp_path / "remote"), manifests(tmp_path / "local")
+    assert sorted(r) == ["cpu-fp32", "intel-cpu-fp32"]
+    for name in r:
+        assert r[name]["files"] == lo[name]["files"], name
+        assert r[name]["build"]["cache_key"] == lo[name]["build"]["cache_key"]
+        key = r[name]["build"]["cache_key"]
+        assert (tmp_path / "c1" / key[:2] / key / "manifest.json").is_file()  # installed in the host's cache
+    # the same build again: taken from the host's cache, nothing sent to the cluster
+    again = edgeopt([*common, "--out", str(tmp_path / "remote2"), "--scheduler", cluster.url], tmp_path / "c1")
+    assert again.returncode == 0 and "on worker" not in again.stderr
+    assert "2 of 2 bundle(s) taken from the cache" in again.stdout
+
+
+def test_inputs_are_fetched_once_per_worker(cluster: Cluster, tmp_path):
+    """Two jobs of one build on one worker (the TensorRT slot): the first fetches the inputs, the second has them."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=11)
+    out = edgeopt(["build", str(model), "-t", "jetson-orin,h100", "-p", "fp32", "--out", str(tmp_path / "d"),
+                   "--scheduler", cluster.url], tmp_path / "c")
+    assert out.returncode == 0, out.stderr[-3000:]
+    fetched = [ln for ln in out.stderr.splitlines() if ": on worker wt " in ln]
+    assert len(fetched) == 2, out.stderr
+    assert sum("fetched 5 input(s)" in ln for ln in fetched) == 1
+    assert sum("fetched 0 input(s)" in ln and "had 5" in ln for ln in fetched) == 1
+
+
+def test_two_tensorrt_jobs_never_share_the_engine_slot(cluster: Cluster, tmp_path):
+    """`wt` has 2 threads but one TensorRT slot: its two TensorRT jobs run one after the other (worker clocks)."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=12)
+    out = edgeopt(["build", str(model), "-t", "jetson-orin,h100", "-p", "fp32", "--out", str(tmp_path / "d"),
+                   "--scheduler", cluster.url], tmp_path / "c")
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs: dict[str, dict[str, float]] = {}
+    for e in cluster.events():
+        if e.get("name") == "wt" and e["kind"] in ("start", "finish"):
+            jobs.setdefault(e["job"], {})[e["kind"]] = e["t"]
+    spans = sorted((j["start"], j["finish"]) for j in jobs.values() if len(j) == 2)[-2:]
+    assert len(spans) == 2
+    assert spans[0][1] <= spans[1][0], spans  # the second started after the first finished
+
+
+def test_no_worker_offers_the_resource_refused_in_one_line(cluster: Cluster, tmp_path):
+    """A job whose resource no worker offers (here: a scheduler without workers) is refused in one line naming
+    the resource, before anything is prepared (exit 3, as a target that cannot build here)."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=13)
+    bare = Cluster(tmp_path)
+    try:
+        bare.connect()
+        out = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"),
+                       "--scheduler", bare.url], tmp_path / "c")
+    finally:
+        bare.close()
+    assert out.returncode == 3, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("cpu fp32: "))
+    assert "none offers the resource onnxruntime@" in line and "0 worker(s) connected" in line
+    assert "preparing" not in out.stderr and "Traceback" not in out.stderr + out.stdout
+
+
+def test_unreachable_scheduler_exit_4_before_preparing(tmp_path):
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=14)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    env = {"EDGEOPT_SCHEDULER_TIMEOUT": "2"}
+    out = edgeopt(["build", str(model), "-t", "cpu", "--out", str(tmp_path / "d"), "--scheduler", url],
+                  tmp_path / "c", env)
+    assert out.returncode == 4, out.stderr
+    assert sum(f"scheduler {url} unreachable" in ln for ln in out.stderr.splitlines()) == 1, out.stderr
+    assert "preparing" not in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").rglob("manifest.json"))
+    # auto: the line, then the build here
+    auto = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"),
+                    "--scheduler", "auto"], tmp_path / "c", {**env, "EDGEOPT_SCHEDULER": url})
+    assert auto.returncode == 0, auto.stderr
+    assert f"scheduler {url} unreachable" in auto.stderr and "building on this host (--scheduler auto)" in auto.stderr
+    # a malformed address: bad input
+    bad = edgeopt(["build", str(model), "-t", "cpu", "--scheduler", "http://x"], tmp_path / "c")
+    assert bad.returncode == 2 and "is not a scheduler address" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_worker_resources_and_cluster_status(cluster: Cluster, tmp_path):
+    dry = subprocess.run([*EDGEOPT, "worker", "--scheduler", cluster.url, "--only", "onnxruntime,openvino",
+                          "--resources", "tensorrt=1", "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert "distributed.cli.dask_worker" in dry.stdout
+    res = dry.stdout.split("--resources ")[1]
+    assert "onnxruntime@" in res and "openvino@" in res and "tensorrt@" in res and "tflite@" not in res
+    st = subprocess.run([*EDGEOPT, "cluster", "status", "--scheduler", cluster.url, "--json"], capture_output=True,
+                        text=True, timeout=120)
+    assert st.returncode == 0, st.stderr
+    info = json.loads(st.stdout)
+    by = {w["name"]: w for w in info["workers"]}
+    assert set(by) >= {"wa", "wb", "wt"}
+    assert by["wb"]["builds"] == ["onnxruntime=1"]
+    assert by["wt"]["builds"] == ["tensorrt=1"] and by["wt"]["nthreads"] == 2
+    assert any(b.startswith("openvino=") for b in by["wa"]["builds"])
+    assert all(not w["differs"] for w in by.values())
+    bad = subprocess.run([*EDGEOPT, "worker", "--scheduler", cluster.url, "--only", "tpu", "--dry-run"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "not a backend" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_worker_killed_mid_build_job_runs_again_elsewhere(own_cluster: Cluster, tmp_path):
+    """The only worker is frozen then killed once the job has started on it; a second worker joins; the job
+    runs again there, the build completes, and the summary says so."""
+    c = own_cluster
+    c.worker("k1", "--only", "onnxruntime")
+    c.wait_for("k1")
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=15)
+    proc = subprocess.Popen([*EDGEOPT, "build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"),
+                             "--scheduler", c.url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "EDGEOPT_CACHE_DIR": str(tmp_path / "c")})
+    lines: list[str] = []
+    killed = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if ": on worker k1 " in line and not killed.is_set():
+                c.kill("k1", signal.SIGSTOP)  # frozen at once: the build cannot finish before the kill
+                if not any("cpu fp32: done" in ln for ln in lines):
+                    c.kill("k1")
+                    killed.set()
+                    c.worker("k2", "--only", "onnxruntime")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert proc.stdout is not None
+    stdout = proc.stdout.read()  # (stderr is the reader's alone)
+    proc.wait(timeout=600)
+    reader.join(timeout=60)
+    assert killed.is_set(), "".join(lines)
+    assert proc.returncode == 0, "".join(lines) + stdout
+    assert any(": on worker k2 " in ln for ln in lines), "".join(lines)
+    assert "worker k1" in stdout and "was lost mid-build; the job runs again on k2" in stdout
+    assert (tmp_path / "d" / "tiny" / "cpu-fp32" / "manifest.json").is_file() or any(
+        (tmp_path / "d").glob("*/cpu-fp32/manifest.json"))
+
+
+def test_a_bundle_that_does_not_match_its_manifest_is_refused_and_rebuilt(own_cluster: Cluster, tmp_path):
+    """A worker whose bundles come back damaged (its preload flips a byte of every artifact it sends) next to a
+    sound one: its bundle is refused on the manifest's hashes and built again on the sound worker."""
+    c = own_cluster
+    preload = Path(__file__).with_name("damaging_worker.py")
+    c.worker("bad", "--only", "onnxruntime", "--", "--preload", str(preload))
+    c.worker("good", "--only", "onnxruntime")
+    c.wait_for("bad", "good")
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=16)
+    d1 = tiny_cnn(tmp_path / "other.onnx", seed=17)
+    outs = []
+
+    def build(m: Path, out: str) -> None:
+        outs.append(edgeopt(["build", str(m), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / out),
+                             "--scheduler", c.url], tmp_path / f"c-{out}"))
+
+    # two builds at once: the scheduler gives each idle worker one
+    ts = [threading.Thread(target=build, args=(model, "d1")), threading.Thread(target=build, args=(d1, "d2"))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=600)
+    assert all(o.returncode == 0 for o in outs), [o.stderr[-2000:] for o in outs]
+    refused = [o for o in outs if "refused the bundle from worker bad" in o.stdout]
+    assert refused, [o.stdout for o in outs]
+    assert "sha256 does not match the manifest" in refused[0].stdout
+    assert ": on worker good " in refused[0].stderr
+
+
+def test_help_stays_light():
+    """`edgeopt --help` and `edgeopt build --help` never import dask."""
+    code = ("import sys; from edgeopt.cli import main\n"
+            "try:\n    main(['build', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('distributed' in sys.modules, 'dask' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "False False", out.stdout + out.stderr
