@@ -49,6 +49,7 @@ from edgeopt.results_url import DEFAULT_DB, parse
 __all__ = ["DEFAULT_DB", "SCHEMA_VERSION", "FILTERS", "ResultsDB", "parse_since", "record_from_dict"]
 FILTERS = ("model", "target", "precision", "device", "status", "run_id", "identity", "rig", "label")
 RIG_ENV = "EDGEOPT_RIG"
+MLFLOW_ENV = "EDGEOPT_MLFLOW_URI"  # set: what a command stores is also logged to that MLflow server, on close
 
 
 def rig_name() -> str:
@@ -194,7 +195,33 @@ class ResultsDB:
             raise
 
     def close(self) -> None:
+        self.export_added()
         self._conn.close()
+
+    def _note_added(self, record: dict[str, Any], ident: dict[str, Any] | None, rig: str | None) -> None:
+        """Keep what this object stored, for ``export_added`` (only when ``EDGEOPT_MLFLOW_URI`` is set)."""
+        if os.environ.get(MLFLOW_ENV) and getattr(self, "export_after", True):
+            self._added = getattr(self, "_added", [])
+            self._added.append({**record, **({"identity": ident} if ident else {}), "rig": rig})
+
+    def export_added(self) -> None:
+        """With ``EDGEOPT_MLFLOW_URI`` set (and ``EDGEOPT_MLFLOW_EXPERIMENT``, else ``edgeopt-<model>``): log the
+        records this object stored (a bench, a run, a gate) to that MLflow server, on close. The records are
+        in the database whatever happens there: a refusal is one stderr line naming `edgeopt export mlflow`."""
+        added, self._added = getattr(self, "_added", []), []
+        uri = os.environ.get(MLFLOW_ENV)
+        if not added or not uri:
+            return
+        from edgeopt.errors import EdgeoptError
+        from edgeopt.results_mlflow import export
+
+        try:
+            res = export(added, uri, os.environ.get("EDGEOPT_MLFLOW_EXPERIMENT") or None)
+            print(f"edgeopt: {res['exported']} record(s) logged to MLflow at {uri}"
+                  + (f" ({res['skipped']} there already)" if res["skipped"] else ""), file=sys.stderr)
+        except EdgeoptError as exc:
+            print(f"edgeopt: the records were not logged to MLflow ({exc.message}); they are in the results "
+                  f"database: `edgeopt export mlflow --tracking-uri {uri}` logs them", file=sys.stderr)
 
     def __enter__(self) -> ResultsDB:
         return self
@@ -212,12 +239,14 @@ class ResultsDB:
     def add(self, record: dict[str, Any]) -> int:
         """Store one record (``RunRecord.as_dict()``) once; returns its row id (the stored one's when the same
         record is there already: a retry), -1 when it could not be written (``save_unsaved`` keeps it)."""
-        row, text, key = prepare(record, self.adopt_identity(record))
+        ident = self.adopt_identity(record)
+        row, text, key = prepare(record, ident)
         with self._lock:
             try:
                 rid, dup = insert_once(_SqliteRows(self._conn).rows, row, text, key)
                 self._conn.commit()
                 self.duplicates += dup
+                self._note_added(record, ident, row[-2])
                 return rid
             except sqlite3.Error as exc:  # the disk filled (or went read-only) since the database was opened
                 with contextlib.suppress(sqlite3.Error):

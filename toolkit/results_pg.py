@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeopt.errors import DeviceError, MissingDependency, UsageError
 from edgeopt.results import ResultsDB, _edgeopt_version, insert_once, prepare
-from edgeopt.results_schema import MIGRATIONS_TABLE, SCHEMA_VERSION, migrate, stored_version
+from edgeopt.results_schema import MIGRATIONS_TABLE, SCHEMA_VERSION, identity_of, migrate, stored_version
 from edgeopt.results_url import mask, parse
 
 _LOCK_KEY = 4_301_843  # pg_advisory_xact_lock: one migrating rig at a time
@@ -145,6 +145,7 @@ class PgResultsDB(ResultsDB):
             return stored_version(_PgRows(conn))
 
     def close(self) -> None:
+        self.export_added()
         self._engine.dispose()
         if self._spool is not None:
             self._spool.close()
@@ -155,6 +156,7 @@ class PgResultsDB(ResultsDB):
         """The local spool (a SQLite results database), opened on first use."""
         if self._spool is None:
             self._spool = ResultsDB(self.path)
+            self._spool.export_after = False  # what it holds is exported by this object
         return self._spool
 
     def _spool_waiting(self) -> bool:
@@ -167,7 +169,8 @@ class PgResultsDB(ResultsDB):
 
     def add(self, record: dict[str, Any]) -> int:
         """Store one record once (see ``ResultsDB.add``); the row id on the server, 0 when it went to the spool."""
-        row, text, key = prepare(record, self.adopt_identity(record) if self.offline is None else None)
+        ident = self.adopt_identity(record) if self.offline is None else identity_of(record)
+        row, text, key = prepare(record, ident)
         with self._lock:
             if self.offline is None:
                 err = None
@@ -176,6 +179,7 @@ class PgResultsDB(ResultsDB):
                         with self._engine.begin() as conn:
                             rid, dup = insert_once(_PgRows(conn).rows, row, text, key)
                         self.duplicates += dup
+                        self._note_added(record, ident, row[-2])
                         return rid
                     except self._sa.exc.DBAPIError as exc:
                         if not self._lost(exc):
@@ -192,6 +196,7 @@ class PgResultsDB(ResultsDB):
                 self.write_error = self.spool().write_error
                 return -1
             self.spooled += 1
+            self._note_added(record, ident, row[-2])
             return 0
 
     def sync(self, batch: int = 200) -> dict[str, int]:

@@ -134,3 +134,19 @@ def test_a_refusal_is_one_line(mlflow_uri, tmp_path):
     assert p.returncode == 4 and "refused" in p.stderr and "Traceback" not in p.stderr, p.stderr
     p = _cli("export", "mlflow", "--tracking-uri", "http://127.0.0.1:9", "--db", str(db))
     assert p.returncode == 4 and "cannot be reached" in p.stderr
+
+
+def test_logged_after_each_command_with_the_env(mlflow_uri, tmp_path, monkeypatch, capsys):
+    """EDGEOPT_MLFLOW_URI set: what a command stores (here two records through ResultsDB, as bench does) is
+    logged to MLflow when it closes the database; a retry logs nothing twice."""
+    monkeypatch.setenv("EDGEOPT_MLFLOW_URI", mlflow_uri)
+    monkeypatch.setenv("EDGEOPT_MLFLOW_EXPERIMENT", "after-bench")
+    with ResultsDB(tmp_path / "runs.db") as rdb:
+        rdb.add(record(0, run_id="r-after"))
+        rdb.add(record(1, run_id="r-after"))
+    assert "2 record(s) logged to MLflow" in capsys.readouterr().err
+    with ResultsDB(tmp_path / "runs.db") as rdb:
+        rdb.add(record(1, run_id="r-after"))  # the same record again
+    assert "1 there already" in capsys.readouterr().err
+    exp = rest(mlflow_uri, "experiments/get-by-name?experiment_name=after-bench", method="GET")["experiment"]
+    assert len(rest(mlflow_uri, "runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]) == 2
