@@ -18,7 +18,9 @@ __version__ = "0.1.0"
 API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "query", "report", "select_devices",
        "bench_options", "gate", "rollout", "tune", "rig_status", "rig_release", "baseline_save", "baseline_list",
        "baseline_show", "baseline_export", "baseline_import", "history", "change_points", "parse_duration",
-       "rollback", "RollbackResult", "RollbackDevice")
+       "rollback", "RollbackResult", "RollbackDevice", "run", "RunResult", "debug_layers", "fleet_status", "FleetStatus",
+       "rollout_list", "rollout_status", "rollout_resume", "cache_list", "cache_clean", "devices", "ocr_check",
+       "find_max_qps")
 # the exceptions the API raises (edgeopt.errors), importable from the package too
 ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
           "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "RolloutHalted", "Inconclusive")

@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from edgeopt.errors import BuildFailed, DeviceError, EdgeoptError, GoalNotMet, UsageError, user_text
 
 if TYPE_CHECKING:
+    from edgeopt.cache import CacheEntry
+    from edgeopt.debug import DebugResult
     from edgeopt.deploy import PushResult
     from edgeopt.fleetbench import FleetResult
     from edgeopt.inventory import Device
@@ -92,6 +94,11 @@ RENAMED: dict[str, dict[str, str]] = {
     "bench_options": {"max_queue_delay_ms": "max_queue_delay"},
     **{f: {"labels": "label"} for f in ("push", "probe", "gc", "select_devices", "gate", "rollout")},
     **{f: {"run_id": "run", "all_runs": "all"} for f in ("query", "report")},
+    "rig_status": {"labels": "label"},
+    "baseline_save": {"target": "targets"},
+    "baseline_import": {"path": "file"},
+    "history": {"target": "targets"},
+    "rollout": {"gate_budget": "budget", "engine": "fleet_engine"},
 }
 
 
@@ -137,6 +144,11 @@ def _api(extra: Callable[[], Iterable[str]] | None = None) -> Callable[[F], F]:
             _quiet_third_party()
             return fn(*args, **kw)
 
+        def keywords() -> set[str] | None:
+            """The keywords this function takes: its own and those its ``**kw`` passes on (None: any)."""
+            return None if open_kw else (set(own) | (set(extra()) if extra is not None else set())) - set(renamed)
+
+        wrapper.keywords = keywords  # type: ignore[attr-defined]  # read by tests/cli/test_api_walk.py
         return wrapper  # type: ignore[return-value]
     return deco
 
@@ -892,20 +904,27 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
 @_api()
 def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
        label: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
-       dry_run: bool = False, progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
-    """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``)."""
+       dry_run: bool = False, progress: Progress = _quiet, parallel: int = 4) -> dict[str, dict[str, Any]]:
+    """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``), ``parallel``
+    devices at once.
+
+        freed = edgeopt.gc("lab.yaml", keep=1, dry_run=True)"""
+    from concurrent.futures import ThreadPoolExecutor
+
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
-    out: dict[str, dict[str, Any]] = {}
-    for dev in select_devices(devices, limit, label):
+    def one(dev) -> tuple[str, dict[str, Any]]:
         try:
             with DeviceSession.open(dev, trust_new_host_keys, progress=progress) as s:
-                out[dev.name] = {"ok": True, **s.gc(keep=keep, dry_run=dry_run)}
+                return dev.name, {"ok": True, **s.gc(keep=keep, dry_run=dry_run)}
         except DeviceError as exc:
             progress(f"{dev.name}: FAILED: {exc.message}")
-            out[dev.name] = {"ok": False, "error": str(exc)}
-    return out
+            return dev.name, {"ok": False, "error": str(exc)}
+
+    devs = select_devices(devices, limit, label)
+    with ThreadPoolExecutor(max_workers=max(1, min(int(parallel), len(devs)))) as pool:
+        return dict(pool.map(one, devs))
 
 
 # --- results ---------------------------------------------------------------------------------------
@@ -942,12 +961,22 @@ def query(db: str | None = None, model: str | None = None, targets: str | list[s
 
 
 @_api(extra=_keywords_of("edgeopt.api:query"))
-def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", **filters: Any) -> str:
-    """The comparison of measured runs as text in one format (``edgeopt report``)."""
+def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", out: str | None = None,
+           **filters: Any) -> str:
+    """The comparison of measured runs as text in one format (``edgeopt report``); with ``out`` also written
+    there (atomically; the path is checked before the database is read).
+
+        page = edgeopt.report(format="html", out="report.html", model="cls", targets="cpu,intel-cpu")"""
+    from edgeopt.commands.report import check_writable, write_report
     from edgeopt.reporting import render
 
+    if out:
+        check_writable(out)
     records = query(db, **filters)
-    return render(records, format, title=title, filters=filters)
+    text = render(records, format, title=title, filters=filters)
+    if out:
+        write_report(records, format, out, title, filters)
+    return text
 
 
 # --- HIL gate and fleet rollout --------------------------------------------------------------------
@@ -979,7 +1008,7 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
          limit: str | list[str] | None = None, label: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
          trust_new_host_keys: bool = False, progress: Progress = _quiet, raise_on_failure: bool = True,
-         **build: Any) -> dict[str, Any]:
+         junit: str | None = None, md: str | None = None, raw: str | None = None, **build: Any) -> dict[str, Any]:
     """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
     with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
@@ -997,10 +1026,15 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
             edgeopt.gate("dist/new/cls/cpu-int8", "dist/old/cls/cpu-int8", devices="rig.yaml", budget="60s")
         except edgeopt.GateFailed as err:
             raise SystemExit(f"regressed: {err}")"""
+    from edgeopt.commands.gate import check_output_files
     from edgeopt.hil.gate import gate as _gate
+    from edgeopt.hil.junit import write_outputs
 
+    check_output_files(junit=junit, md=md, raw=raw)  # ``junit``/``md``/``raw``: files written, checked first
     res = _gate(candidate, baseline, devices, limit, label, gate, budget, on_inconclusive, db,
                 trust_new_host_keys, progress, **build)
+    if junit or md or raw:
+        write_outputs(res, junit, md, raw)
     err = gate_failure(res)
     if raise_on_failure and err is not None:
         raise err
@@ -1037,11 +1071,14 @@ def gate_failure(res: dict[str, Any]) -> EdgeoptError | None:
 
 @_api(extra=_keywords_of("edgeopt.hil.rig:status"))
 def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-results.db",
-               probe: bool = True, **kw: Any) -> Any:
-    """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``)."""
+               probe: bool = True, label: str | list[str] | None = None, **kw: Any) -> dict[str, Any]:
+    """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``);
+    ``limit``/``label`` pick devices as bench and gate do.
+
+        bad = [d for d in edgeopt.rig_status("rig.yaml")["devices"] if d["quarantined"]]"""
     from edgeopt.hil.rig import status
 
-    return status(devices, db, probe, **kw)
+    return status(devices, db, probe, labels=label, **kw)
 
 
 @_api()
@@ -1053,15 +1090,22 @@ def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
 
 
 @_api(extra=_keywords_of("edgeopt.hil.baseline:save"))
-def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", **kw: Any) -> Any:
-    """Keep a gate's or bench's rounds as a named baseline (``edgeopt baseline save NAME --from RUN|latest``)."""
+def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", targets: str | None = None,
+                  **kw: Any) -> dict[str, Any]:
+    """Keep a gate's or bench's rounds as a named baseline (``edgeopt baseline save NAME --from RUN|latest``;
+    ``source`` is ``--from``, a Python keyword). ``model``, ``targets``, ``device``, ``identity``, ``force``.
+
+        edgeopt.baseline_save("main", "latest", model="cls", targets="cpu")"""
     from edgeopt.hil.baseline import save
 
-    return save(name, source, db, **kw)
+    return save(name, source, db, target=targets, **kw)
 
 
 @_api()
 def baseline_list(db: str = "edgeopt-results.db") -> list[dict[str, Any]]:
+    """The stored baselines (``edgeopt baseline list``): name, when saved, from which run, entries.
+
+        names = [b["name"] for b in edgeopt.baseline_list()]"""
     from edgeopt.hil.baseline import list_baselines
 
     return list_baselines(db)
@@ -1069,23 +1113,38 @@ def baseline_list(db: str = "edgeopt-results.db") -> list[dict[str, Any]]:
 
 @_api()
 def baseline_show(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+    """One stored baseline with its entries (model x target x device, rounds) (``edgeopt baseline show``).
+
+        main = edgeopt.baseline_show("main")"""
     from edgeopt.hil.baseline import show
 
     return show(name, db)
 
 
 @_api()
-def baseline_export(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.PathLike | None = None) -> dict[str, Any]:
+    """A stored baseline as the file ``baseline import`` reads (``edgeopt baseline export``); with ``out``
+    also written there.
+
+        edgeopt.baseline_export("main", out="cls.baseline.json")"""
     from edgeopt.hil.baseline import export
 
-    return export(name, db)
+    doc = export(name, db)
+    if out is not None:
+        from edgeopt.jsonsafe import dumps
+
+        Path(out).write_text(dumps(doc, indent=2, default=str) + "\n")
+    return doc
 
 
 @_api(extra=_keywords_of("edgeopt.hil.baseline:import_file"))
-def baseline_import(path: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> Any:
+def baseline_import(file: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> dict[str, Any]:
+    """Load an exported baseline file (``edgeopt baseline import FILE``; ``name``, ``force``).
+
+        edgeopt.baseline_import("cls.baseline.json", name="main", force=True)"""
     from edgeopt.hil.baseline import import_file
 
-    return import_file(path, db, **kw)
+    return import_file(file, db, **kw)
 
 
 def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select: str | list[str] | None = None,
@@ -1124,7 +1183,8 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
                     health_watch: float = 0.0, trust_new_host_keys: bool = False,
                     max_disagreement: str | float | None = None, latency_gate: bool = True,
                     engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2,
-                    budget: str | float | None = None, fleet_engine: str | None = None) -> Any:
+                    budget: str | float | None = None, fleet_engine: str | None = None,
+                    no_latency_gate: bool | None = None) -> Any:
     """A rollout's options checked (``edgeopt.fleet.rollout.Options``). The names the CLI uses are taken
     too: ``budget`` (a duration, ``"20s"``: the one name of ``gate_budget``), ``fleet_engine`` (of
     ``engine``); ``on_inconclusive``: ``pause`` | ``fail`` | ``pass`` (``continue`` the old name of pass)."""
@@ -1139,6 +1199,8 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
             raise UsageError(f"{name} must be >= 0 s, got {v}")
     gate_budget = parse_duration(budget if budget is not None else gate_budget, "--budget")
     engine = fleet_engine if fleet_engine is not None else engine
+    if no_latency_gate is not None:  # --no-latency-gate, the flag's own name of latency_gate=False
+        latency_gate = not no_latency_gate
     on_inconclusive = {"pass": "continue", "exit6": "pause"}.get(str(on_inconclusive), str(on_inconclusive))
     if on_inconclusive not in ("pause", "continue", "fail") or on_halt not in ("keep", "rollback-all"):
         raise UsageError(f"on_inconclusive must be pause|fail|pass and on_halt keep|rollback-all, "
@@ -1168,7 +1230,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             label: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
             progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
-            raise_on_failure: bool = True, **options: Any) -> dict[str, Any]:
+            raise_on_failure: bool = True, events: str | os.PathLike | None = None, **options: Any) -> dict[str, Any]:
     """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
     ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``label``: only devices with one of
@@ -1209,12 +1271,32 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "max_disagreement": options.get("max_disagreement"), "no_latency_gate": not opts.latency_gate,
             "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries,
             "eval": str(Path(eval).resolve()) if eval is not None else None, "eval_max_drop": eval_max_drop}
-    with Journal(db, on_event) as j:
+    with Journal(db, _with_events_file(on_event, events)) as j:
         summary = run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
     err = rollout_failure(summary)
     if raise_on_failure and err is not None:
         raise err
     return summary
+
+
+def _with_events_file(on_event: Callable[[dict], None] | None, events: str | os.PathLike | None
+                      ) -> Callable[[dict], None] | None:
+    """``events``: every event also appended to that file as a JSON line (``--events FILE``)."""
+    if events is None:
+        return on_event
+    import threading
+
+    from edgeopt.jsonsafe import dumps
+
+    Path(events).touch()  # an unwritable path fails here, before anything runs
+    lock = threading.Lock()
+
+    def both(ev: dict) -> None:
+        with lock, open(events, "a") as f:
+            f.write(dumps(ev, default=str) + "\n")
+        if on_event is not None:
+            on_event(ev)
+    return both
 
 
 def rollout_failure(summary: dict[str, Any]) -> EdgeoptError | None:
@@ -1296,12 +1378,16 @@ def tune_failure(res: TuneResult) -> GoalNotMet | DeviceError | None:
 
 
 @_api(extra=_keywords_of("edgeopt.hil.history:history"))
-def history(model: str, db: str | None = None, **kw: Any) -> Any:
-    """The series of benched/gated runs of a model with change points flagged (``edgeopt history``);
-    ``kw``: target, device, metric (see ``edgeopt history --help``)."""
+def history(model: str, db: str | None = None, targets: str | None = None, **kw: Any) -> list:
+    """The series of benched/gated runs of a model with change points flagged (``edgeopt history``) ->
+    ``[hil.history.Series]``; ``kw``: device, precision, metric, since, until, min_size, min_shift, alpha,
+    identity, label, rig (see ``edgeopt history --help``).
+
+        for s in edgeopt.history("cls", targets="cpu", metric="p99"):
+            print(s.target, s.device, [c.at for c in s.change_points])"""
     from edgeopt.hil.history import history as _history
 
-    return _history(model, db, **kw)
+    return _history(model, db, target=targets, **kw)
 
 
 @_api(extra=_keywords_of("edgeopt.hil.history:change_points"))
@@ -1423,3 +1509,376 @@ def rollback(devices: str | os.PathLike, model: str, target: str | None = None,
         raise DeviceError(f"rollback failed on {len(bad)} device(s): {bad[0].device}: {bad[0].error}",
                           hint="the RollbackResult is err.result", result=result)
     return result
+
+
+@dataclass
+class FleetStatus:
+    """What each device runs, read from its agent (:func:`fleet_status`): ``devices`` name -> ``{"slots":
+    {slot: {current, trial, history ...}}}`` or ``{"error": why}``; ``drift`` name -> ``{"journal", "device"}``
+    where the rollout's journal expects another bundle. ``ok``: every device answered and none drifted."""
+
+    devices: dict[str, dict[str, Any]]
+    drift: dict[str, dict[str, Any]]
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift and not any("error" in r for r in self.devices.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"devices": self.devices, "drift": self.drift}
+
+
+@_api()
+def fleet_status(devices: str | os.PathLike, limit: str | list[str] | None = None, rollout: str | None = None,
+                 db: str = "edgeopt-results.db", parallel: int = 16,
+                 trust_new_host_keys: bool = False) -> FleetStatus:
+    """Every device's slots as its agent reports them (``edgeopt fleet status``); with ``rollout`` (an id),
+    drift from what that rollout's journal believes each device runs. Unreachable devices are in the result
+    (``{"error": ...}``), not raised: a status is a report.
+
+        st = edgeopt.fleet_status("fleet.yaml", rollout="3f2a9c1d0b7e")
+        print(st.ok, st.drift)"""
+    from edgeopt.inventory import load_inventory
+
+    devs = load_inventory(devices).select(_split(limit))
+    expect = {}
+    if rollout:
+        from edgeopt.fleet.journal import Journal
+
+        with Journal(db) as j:
+            j.rollout(rollout)
+            expect = {d: ev.get("after") for d, ev in j.device_states(rollout).items()}
+    listed = _slots(devs, trust_new_host_keys, parallel)
+    rows = {n: ({"error": v} if isinstance(v, str) else {"slots": v}) for n, v in listed.items()}
+    drift = {}
+    for name, want in expect.items():
+        got = {s.get("current") for s in (rows.get(name) or {}).get("slots", {}).values()}
+        if want and want not in got:
+            drift[name] = {"journal": want, "device": sorted(x for x in got if x)}
+    return FleetStatus(rows, drift)
+
+
+def _stale(r: dict[str, Any], host: dict[str, Any] | None) -> str | None:
+    """Why a rollout the journal says is running is not: its host process is gone or silent."""
+    if r["status"] != "running" or host is None or not host["stale"]:
+        return None
+    if host["alive"] is False:
+        return f"stale (host process gone: pid {host['pid']} on {host['host']})"
+    return f"stale (no heartbeat from pid {host['pid']} on {host['host']} for {host['heartbeat_age_s']:.0f} s)"
+
+
+@_api()
+def rollout_list(db: str = "edgeopt-results.db", last: int = 20) -> list[dict[str, Any]]:
+    """The rollouts journalled in ``db``, newest first (``edgeopt rollout list``): id, time, model, status
+    (``interrupted`` with ``stale_reason`` when its host process is gone; ``journal_status`` as written).
+
+        for r in edgeopt.rollout_list(last=5):
+            print(r["id"], r["status"])"""
+    from edgeopt.fleet.journal import Journal
+
+    if not Path(db).is_file():
+        return []
+    with Journal(db) as j:
+        rows = j.rollouts(last)
+        for r in rows:
+            stale = _stale(r, j.host(r["id"]))
+            r["journal_status"] = r["status"]
+            if stale:
+                r["status"], r["stale_reason"] = "interrupted", stale
+    return rows
+
+
+@_api()
+def rollout_status(rollout_id: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
+    """One rollout from its journal (``edgeopt rollout status ID``): its record, ``status`` (``stale`` when
+    its host process died, with ``stale_reason``), ``devices`` (each device's last outcome) and
+    ``unconfirmed_trials`` (devices left in a trial, with when their agents revert them).
+
+        st = edgeopt.rollout_status("3f2a9c1d0b7e")
+        print(st["status"], sorted(st["unconfirmed_trials"]))"""
+    from edgeopt.fleet.journal import Journal
+
+    if not Path(db).is_file():
+        raise UsageError(f"no journal at {db!r}: no rollout has been started here")
+    with Journal(db) as j:
+        r = j.rollout(rollout_id)
+        states = j.device_states(rollout_id)
+        trials = j.open_trials(rollout_id)
+        host = j.host(rollout_id)
+    stale = _stale(r, host)
+    return {**r, "status": "stale" if stale else r["status"], "journal_status": r["status"], "host": host,
+            "devices": states, "unconfirmed_trials": trials, **({"stale_reason": stale} if stale else {})}
+
+
+@_api()
+def rollout_resume(rollout_id: str, approve: bool = False, db: str = "edgeopt-results.db",
+                   events: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
+                   progress: Progress = _quiet, raise_on_failure: bool = True) -> dict[str, Any]:
+    """Finish a rollout that paused or whose host died (``edgeopt rollout resume ID``): installs exactly the
+    planned bundles kept with the journal; ``approve`` approves the inconclusive verdicts that paused it.
+    Raises as :func:`rollout` does (``RolloutHalted``, ``DeviceError``, ``Inconclusive``) with the summary as
+    ``err.result`` unless ``raise_on_failure=False``.
+
+        summary = edgeopt.rollout_resume("3f2a9c1d0b7e", approve=True)"""
+    from edgeopt.fleet.journal import Journal
+    from edgeopt.fleet.plan import Plan
+    from edgeopt.fleet.rollout import planned_bundles, run_rollout
+    from edgeopt.inventory import load_inventory
+
+    if not Path(db).is_file():
+        raise UsageError(f"no journal at {db!r}: no rollout has been started here")
+    with Journal(db, _with_events_file(on_event, events)) as j:
+        r = j.rollout(rollout_id)
+        if r["status"] in ("done", "halted"):
+            raise UsageError(f"rollout {rollout_id} is {r['status']}: nothing to resume",
+                             hint="start a new rollout" if r["status"] == "halted" else None)
+        host = j.host(rollout_id)
+        if r["status"] == "running" and host is not None and not host["stale"]:
+            raise UsageError(f"rollout {rollout_id} is running (pid {host['pid']} on {host['host']}, heartbeat "
+                             f"{host['heartbeat_age_s']:.0f} s ago)", hint="wait for it, or stop that process first")
+        if r["status"] == "paused" and not approve:
+            raise UsageError(f"rollout {rollout_id} is paused on an inconclusive verdict; add --approve to go on")
+        s = r["spec"]
+        states = j.device_states(rollout_id)
+        approved = frozenset(d for d, ev in states.items() if ev["status"] == "paused") if approve else frozenset()
+        opts = rollout_options(s.get("gate"), s["gate_budget"], s["max_fail"], s["parallel"], s["bake"],
+                               {"continue": "pass", "exit6": "pause"}.get(s["on_inconclusive"], s["on_inconclusive"]),
+                               s["on_halt"], s["health_watch"], False, s.get("max_disagreement"),
+                               not s.get("no_latency_gate", False), s.get("engine", "builtin"),
+                               s.get("step_timeout", 600.0), s.get("retries", 2))
+        opts.approved = approved
+        plan = Plan.from_dict(s["plan"])
+        inv = {d.name: d for d in load_inventory(s["devices"]).select(None)}
+        gone = [w["device"] for wave in plan.waves for w in wave if w["device"] not in inv]
+        if gone:
+            raise UsageError(f"rollout {rollout_id}: {len(gone)} planned device(s) are not in {s['devices']} any "
+                             f"more: {', '.join(gone[:5])}", hint="put them back in the inventory or start a new "
+                             "rollout")
+        bmap = planned_bundles(plan, s, rollout_id)
+        if s.get("eval"):
+            from edgeopt.fleet.evalset import load_eval
+
+            opts.eval_set = load_eval(s["eval"], list({b.bundle_id: b for b in bmap.values()}.values()),
+                                      s.get("eval_max_drop", 0.01))
+        done = {d: ev["status"] for d, ev in states.items()}
+        for d in sorted(approved):
+            j.event(rollout_id, None, d, "approve", "ok", {"reason": "resume --approve: this device's inconclusive "
+                                                           "latency verdict is approved"})
+        j.set_status(rollout_id, "running", {"resumed": True, "approved": sorted(approved)})
+        summary = run_rollout(plan, inv, bmap, opts, j, rollout_id=rollout_id, done=done, progress=progress)
+    err = rollout_failure(summary)
+    if raise_on_failure and err is not None:
+        raise err
+    return summary
+
+
+# --- host-side commands: cache, devices, ocr-check, debug, find-max-qps, run ------------------------------
+
+
+@_api()
+def cache_list() -> list[CacheEntry]:
+    """Every build-cache entry, newest first (``edgeopt cache list``) -> ``[edgeopt.cache.CacheEntry]`` (key,
+    kind, model, target, precision, size_bytes, age_s; ``as_dict()``).
+
+        print(sum(e.size_bytes for e in edgeopt.cache_list()) / 1e9, "GB")"""
+    from edgeopt.cache import entries
+
+    return entries()
+
+
+@_api()
+def cache_clean(older_than: str | None = None, max_size: str | None = None, all: bool = False,
+                dry_run: bool = False) -> dict[str, Any]:
+    """Remove build-cache entries (``edgeopt cache clean``): not written for ``older_than`` (``"7d"``), the
+    oldest until the cache fits ``max_size`` (``"5G"``), or ``all``; ``dry_run`` only says what would go.
+
+        edgeopt.cache_clean(older_than="30d", dry_run=True)["removed"]"""
+    from edgeopt.cache import clean
+
+    return clean(older_than, max_size, all, dry_run)
+
+
+@_api()
+def devices(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
+            label: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
+            probe: bool = False, progress: Progress = _quiet) -> list[dict[str, Any]]:
+    """The inventory's devices as ``edgeopt devices --json`` lists them (name, how reached, target, labels,
+    python, root); with ``probe`` each device's probe too (``{"ok", "probe"|"error"}``: connects, installs the
+    agent if needed).
+
+        for d in edgeopt.devices("lab.yaml", probe=True):
+            print(d["name"], d["probe"]["ok"])"""
+    chosen = select_devices(devices, limit, label)
+    probes = globals()["probe"](devices, limit, label, trust_new_host_keys, parallel, progress) if probe else {}
+    return [{**d.public(), "python": d.python, "root": d.root, **({"probe": probes[d.name]} if probes else {})}
+            for d in chosen]
+
+
+@_api()
+def ocr_check(det: str | os.PathLike, rec: str | os.PathLike, image: str | os.PathLike, expect: str | None = None,
+              min_words: float = 1.0, reference: tuple[str, str] | list[str] | None = None,
+              min_similarity: float = 0.9, raise_on_failure: bool = True) -> dict[str, Any]:
+    """Read ``image`` with a PP-OCR det + rec pair (bundle folders or .onnx) and judge the reading
+    (``edgeopt ocr-check``): ``expect``'s words found, and/or the FP32 ``reference`` pair's reading matched.
+    A reading that misses raises ``BuildFailed`` (the CLI's exit 3) with the result as ``err.result``.
+
+        edgeopt.ocr_check("dist/det/cpu-int8", "dist/rec/cpu-int8", "page.png", expect="Let us first")"""
+    from edgeopt.tasks.ocr import check_pair
+
+    res = check_pair(str(det), str(rec), str(image), expect, tuple(reference) if reference else None, min_words,
+                     min_similarity)
+    if raise_on_failure and not res["passed"]:
+        raise BuildFailed(f"ocr-check: the pair's reading of {image} missed the bound",
+                          hint="the result is err.result; raise_on_failure=False returns it instead", result=res)
+    return res
+
+
+@_api()
+def debug_layers(source: str | os.PathLike, target: str | None = None, precision: str = "auto",
+                 model: str | None = None, shape: str | list[str] | None = None, calib: str | None = None,
+                 preprocess: str | None = None, option: str | list[str] | None = None,
+                 dist: str | os.PathLike | None = None, force: bool = False, samples: int = 4,
+                 max_memory: str | int = "1G", reduce: str | os.PathLike | None = None,
+                 html: str | os.PathLike | None = None, config: str | None = None, progress: Progress = _quiet,
+                 raise_on_failure: bool = True) -> DebugResult:
+    """Where an artifact departs from ONNX FP32, layer by layer (``edgeopt debug``; ``edgeopt.debug`` is the
+    module that does it, so the function has its own name) -> ``edgeopt.debug.DebugResult`` (``first_jump``,
+    per-node rows, the policy's word, ``reduced`` with ``reduce=DIR``). SOURCE is a bundle folder, or a model
+    built first for ``target``. Refused by the accuracy policy: ``GoalNotMet`` (exit 5) with the result as
+    ``err.result``, unless ``raise_on_failure=False``.
+
+        res = edgeopt.debug_layers("model.onnx", target="cpu", precision="int8", shape="x:1x3x224x224",
+                                   calib="images/")
+        print(res.first_jump)"""
+    from edgeopt import debug as _debug
+
+    if dist is not None:
+        check_bundle_folder(dist)
+    budget = _debug.parse_size(str(max_memory)) if not isinstance(max_memory, int) else max_memory
+    src = Path(source)
+    if src.is_dir():
+        if target:
+            raise UsageError("target is for a MODEL; a bundle already has its target")
+        result = _debug.debug_bundle(src, model, samples=samples, max_memory=budget, progress=progress)
+    elif not src.exists():
+        raise UsageError(f"{str(source)!r} does not exist", hint="give a bundle folder or an ONNX model")
+    else:
+        if not target:
+            raise UsageError("debugging a MODEL needs target=",
+                             hint=f"edgeopt.debug_layers({str(src)!r}, target='cpu')")
+        _, result = _debug.debug_model(str(src), target, precision, dist=dist, samples=samples, max_memory=budget,
+                                       progress=progress, shapes=_split(shape) if isinstance(shape, str) else
+                                       list(shape or []), calib=calib, preprocess=preprocess,
+                                       options=list(option or []) if not isinstance(option, str) else [option],
+                                       config=config, force=force)
+    if reduce and result.first_jump is not None:
+        result.reduced = _debug.reduce(result, str(reduce), options=list(option or []) if not isinstance(option, str)
+                                       else [option], progress=progress)
+    if html:
+        _debug.write_text(str(html), _debug.html(result))
+    if raise_on_failure and _debug.refused(result):
+        raise GoalNotMet("the accuracy policy refuses the artifact" + (
+            f"; first jump at {result.first_jump}" if getattr(result, "first_jump", None) is not None else ""),
+            hint="the result is err.result; raise_on_failure=False returns it instead", result=result)
+    return result
+
+
+@_api()
+def find_max_qps(dist: str | os.PathLike = "dist", latency_bound: str = "p99=20ms", devices: str | os.PathLike = "local",
+                 limit: str | list[str] | None = None, label: str | list[str] | None = None,
+                 targets: str | list[str] | None = None, engine: str | None = None, threads: int | None = None,
+                 trust_new_host_keys: bool = False, progress: Progress = _quiet,
+                 raise_on_failure: bool = True) -> list[dict[str, Any]]:
+    """The highest server rate each device sustains within ``latency_bound`` (``edgeopt bench --find-max-qps
+    --latency-bound p99=20ms``): one row per (device, bundle) with ``max_qps``, ``verdict`` met / not met /
+    undetermined and every probe. Raises what the CLI exits with, the rows as ``err.result``: a device failed
+    ``DeviceError`` (4), a bound not met at any rate ``GoalNotMet`` (5), undetermined ``Inconclusive`` (6).
+
+        rows = edgeopt.find_max_qps("dist", "p99=20ms", devices="lab.yaml", raise_on_failure=False)"""
+    from edgeopt.commands.bench import max_qps_exit, parse_latency_bound
+    from edgeopt.errors import EXIT_DEVICE_FAILED, EXIT_GOAL_NOT_MET, Inconclusive
+    from edgeopt.maxqps import find_max_qps as _find
+
+    pct, bound = parse_latency_bound(latency_bound)
+    if bound is None:
+        raise UsageError("find_max_qps needs latency_bound, e.g. 'p99=20ms'")
+    picked = check_bench_targets(targets)
+    found = bundles_under(dist)
+    devs = select_devices(devices, limit, label)
+    check_target_filter(found, picked, dist)
+    rows = _find(devs, found, bound, pct, engine, threads, trust_new_host_keys, picked, progress)
+    code = max_qps_exit(rows)
+    if raise_on_failure and code:
+        cls = {EXIT_DEVICE_FAILED: DeviceError, EXIT_GOAL_NOT_MET: GoalNotMet}.get(code, Inconclusive)
+        raise cls(f"find-max-qps: {len(rows)} row(s), " + ", ".join(
+            f"{r['device']} {r['target']}-{r['precision']}: {r.get('verdict') or r['status']}" for r in rows),
+            hint="the rows are err.result; raise_on_failure=False returns them instead", result=rows)
+    return rows
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` did: the build's ``BuildReport``, the ``BenchResult`` of the bundles that built (None
+    when none did), and the report file written (or None)."""
+
+    build: BuildReport
+    bench: BenchResult | None
+    report: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.build.ok and (self.bench is None or self.bench.ok)
+
+
+def _run_keywords() -> set[str]:
+    return ((build.keywords() or set()) | (bench.keywords() or set())) - {"bundles", "progress", "raise_on_failure"}
+
+
+@_api(extra=_run_keywords)
+def run(model: str | os.PathLike, targets: str | list[str], devices: str | os.PathLike = "local",
+        report: str | os.PathLike | None = None, report_format: str | None = None, progress: Progress = _quiet,
+        raise_on_failure: bool = True, **kw: Any) -> RunResult:
+    """The whole job (``edgeopt run``): build each target, push and bench what built on the devices, and
+    write the comparison to ``report`` (format from its extension or ``report_format``). ``kw``: the keywords
+    of :func:`build` (precision, shape, calib, preprocess, dist, ...) and :func:`bench` (limit, label, duration,
+    threads, batch, db, ...). The report path, devices and bench options are checked before anything is built.
+    A failed build raises ``BuildFailed`` (3), a failed device ``DeviceError`` (4), the ``RunResult`` as
+    ``err.result``, unless ``raise_on_failure=False``.
+
+        res = edgeopt.run("model.onnx", "cpu,intel-cpu", precision="auto", shape="x:1x3x224x224",
+                          calib="images/", report="report.html")
+        print(res.build.ok, [r.latency.p50_ms for r in res.bench.records])"""
+    import inspect as _inspect
+
+    from edgeopt.commands.report import check_writable, guess_format, write_report
+    from edgeopt.deploy import load_bundle
+
+    bkw = {k: v for k, v in kw.items() if k in (build.keywords() or set())}
+    benchkw = {k: v for k, v in kw.items() if k in (bench.keywords() or set()) and k not in ("dist",)}
+    fmt = None
+    if report is not None:
+        fmt = guess_format(report_format, str(report))
+        check_writable(str(report))
+    check_bundle_folder(kw.get("dist", "dist"))
+    opts = {k: v for k, v in benchkw.items() if k in _inspect.signature(bench_options).parameters}
+    if isinstance(opts.get("batch"), (list, tuple)) or "," in str(opts.get("batch", "")):
+        raise UsageError("run takes one batch; for a batch curve: edgeopt.build(batch=[1, 4, 8]), then "
+                         "edgeopt.bench(batch=[1, 4, 8])")
+    bench_options(**opts)
+    select_devices(devices, benchkw.get("limit"), benchkw.get("label"))
+    rep = build(model, targets, progress=progress, raise_on_failure=False, **bkw)
+    bundles = [load_bundle(r.bundle) for r in rep.results if r.ok and r.bundle]
+    res = None
+    if bundles:
+        res = bench(bundles=bundles, devices=devices, progress=progress, raise_on_failure=False, **benchkw)
+    if report is not None:
+        write_report(list(res.records) if res else [], fmt, str(report), f"edgeopt run: {Path(str(model)).stem}",
+                     {"run_id": res.run_id if res else None})
+    out = RunResult(rep, res, str(report) if report is not None else None)
+    if raise_on_failure and not rep.ok:
+        raise BuildFailed(f"{sum(not r.ok for r in rep.results)} of {len(rep.results)} target build(s) failed",
+                          hint="the RunResult is err.result (what built was benched)", result=out)
+    if raise_on_failure and res is not None and not res.ok:
+        raise DeviceError(f"{sum(not r.ok for r in res.records)} of {len(res.records)} run(s) failed",
+                          hint="the RunResult is err.result", result=out)
+    return out

@@ -415,7 +415,8 @@ def test_a_halted_rollout_raises_rollout_halted_and_the_cli_exit_is_unchanged(bu
 _CLI_OF = {"build": ["build"], "inspect": ["inspect"], "tune": ["tune"], "bench": ["bench"],
            "bench_options": ["bench"], "push": ["push"], "probe": ["devices"], "gc": ["devices", "gc"],
            "select_devices": ["bench"], "gate": ["gate"], "rollout": ["rollout", "start"], "query": ["report"],
-           "report": ["report"]}
+           "report": ["report"], "rig_status": ["rig", "status"], "baseline_save": ["baseline", "save"],
+           "baseline_import": ["baseline", "import"], "history": ["history"]}
 
 
 def test_every_renamed_keyword_is_its_flags_name_and_the_function_takes_it():
@@ -432,6 +433,7 @@ def test_every_renamed_keyword_is_its_flags_name_and_the_function_takes_it():
         for sub in path[1:]:
             cmd = cmd.commands[sub]
         flags = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        flags |= {"--" + p.name.replace("_", "-") for p in cmd.params if p.param_type_name == "argument"}
         f = getattr(edgeopt.api, fn)
         params = set(inspect.signature(f).parameters)
         for old, new in renames.items():

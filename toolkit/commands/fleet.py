@@ -33,36 +33,12 @@ examples:
 def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, as_json, verbose, quiet) -> int:
     """Every device's slots (current, trial) as its agent reports them; with --rollout, drift from
     what the journal believes each device runs is flagged."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    from edgeopt import api
     from edgeopt.commands import emit_json
-    from edgeopt.deploy import DeviceSession
-    from edgeopt.errors import EXIT_DEVICE_FAILED, DeviceError
-    from edgeopt.inventory import load_inventory
+    from edgeopt.errors import EXIT_DEVICE_FAILED
 
-    devs = load_inventory(devices_file).select(list(limit) or None)
-    expect = {}
-    if rollout_id:
-        from edgeopt.fleet.journal import Journal
-
-        with Journal(db) as j:
-            j.rollout(rollout_id)
-            expect = {d: ev.get("after") for d, ev in j.device_states(rollout_id).items()}
-
-    def one(dev):
-        try:
-            with DeviceSession.open(dev, trust_new_host_keys) as s:
-                return dev.name, {"slots": s.listing().get("slots", {})}
-        except DeviceError as exc:
-            return dev.name, {"error": exc.message}
-
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        rows = dict(pool.map(one, devs))
-    drift = {}
-    for name, want in expect.items():
-        got = {s.get("current") for s in (rows.get(name) or {}).get("slots", {}).values()}
-        if want and want not in got:
-            drift[name] = {"journal": want, "device": sorted(x for x in got if x)}
+    st = api.fleet_status(devices_file, list(limit), rollout_id, db, parallel, trust_new_host_keys)
+    rows, drift = st.devices, st.drift
     if as_json:
         emit_json({"devices": rows, "drift": drift}, "fleet-status")
     else:
@@ -79,4 +55,4 @@ def status(devices_file, limit, rollout_id, db, parallel, trust_new_host_keys, a
                          f"{tr.get('deadline_at')} unless committed)" if tr else "")
                 flag = "  DRIFT: journal expects " + drift[name]["journal"][:12] if name in drift else ""
                 click.echo(f"{name}: {slot}: {str(st.get('current'))[:12]}{trial}{flag}")
-    return EXIT_DEVICE_FAILED if drift or any("error" in r for r in rows.values()) else 0
+    return 0 if st.ok else EXIT_DEVICE_FAILED

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -146,20 +145,6 @@ def _print_summary(summary: dict) -> None:
         click.echo("  rolled back: " + ", ".join(f"{d} -> {str(v)[:12]}" for d, v in summary["rolled_back"].items()))
 
 
-def _load(bundles, devices_file, select, waves_text, limit=None):
-    from edgeopt.api import rollout_inputs
-
-    return rollout_inputs(list(bundles), devices_file, list(select), waves_text, list(limit or []) or None)
-
-
-def _options(gate_file, gate_budget, max_fail, parallel, bake, on_inconclusive, on_halt, health_watch, trust,
-             max_disagreement, no_latency_gate, engine="builtin", step_timeout=600.0, retries=2):
-    from edgeopt.api import rollout_options
-
-    return rollout_options(gate_file, gate_budget, max_fail, parallel, bake, _api_policy(on_inconclusive), on_halt,
-                           health_watch, trust, max_disagreement, not no_latency_gate, engine, step_timeout, retries)
-
-
 @command.command("start", epilog=EXAMPLES)
 @click.argument("bundles", nargs=-1, required=True)
 @click.option("--devices", "devices_file", required=True, help="The fleet: devices YAML or Ansible inventory.")
@@ -220,11 +205,11 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
     result = rollout(list(bundles), devices_file, waves=waves, select=select, limit=list(limit),
                      dry_run=dry_run, db=db, on_event=_listener(events, as_json), progress=_progress(quiet),
                      eval=eval_data, eval_max_drop=eval_max_drop,
-                     gate=gate_file, gate_budget=_budget(budget, gate_budget), max_fail=max_fail, parallel=parallel,
+                     gate=gate_file, budget=_budget(budget, gate_budget), max_fail=max_fail, parallel=parallel,
                      bake=bake, on_inconclusive=_api_policy(on_inconclusive), on_halt=on_halt,
                      health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
-                     latency_gate=not no_latency_gate, engine=engine or engine_alias or "builtin",
+                     no_latency_gate=no_latency_gate, fleet_engine=engine or engine_alias or "builtin",
                      step_timeout=step_timeout, retries=retries, raise_on_failure=False)
     if dry_run:
         if as_json:
@@ -250,15 +235,6 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
     return _exit(result)
 
 
-def _stale(r: dict, host: dict | None) -> str | None:
-    """Why a rollout the journal says is running is not: its host process is gone or silent."""
-    if r["status"] != "running" or host is None or not host["stale"]:
-        return None
-    if host["alive"] is False:
-        return f"stale (host process gone: pid {host['pid']} on {host['host']})"
-    return f"stale (no heartbeat from pid {host['pid']} on {host['host']} for {host['heartbeat_age_s']:.0f} s)"
-
-
 @command.command("list")
 @click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
 @click.option("--last", default=20, show_default=True, help="How many rollouts, newest first.")
@@ -267,21 +243,9 @@ def _stale(r: dict, host: dict | None) -> str | None:
 def list_(db, last, as_json, verbose, quiet) -> int:
     """The rollouts journalled here, newest first; one whose host process is gone reads `interrupted`
     (resumable with `edgeopt rollout resume ID`)."""
-    from edgeopt.fleet.journal import Journal
+    from edgeopt.api import rollout_list
 
-    if not Path(db).is_file():
-        if as_json:
-            _emit({"rollouts": []}, "rollout-list")
-        else:
-            click.echo(f"no rollout journalled in {db}")
-        return 0
-    with Journal(db) as j:
-        rows = j.rollouts(last)
-        for r in rows:
-            stale = _stale(r, j.host(r["id"]))
-            r["journal_status"] = r["status"]
-            if stale:
-                r["status"], r["stale_reason"] = "interrupted", stale
+    rows = rollout_list(db, last)
     if as_json:
         _emit({"rollouts": rows}, "rollout-list")
         return 0
@@ -301,25 +265,14 @@ def list_(db, last, as_json, verbose, quiet) -> int:
 def status(rollout_id, db, as_json, verbose, quiet) -> int:
     """A rollout's status and each device's last outcome, from the journal; a rollout whose host process
     died is `stale`, with the devices left in an unconfirmed trial and when their agents revert them."""
-    from edgeopt.errors import UsageError
-    from edgeopt.fleet.journal import Journal
+    from edgeopt.api import rollout_status
 
-    if not Path(db).is_file():
-        raise UsageError(f"no journal at {db!r}: no rollout has been started here")
-    with Journal(db) as j:
-        r = j.rollout(rollout_id)
-        states = j.device_states(rollout_id)
-        trials = j.open_trials(rollout_id)
-        host = j.host(rollout_id)
-    stale = _stale(r, host)
+    r = rollout_status(rollout_id, db)
+    stale, states, trials = r.get("stale_reason"), r["devices"], r["unconfirmed_trials"]
     if as_json:
-        body = {**r, "status": "stale" if stale else r["status"], "journal_status": r["status"], "host": host,
-                "devices": states, "unconfirmed_trials": trials}
-        if stale:
-            body["stale_reason"] = stale
-        _emit(body, "rollout-status")
+        _emit(r, "rollout-status")
         return 0
-    click.echo(f"rollout {r['id']} of {r['model']} started {r['time']}: {stale or r['status']}"
+    click.echo(f"rollout {r['id']} of {r['model']} started {r['time']}: {stale or r['journal_status']}"
                + (f" — {r['spec'].get('reason')}" if r["spec"].get("reason") else ""))
     for name, ev in sorted(states.items()):
         if name in trials:
@@ -327,7 +280,7 @@ def status(rollout_id, db, as_json, verbose, quiet) -> int:
         click.echo(f"  {name}: {ev['status']}" + (f" at {ev.get('at')}: {clip(ev.get('reason'), 200)}"
                                                   if ev.get("reason") else ""))
     for name, ev in sorted(trials.items()):
-        how = ("its agent reverts it to the previous bundle at " if stale or r["status"] != "running"
+        how = ("its agent reverts it to the previous bundle at " if stale or r["journal_status"] != "running"
                else "committed after its health window, else reverted by its agent at ")
         click.echo(f"  {name}: in an unconfirmed trial of {str(ev.get('bundle_id'))[:12]} since {ev['time']}; "
                    f"{how}{ev.get('revert_at')}")
@@ -348,60 +301,12 @@ def resume(rollout_id, approve, db, events, as_json, verbose, quiet) -> int:
     """Finish a rollout that paused, or whose host died mid-wave: devices already on the candidate are
     not touched again; half-done ones are finished (their unconfirmed trial reverts on its own). It
     installs exactly the bundles the plan names, from the copies kept with the journal."""
-    from edgeopt.errors import UsageError
-    from edgeopt.fleet.journal import Journal
-    from edgeopt.fleet.plan import Plan
-    from edgeopt.fleet.rollout import planned_bundles, run_rollout
-    from edgeopt.inventory import load_inventory
+    from edgeopt.api import rollout_resume
 
-    if not Path(db).is_file():
-        raise UsageError(f"no journal at {db!r}: no rollout has been started here")
-    with Journal(db, _listener(events, as_json)) as j:
-        r = j.rollout(rollout_id)
-        if r["status"] in ("done", "halted"):
-            raise UsageError(f"rollout {rollout_id} is {r['status']}: nothing to resume",
-                             hint="start a new rollout" if r["status"] == "halted" else None)
-        host = j.host(rollout_id)
-        if r["status"] == "running" and host is not None and not host["stale"]:
-            raise UsageError(f"rollout {rollout_id} is running (pid {host['pid']} on {host['host']}, heartbeat "
-                             f"{host['heartbeat_age_s']:.0f} s ago)", hint="wait for it, or stop that process first")
-        if r["status"] == "paused" and not approve:
-            raise UsageError(f"rollout {rollout_id} is paused on an inconclusive verdict; add --approve to go on")
-        s = r["spec"]
-        states = j.device_states(rollout_id)
-        approved = frozenset(d for d, ev in states.items() if ev["status"] == "paused") if approve else frozenset()
-        opts = _options(s.get("gate"), s["gate_budget"], s["max_fail"], s["parallel"], s["bake"],
-                        _policy_of(s["on_inconclusive"]), s["on_halt"], s["health_watch"], False,
-                        s.get("max_disagreement"), s.get("no_latency_gate", False), s.get("engine", "builtin"),
-                        s.get("step_timeout", 600.0), s.get("retries", 2))
-        opts.approved = approved
-        plan = Plan.from_dict(s["plan"])
-        inv = {d.name: d for d in load_inventory(s["devices"]).select(None)}
-        gone = [w["device"] for wave in plan.waves for w in wave if w["device"] not in inv]
-        if gone:
-            raise UsageError(f"rollout {rollout_id}: {len(gone)} planned device(s) are not in {s['devices']} any "
-                             f"more: {', '.join(gone[:5])}", hint="put them back in the inventory or start a new "
-                             "rollout")
-        bmap = planned_bundles(plan, s, rollout_id)
-        if s.get("eval"):
-            from edgeopt.fleet.evalset import load_eval
-
-            opts.eval_set = load_eval(s["eval"], list({b.bundle_id: b for b in bmap.values()}.values()),
-                                      s.get("eval_max_drop", 0.01))
-        done = {d: ev["status"] for d, ev in states.items()}
-        for d in sorted(approved):
-            j.event(rollout_id, None, d, "approve", "ok", {"reason": "resume --approve: this device's inconclusive "
-                                                           "latency verdict is approved"})
-        j.set_status(rollout_id, "running", {"resumed": True, "approved": sorted(approved)})
-        summary = run_rollout(plan, inv, bmap, opts, j, rollout_id=rollout_id, done=done,
-                              progress=_progress(quiet))
+    summary = rollout_resume(rollout_id, approve=approve, db=db, on_event=_listener(events, as_json),
+                             progress=_progress(quiet), raise_on_failure=False)
     if as_json:
         _summary_line(summary)
     else:
         _print_summary(summary)
     return _exit(summary)
-
-
-def _policy_of(stored: str) -> str:
-    """The journal's on_inconclusive (older journals: continue) in today's vocabulary."""
-    return {"continue": "pass", "exit6": "pause"}.get(stored, stored)
