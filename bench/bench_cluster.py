@@ -224,10 +224,10 @@ def main() -> int:
         for part in a.parts.split(","):
             body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot, "scale": part_scale}[part](tmp, out))
             print(body[-1], flush=True)
-    body.append(f"Load at the end: {load()}.\n")
-    Path(tempfile.gettempdir(), "bench_cluster.json").write_text(json.dumps(out, indent=2, default=str))
-    if a.write:
-        write_section("cluster", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(body))
+            Path(tempfile.gettempdir(), "bench_cluster.json").write_text(json.dumps(out, indent=2, default=str))
+            if a.write:  # after each part: a long part cut short keeps the ones before
+                write_section("cluster", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(
+                    [*body, f"Load after the {part} part: {load()}.\n"]))
     return 0
 
 

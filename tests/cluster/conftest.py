@@ -30,6 +30,7 @@ class Cluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"tcp://127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}

@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import fixture, tiny_cnn
 
 from .conftest import EDGEOPT, Cluster, free_port
@@ -51,9 +53,10 @@ def test_readme_model_builds_on_the_workers_with_the_local_bundles(cluster: Clus
     assert "2 of 2 bundle(s) taken from the cache" in again.stdout
 
 
-def test_inputs_are_fetched_once_per_worker(cluster: Cluster, tmp_path):
-    """Two jobs of one build on one worker (the TensorRT slot): the first fetches the inputs, the second has them."""
-    model = tiny_cnn(tmp_path / "tiny.onnx", seed=11)
+def test_tensorrt_jobs_never_share_the_engine_slot_and_inputs_come_once(cluster: Cluster, tmp_path):
+    """`wt` has 2 threads but one TensorRT slot: its two TensorRT jobs run one after the other (on the worker's
+    clock); the first fetches the 5 inputs, the second finds them in the worker's store."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=12)
     out = edgeopt(["build", str(model), "-t", "jetson-orin,h100", "-p", "fp32", "--out", str(tmp_path / "d"),
                    "--scheduler", cluster.url], tmp_path / "c")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -61,14 +64,6 @@ def test_inputs_are_fetched_once_per_worker(cluster: Cluster, tmp_path):
     assert len(fetched) == 2, out.stderr
     assert sum("fetched 5 input(s)" in ln for ln in fetched) == 1
     assert sum("fetched 0 input(s)" in ln and "had 5" in ln for ln in fetched) == 1
-
-
-def test_two_tensorrt_jobs_never_share_the_engine_slot(cluster: Cluster, tmp_path):
-    """`wt` has 2 threads but one TensorRT slot: its two TensorRT jobs run one after the other (worker clocks)."""
-    model = tiny_cnn(tmp_path / "tiny.onnx", seed=12)
-    out = edgeopt(["build", str(model), "-t", "jetson-orin,h100", "-p", "fp32", "--out", str(tmp_path / "d"),
-                   "--scheduler", cluster.url], tmp_path / "c")
-    assert out.returncode == 0, out.stderr[-3000:]
     jobs: dict[str, dict[str, float]] = {}
     for e in cluster.events():
         if e.get("name") == "wt" and e["kind"] in ("start", "finish"):
@@ -175,6 +170,7 @@ def test_worker_killed_mid_build_job_runs_again_elsewhere(own_cluster: Cluster, 
         (tmp_path / "d").glob("*/cpu-fp32/manifest.json"))
 
 
+@pytest.mark.slow  # ~30 s: two more workers and two builds; the refusal path is plain code beside the CI ones
 def test_a_bundle_that_does_not_match_its_manifest_is_refused_and_rebuilt(own_cluster: Cluster, tmp_path):
     """A worker whose bundles come back damaged (its preload flips a byte of every artifact it sends) next to a
     sound one: its bundle is refused on the manifest's hashes and built again on the sound worker."""
