@@ -561,7 +561,11 @@ def _varlen_mix(bundle: Path, manifest: dict[str, Any], opts: dict[str, Any]) ->
                              + ", ".join(f"{s['name']}[{v['axis']}] {varlen.bounds_text(v)}" for s in io["inputs"]
                                          for v in s.get("variable") or []) + ")") from None
     keys = [varlen.bucket_key(f, io["inputs"], form) for f in samples]
+    var = [(s["name"], int(v["axis"])) for s in io["inputs"] for v in s.get("variable") or []]
+    own_sizes = [sum(int(np.shape(f[n])[ax]) for n, ax in var) for f in samples]
+    run_sizes = [sum(int(np.shape(f[n])[ax]) for n, ax in var) for f in fitted]
     return {"samples": samples, "feeds": [to_artifact(f, io["inputs"]) for f in fitted], "keys": keys,
+            "own_sizes": own_sizes, "run_sizes": run_sizes,
             "lengths": [varlen.length_key(f, io["inputs"]) for f in samples],
             "shapes": [tuple(tuple(np.shape(a)) for a in f.values()) for f in fitted], "form": form,
             "seed": opts["seed"], "order": [int(i) for i in order]}
@@ -616,7 +620,11 @@ def per_bucket(ns: np.ndarray, mix: dict[str, Any]) -> dict[str, Any]:
             continue
         stats = latency_stats(sel)
         firsts = mix.get("first_at_shape", {}).get(k, [])
+        own = sum(o for o, kk in zip(mix.get("own_sizes", []), mix["keys"]) if kk == k)
+        ran = sum(r for r, kk in zip(mix.get("run_sizes", []), mix["keys"]) if kk == k)
         buckets[k] = {"share": round(share[k], 4), "requests": int(sel.size), "p50_ms": stats["p50"],
+                      # padded positions per real one on the variable axes (0: nothing padded)
+                      "padding_waste": round(ran / own - 1, 4) if own else None,
                       "p99_ms": stats["p99"], "mean_ms": stats["mean"],
                       "first_at_new_shape_ms": (round(float(np.median(firsts)), 3) if firsts else None),
                       "new_shapes": len(firsts)}
@@ -624,7 +632,9 @@ def per_bucket(ns: np.ndarray, mix: dict[str, Any]) -> dict[str, Any]:
     out = {"form": mix["form"], "seed": mix["seed"], "requests_in_mix": n, "buckets": buckets,
            "weighted_mean_ms": sum(b["share"] * b["mean_ms"] for b in buckets.values()) / total,
            "weighted_p50_ms": sum(b["share"] * b["p50_ms"] for b in buckets.values()) / total,
-           "switch_share": float(switch.mean()) if ns.size else 0.0}
+           "switch_share": float(switch.mean()) if ns.size else 0.0,
+           "padding_waste": (round(sum(mix["run_sizes"]) / sum(mix["own_sizes"]) - 1, 4)
+                             if sum(mix.get("own_sizes", [])) else None)}
     if switch.any() and (~switch).any():
         out["after_switch_p50_ms"] = latency_stats(ns[switch])["p50"]
         out["same_shape_p50_ms"] = latency_stats(ns[~switch])["p50"]

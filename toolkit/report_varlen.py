@@ -23,6 +23,7 @@ def varlen_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({"device": dev, "bundle": who, "form": v.get("form"), "bucket": key,
                          "share": x.get("share"), "p50_ms": x.get("p50_ms"), "p99_ms": x.get("p99_ms"),
                          "first_at_new_shape_ms": x.get("first_at_new_shape_ms"),
+                         "padding_waste": x.get("padding_waste"),
                          "weighted_p50_ms": v.get("weighted_p50_ms"), "weighted_mean_ms": v.get("weighted_mean_ms")})
     return rows
 
@@ -38,10 +39,11 @@ def varlen_text(records: list[dict[str, Any]]) -> str:
 
     lines = ["per bucket (variable-length bundles: requests at their own lengths, seeded order):",
              f"  {'device':<12} {'bundle':<36} {'form':<8} {'bucket':<22} {'share':>6} {'p50 ms':>8} {'p99 ms':>8} "
-             f"{'1st@new':>8}"]
+             f"{'1st@new':>8} {'padding':>8}"]
     for r in rows:
         lines.append(f"  {str(r['device'])[:12]:<12} {r['bundle'][:36]:<36} {str(r['form']):<8} {r['bucket'][:22]:<22} "
-                     f"{r['share']:>6.0%} {f(r['p50_ms']):>8} {f(r['p99_ms']):>8} {f(r['first_at_new_shape_ms']):>8}")
+                     f"{r['share']:>6.0%} {f(r['p50_ms']):>8} {f(r['p99_ms']):>8} {f(r['first_at_new_shape_ms']):>8} "
+                     + (f"{r['padding_waste']:>8.0%}" if r.get("padding_waste") is not None else f"{'—':>8}"))
     done = set()
     for r in rows:
         k = (r["device"], r["bundle"])

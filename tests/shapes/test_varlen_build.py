@@ -100,6 +100,7 @@ def test_agent_bench_over_the_real_mix_per_bucket(built):
     assert v["weighted_mean_ms"] > 0 and "after_switch_p50_ms" in v
     assert any(x["first_at_new_shape_ms"] for x in v["buckets"].values())
     assert list(v["buckets"]) == list(b["varlen"]["buckets"])  # the seeded mix is the same mix
+    assert (v["padding_waste"] == 0.0) if v["form"] == "dynamic" else (v["padding_waste"] > 0.5)
     with pytest.raises(BenchError, match="outside the built bounds 4000..32000"):
         run_bench(r.bundle, {**opts, "lengths": [2000]})
     fixed = run_bench(r.bundle, {**opts, "lengths": [8000, 32000]})
