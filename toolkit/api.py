@@ -89,7 +89,8 @@ def _keywords_of(target: str) -> Callable[[], set[str]]:
 RENAMED: dict[str, dict[str, str]] = {
     "build": {"shapes": "shape", "batches": "batch", "timeout": "build_timeout", "options": "option"},
     "inspect": {"shapes": "shape"},
-    "tune": {"shapes": "shape", "batches": "batch", "labels": "label", "confirm_rounds": "confirm"},
+    "tune": {"shapes": "shape", "batches": "batch", "labels": "label", "confirm_rounds": "confirm",
+             "slo": "latency_bound"},
     "bench": {"labels": "label", "max_queue_delay_ms": "max_queue_delay"},
     "bench_options": {"max_queue_delay_ms": "max_queue_delay"},
     **{f: {"labels": "label"} for f in ("push", "probe", "gc", "select_devices", "gate", "rollout")},
@@ -1325,7 +1326,8 @@ def rollout_failure(summary: dict[str, Any]) -> EdgeoptError | None:
     return err
 
 
-_TUNE_FLAGS = {"shape": "shapes", "batch": "batches", "label": "labels", "confirm": "confirm_rounds"}
+_TUNE_FLAGS = {"shape": "shapes", "batch": "batches", "label": "labels", "confirm": "confirm_rounds",
+               "latency_bound": "slo"}
 
 
 def _tune_keywords() -> set[str]:
@@ -1338,10 +1340,11 @@ def _tune_keywords() -> set[str]:
 def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "local", raise_on_failure: bool = True,
          **options: Any) -> TuneResult:
     """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tuning.TuneResult``.
-    ``options``: the flags' names: limit, label, precision, batch, threads, slo, min_accuracy, objective, shape,
+    ``options``: the flags' names: limit, label, precision, batch, threads, latency_bound, min_accuracy, objective, shape,
     calib, preprocess, dist, duration, exhaustive, confirm, db, progress (see ``edgeopt tune --help``).
 
-        res = edgeopt.tune("model.onnx", "cpu,intel-cpu", devices="rig.yaml", slo="p99=20ms", batch=[1, 4])
+        res = edgeopt.tune("model.onnx", "cpu,intel-cpu", devices="rig.yaml", latency_bound="p99=20ms",
+                           batch=[1, 4])
         print({d: (p.target, p.precision, p.batch) for d, p in res.winners.items()})
 
     Measured, but no configuration met the SLO/accuracy on some device (the CLI's exit 5): ``GoalNotMet``
@@ -1367,7 +1370,7 @@ def tune_failure(res: TuneResult) -> GoalNotMet | DeviceError | None:
         d, p = next(iter(res.closest.items()))
         return GoalNotMet(f"no configuration meets the goals on {', '.join(res.closest)}; closest on {d}: "
                           f"{p.target} {p.precision} batch {p.batch} threads {p.threads} ({p.why_not})",
-                          hint="loosen --slo/--min-accuracy, or try more targets/precisions/batches", result=res)
+                          hint="loosen --latency-bound/--min-accuracy, or try more targets/precisions/batches", result=res)
     failed = [p for p in res.points if p.status != "ok"]
     devices = {p.device for p in res.points}
     lost = sorted(d for d in devices if d not in res.winners)

@@ -117,11 +117,11 @@ def parse_slo(text: str | None) -> dict[str, float] | None:
         return None
     m = _SLO.match(text.strip().lower())
     if not m:
-        raise UsageError(f"--slo: expected PERCENTILE=LATENCY such as p99=20ms, got {text!r}",
+        raise UsageError(f"--latency-bound: expected PERCENTILE=LATENCY such as p99=20ms, got {text!r}",
                          hint="percentiles: p50, p90, p95, p99, p99.9")
     value = float(m.group(2)) * (1000.0 if m.group(3) == "s" else 1.0)
     if not value > 0:
-        raise UsageError(f"--slo must be above 0, got {text!r}")
+        raise UsageError(f"--latency-bound must be above 0, got {text!r}")
     return {m.group(1).replace(".", "_"): value}
 
 
@@ -246,14 +246,16 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         raise UsageError(f"tune --scenario takes offline or server, not {scenario!r}")
     if scenario == "server":
         if not slo:
-            raise UsageError("tune --scenario server needs --slo (e.g. p99=20ms): the bound the server rate must keep")
+            raise UsageError("tune --scenario server needs --latency-bound (e.g. p99=20ms): the bound the server rate "
+                             "must keep")
         if asked == "latency":
-            raise UsageError("tune --scenario server maximises the server rate under --slo: drop --objective latency")
+            raise UsageError("tune --scenario server maximises the server rate under --latency-bound: drop "
+                             "--objective latency")
         objective = "throughput"
     if scenario == "offline":
         if asked == "latency" or slo:
             raise UsageError("the offline scenario has no per-request latency to bound or minimise: drop "
-                             "--slo/--objective latency, or leave out --scenario")
+                             "--latency-bound/--objective latency, or leave out --scenario")
         objective = "throughput"
     slo_d, acc_d = parse_slo(slo), parse_min_accuracy(min_accuracy)
     if not duration > 0:

@@ -44,13 +44,14 @@ def test_tune_picks_writes_a_tuned_bundle_that_bench_runs_as_tuned(tmp_path):
 
 
 def test_tune_refuses_bad_goals_and_says_when_nothing_meets_them(tmp_path):
-    for args, msg in ((["--slo", "p100=5ms"], "--slo"), (["--min-accuracy", "top1=2"], "--min-accuracy"),
-                      (["--batch", "0"], "--batch"), (["--objective", "latency", "--batch", "1,2"], "batch 1")):
+    for args, msg in ((["--latency-bound", "p100=5ms"], "--latency-bound"), (["--min-accuracy", "top1=2"], "--min-accuracy"),
+                      (["--batch", "0"], "--batch"), (["--objective", "latency", "--batch", "1,2"], "batch 1"),
+                      (["--slo", "p100=5ms"], "note: --slo is now --latency-bound")):  # the old name: taken, said
         p = _tune(*args, cwd=tmp_path)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     assert not (tmp_path / "dist").exists()  # refused before building
     # measured fine, the goal not met: exit 5 (not 2, bad input), the closest said; under --json one object
-    p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", cwd=tmp_path)
+    p = _tune("--threads", "1", "--latency-bound", "p99=0.001ms", "-q", cwd=tmp_path)
     assert p.returncode == 5 and "no configuration meets" in p.stderr and "closest" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
     p = _tune("--threads", "1", "--slo", "p99=0.001ms", "-q", "--json", cwd=tmp_path)

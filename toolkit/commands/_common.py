@@ -67,6 +67,17 @@ def ns(**kw: Any) -> SimpleNamespace:
     return SimpleNamespace(**kw)
 
 
+def deprecated(old: str, new: str, dest: str, **kw: Any) -> Callable:
+    """A hidden old spelling of ``new`` (one name per concept): still taken for one release, with one line on
+    stderr naming the new one. The command reads ``dest`` and prefers the new flag's value."""
+    def said(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value not in (None, (), False):
+            click.echo(f"edgeopt: note: {old} is now {new} (one name per concept); {old} goes in a later release",
+                       err=True)
+        return value
+    return click.option(old, dest, hidden=True, default=None, callback=said, expose_value=True, **kw)
+
+
 def targets_option(help_text: str = "Only bundles of these targets (comma-separated; aliases work: jetson = "
                                     "jetson-orin).", dest: str = "targets", short: bool = True) -> Callable:
     """``--targets LIST`` (``-t``), the one name of the target filter, with ``--target`` as a hidden spelling

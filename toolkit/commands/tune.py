@@ -6,15 +6,15 @@ import sys
 
 import click
 
-from ._common import CONTEXT, examples
+from ._common import CONTEXT, deprecated, examples
 
 EXAMPLES = examples("""\
 examples:
   edgeopt tune model.onnx --targets cpu,intel-cpu --shape x:1x3x224x224 --devices local
-  edgeopt tune model.onnx -t intel-cpu -p fp32,int8 --batch 1,2,4,8 --slo p99=20ms --objective throughput
+  edgeopt tune model.onnx -t intel-cpu -p fp32,int8 --batch 1,2,4,8 --latency-bound p99=20ms --objective throughput
   edgeopt tune model.onnx -t cpu --threads 1,2,4 --min-accuracy top1=0.99 --exhaustive --json
   edgeopt tune model.onnx -t cpu,intel-cpu --batch 1,4,8 --scenario offline   # LoadGen offline images/s
-  edgeopt tune model.onnx -t cpu,intel-cpu --scenario server --slo p99=20ms     # most QPS within p99 20 ms
+  edgeopt tune model.onnx -t cpu,intel-cpu --scenario server --latency-bound p99=20ms    # most QPS within p99 20 ms
 
 The space: targets × precisions × batch sizes (one bundle per batch) × threads. Threads are swept
 upward and a sweep stops when a step improves the objective by less than 3%; batches stop at the
@@ -44,7 +44,9 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
 @click.option("--precision", "-p", default="fp32,int8", show_default=True, help="Precisions to consider.")
 @click.option("--batch", "batches", default="1", show_default=True, help="Batch sizes (comma-separated).")
 @click.option("--threads", default=None, help="Thread counts to try [1, 2, 4 … up to the device's cores].")
-@click.option("--slo", default=None, help="Latency bound, e.g. p99=20ms (per request).")
+@click.option("--latency-bound", "slo", default=None, metavar="pNN=MS",
+              help="Latency bound, e.g. p99=20ms (per request): the one name of the bound in bench and tune.")
+@deprecated("--slo", "--latency-bound", "slo_old")
 @click.option("--min-accuracy", default=None, help="Agreement with the FP32 reference on the device, e.g. "
               "top1=0.99 or cosine=0.999 (besides each bundle's own bound).")
 @click.option("--accept", metavar="GATE.yaml", default=None,
@@ -55,7 +57,7 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
                    "has more than 1, else latency].")
 @click.option("--scenario", type=click.Choice(["offline", "server"]), default=None,
               help="offline: throughput is MLPerf LoadGen's offline burst (images/s, served in each point's "
-                   "batch); server: the highest server rate whose --slo percentile holds (a max-QPS search per "
+                   "batch); server: the highest server rate whose --latency-bound percentile holds (a max-QPS search per "
                    "point). Default: the single-stream loop.")
 @click.option("--shape", "shapes", multiple=True, help="Input shape NAME:1x3x224x224 (the batch is replaced "
               "by each --batch value).")
@@ -76,7 +78,7 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
-def command(model, targets, precision, batches, threads, slo, min_accuracy, accept, objective, scenario, shapes, calib,
+def command(model, targets, precision, batches, threads, slo, slo_old, min_accuracy, accept, objective, scenario, shapes, calib,
             preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
             quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
@@ -93,6 +95,7 @@ def command(model, targets, precision, batches, threads, slo, min_accuracy, acce
         except ValueError:
             raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
 
+    slo = slo if slo is not None else slo_old  # --slo: the old name of --latency-bound
     progress = (lambda s: None) if quiet else (lambda s: print(f"[tune] {s}", file=sys.stderr, flush=True))
     from edgeopt.api import check_bundle_folder
 
