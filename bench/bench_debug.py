@@ -275,7 +275,8 @@ def observable(args) -> int:
     out = WORK / "observable.json"
     WORK.mkdir(parents=True, exist_ok=True)
     rows = json.loads(out.read_text()) if out.exists() else []
-    done = {(r["model"], r["target"], r["precision"]) for r in rows if "error" not in r}
+    done = {(r["model"], r["target"], r["precision"]) for r in rows
+            if "error" not in r and not any("error" in (r.get(k) or {}) for k in ("vs_original", "vs_own"))}
     specs = obs_models()
     names = args.models.split(",") if args.models else list(specs)
     if not args.write_only:
