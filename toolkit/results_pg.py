@@ -27,7 +27,7 @@ from edgeopt.results_schema import MIGRATIONS_TABLE, SCHEMA_VERSION, identity_of
 from edgeopt.results_url import mask, parse
 
 _LOCK_KEY = 4_301_843  # pg_advisory_xact_lock: one migrating rig at a time
-RETRIES = 4
+RETRIES = 5  # a dropped connection: 5 tries over ~6 s (0.2, 0.4, 0.8, 1.6, 3.2 s apart)
 _BAD_INPUT = ("password authentication failed", "no password supplied", "does not exist", "permission denied",
               "authentication failed", "pg_hba.conf", "invalid sslmode", "invalid connection option",
               "certificate", "sslmode value")
