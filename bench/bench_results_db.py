@@ -326,6 +326,8 @@ def main() -> None:
         print("mlflow", R["mlflow"], flush=True)
     R["bad"] = step_bad_input(shared, tmp)
     print("bad", R["bad"], flush=True)
+    for url in (R["writers"]["url"], shared):  # the server left as found
+        admin(f"DROP DATABASE IF EXISTS {url.rpartition('/')[2]} WITH (FORCE)")
     (tmp / "results.json").write_text(json.dumps(R, indent=1, default=str))
     print("raw:", tmp / "results.json")
     if not a.no_write:
