@@ -529,6 +529,10 @@ class Target:
                     msg + (f"; built the {chosen} form, which matches FP32 at each sample's own length" if ok else ""))
                 progress(msg)
         out.notes.append(f"shape form: {chosen} ({reason})")
+        if not job.data_source.get("validation_shapes"):
+            out.warnings.append("variable axes checked at one length only: the --calib data has no samples of their "
+                                "own lengths (every sample is at the top shape); give a .npz of object arrays, a folder "
+                                "of one-sample .npz, or padded arrays with 'lengths' or a mask input")
         import onnx
 
         from edgeopt.shapes import pad_sensitive

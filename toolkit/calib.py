@@ -167,8 +167,11 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
     if path is None:
         rng = np.random.default_rng(seed)
         samples = [_random_feed(inputs, rng) for _ in range(n_calib + n_val)]
-        return DataSet(samples[:n_calib], samples[n_calib:],
-                       {"kind": "random", "seed": seed, "warning": RANDOM_WARNING})
+        source: dict[str, Any] = {"kind": "random", "seed": seed, "warning": RANDOM_WARNING}
+        if any(t.get("variable") for t in inputs):  # variable axes: random lengths within the bounds too
+            samples = _padded([_random_lengths(f, inputs, rng) for f in samples], inputs, Path("random data"))
+            source["validation_shapes"] = [f.true for f in samples[n_calib:]]
+        return DataSet(samples[:n_calib], samples[n_calib:], source)
     p = Path(path)
     if not p.exists():
         raise CalibrationError(f"calibration data not found: {p}")
@@ -392,6 +395,20 @@ def _varlen_arrays(path: Path, inputs: list[dict[str, Any]]) -> list[dict[str, n
             feed[n] = one(n, a[tuple(slice(0, c) for c in cut)])
         samples.append(feed)
     return samples
+
+
+def _random_lengths(feed: dict[str, np.ndarray], inputs: list[dict[str, Any]],
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A random sample cut to a random size on each variable axis (a range: lo..hi; buckets: 1..the largest)."""
+    out = dict(feed)
+    for t in inputs:
+        a = feed[t["name"]]
+        cut = list(a.shape)
+        for v in t.get("variable") or []:
+            lo, hi = v["range"] if "range" in v else (1, max(v["buckets"]))
+            cut[int(v["axis"])] = int(rng.integers(int(lo), int(hi) + 1))
+        out[t["name"]] = a[tuple(slice(0, c) for c in cut)]
+    return out
 
 
 def _padded(samples: list[dict[str, np.ndarray]], inputs: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:

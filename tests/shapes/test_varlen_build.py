@@ -183,3 +183,14 @@ def test_static_form_only_is_refused_with_the_padding_reason(built, tmp_path):
     assert r.status != "built" and r.refused
     assert "no form matches FP32 at each sample's own length" in r.error
     assert "static (padded to the top): padding changes the answers" in r.error
+
+
+def test_random_data_gets_random_lengths(tmp_path):
+    from edgeopt.calib import Preprocess, load_data
+
+    inputs = [{"name": "input", "shape": [1, 32000], "dtype": "float32",
+               "variable": [{"axis": 1, "range": [4000, 32000]}]}]
+    ds = load_data(None, inputs, Preprocess(), 2, 8)
+    lengths = [s["input"][1] for s in ds.source["validation_shapes"]]
+    assert len(set(lengths)) >= 3 and all(4000 <= n <= 32000 for n in lengths)
+    assert all(f["input"].shape == (1, 32000) for f in ds.validation)
