@@ -21,6 +21,9 @@ Runtime computes the same values before and after.
   constant weight and no ``kernel_shape`` -- optional in the spec, inferred from the weight -- failed inside
   onnx2tf ("ValueError: axes don't match array": the node tests with the weight as an initializer, a real
   model's form).  The attribute is written from the weight's shape (its spatial dims: the spec's default).
+- ``gemm_biases``: a Gemm whose bias C is one constant element (``[1]`` or a scalar, broadcast by the spec) became
+  a FULLY_CONNECTED whose one-element bias LiteRT refuses to load (``fully_connected.cc NumElements(bias)``:
+  gemm_default_single_elem_vector_bias with C an initializer).  C is written out to the output's width.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def rewrite(model: Any) -> list[str]:
     if n := kernel_shapes(model):
         done.append(f"{n} ConvTranspose(s) given the kernel_shape their weight implies (onnx2tf needs the "
                     "attribute)")
+    if n := gemm_biases(model):
+        done.append(f"{n} Gemm one-element bias(es) written out to the output's width (LiteRT's FULLY_CONNECTED "
+                    "needs one bias per output)")
     if clips["computed"]:
         done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
                     "such a bound)")
@@ -227,5 +233,35 @@ def kernel_shapes(model: Any) -> int:
         if not w or len(w) < 3 or any(not isinstance(d, int) or d <= 0 for d in w[2:]):
             continue
         n.attribute.append(helper.make_attribute("kernel_shape", [int(d) for d in w[2:]]))
+        done += 1
+    return done
+
+
+def gemm_biases(model: Any) -> int:
+    """A Gemm's one-element constant bias C as ``[N]`` (the same value per output column); returns how many."""
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    users: dict[str, int] = {}
+    for n in model.graph.node:
+        for x in n.input:
+            users[x] = users.get(x, 0) + 1
+    done = 0
+    for n in model.graph.node:
+        if n.op_type != "Gemm" or len(n.input) < 3 or n.input[2] not in inits or n.input[1] not in inits:
+            continue
+        c = numpy_helper.to_array(inits[n.input[2]])
+        b = inits[n.input[1]]
+        if c.size != 1 or len(b.dims) != 2:
+            continue
+        trans_b = next((helper.get_attribute_value(a) for a in n.attribute if a.name == "transB"), 0)
+        width = int(b.dims[0] if trans_b else b.dims[1])
+        name = n.input[2] if users.get(n.input[2], 0) == 1 else f"{n.input[2]}_x{width}"
+        full = numpy_helper.from_array(np.full([width], c.reshape(-1)[0], dtype=c.dtype), name)
+        if name == n.input[2]:
+            inits[name].CopyFrom(full)
+        else:
+            model.graph.initializer.append(full)
+            n.input[2] = name
         done += 1
     return done

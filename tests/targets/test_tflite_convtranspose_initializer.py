@@ -53,3 +53,22 @@ def test_mobile_builds_a_convtranspose_without_kernel_shape(tmp_path):  # ~30 s 
     r = rep.results[0]
     assert r.status == "built", (r.status, r.error)
     assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+
+
+def test_gemm_one_element_bias_written_out_same_values():
+    """A Gemm's one-element bias ``[1]`` (LiteRT refuses FULLY_CONNECTED with it: ONNX's
+    gemm_default_single_elem_vector_bias with C an initializer) is written out to the output's width."""
+    from edgeopt.targets.tflite.onnx_fixes import gemm_biases
+
+    a = np.random.default_rng(0).random((3, 5), dtype=np.float32)
+    b = np.random.default_rng(1).random((4, 5), dtype=np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                          [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array([3.5], np.float32), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert gemm_biases(m) == 1
+    assert [list(i.dims) for i in m.graph.initializer if i.name == "c"] == [[4]]
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(before, after)
