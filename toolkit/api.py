@@ -91,8 +91,9 @@ RENAMED: dict[str, dict[str, str]] = {
     "inspect": {"shapes": "shape"},
     "tune": {"shapes": "shape", "batches": "batch", "labels": "label", "confirm_rounds": "confirm",
              "slo": "latency_bound"},
-    "bench": {"labels": "label", "max_queue_delay_ms": "max_queue_delay"},
-    "bench_options": {"max_queue_delay_ms": "max_queue_delay"},
+    "bench": {"labels": "label", "max_queue_delay_ms": "max_queue_delay", "engine": "load_generator"},
+    "bench_options": {"max_queue_delay_ms": "max_queue_delay", "engine": "load_generator"},
+    "find_max_qps": {"engine": "load_generator"},
     **{f: {"labels": "label"} for f in ("push", "probe", "gc", "select_devices", "gate", "rollout")},
     **{f: {"run_id": "run", "all_runs": "all"} for f in ("query", "report")},
     "rig_status": {"labels": "label"},
@@ -601,13 +602,14 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   batch: int | str | list[int] = 1, bench_timeout: float = 300, limit_memory: float | None = None,
                   limit_cpu: float | None = None, no_samples: bool = False, scenario: str | None = None,
                   target_qps: float | None = None, latency_bound: str | None = None,
-                  samples_per_query: int | None = None, engine: str | None = None, profile: int = 0,
+                  samples_per_query: int | None = None, load_generator: str | None = None, profile: int = 0,
                   workers: int | None = None, concurrency: int | None = None,
                   max_queue_delay: float | None = None, lengths: str | list[int] | None = None) -> dict[str, Any]:
     """The options the agent's bench takes, checked (UsageError before any device is touched).
     ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
     ``concurrency`` scenario; ``max_queue_delay`` (ms, ``--max-queue-delay``): dynamic batching in the server scenario (up to
-    ``batch`` queries per run, waiting this long for them)."""
+    ``batch`` queries per run, waiting this long for them); ``load_generator``: ``loadgen`` | ``edgeopt`` (who sends
+    the scenario's queries; ``engine=`` is its old name)."""
     from types import SimpleNamespace
 
     from edgeopt.commands.bench import bench_options as _opts
@@ -619,7 +621,7 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
     args = SimpleNamespace(duration=duration, min_iters=min_iters, warmup=warm_iters if warm_iters is not None else 0,
                            threads=threads, batch=batch, bench_timeout=bench_timeout, limit_memory=limit_memory,
                            limit_cpu=limit_cpu, no_samples=no_samples, scenario=scenario, target_qps=target_qps,
-                           latency_bound=latency_bound, samples_per_query=samples_per_query, engine=engine,
+                           latency_bound=latency_bound, samples_per_query=samples_per_query, engine=load_generator,
                            profile=profile, workers=workers, concurrency=concurrency,
                            max_queue_delay_ms=max_queue_delay, lengths=lengths)
     opts = _opts(args)
@@ -1789,7 +1791,7 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
 @_api()
 def find_max_qps(dist: str | os.PathLike = "dist", latency_bound: str = "p99=20ms", devices: str | os.PathLike = "local",
                  limit: str | list[str] | None = None, label: str | list[str] | None = None,
-                 targets: str | list[str] | None = None, engine: str | None = None, threads: int | None = None,
+                 targets: str | list[str] | None = None, load_generator: str | None = None, threads: int | None = None,
                  trust_new_host_keys: bool = False, progress: Progress = _quiet,
                  raise_on_failure: bool = True) -> list[dict[str, Any]]:
     """The highest server rate each device sustains within ``latency_bound`` (``edgeopt bench --find-max-qps
@@ -1809,7 +1811,7 @@ def find_max_qps(dist: str | os.PathLike = "dist", latency_bound: str = "p99=20m
     found = bundles_under(dist)
     devs = select_devices(devices, limit, label)
     check_target_filter(found, picked, dist)
-    rows = _find(devs, found, bound, pct, engine, threads, trust_new_host_keys, picked, progress)
+    rows = _find(devs, found, bound, pct, load_generator, threads, trust_new_host_keys, picked, progress)
     code = max_qps_exit(rows)
     if raise_on_failure and code:
         cls = {EXIT_DEVICE_FAILED: DeviceError, EXIT_GOAL_NOT_MET: GoalNotMet}.get(code, Inconclusive)

@@ -66,7 +66,7 @@ def test_fleet_views_and_rollout_journal(ran, tmp_path):
 def test_find_max_qps_and_cache(ran):
     root, _ = ran
     with pytest.raises(edgeopt.GoalNotMet) as err:  # said from the single-stream service time, no probe
-        edgeopt.find_max_qps(root / "dist", "p90=0.001ms", engine="edgeopt")
+        edgeopt.find_max_qps(root / "dist", "p90=0.001ms", load_generator="edgeopt")
     (row,) = err.value.result
     assert row["verdict"] == "not met" and row["probes"] == []
     entries = edgeopt.cache_list()

@@ -84,7 +84,7 @@ def _cases(w) -> list[tuple[str, list[str], int, str, str]]:
         ("bench-latency-bound-bad", ["bench", "--scenario", "server", "--target-qps", "5", "--latency-bound",
                                      "p100=5"], 2, "--latency-bound", "built"),
         ("bench-concurrency-no-c", ["bench", "--scenario", "concurrency"], 2, "needs --concurrency", "built"),
-        ("bench-concurrency-loadgen", ["bench", "--scenario", "concurrency", "--concurrency", "4", "--engine",
+        ("bench-concurrency-loadgen", ["bench", "--scenario", "concurrency", "--concurrency", "4", "--load-generator",
                                        "loadgen"], 2, "closed loop", "built"),
         ("bench-workers-no-scenario", ["bench", "--workers", "2"], 2, "need --scenario", "built"),
         ("bench-concurrency-on-server", ["bench", "--scenario", "server", "--target-qps", "5", "--concurrency", "2"],

@@ -23,7 +23,7 @@ def dist(tmp_path_factory):
 
 def test_find_max_qps_is_the_highest_valid_probe(dist):
     p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--find-max-qps", "--latency-bound", "p90=30ms",
-                        "--engine", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
+                        "--load-generator", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-1500:]
     doc = json.loads(p.stdout)
     assert doc["kind"] == "max-qps"
@@ -39,7 +39,7 @@ def test_find_max_qps_with_a_bound_no_rate_meets_exits_5(dist):
     """A bound no rate can keep (p90 within 1 microsecond): said at once from the single-stream service time,
     without a server probe (it used to probe for minutes first), exit 5 (goal not met)."""
     p = subprocess.run([sys.executable, "-m", "edgeopt", "bench", "--find-max-qps", "--latency-bound", "p90=0.001ms",
-                        "--engine", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
+                        "--load-generator", "edgeopt", "--json", "-q"], cwd=dist, capture_output=True, text=True, timeout=600)
     assert p.returncode == 5, (p.returncode, p.stderr[-1500:])
     doc = json.loads(p.stdout)
     row = doc["items"][0]

@@ -60,6 +60,9 @@ def ns(**kw: Any) -> SimpleNamespace:
     kw["quiet"] = quiet(ctx, kw.get("quiet", False))
     if "json_" in kw:
         kw["json"] = kw.pop("json_")
+    if "engine_old" in kw:  # bench's --engine, the old name of --load-generator
+        old = kw.pop("engine_old")
+        kw["engine"] = kw.get("engine") if kw.get("engine") is not None else old
     if "target_alias" in kw:  # --target, the hidden spelling of --targets
         alias, dest = kw.pop("target_alias"), "targets" if "targets" in kw else "target"
         if alias:
@@ -190,9 +193,10 @@ def bench_options(f: Callable) -> Callable:
                      help="After the timed loop: where one request's time goes (preprocess, copies, compute, "
                           "postprocess) and the runtime's own per-op profile over N runs (ONNX Runtime, "
                           "OpenVINO, TensorRT) [0: off]."),
-        click.option("--engine", type=click.Choice(["loadgen", "edgeopt"]),
-                     help="loadgen (needed for multi-stream/offline) or the agent's own loops [loadgen if "
-                          "installed on the device]."),
+        click.option("--load-generator", "engine", type=click.Choice(["loadgen", "edgeopt"]),
+                     help="Who sends the scenario's queries: loadgen (MLPerf LoadGen; needed for multi-stream/offline) "
+                          "or edgeopt (the agent's own loops) [loadgen if installed on the device]."),
+        deprecated("--engine", "--load-generator", "engine_old", type=click.Choice(["loadgen", "edgeopt"])),
     ]
     for o in reversed(opts):
         f = o(f)

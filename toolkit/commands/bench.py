@@ -55,7 +55,8 @@ def bench_options(args) -> dict:
     if not scenario:
         if any(getattr(args, k, None) is not None for k in ("target_qps", "samples_per_query", "engine", "workers",
                                                              "concurrency", "max_queue_delay_ms")) or bound:
-            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--engine/--workers/--concurrency/"
+            raise UsageError("--target-qps/--latency-bound/--samples-per-query/--load-generator/--workers/"
+                             "--concurrency/"
                              "--max-queue-delay need --scenario")
         return opts
     if delay is not None:
@@ -88,7 +89,7 @@ def bench_options(args) -> dict:
     if args.samples_per_query is not None and (scenario != "multi-stream" or args.samples_per_query < 1):
         raise UsageError("--samples-per-query takes an integer >= 1 and only with --scenario multi-stream")
     if scenario in ("multi-stream", "offline") and args.engine == "edgeopt":
-        raise UsageError(f"the {scenario} scenario needs LoadGen (--engine loadgen; pip install mlcommons-loadgen "
+        raise UsageError(f"the {scenario} scenario needs LoadGen (--load-generator loadgen; pip install mlcommons-loadgen "
                          "on the device)")
     if scenario == "single-stream" and args.target_qps is not None:
         raise UsageError("--target-qps applies to the server and offline scenarios")
@@ -191,8 +192,9 @@ def bench_kwargs(args) -> dict:
     """The bench options of parsed CLI args, as ``edgeopt.api.bench_options`` takes them."""
     return {k: getattr(args, k) for k in ("duration", "min_iters", "warmup", "threads", "batch", "bench_timeout",
                                           "limit_memory", "limit_cpu", "no_samples", "scenario", "target_qps",
-                                          "latency_bound", "samples_per_query", "engine", "profile", "workers",
+                                          "latency_bound", "samples_per_query", "profile", "workers",
                                           "concurrency")} | {"max_queue_delay": args.max_queue_delay_ms,
+                                                             "load_generator": args.engine,
                                                              "lengths": getattr(args, "lengths", None)}
 
 
