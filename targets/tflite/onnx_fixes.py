@@ -24,6 +24,9 @@ Runtime computes the same values before and after.
 - ``gemm_biases``: a Gemm whose bias C is one constant element (``[1]`` or a scalar, broadcast by the spec) became
   a FULLY_CONNECTED whose one-element bias LiteRT refuses to load (``fully_connected.cc NumElements(bias)``:
   gemm_default_single_elem_vector_bias with C an initializer).  C is written out to the output's width.
+- ``rnn_biases``: a GRU without its optional bias B failed inside onnx2tf ("'NoneType' object is not
+  subscriptable": gru_defaults with W and R initializers; with B it converts).  The spec's default, zeros of
+  ``[num_directions, k * hidden_size]`` (k = 6 GRU, 8 LSTM, 2 RNN), is written in.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def rewrite(model: Any) -> list[str]:
     if n := gemm_biases(model):
         done.append(f"{n} Gemm one-element bias(es) written out to the output's width (LiteRT's FULLY_CONNECTED "
                     "needs one bias per output)")
+    if n := rnn_biases(model):
+        done.append(f"{n} GRU/LSTM/RNN given their default zero bias (onnx2tf needs the input)")
     if clips["computed"]:
         done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
                     "such a bound)")
@@ -263,5 +268,32 @@ def gemm_biases(model: Any) -> int:
         else:
             model.graph.initializer.append(full)
             n.input[2] = name
+        done += 1
+    return done
+
+
+def rnn_biases(model: Any) -> int:
+    """Write the spec's default zero bias B into every GRU/LSTM/RNN that has none; returns how many."""
+    from onnx import helper, numpy_helper
+
+    gates = {"GRU": 6, "LSTM": 8, "RNN": 2}
+    names = _Names(model.graph)
+    done = 0
+    for n in model.graph.node:
+        if n.op_type not in gates or (len(n.input) > 3 and n.input[3]):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        hidden = attrs.get("hidden_size")
+        if not hidden:
+            continue
+        direction = attrs.get("direction", b"forward")
+        dirs = 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+        name = names(f"{n.name or n.op_type}_default_B")
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.zeros([dirs, gates[n.op_type] * int(hidden)], np.float32), name))
+        ins = list(n.input) + [""] * max(0, 3 - len(n.input))
+        ins = ins[:3] + [name] + ins[4:]
+        del n.input[:]
+        n.input.extend(ins)
         done += 1
     return done

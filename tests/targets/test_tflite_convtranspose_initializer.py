@@ -72,3 +72,25 @@ def test_gemm_one_element_bias_written_out_same_values():
     assert [list(i.dims) for i in m.graph.initializer if i.name == "c"] == [[4]]
     after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     np.testing.assert_array_equal(before, after)
+
+
+@pytest.mark.parametrize("op,k", [("GRU", 3), ("LSTM", 4), ("RNN", 1)])
+def test_rnn_default_bias_written_in_same_values(op, k):
+    """A GRU without its optional bias failed inside onnx2tf (gru_defaults with W, R initializers): the spec's zero
+    default is written in; ONNX Runtime gives the same values."""
+    from edgeopt.targets.tflite.onnx_fixes import rnn_biases
+
+    rng = np.random.default_rng(0)
+    h, x_in = 4, 3
+    w = rng.standard_normal((1, k * h, x_in)).astype(np.float32)
+    r = rng.standard_normal((1, k * h, h)).astype(np.float32)
+    node = helper.make_node(op, ["x", "w", "r"], ["", "y"], hidden_size=h, name="rnn")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, x_in])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, h])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    x = rng.standard_normal((5, 1, x_in)).astype(np.float32)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert rnn_biases(m) == 1 and rnn_biases(m) == 0
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(before, after, rtol=0, atol=0)
