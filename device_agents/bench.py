@@ -566,6 +566,9 @@ def _varlen_mix(bundle: Path, manifest: dict[str, Any], opts: dict[str, Any]) ->
     run_sizes = [sum(int(np.shape(f[n])[ax]) for n, ax in var) for f in fitted]
     return {"samples": samples, "feeds": [to_artifact(f, io["inputs"]) for f in fitted], "keys": keys,
             "own_sizes": own_sizes, "run_sizes": run_sizes,
+            # the bucket each request falls in whatever the form (a padded static form runs them all at the
+            # top): the key two bundles of one model share in a paired gate
+            "mix_keys": [varlen.bucket_key(f, io["inputs"], "dynamic") for f in samples],
             "lengths": [varlen.length_key(f, io["inputs"]) for f in samples],
             "shapes": [tuple(tuple(np.shape(a)) for a in f.values()) for f in fitted], "form": form,
             "seed": opts["seed"], "order": [int(i) for i in order]}

@@ -34,13 +34,37 @@ MAX_ROUNDS = 400
 CAL_ITERATIONS, CAL_REPEATS = 60_000, 3
 
 
-def _prepare(bundle: Path, threads: Any) -> dict[str, Any]:
+def _prepare(bundle: Path, threads: Any, seed: int = 0) -> dict[str, Any]:
     manifest = load_manifest(bundle)
     io = manifest["io"]
-    feeds = [to_artifact(f, io["inputs"]) for f in validation_inputs(bundle, manifest)]
+    mix = None
+    if (manifest.get("validation") or {}).get("varlen"):  # issue 42: the real length mix, seeded, as bench has it
+        from .bench import DEFAULTS, _varlen_mix
+
+        mix = _varlen_mix(bundle, manifest, {**DEFAULTS, "seed": seed})
+        feeds = mix["feeds"]
+    else:
+        feeds = [to_artifact(f, io["inputs"]) for f in validation_inputs(bundle, manifest)]
     opts = {"threads": threads} if threads is not None else {}
     runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, opts)
-    return {"bundle": bundle, "manifest": manifest, "feeds": feeds, "runner": runner}
+    return {"bundle": bundle, "manifest": manifest, "feeds": feeds, "runner": runner, "mix": mix}
+
+
+def per_bucket_blocks(blocks: list[dict[str, Any]], keys: list[str], block_iters: int,
+                      settle: int) -> dict[str, dict[str, Any]]:
+    """Each arm's median per bucket over the timed blocks (call j of block k ran feed (k*block_iters + settle +
+    j) % n), and B/A: a regression in the longest bucket shows even when the mix's median hides it."""
+    n = len(keys)
+    got: dict[str, dict[str, list[float]]] = {}
+    for k, b in enumerate(blocks):
+        for j, ms in enumerate(b["ms"]):
+            got.setdefault(keys[(k * block_iters + settle + j) % n], {}).setdefault(b["arm"], []).append(ms)
+    out = {}
+    for key, arms in got.items():
+        a, b = (float(np.median(arms[x])) if arms.get(x) else None for x in "AB")
+        out[key] = {"A_p50_ms": a, "B_p50_ms": b, "ratio": (b / a) if a and b else None,
+                    "calls": {x: len(arms.get(x, [])) for x in "AB"}}
+    return out
 
 
 def _block(run: Callable[[Any], Any], feeds: list[Any], start: int, iters: int) -> list[float]:
@@ -70,7 +94,7 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         raise ValueError(f"pairbench options out of range: rounds 1..{MAX_ROUNDS}, block_iters >= 1, "
                          "warmup >= 0, budget_s > 0, calibrate_every >= 0")
     stage("prepare", {})
-    arms = [_prepare(Path(b), o.get("threads")) for b in bundles]
+    arms = [_prepare(Path(b), o.get("threads"), int(o.get("seed", 0))) for b in bundles]
     if len(arms) != 2:
         raise ValueError("pairbench needs exactly two bundles: [baseline, candidate]")
     result: dict[str, Any] = {"arms": []}
@@ -82,6 +106,11 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             arm["load_s"] = time.perf_counter() - t0
         for name, arm in zip("AB", arms):
             stage("accuracy", {"arm": name})
+            if arm["mix"] is not None:  # each sample at its own length against FP32 unpadded (the host check's rule)
+                from .bench import _varlen_accuracy
+
+                arm["accuracy"] = _varlen_accuracy(arm["runner"], arm["manifest"], arm["bundle"])
+                continue
             samples = validation_inputs(arm["bundle"], arm["manifest"])
             first = next(iter(samples[0].values())) if samples else None
             # each sample as it is stored: one feed (a bundle built at batch B holds B samples to a feed)
@@ -142,6 +171,9 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             result["calibration"] = calibration
         result["blocks"] = blocks
         result["budget_hit"] = len(blocks) < 2 * rounds
+        mixes = [arm["mix"] for arm in arms]
+        if all(m is not None for m in mixes) and mixes[0]["mix_keys"] == mixes[1]["mix_keys"]:
+            result["per_bucket"] = per_bucket_blocks(blocks, mixes[0]["mix_keys"], block_iters, settle)
         for name, arm in zip("AB", arms):
             m = arm["manifest"]
             result["arms"].append({

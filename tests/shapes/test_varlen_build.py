@@ -194,3 +194,14 @@ def test_random_data_gets_random_lengths(tmp_path):
     lengths = [s["input"][1] for s in ds.source["validation_shapes"]]
     assert len(set(lengths)) >= 3 and all(4000 <= n <= 32000 for n in lengths)
     assert all(f["input"].shape == (1, 32000) for f in ds.validation)
+
+
+def test_pairbench_over_the_real_mix_per_bucket(built):
+    from edgeopt_agent.paired import run_pair
+
+    r, _ = _manifest(built["mel"], "cpu")
+    res = run_pair([r.bundle, r.bundle], {"rounds": 4, "block_iters": 8, "warmup": 2, "budget_s": 20})
+    assert all(a["accuracy"]["passed"] and a["accuracy"]["samples"] == 16 for a in res["arms"])
+    per = res["per_bucket"]
+    assert len(per) >= 2 and all(v["A_p50_ms"] > 0 and v["B_p50_ms"] > 0 for v in per.values())
+    assert all(k.startswith("input[1]<=") for k in per)
