@@ -100,7 +100,9 @@ def build(name: str, spec: dict, target: str, npz: Path, timeout: int) -> dict:
         tb = "Traceback" in p.stderr
         return {"outcome": "refused" if p.returncode == 2 and not tb else "failed", "why": last, "s": s}
     status = res.get("status")
-    err = (res.get("error") or "").strip().splitlines()
+    err = [x.strip() for x in (res.get("error") or "").strip().splitlines()]
+    if len(err) > 1 and err[0].endswith(":"):  # "cannot take 1 node(s) of this model:" then the node
+        err = [err[0] + " " + err[1]] + err[2:]
     if status in ("built", "cached", "up-to-date"):
         chk = res.get("check") or {}
         passed = chk.get("passed") if isinstance(chk, dict) else None
