@@ -9,7 +9,8 @@ kill:   a worker frozen and killed once a job (cpu int8) has started on it, a se
         completes there;
 slot:   four TensorRT jobs on a worker with 2 threads and one declared engine slot: start/finish on the worker's
         clock, never overlapping (no GPU here: the slot is declared with --resources tensorrt=1);
-scale:  12 jobs (7 targets x fp32/fp16) with 1 and 2 workers, and locally with -j 1 and -j 2.
+scale:  12 jobs (7 targets x fp32/fp16) with 1 and 2 workers, and locally with -j 1 and -j 2;
+overhead: (--parts overhead alone, section `cluster-overhead`) one job at a time, local vs a warm worker.
 Writes docs/BENCHMARKS.md section `cluster` with --write.
 """
 
@@ -210,6 +211,42 @@ def part_scale(tmp: Path, out: dict) -> str:
             + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
 
 
+def part_overhead(tmp: Path, out: dict, rounds: int = 3) -> str:
+    """One job at a time (nothing queued), local and through a 1-thread worker, interleaved rounds: the job's time as
+    the build reports it (the host's clock from start to installed bundle)."""
+    from edgeopt.fixtures import ocr_lines, path
+
+    c = Cluster(tmp / "overhead")
+    rows = []
+    try:
+        c.connect()
+        c.worker("o1")
+        c.wait_for("o1")
+        for target in ("cpu", "intel-cpu"):
+            times: dict[str, list[float]] = {"local": [], "cluster": []}
+            for _ in range(rounds):
+                for how in ("local", "cluster"):
+                    rep, _, _ = build([str(path("ocr-cls")), *README_ARGS, "--calib", str(ocr_lines()), "-t", target,
+                                       "-p", "fp32", "--force", "--out", str(tmp / f"o-{how}")], tmp / f"oc-{how}",
+                                      c.url if how == "cluster" else None)
+                    times[how] += [r["time_s"] for r in rep.get("results", []) if r.get("time_s")]
+            lo, cl = sorted(times["local"]), sorted(times["cluster"])
+            med = lambda v: v[len(v) // 2] if v else float("nan")  # noqa: E731
+            rows.append({"job": f"{target} fp32", "local s (median)": f"{med(lo):.2f}",
+                         "cluster s (median)": f"{med(cl):.2f}", "overhead s": f"{med(cl) - med(lo):+.2f}",
+                         "overhead %": f"{(med(cl) / med(lo) - 1) * 100:+.0f}%",
+                         "local s (all)": " ".join(f"{t:.1f}" for t in times["local"]),
+                         "cluster s (all)": " ".join(f"{t:.1f}" for t in times["cluster"])})
+    finally:
+        c.close()
+    out["overhead"] = rows
+    return (f"**Overhead per job** ({rounds} interleaved rounds, one job at a time, `--force`, the README model; the "
+            "job's time as the summary gives it: from the start of its converter process (local) or its submission "
+            "(cluster) to the bundle checked and installed; the cluster's includes shipping the inputs, the "
+            "worker's fetch from its store, the bundle's way back and its hash check; the worker already warm):\n\n"
+            + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
@@ -222,11 +259,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as d:
         tmp = Path(d)
         for part in a.parts.split(","):
-            body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot, "scale": part_scale}[part](tmp, out))
+            body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot, "scale": part_scale,
+                         "overhead": part_overhead}[part](tmp, out))
             print(body[-1], flush=True)
-            Path(tempfile.gettempdir(), "bench_cluster.json").write_text(json.dumps(out, indent=2, default=str))
+            Path(tempfile.gettempdir(), f"bench_cluster-{a.parts}.json").write_text(json.dumps(out, indent=2, default=str))
             if a.write:  # after each part: a long part cut short keeps the ones before
-                write_section("cluster", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(
+                write_section("cluster" if a.parts != "overhead" else "cluster-overhead", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(
                     [*body, f"Load after the {part} part: {load()}.\n"]))
     return 0
 

@@ -195,6 +195,8 @@ def test_a_bundle_that_does_not_match_its_manifest_is_refused_and_rebuilt(own_cl
         t.join(timeout=600)
     assert all(o.returncode == 0 for o in outs), [o.stderr[-2000:] for o in outs]
     refused = [o for o in outs if "refused the bundle from worker bad" in o.stdout]
+    if not refused and not any(": on worker bad " in o.stderr for o in outs):
+        pytest.skip("the scheduler gave the damaging worker no job this time (both went to the other)")
     assert refused, [o.stdout for o in outs]
     assert "sha256 does not match the manifest" in refused[0].stdout
     assert ": on worker good " in refused[0].stderr
