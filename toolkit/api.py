@@ -100,7 +100,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "baseline_save": {"target": "targets"},
     "baseline_import": {"path": "file"},
     "history": {"target": "targets"},
-    "rollout": {"gate_budget": "budget", "engine": "fleet_engine"},
+    "rollout": {"gate_budget": "device_budget", "budget": "device_budget", "engine": "fleet_engine"},
 }
 
 
@@ -1187,10 +1187,11 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
                     max_disagreement: str | float | None = None, latency_gate: bool = True,
                     engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2,
                     budget: str | float | None = None, fleet_engine: str | None = None,
-                    no_latency_gate: bool | None = None) -> Any:
+                    no_latency_gate: bool | None = None, device_budget: str | float | None = None) -> Any:
     """A rollout's options checked (``edgeopt.fleet.rollout.Options``). The names the CLI uses are taken
-    too: ``budget`` (a duration, ``"20s"``: the one name of ``gate_budget``), ``fleet_engine`` (of
-    ``engine``); ``on_inconclusive``: ``pause`` | ``fail`` | ``pass`` (``continue`` the old name of pass)."""
+    too: ``device_budget`` (a duration, ``"20s"``: each device's interleaved measurement; ``budget`` and
+    ``gate_budget`` its older names), ``fleet_engine`` (of ``engine``), ``no_latency_gate``; ``on_inconclusive``:
+    ``pause`` | ``fail`` | ``pass`` (``continue`` the old name of pass)."""
     from edgeopt.fleet.plan import parse_max_fail
     from edgeopt.fleet.rollout import Options
     from edgeopt.policy.gatefile import load_gate, parse_fraction
@@ -1200,7 +1201,8 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
     for name, v in (("--bake", bake), ("--health-watch", health_watch)):
         if float(v) < 0:
             raise UsageError(f"{name} must be >= 0 s, got {v}")
-    gate_budget = parse_duration(budget if budget is not None else gate_budget, "--budget")
+    given = device_budget if device_budget is not None else budget if budget is not None else gate_budget
+    gate_budget = parse_duration(given, "--device-budget")
     engine = fleet_engine if fleet_engine is not None else engine
     if no_latency_gate is not None:  # --no-latency-gate, the flag's own name of latency_gate=False
         latency_gate = not no_latency_gate
@@ -1238,7 +1240,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
     (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
     ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``label``: only devices with one of
     these labels (as ``select=["label=L"]``). ``options``: those of ``rollout_options`` (gate, budget,
-    max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine …).
+    max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine, device_budget …).
     ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
     the candidate may score at most ``eval_max_drop`` below it.
 

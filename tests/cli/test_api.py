@@ -310,17 +310,20 @@ def test_user_text_drops_onnx_runtimes_cpp_signature_and_work_folders(tmp_path):
 
 
 def test_rollout_takes_the_names_the_other_commands_use(built, tmp_path):
-    """label= (as bench and gate), budget= a duration (as gate), fleet_engine=, on_inconclusive=pass."""
+    """label= (as bench and gate), device_budget= a duration (budget= its old name, with a DeprecationWarning:
+    the gate's budget is a whole gate's time), fleet_engine=, on_inconclusive=pass."""
     tmp, _ = built
     bundle = tmp / "dist" / "ch_ppocr_mobile_v2.0_cls_infer" / "cpu-fp32"
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("devices:\n" + "".join(
         f"  d{i}: {{transport: local, target: cpu, root: {tmp_path / f'd{i}'}, labels: [{'shop' if i else 'lab'}]}}\n"
         for i in range(3)))
-    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", label="shop", budget="30s", fleet_engine="builtin",
-                           on_inconclusive="pass", dry_run=True)
+    plan = edgeopt.rollout(bundle, fleet, waves="1,100%", label="shop", device_budget="30s",
+                           fleet_engine="builtin", on_inconclusive="pass", dry_run=True)
     assert sorted(d["device"] for w in plan["waves"] for d in w) == ["d1", "d2"]
-    with pytest.raises(UsageError, match="--budget"):
+    with pytest.raises(UsageError, match="--device-budget"):
+        edgeopt.rollout(bundle, fleet, device_budget="soon", dry_run=True)
+    with pytest.warns(DeprecationWarning, match="device_budget"), pytest.raises(UsageError, match="--device-budget"):
         edgeopt.rollout(bundle, fleet, budget="soon", dry_run=True)
     with pytest.raises(UsageError, match="--fleet-engine"):
         edgeopt.rollout(bundle, fleet, fleet_engine="salt", dry_run=True)

@@ -97,12 +97,13 @@ def test_dry_run_says_how_many_devices_stay_out_and_label_selects(versions, tmp_
 def test_new_option_names_and_their_old_spellings(versions, tmp_path):
     _local_fleet(tmp_path, 1)
     v = str(versions["v1"])
-    for args, msg in [(["--budget", "5x"], "--budget"), (["--budget", "0s"], "--budget"),
+    for args, msg in [(["--device-budget", "5x"], "--device-budget"), (["--device-budget", "0s"], "--device-budget"),
+                      (["--budget", "5x"], "note: --budget is now --device-budget"),
                       (["--on-inconclusive", "maybe"], "pause"), (["--fleet-engine", "chef"], "builtin")]:
         p = _edgeopt("rollout", v, "--devices", "fleet.yaml", *args, cwd=tmp_path)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     help_text = _edgeopt("rollout", "start", "--help", cwd=tmp_path).stdout
-    assert "--budget" in help_text and "--fleet-engine" in help_text and "--label" in help_text
+    assert "--device-budget" in help_text and "--fleet-engine" in help_text and "--label" in help_text
     assert "--gate-budget" not in help_text and "continue" not in help_text  # old spellings: accepted, not shown
     p = _edgeopt("rollout", v, "--devices", "fleet.yaml", "--gate-budget", "3", "--on-inconclusive", "continue",
                  "--engine", "builtin", "--json", cwd=tmp_path)
@@ -115,7 +116,7 @@ def test_new_option_names_and_their_old_spellings(versions, tmp_path):
     assert spec["gate_budget"] == 3.0 and spec["on_inconclusive"] in ("pass", "continue")
     assert not (tmp_path / "edgeopt-results.db.rollouts" / rid).exists()  # done: its kept bundles are gone
     # a budget that allows one agent call: one paired round, intervals that are not numbers -> null, never NaN
-    p = _edgeopt("rollout", str(versions["v2"]), "--devices", "fleet.yaml", "--budget", "500ms", "--json",
+    p = _edgeopt("rollout", str(versions["v2"]), "--devices", "fleet.yaml", "--device-budget", "500ms", "--json",
                  cwd=tmp_path)
     assert p.returncode in (0, 6), p.stdout[-1500:] + p.stderr[-1500:]
     summary = _summary(p)

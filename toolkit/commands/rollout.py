@@ -8,13 +8,13 @@ import click
 
 from edgeopt.ui import clip
 
-from ._common import verbosity
+from ._common import deprecated, verbosity
 
 EXAMPLES = """\b
 examples:
   edgeopt rollout dist/cls --devices fleet.yaml --waves 1,10%,50%,100% --dry-run
   edgeopt rollout dist/cls --devices fleet.yaml --gate gate.yaml --max-fail 10% --parallel 16
-  edgeopt rollout dist/cls/cpu-fp32 --devices fleet.yaml --label shop --health-watch 30 --budget 30s
+  edgeopt rollout dist/cls/cpu-fp32 --devices fleet.yaml --label shop --health-watch 30 --device-budget 30s
   edgeopt rollout dist/cls --devices inventory.ini --fleet-engine ansible --parallel 50 --waves 1,5%,25%,100%
   edgeopt rollout status 3f2a9c1d0b7e
   edgeopt rollout resume 3f2a9c1d0b7e --approve
@@ -114,7 +114,7 @@ def _api_policy(policy: str) -> str:
 def _budget(budget: str, gate_budget: str | None) -> float:
     from edgeopt.api import parse_duration
 
-    return parse_duration(gate_budget if gate_budget is not None else budget, "--budget")
+    return parse_duration(gate_budget if gate_budget is not None else budget, "--device-budget")
 
 
 def _exit(summary: dict) -> int:
@@ -153,9 +153,11 @@ def _print_summary(summary: dict) -> None:
 @click.option("--select", multiple=True, help="label=NAME, target=NAME, name=NAME (comma-separated, repeatable).")
 @click.option("--waves", default="1,10%,50%,100%", show_default=True, help="Cumulative wave sizes: counts or %.")
 @click.option("--gate", "gate_file", type=click.Path(), help="Thresholds (the HIL gate's file format).")
-@click.option("--budget", default="20s", show_default=True,
-              help="Interleaved latency measurement per device against its incumbent (500ms, 20s, 2m).")
-@click.option("--gate-budget", default=None, hidden=True)  # the old name of --budget
+@click.option("--device-budget", "budget", default="20s", show_default=True,
+              help="Time for each device's interleaved latency measurement against its incumbent (500ms, 20s, 2m). "
+                   "(The gate's --budget is a whole gate's wall time.)")
+@deprecated("--budget", "--device-budget", "budget_old")
+@deprecated("--gate-budget", "--device-budget", "gate_budget")
 @click.option("--max-disagreement", default=None, help="Allowed share of decisions differing from the "
               "incumbent on the same inputs (e.g. 2%).")
 @click.option("--eval", "eval_data", type=click.Path(), help="Labelled evaluation set (.npz: the model's inputs, "
@@ -171,8 +173,7 @@ def _print_summary(summary: dict) -> None:
               help="builtin (default): a thread pool in this process (up to a few hundred devices); ansible: each "
                    "wave an Ansible play run by ansible-runner (forks, max_fail_percentage, its event stream in the "
                    "journal; needs edgeopt[fleet]). Both run the same steps per device.")
-@click.option("--engine", "engine_alias", type=click.Choice(["builtin", "ansible"]), default=None,
-              hidden=True)  # the old name of --fleet-engine (bench's --engine is its load generator)
+@deprecated("--engine", "--fleet-engine", "engine_alias", type=click.Choice(["builtin", "ansible"]))
 @click.option("--retries", default=2, show_default=True, type=int,
               help="Retries of a device that was unreachable or lost its connection before its trial activation "
                    "(with a growing delay); a failed gate, hook or health check is never retried.")
@@ -193,7 +194,8 @@ def _print_summary(summary: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary as one "
               "line.")
 @verbosity
-def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget, gate_budget, max_disagreement,
+def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget, budget_old, gate_budget,
+          max_disagreement,
           eval_data, eval_max_drop, no_latency_gate, max_fail, parallel, engine, engine_alias, retries, step_timeout,
           bake, health_watch, on_inconclusive, on_halt, dry_run, events, db, trust_new_host_keys, as_json, verbose,
           quiet) -> int:
@@ -205,7 +207,8 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
     result = rollout(list(bundles), devices_file, waves=waves, select=select, limit=list(limit),
                      dry_run=dry_run, db=db, on_event=_listener(events, as_json), progress=_progress(quiet),
                      eval=eval_data, eval_max_drop=eval_max_drop,
-                     gate=gate_file, budget=_budget(budget, gate_budget), max_fail=max_fail, parallel=parallel,
+                     gate=gate_file, device_budget=_budget(budget, budget_old if budget_old is not None else gate_budget),
+                     max_fail=max_fail, parallel=parallel,
                      bake=bake, on_inconclusive=_api_policy(on_inconclusive), on_halt=on_halt,
                      health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
