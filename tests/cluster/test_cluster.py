@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -209,3 +210,61 @@ def test_help_stays_light():
             "print('distributed' in sys.modules, 'dask' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stdout + out.stderr
+
+
+@pytest.mark.slow  # ~20 s: a TLS scheduler and worker of its own
+def test_tls_scheduler_worker_and_build(tmp_path):
+    """tls://: a scheduler, an `edgeopt worker` and a build with certificates from a CA made here (openssl); a plain
+    tcp:// client of that scheduler is refused (exit 4), a tls:// one without certificates is bad input (exit 2)."""
+    import shutil
+
+    if not shutil.which("openssl"):
+        pytest.skip("no openssl to make the test CA")
+    d = tmp_path / "pki"
+    d.mkdir()
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=120)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=edgeopt-test-ca")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=127.0.0.1")
+    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.pem",
+        "-days", "2", "-extfile", "ext.cnf")
+    tls = {"EDGEOPT_TLS_CA": str(d / "ca.pem"), "EDGEOPT_TLS_CERT": str(d / "node.pem"),
+           "EDGEOPT_TLS_KEY": str(d / "node.key")}
+    port = free_port()
+    url = f"tls://127.0.0.1:{port}"
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                               str(port), "--protocol", "tls", "--tls-ca-file", tls["EDGEOPT_TLS_CA"], "--tls-cert",
+                               tls["EDGEOPT_TLS_CERT"], "--tls-key", tls["EDGEOPT_TLS_KEY"], "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        procs.append(subprocess.Popen([*EDGEOPT, "worker", "--scheduler", url, "--name", "tw", "--only", "onnxruntime"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                      env={**os.environ, **tls, "EDGEOPT_CACHE_DIR": str(tmp_path / "store")}))
+        import time
+
+        deadline = time.monotonic() + 180
+        while True:  # the worker registered (status over TLS)
+            st = edgeopt(["cluster", "status", "--scheduler", url, "--json"], tmp_path / "c", tls, timeout=300)
+            if st.returncode == 0 and any(w["name"] == "tw" for w in json.loads(st.stdout)["workers"]):
+                break
+            assert time.monotonic() < deadline, st.stdout + st.stderr
+            time.sleep(1)
+        model = tiny_cnn(tmp_path / "tiny.onnx", seed=18)
+        out = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"), "--scheduler", url],
+                      tmp_path / "c", tls)
+        assert out.returncode == 0 and ": on worker tw (tls://" in out.stderr, out.stderr[-2000:]
+        plain = edgeopt(["cluster", "status", "--scheduler", f"tcp://127.0.0.1:{port}"], tmp_path / "c",
+                        {"EDGEOPT_SCHEDULER_TIMEOUT": "3"})
+        assert plain.returncode == 4 and "unreachable" in plain.stderr
+        bare = edgeopt(["cluster", "status", "--scheduler", url], tmp_path / "c",
+                       {k: "" for k in tls})
+        assert bare.returncode == 2 and "tls:// scheduler needs" in bare.stderr and "Traceback" not in bare.stderr
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=60)
