@@ -266,7 +266,9 @@ def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[
 @_api()
 def list_targets(config: str | None = None) -> list[dict[str, Any]]:
     """Every target, built-in and from the config file (``edgeopt targets``; ``edgeopt.targets`` is the
-    package of backends, so the function has this name)."""
+    package of backends, so the function has this name).
+
+        names = [t["name"] for t in edgeopt.list_targets()]"""
     from edgeopt.targets.registry import ALIASES, all_targets, get_backend
 
     rows = []
@@ -555,7 +557,9 @@ def batch_shapes(shapes: dict[str, list[int]], batch: int) -> dict[str, list[int
 @_api()
 def select_devices(devices: str | os.PathLike | None = "local", limit: str | list[str] | None = None,
                    label: str | list[str] | None = None) -> list[Device]:
-    """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error."""
+    """The inventory's devices picked by name (``limit``) and/or label; an empty pick is an error.
+
+        devs = edgeopt.select_devices("lab.yaml", label="jetson")"""
     from edgeopt.inventory import load_inventory
 
     inv = load_inventory(devices or "local")
@@ -605,7 +609,8 @@ def bench_options(duration: float = 3.0, min_iters: int = 50, warmup: int | str 
                   samples_per_query: int | None = None, load_generator: str | None = None, profile: int = 0,
                   workers: int | None = None, concurrency: int | None = None,
                   max_queue_delay: float | None = None, lengths: str | list[int] | None = None) -> dict[str, Any]:
-    """The options the agent's bench takes, checked (UsageError before any device is touched).
+    """The options the agent's bench takes, checked (UsageError before any device is touched), e.g.
+    ``edgeopt.bench_options(scenario="server", target_qps=200, latency_bound="p99=20ms")``.
     ``workers``: threads serving the scenario's queries at once; ``concurrency``: clients of the closed-loop
     ``concurrency`` scenario; ``max_queue_delay`` (ms, ``--max-queue-delay``): dynamic batching in the server scenario (up to
     ``batch`` queries per run, waiting this long for them); ``load_generator``: ``loadgen`` | ``edgeopt`` (who sends
@@ -692,7 +697,8 @@ def bench(dist: str | os.PathLike = "dist", devices: str | os.PathLike = "local"
           bundles: list | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           verify: bool = False, db: str | None = None, progress: Progress = _quiet, raise_on_failure: bool = True,
           **options: Any) -> BenchResult:
-    """Push what is missing and measure every bundle on its devices (``edgeopt bench``)
+    """Push what is missing and measure every bundle on its devices (``edgeopt bench``), e.g.
+    ``edgeopt.bench(dist="dist", devices="lab.yaml", duration=5, threads=2)``
     -> ``results.BenchResult`` (``records``: typed ``results.BenchRecord``). ``options``: see
     :func:`bench_options`.
 
@@ -844,7 +850,8 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
          targets: str | list[str] | None = None, all_targets: bool = False, trust_new_host_keys: bool = False,
          parallel: int = 4, verify: bool = False, activate: bool = False, progress: Progress = _quiet,
          raise_on_failure: bool = True) -> list[PushResult]:
-    """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult].
+    """Copy the agent and bundles to devices, what they lack only (``edgeopt push``) -> [PushResult], e.g.
+    ``edgeopt.push(dist="dist", devices="lab.yaml", limit="orin1", activate=True)``.
     A device that failed (the CLI's exit 4) raises ``DeviceError`` with the list as ``err.result``, unless
     ``raise_on_failure=False``."""
     from edgeopt.deploy import load_bundle
@@ -883,7 +890,9 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
           label: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
           progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
     """Connect to each device (host keys checked), install the agent if needed, and return its probe
-    (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``."""
+    (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``.
+
+        cores = {n: p["probe"]["cpu"] for n, p in edgeopt.probe("lab.yaml").items() if p["ok"]}"""
     from concurrent.futures import ThreadPoolExecutor
 
     from edgeopt.deploy import DeviceSession
@@ -987,7 +996,9 @@ def report(db: str | None = None, format: str = "table", title: str = "edgeopt r
 
 @_api()
 def parse_duration(text: str | float, what: str = "--budget") -> float:
-    """A duration -> seconds above 0: ``250ms``, ``60s``, ``2m``, ``1h``; a bare number is seconds."""
+    """A duration -> seconds above 0: ``250ms``, ``60s``, ``2m``, ``1h``; a bare number is seconds.
+
+        assert edgeopt.parse_duration("2m") == 120.0"""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         v = float(text)
     else:
@@ -1086,7 +1097,9 @@ def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-r
 
 @_api()
 def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
-    """Take a device out of quarantine (``edgeopt rig release``)."""
+    """Take a device out of quarantine (``edgeopt rig release``).
+
+        edgeopt.rig_release("orin-1")"""
     from edgeopt.hil.rig import release
 
     return release(device, db)
@@ -1399,7 +1412,9 @@ def history(model: str, db: str | None = None, targets: str | None = None, **kw:
 
 @_api(extra=_keywords_of("edgeopt.hil.history:change_points"))
 def change_points(values: Any, **kw: Any) -> Any:
-    """Change points of one series of figures (``edgeopt.hil.history.change_points``)."""
+    """Change points of one series of figures (``edgeopt.hil.history.change_points``).
+
+        cps = edgeopt.change_points([4.1, 4.0, 4.2, 4.1, 4.0, 5.1, 5.0, 5.2, 5.1, 5.0])"""
     from edgeopt.hil.history import change_points as _cp
 
     return _cp(values, **kw)

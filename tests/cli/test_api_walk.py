@@ -122,14 +122,4 @@ def test_every_api_function_says_what_it_does_with_an_example(name):
     fn = getattr(edgeopt, name)
     doc = inspect.getdoc(fn) or ""
     assert doc, name
-    has_example = f"{name}(" in doc
-    if name in NO_EXAMPLE_YET:  # the list is honest: one that got its example leaves it
-        assert not has_example, f"edgeopt.{name} has an example now: take it off NO_EXAMPLE_YET"
-        return
-    assert has_example, f"edgeopt.{name}'s docstring has no example call"
-
-
-# Older API functions whose docstrings predate the one-example rule (issue 40 asks for it everywhere; these are
-# the ones not yet done): the list may only shrink.
-NO_EXAMPLE_YET = {"list_targets", "push", "bench", "probe", "select_devices", "bench_options", "rig_release",
-                  "change_points", "parse_duration"}
+    assert f"{name}(" in doc, f"edgeopt.{name}'s docstring has no example call"
