@@ -162,6 +162,9 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
             # run them, keep only the block_iters after them.
             ms = _block(arm["runner"].run, arm["feeds"], k * block_iters, settle + block_iters)[settle:]
             blocks.append({"arm": name, "t": round(time.perf_counter() - t_start, 4), "ms": ms})
+            if arm["mix"] is not None:  # each timed call's bucket (its request's own length): the gate per bucket
+                keys = arm["mix"]["mix_keys"]
+                blocks[-1]["keys"] = [keys[(k * block_iters + settle + j) % len(keys)] for j in range(block_iters)]
             k += 1
         if len(blocks) % 2:  # a round is one block of each arm
             blocks.pop()

@@ -469,7 +469,9 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
                 except DeviceError as exc:
                     warnings.append(f"restore failed: {exc.message}")
     if stored is None:
-        verdicts = judge(run, spec) + judge_fresh(fresh, spec)
+        from edgeopt.hil.varlen_gate import bucket_verdicts
+
+        verdicts = judge(run, spec) + judge_fresh(fresh, spec) + bucket_verdicts(run, spec)  # + per bucket
         rounds = {"A": [b["ms"] for b in run.blocks if b["arm"] == "A"],
                   "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
     else:

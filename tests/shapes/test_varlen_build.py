@@ -205,3 +205,21 @@ def test_pairbench_over_the_real_mix_per_bucket(built):
     per = res["per_bucket"]
     assert len(per) >= 2 and all(v["A_p50_ms"] > 0 and v["B_p50_ms"] > 0 for v in per.values())
     assert all(k.startswith("input[1]<=") for k in per)
+
+
+def test_gate_judges_each_bucket_by_the_paired_rule(built):
+    from edgeopt.hil.varlen_gate import bucket_verdicts
+    from edgeopt.policy.gatefile import GateSpec
+    from edgeopt.policy.stats import PairedRun
+    from edgeopt_agent.paired import run_pair
+
+    r, _ = _manifest(built["mel"], "cpu")
+    res = run_pair([r.bundle, r.bundle], {"rounds": 6, "block_iters": 16, "warmup": 2, "budget_s": 30})
+    assert all(len(b["keys"]) == len(b["ms"]) for b in res["blocks"])
+    verdicts = bucket_verdicts(PairedRun(device="local", blocks=res["blocks"], arms=res["arms"]), GateSpec())
+    assert verdicts and all(v.metric.startswith("p50 [input[1]<=") for v in verdicts)
+    # A/A under a loaded machine can land anywhere the paired rule allows: only the vocabulary is asserted
+    assert {v.verdict for v in verdicts} <= {"pass", "inconclusive", "improved", "regressed"}
+    # a fixed-shape pair has no buckets
+    assert bucket_verdicts(PairedRun(device="local", blocks=[{"arm": "A", "ms": [1.0]}, {"arm": "B", "ms": [1.0]}]),
+                           GateSpec()) == []
