@@ -471,7 +471,8 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
     if stored is None:
         from edgeopt.hil.varlen_gate import bucket_verdicts
 
-        verdicts = judge(run, spec) + judge_fresh(fresh, spec) + bucket_verdicts(run, spec)  # + per bucket
+        buckets = bucket_verdicts(run, spec)  # variable-length pairs: a regressed bucket fails the gate too
+        verdicts = judge(run, spec) + judge_fresh(fresh, spec) + [v for v in buckets if v.verdict == "regressed"]
         rounds = {"A": [b["ms"] for b in run.blocks if b["arm"] == "A"],
                   "B": [b["ms"] for b in run.blocks if b["arm"] == "B"]}
     else:
@@ -500,6 +501,7 @@ def _measure_device(dev, base, cand, spec: GateSpec, deadline: float, trust: boo
             "throttle": watch.as_dict() if watch else None, "calibration_ms": calibration_ms,
             **({"budget_note": run.budget_note} if run.budget_note else {}),
             **({"noise_note": run.noise_note} if getattr(run, "noise_note", "") else {}),
+            **({"per_bucket": [v.as_dict() for v in buckets]} if stored is None and buckets else {}),
             **({"fresh": fresh} if fresh else {})}
 
 

@@ -15,7 +15,9 @@ MIN_PAIRS = 3  # paired rounds in which both arms ran the bucket: fewer, and the
 
 
 def bucket_verdicts(run: PairedRun, spec: Any) -> list[Verdict]:
-    """One ``p50 [bucket]`` verdict per bucket seen in at least ``MIN_PAIRS`` rounds; [] for a fixed-shape pair."""
+    """One ``p50 [bucket]`` verdict per bucket seen in at least ``MIN_PAIRS`` rounds; [] for a fixed-shape pair.
+    The gate adds the *regressed* ones to its verdicts (a regression in one bucket fails it) and lists all of them
+    under ``per_bucket``: an undecided bucket does not make the whole gate undecided."""
     blocks = run.blocks
     if not blocks or not all(b.get("keys") and len(b["keys"]) == len(b["ms"]) for b in blocks):
         return []
