@@ -117,6 +117,17 @@ def _gpu_slot(slots: int):
 
 def run_job(job: dict[str, Any], inputs: dict[str, list], timeout: float, job_id: str,
             resource: str) -> dict[str, Any]:
+    """``_run_job``, its failures made plain (an exception Dask cannot pickle would leave the host waiting)."""
+    try:
+        return _run_job(job, inputs, timeout, job_id, resource)
+    except InputsLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - sent to the host as one line
+        raise RuntimeError(f"{type(exc).__name__}: {str(exc)[:500]}") from None
+
+
+def _run_job(job: dict[str, Any], inputs: dict[str, list], timeout: float, job_id: str,
+             resource: str) -> dict[str, Any]:
     """Build one job here. ``inputs``: file name -> [sha256, size, dask key] (the host's work folder files and,
     under ``model/``, the user's model); ``job``'s paths are the host's and are pointed at this worker's copies.
     Returns the worker's result, its exit code, the last stderr lines and the bundle's files (bytes, or only
