@@ -181,3 +181,17 @@ def test_run_report_to_a_path_that_cannot_be_written_is_refused_before_the_build
                      cwd=tmp_path)
         assert "report" in _one_error(p, 2)
         assert not (tmp_path / "dist").exists() and not (tmp_path / "edgeopt-results.db").exists()
+
+
+def test_rollout_of_a_model_folder_with_two_bundles_for_one_target_names_the_commands(world, tmp_path):
+    """The README's `build -p fp32,int8` then `rollout dist/m`: two bundles for cpu; the refusal gives the
+    commands that ship either (it used to say only "give one per target")."""
+    other = edgeopt.build(fixture("ocr-cls"), "cpu", precision="fp32", shape="x:1x3x48x192", dist=tmp_path / "d2",
+                          val_count=3, calib_count=4)  # another manifest: another bundle id
+    assert other.ok, other.results
+    b1 = world / "dist" / MODEL / "cpu-fp32"
+    b2 = tmp_path / "d2" / MODEL / "cpu-fp32"
+    p = _edgeopt("rollout", str(b1), str(b2), "--devices", str(world / "fleet.yaml"), "--dry-run", cwd=tmp_path)
+    err = _one_error(p, 2)
+    assert "two bundles for target 'cpu'" in err and "hint: name the one to ship: edgeopt rollout" in err, err
+    assert err.count("edgeopt rollout ") == 2 and "--devices FILE" in err, err

@@ -135,7 +135,18 @@ def make_plan(devices: list, bundles: list, waves: list[WaveSpec], select: dict[
     for b in bundles:
         t = canonical_target(b.target)
         if t in by_target and by_target[t].bundle_id != b.bundle_id:
-            raise UsageError(f"two bundles for target {t!r} ({by_target[t].path}, {b.path}): give one per target")
+            import os
+            import shlex
+
+            def ref(x: Any) -> str:  # the folder as the user would type it: relative to here when under it
+                rel = os.path.relpath(x.path)
+                return shlex.quote(str(x.path) if rel.startswith("..") else rel)
+
+            pair = sorted([by_target[t], b], key=lambda x: str(x.path))
+            raise UsageError(f"two bundles for target {t!r} ({', '.join(f'{x.precision}: {ref(x)}' for x in pair)}): "
+                             "a device runs one bundle per model and target",
+                             hint="name the one to ship: " + " or ".join(
+                                 f"edgeopt rollout {ref(x)} --devices FILE" for x in pair))
         by_target[t] = b
     plan = Plan(models[0], wave_specs=[str(w) for w in waves])
     chosen = [d for d in devices if selected(d, select or {})]
