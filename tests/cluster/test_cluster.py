@@ -81,8 +81,8 @@ def test_no_worker_offers_the_resource_refused_in_one_line(cluster: Cluster, tmp
     bare = Cluster(tmp_path)
     try:
         bare.connect()
-        out = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"),
-                       "--scheduler", bare.url], tmp_path / "c")
+        out = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d")],
+                      tmp_path / "c", {"EDGEOPT_SCHEDULER": bare.url})  # the variable, as --scheduler
     finally:
         bare.close()
     assert out.returncode == 3, out.stderr
