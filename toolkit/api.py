@@ -49,7 +49,9 @@ if TYPE_CHECKING:
     from edgeopt.cache import CacheEntry
     from edgeopt.debug import DebugResult
     from edgeopt.deploy import PushResult
+    from edgeopt.fleet.rollout import Options
     from edgeopt.fleetbench import FleetResult
+    from edgeopt.hil.history import ChangePoint, Series
     from edgeopt.inventory import Device
     from edgeopt.pipeline import BuildReport
     from edgeopt.results import BenchRecord, BenchResult
@@ -1200,7 +1202,7 @@ def rollout_options(gate: str | None = None, gate_budget: float = 20.0, max_fail
                     max_disagreement: str | float | None = None, latency_gate: bool = True,
                     engine: str = "builtin", step_timeout: float = 600.0, retries: int = 2,
                     budget: str | float | None = None, fleet_engine: str | None = None,
-                    no_latency_gate: bool | None = None, device_budget: str | float | None = None) -> Any:
+                    no_latency_gate: bool | None = None, device_budget: str | float | None = None) -> Options:
     """A rollout's options checked (``edgeopt.fleet.rollout.Options``). The names the CLI uses are taken
     too: ``device_budget`` (a duration, ``"20s"``: each device's interleaved measurement; ``budget`` and
     ``gate_budget`` its older names), ``fleet_engine`` (of ``engine``), ``no_latency_gate``; ``on_inconclusive``:
@@ -1398,7 +1400,7 @@ def tune_failure(res: TuneResult) -> GoalNotMet | DeviceError | None:
 
 
 @_api(extra=_keywords_of("edgeopt.hil.history:history"))
-def history(model: str, db: str | None = None, targets: str | None = None, **kw: Any) -> list:
+def history(model: str, db: str | None = None, targets: str | None = None, **kw: Any) -> list[Series]:
     """The series of benched/gated runs of a model with change points flagged (``edgeopt history``) ->
     ``[hil.history.Series]``; ``kw``: device, precision, metric, since, until, min_size, min_shift, alpha,
     identity, label, rig (see ``edgeopt history --help``).
@@ -1411,7 +1413,7 @@ def history(model: str, db: str | None = None, targets: str | None = None, **kw:
 
 
 @_api(extra=_keywords_of("edgeopt.hil.history:change_points"))
-def change_points(values: Any, **kw: Any) -> Any:
+def change_points(values: list[float], **kw: Any) -> list[ChangePoint]:
     """Change points of one series of figures (``edgeopt.hil.history.change_points``).
 
         cps = edgeopt.change_points([4.1, 4.0, 4.2, 4.1, 4.0, 5.1, 5.0, 5.2, 5.1, 5.0])"""
