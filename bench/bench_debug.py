@@ -360,7 +360,13 @@ def write_observable(rows: list[dict]) -> None:
                          ("jump", "first jump vs original"), ("own", "first jump vs own source"),
                          ("cov", "observable compute nodes"), ("policy", "policy (own source)")]), "",
         "Observable share, lowest over the models measured: " + ", ".join(
-            f"{t} {p} {min(v):.0%}" for (t, p), v in sorted(shares.items())) + "."])
+            f"{t} {p} {min(v):.0%}" for (t, p), v in sorted(shares.items())) + "."] + [
+        "", "Not named: " + "; ".join(
+            f"{r['model']} {r['target']} {r['precision']}: the first jump `{(r.get('vs_original') or {}).get('node')}`"
+            + (" is where the bundle passes the bound against its OWN source too (the quantization alone, upstream "
+               "of the changed conv)" if (r.get("vs_own") or {}).get("node") == (r.get("vs_original") or {}).get("node")
+               else "") for r in rows if not r.get("named") and not r.get("error")) + "."
+        if any(not r.get("named") and not r.get("error") for r in rows) else ""])
     write_section("debug-observable", body)
     print("wrote docs/BENCHMARKS.md (debug-observable)")
 
