@@ -73,3 +73,12 @@ def test_find_max_qps_and_cache(ran):
     assert any(e.model == MODEL for e in entries)
     dry = edgeopt.cache_clean(all=True, dry_run=True)
     assert len(dry["removed"]) == len(entries) and [e.key for e in edgeopt.cache_list()] == [e.key for e in entries]
+
+
+def test_gate_and_report_output_files_are_checked_before_any_work(tmp_path):
+    """gate(junit=/md=/raw=) and report(out=) refuse a path that cannot be written before anything is
+    measured or read (the verdict must not be lost after the budget is spent)."""
+    with pytest.raises(edgeopt.UsageError, match="junit"):
+        edgeopt.gate(tmp_path / "no-candidate", tmp_path / "no-baseline", junit="/proc/edgeopt-gate.xml")
+    with pytest.raises(edgeopt.UsageError, match="cannot write the report"):
+        edgeopt.report(db=str(tmp_path / "none.db"), out="/proc/edgeopt-report.md")

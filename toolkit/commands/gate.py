@@ -156,3 +156,11 @@ def check_output_files(**paths: str | None) -> None:
                              if not parent.exists() else f"cannot write {where}: {str(parent)!r} is not a folder")
         if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise UsageError(f"cannot write {where}: permission denied")
+        import tempfile
+
+        try:  # the access bits can say yes where a write fails (root, /proc, a read-only mount): try one
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=".edgeopt-write-check.")
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as exc:
+            raise UsageError(f"cannot write {where}: {exc.strerror or exc}") from None
