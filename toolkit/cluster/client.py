@@ -382,7 +382,7 @@ class RemoteProc:
             except Exception as exc:  # noqa: BLE001 - the task itself failed on the worker
                 return self._fail(f"the cluster task failed on a worker: {type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''}", user_error=False)
-            self._finished.wait(timeout=1.0)  # its last progress lines travel beside the result
+            self._finished.wait(timeout=0.2)  # its last progress lines travel beside the result (ahead, as a rule)
             verdict = self._take(out)
             if verdict is None:
                 return self.returncode if self.returncode is not None else 0
