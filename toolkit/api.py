@@ -1775,9 +1775,12 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
                                    calib="images/")
         print(res.first_jump)"""
     from edgeopt import debug as _debug
+    from edgeopt.commands.report import check_writable
 
     if dist is not None:
         check_bundle_folder(dist)
+    if html:
+        check_writable(str(html))  # before the (long) comparison, not after it
     budget = _debug.parse_size(str(max_memory)) if not isinstance(max_memory, int) else max_memory
     src = Path(source)
     if src.is_dir():

@@ -82,3 +82,13 @@ def test_gate_and_report_output_files_are_checked_before_any_work(tmp_path):
         edgeopt.gate(tmp_path / "no-candidate", tmp_path / "no-baseline", junit="/proc/edgeopt-gate.xml")
     with pytest.raises(edgeopt.UsageError, match="cannot write the report"):
         edgeopt.report(db=str(tmp_path / "none.db"), out="/proc/edgeopt-report.md")
+
+
+def test_debug_layers_on_a_bundle_writes_its_page(ran, tmp_path):
+    root, _ = ran
+    bundle = root / "dist" / MODEL / "cpu-fp32"
+    with pytest.raises(edgeopt.UsageError, match="cannot write"):  # the page's path first, not after the comparison
+        edgeopt.debug_layers(bundle, model=str(fixture("ocr-cls")), html="/proc/edgeopt-debug.html")
+    res = edgeopt.debug_layers(bundle, model=str(fixture("ocr-cls")), samples=2, html=tmp_path / "debug.html")
+    assert type(res).__name__ == "DebugResult" and res.first_jump is None  # fp32 on ORT: nothing jumps
+    assert (tmp_path / "debug.html").read_text().lower().startswith("<!doctype html>")
