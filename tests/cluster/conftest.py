@@ -114,13 +114,15 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """Scheduler + three workers: `wa` offers every backend that builds here, `wb` only ONNX Runtime, `wt` only
-    one TensorRT engine slot (declared: no GPU here) with 2 threads."""
+    """Scheduler + three workers: `wa` offers every backend that builds here, `wb` ONNX Runtime (and OpenVINO at
+    other versions: never given this host's jobs), `wt` only one TensorRT engine slot (declared: no GPU here) with
+    2 threads."""
     c = Cluster(tmp_path_factory.mktemp("cluster"))
     try:
         c.connect()
         c.worker("wa")
-        c.worker("wb", "--only", "onnxruntime")
+        # wb also offers OpenVINO under another version hash: as a worker with other converter versions shows
+        c.worker("wb", "--only", "onnxruntime", "--resources", "openvino@00000000=1")
         c.worker("wt", "--only", "onnxruntime", "--resources", "onnxruntime=0 tensorrt=1", "--nthreads", "2")
         c.wait_for("wa", "wb", "wt")
         yield c

@@ -124,10 +124,14 @@ def test_worker_resources_and_cluster_status(cluster: Cluster, tmp_path):
     info = json.loads(st.stdout)
     by = {w["name"]: w for w in info["workers"]}
     assert set(by) >= {"wa", "wb", "wt"}
-    assert by["wb"]["builds"] == ["onnxruntime=1"]
+    assert by["wb"]["builds"] == ["onnxruntime=1", "openvino=1 (other versions)"]
+    assert by["wb"]["differs"] and by["wb"]["differs"][0].startswith("openvino")
     assert by["wt"]["builds"] == ["tensorrt=1"] and by["wt"]["nthreads"] == 2
     assert any(b.startswith("openvino=") for b in by["wa"]["builds"])
-    assert all(not w["differs"] for w in by.values())
+    assert not by["wa"]["differs"] and not by["wt"]["differs"]
+    text = subprocess.run([*EDGEOPT, "cluster", "status", "--scheduler", cluster.url], capture_output=True, text=True,
+                          timeout=120).stdout
+    assert "worker wb: converter versions differ from this host's" in text
     bad = subprocess.run([*EDGEOPT, "worker", "--scheduler", cluster.url, "--only", "tpu", "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a backend" in bad.stderr and "Traceback" not in bad.stderr
