@@ -1352,7 +1352,7 @@ _TUNE_FLAGS = {"shape": "shapes", "batch": "batches", "label": "labels", "confir
 def _tune_keywords() -> set[str]:
     """``edgeopt.tuning.tune``'s keywords under their flags' names (``shape``, ``batch``, ``label``, ``confirm``)."""
     inner = {v: k for k, v in _TUNE_FLAGS.items()}
-    return {inner.get(n, n) for n in _keywords_of("edgeopt.tuning:tune")()}
+    return {inner.get(n, n) for n in _keywords_of("edgeopt.tuning:tune")()} | {"scheduler"}  # edgeopt.cluster
 
 
 @_api(extra=_tune_keywords)
@@ -1360,7 +1360,8 @@ def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "l
          **options: Any) -> TuneResult:
     """The best configuration per device under an SLO (``edgeopt tune``) -> ``edgeopt.tuning.TuneResult``.
     ``options``: the flags' names: limit, label, precision, batch, threads, latency_bound, min_accuracy, objective, shape,
-    calib, preprocess, dist, duration, exhaustive, confirm, db, progress (see ``edgeopt tune --help``).
+    calib, preprocess, dist, duration, exhaustive, confirm, db, progress (see ``edgeopt tune --help``); scheduler
+    (``--scheduler``: the candidates built on Dask workers, as ``edgeopt.build(scheduler=)``).
 
         res = edgeopt.tune("model.onnx", "cpu,intel-cpu", devices="rig.yaml", latency_bound="p99=20ms",
                            batch=[1, 4])
@@ -1374,7 +1375,10 @@ def tune(model: str | os.PathLike, targets: str, devices: str | os.PathLike = "l
     if options.get("batch") is not None:
         options["batch"] = parse_batches(options["batch"])
     check_bundle_folder(options.get("dist", "dist"))
-    res = _tune(str(model), targets, devices=str(devices), **{_TUNE_FLAGS.get(k, k): v for k, v in options.items()})
+    from edgeopt import cluster
+
+    with cluster.session(options.pop("scheduler", None), options.get("progress") or _quiet):  # builds on Dask workers
+        res = _tune(str(model), targets, devices=str(devices), **{_TUNE_FLAGS.get(k, k): v for k, v in options.items()})
     err = tune_failure(res)
     if raise_on_failure and err is not None:
         raise err

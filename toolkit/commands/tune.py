@@ -75,12 +75,15 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
 @click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database (every point).")
 @click.option("--jobs", "-j", default=2, show_default=True, type=click.IntRange(min=1), help="Parallel builds.")
 @click.option("--trust-new-host-keys", is_flag=True)
+@click.option("--scheduler", default=None, metavar="URL",
+              help="Build the candidates on Dask workers, as `edgeopt build --scheduler` (tcp://, tls://, auto, local) "
+                   "[$EDGEOPT_SCHEDULER, else here].")
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def command(model, targets, precision, batches, threads, slo, slo_old, min_accuracy, accept, objective, scenario, shapes, calib,
-            preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, as_json, verbose,
-            quiet) -> int:
+            preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, scheduler, as_json,
+            verbose, quiet) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
     from edgeopt.api import tune_failure
     from edgeopt.commands import emit_json
@@ -100,13 +103,16 @@ def command(model, targets, precision, batches, threads, slo, slo_old, min_accur
     from edgeopt.api import check_bundle_folder
 
     check_bundle_folder(dist)
-    res = tune(model, targets, devices=devices, limit=list(limit) or None, labels=list(label) or None,
-               precision=precision,
-               batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
-               min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
-               preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
-               confirm_rounds=confirm_rounds, scenario=scenario, accept=accept,
-               trust_new_host_keys=trust_new_host_keys, progress=progress)
+    from edgeopt import cluster
+
+    with cluster.session(scheduler, progress):  # --scheduler: the candidates build on Dask workers
+        res = tune(model, targets, devices=devices, limit=list(limit) or None, labels=list(label) or None,
+                   precision=precision,
+                   batches=ints(batches, "--batch"), threads=ints(threads, "--threads"), slo=slo,
+                   min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
+                   preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
+                   confirm_rounds=confirm_rounds, scenario=scenario, accept=accept,
+                   trust_new_host_keys=trust_new_host_keys, progress=progress)
     err = tune_failure(res)  # GoalNotMet (exit 5) or DeviceError (exit 4), as edgeopt.tune raises them
     if as_json:  # one object: the sweep, with what it failed at
         emit_json({**res.as_dict(), "exit_code": err.exit_code if err else 0,
