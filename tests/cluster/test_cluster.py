@@ -170,6 +170,8 @@ def test_worker_killed_mid_build_job_runs_again_elsewhere(own_cluster: Cluster, 
     assert killed.is_set(), "".join(lines)
     assert proc.returncode == 0, "".join(lines) + stdout
     assert any(": on worker k2 " in ln for ln in lines), "".join(lines)
+    # the inputs were held by k1 alone (the only worker when they were shipped): shipped again for k2
+    assert any("shipping the inputs again" in ln for ln in lines), "".join(lines)
     assert "worker k1" in stdout and "was lost mid-build; the job runs again on k2" in stdout
     assert (tmp_path / "d" / "tiny" / "cpu-fp32" / "manifest.json").is_file() or any(
         (tmp_path / "d").glob("*/cpu-fp32/manifest.json"))
