@@ -274,3 +274,18 @@ def test_tls_scheduler_worker_and_build(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=60)
+
+
+def test_python_api_builds_on_the_cluster(cluster: Cluster, tmp_path, monkeypatch):
+    """``edgeopt.build(..., scheduler=URL)``: the same session path as the CLI; the progress lines name the worker."""
+    import edgeopt
+
+    monkeypatch.setenv("EDGEOPT_CACHE_DIR", str(tmp_path / "c"))
+    lines: list[str] = []
+    report = edgeopt.build(tiny_cnn(tmp_path / "tiny.onnx", seed=19), "cpu", precision="fp32", dist=str(tmp_path / "d"),
+                           scheduler=cluster.url, progress=lines.append)
+    assert report.ok and report.results[0].status == "built"
+    assert any(": on worker w" in ln for ln in lines), lines
+    from edgeopt import cluster as mod
+
+    assert mod.ACTIVE is None  # the session is closed with the build
