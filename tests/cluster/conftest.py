@@ -112,7 +112,7 @@ class Cluster:
                 proc.wait(timeout=60)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # gone before the rest of the suite runs (four processes, ~600 MB)
 def cluster(tmp_path_factory):
     """Scheduler + three workers: `wa` offers every backend that builds here, `wb` ONNX Runtime (and OpenVINO at
     other versions: never given this host's jobs), `wt` only one TensorRT engine slot (declared: no GPU here) with
