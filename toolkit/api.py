@@ -334,7 +334,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     ``batch``: ``"1,4,8"`` or ``[1, 4, 8]``, one build per batch size, the batch in the artifact's shape (batch 1 under ``dist``,
     batch B under ``dist/batchB``), reported together; every size judged by the first size's output kinds,
     on the same distinct samples (B to a feed, counted once each), at one precision per target.
-    ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare.
+    ``val_count``: validation samples; ``None`` = 8, or up to 32 when the data has samples to spare, and at
+    least 20 when it has 40 or more (calibration yields: below 20 the policy refuses on one flip).
     ``split``: how ``calib`` is split into calibration and validation (``--split``): ``"shuffle"`` (default,
     seeded; ``"shuffle:7"``), ``"stride"`` or ``"head-tail"``; the indices are recorded in the manifest.
     ``precision``: ``"fp32,int8"`` (each target builds what it offers of the list) or per target

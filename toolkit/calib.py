@@ -124,7 +124,7 @@ def fingerprint(path: str | None, preprocess: Preprocess, shapes: dict[str, list
     h = hashlib.sha256(repr((preprocess.resolved(), sorted(shapes.items()), counts, seed,
                              "random" if not path else "data")).encode())
     if path:
-        h.update(repr(parse_split(split, seed)).encode())
+        h.update(repr((parse_split(split, seed), "val>=20")).encode())
     if path:
         p = Path(path)
         files = sorted(p.rglob("*")) if p.is_dir() else [p]
@@ -204,6 +204,11 @@ def load_data(path: str | None, inputs: list[dict[str, Any]], preprocess: Prepro
         raise CalibrationError(f"{p}: no samples found")
     if auto_val:
         n_val = max(n_val, min(VAL_MAX, len(samples) - n_calib))
+        if n_val < VAL_WARN_BELOW <= len(samples) // 2:
+            # room for 20 held out: below 20 the policy (at most 5% differing) refuses on one flip, so
+            # calibration (--calib-count is "at most") yields to validation
+            n_val = VAL_WARN_BELOW
+            n_calib = min(n_calib, len(samples) - n_val)
     how, split_seed = parse_split(split, seed)
     cal_idx, val_idx, overlap = split_indices(len(samples), n_calib, n_val, how, split_seed)
     val, cal = [samples[i] for i in val_idx], [samples[i] for i in cal_idx]

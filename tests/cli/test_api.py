@@ -210,11 +210,15 @@ def test_dir_lists_the_api_and_public_functions_are_annotated():
 
 def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     """README.md's Python example, its calls as written, in a folder laid out as it assumes: model.onnx,
-    images/, rig.yaml with nuc-01. One change: the shape is ocr-cls's (the README's model takes 224x224)."""
+    images/, rig.yaml with nuc-01. One change: the shape is ocr-cls's (the README's model takes 224x224), and
+    images/ holds what that model reads (text-line pieces: calibrating an orientation classifier on photos,
+    its INT8 was accepted or refused by which photos the split held out)."""
     import shutil
 
     shutil.copy(fixture("ocr-cls"), tmp_path / "model.onnx")
-    (tmp_path / "images").symlink_to(fixture("images"))
+    from edgeopt.fixtures import ocr_lines
+
+    (tmp_path / "images").symlink_to(ocr_lines())  # the model's own kind of images: text-line pieces
     (tmp_path / "rig.yaml").write_text(f"devices:\n  nuc-01: {{transport: local, root: {tmp_path / 'nuc'}}}\n")
     monkeypatch.chdir(tmp_path)
     # --- README.md: "Scripts call the same thing in Python" ---

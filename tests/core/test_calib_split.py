@@ -85,3 +85,15 @@ def test_build_records_the_split_in_the_manifest_and_refuses_a_bad_one(tmp_path)
     assert sp["how"] == "shuffle" and sp["seed"] == 4 and sp["of"] == 48
     assert (sp["calibration"], sp["validation"]) == split_indices(48, 16, 24, "shuffle", 4)[:2]
     assert "(shuffle, seed 4 split)" in ok.stderr and "only 24 validation" not in ok.stderr
+
+
+def test_with_40_samples_or_more_validation_takes_at_least_20(tmp_path):
+    """Below 20 validation samples one differing decision is refused (the README's own 48 text lines gave
+    32 + 16); with room for 20, calibration yields: 28 + 20."""
+    np.savez(tmp_path / "d.npz", x=np.arange(48 * 4, dtype=np.float32).reshape(48, 1, 4))
+    ds = load_data(str(tmp_path / "d.npz"), ONE, None)
+    assert (len(ds.calibration), len(ds.validation)) == (28, 20) and not ds.source.get("data_warnings")
+    ds = load_data(str(tmp_path / "d.npz"), ONE, None, n_calib=32, n_val=16)  # asked for: as asked, warned
+    assert len(ds.validation) == 16 and ds.source["data_warnings"]
+    np.savez(tmp_path / "s.npz", x=np.arange(30 * 4, dtype=np.float32).reshape(30, 1, 4))
+    assert len(load_data(str(tmp_path / "s.npz"), ONE, None).validation) == 8  # no room: as before, warned

@@ -238,7 +238,8 @@ def build_options(f: Callable) -> Callable:
         click.option("--calib-count", type=click.IntRange(min=1), default=32, help="Calibration samples at most."),
         click.option("--val-count", type=click.IntRange(min=1), default=None,
                      help="Validation samples held out [8; up to 32 when --calib has more samples than "
-                          "calibration takes: top-1 agreement on 8 samples moves in 12.5% steps]."),
+                          "calibration takes, and at least 20 when it has 40 or more (calibration then takes "
+                          "fewer): below 20 the accuracy policy refuses on a single differing decision]."),
         click.option("--split", default=None, metavar="HOW",
                      help="How --calib data is split into calibration and validation: shuffle (seeded, "
                           "shuffle:SEED for another seed), stride (evenly spaced) or head-tail (first N "
