@@ -7,6 +7,12 @@ import click
 from ._common import verbosity
 
 
+def _local_db(ctx, param, value):
+    """The rollout journal is local state: a server --db (postgresql://...) keeps it in that URL's spool file."""
+    from edgeopt.results_url import local_db_callback
+
+    return local_db_callback(ctx, param, value)
+
 @click.group("fleet", short_help="What the fleet runs, read from the devices themselves",
              context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
 examples:
@@ -25,7 +31,8 @@ examples:
 @click.option("--devices", "devices_file", required=True, help="Devices YAML or Ansible inventory.")
 @click.option("--limit", multiple=True)
 @click.option("--rollout", "rollout_id", default=None, help="Compare with what this rollout's journal expects.")
-@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True,
+              callback=_local_db)
 @click.option("--parallel", default=16, show_default=True, type=int)
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)

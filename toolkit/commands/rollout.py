@@ -43,6 +43,14 @@ class _DefaultGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
+
+
+def _local_db(ctx, param, value):
+    """The rollout journal is local state: a server --db (postgresql://...) keeps it in that URL's spool file."""
+    from edgeopt.results_url import local_db_callback
+
+    return local_db_callback(ctx, param, value)
+
 @click.group("rollout", cls=_DefaultGroup, epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]},
              short_help="Roll a model version out to a fleet in waves, gated on each device")
 def command() -> None:
@@ -189,7 +197,8 @@ def _print_summary(summary: dict) -> None:
               help="On a halt the failing wave rolls back; earlier waves stay (keep) or roll back too.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (waves, devices, bytes) and change nothing.")
 @click.option("--events", type=click.Path(), help="Append every event as a JSON line to this file.")
-@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Journal / results database.")
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True,
+              callback=_local_db, help="Journal / results database.")
 @click.option("--trust-new-host-keys", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Events as JSON lines on stdout, then the summary as one "
               "line.")
@@ -239,7 +248,8 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
 
 
 @command.command("list")
-@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True,
+              callback=_local_db)
 @click.option("--last", default=20, show_default=True, help="How many rollouts, newest first.")
 @click.option("--json", "as_json", is_flag=True)
 @verbosity
@@ -262,7 +272,8 @@ def list_(db, last, as_json, verbose, quiet) -> int:
 
 @command.command("status")
 @click.argument("rollout_id")
-@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True,
+              callback=_local_db)
 @click.option("--json", "as_json", is_flag=True)
 @verbosity
 def status(rollout_id, db, as_json, verbose, quiet) -> int:
@@ -296,7 +307,8 @@ def status(rollout_id, db, as_json, verbose, quiet) -> int:
 @click.argument("rollout_id")
 @click.option("--approve", is_flag=True, help="Approve the inconclusive latency verdicts that paused the rollout "
               "(those devices go on); later devices pause again on theirs.")
-@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True)
+@click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True,
+              callback=_local_db)
 @click.option("--events", type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 @verbosity
