@@ -222,14 +222,17 @@ def changed_model(src: Path, dst: Path, op: str = "Conv", frac: float = 1 / 3) -
 
 
 def obs_row(name: str, spec: dict, target: str, precision: str, original: Path, changed: Path, victim: str,
-            data: Path) -> dict:
+            data: Path, int8_mode: str | None = None) -> dict:
     edgeopt = str(Path(PY).parent / "edgeopt")
     dist = WORK / "obs-dist"
     log = WORK / f"obs-{name}-{target}-{precision}.log"
     r = child([edgeopt, "build", str(changed), "-t", target, "-p", precision, "--shape", *spec["shape"].split(","),
                "--calib", str(data), "--calib-count", "16", "--val-count", "16", "--dist", str(dist),
-               "--allow-mismatch", "--json", "-q", "--build-timeout", "2400"], log)
-    row = {"model": name, "target": target, "precision": precision, "victim": victim, "build_s": r["wall_s"]}
+               "--allow-mismatch", "--json", "-q", "--build-timeout", "2400",
+               *(["--option", f"int8_mode={int8_mode}"] if int8_mode and target == "mobile" and precision == "int8"
+                 else [])], log)
+    row = {"model": name, "target": target, "precision": precision, "victim": victim, "build_s": r["wall_s"],
+           **({"int8_mode": int8_mode} if int8_mode and target == "mobile" and precision == "int8" else {})}
     try:
         doc = json.loads(r["log"][r["log"].index("{"):])
         res = doc["results"][0]
@@ -294,7 +297,7 @@ def observable(args) -> int:
                 for target in args.targets.split(","):
                     if (name, target, precision) in done:
                         continue
-                    row = obs_row(name, spec, target, precision, original, changed, victim, data)
+                    row = obs_row(name, spec, target, precision, original, changed, victim, data, args.int8_mode)
                     row["kind"] = spec["kind"]
                     rows = [r for r in rows if (r["model"], r["target"], r["precision"]) != (name, target, precision)]
                     rows.append(row)
@@ -333,7 +336,8 @@ def write_observable(rows: list[dict]) -> None:
             table.append({"model": r["model"], "t": f"{r['target']} {r['precision']}", "named": "not built",
                           "jump": r["error"][:160]})
             continue
-        table.append({"model": r["model"], "t": f"{r['target']} {r['precision']}", "victim": f"`{r['victim']}`",
+        table.append({"model": r["model"], "t": f"{r['target']} {r['precision']}"
+                      + (f" ({r['int8_mode']})" if r.get("int8_mode") else ""), "victim": f"`{r['victim']}`",
                       "named": "**yes**" if r.get("named") else "no", "jump": jump(r.get("vs_original")),
                       "own": jump(r.get("vs_own")), "cov": cov(r.get("vs_original")),
                       "policy": (r.get("vs_own") or {}).get("policy") or ""})
@@ -380,6 +384,8 @@ def main() -> int:
     ap.add_argument("--models", default=None, help="--observable: these models only")
     ap.add_argument("--targets", default=",".join(OBS_TARGETS), help="--observable: these targets")
     ap.add_argument("--write-only", action="store_true", help="--observable: render what finished, build nothing")
+    ap.add_argument("--int8-mode", default=None, help="--observable: mobile int8 built with --option int8_mode=MODE "
+                    "(full: the full-integer file, kept with --allow-mismatch where auto ships none)")
     args = ap.parse_args()
     if args.observable:
         return observable(args)
