@@ -145,6 +145,7 @@ def as_initializers(test: str, work: Path) -> Path:
     kept = [i for i in m.graph.input if i.name == keep or i.name in inits]
     del m.graph.input[:]
     m.graph.input.extend(kept)
+    m.ir_version = max(m.ir_version, 4)  # IR < 4 wants every initializer listed as a graph input too
     out = work / "models" / test / "model.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(out))
