@@ -370,7 +370,12 @@ def write_observable(rows: list[dict]) -> None:
             + (" is where the bundle passes the bound against its OWN source too (the quantization alone, upstream "
                "of the changed conv)" if (r.get("vs_own") or {}).get("node") == (r.get("vs_original") or {}).get("node")
                else "") for r in rows if not r.get("named") and not r.get("error")) + "."
-        if any(not r.get("named") and not r.get("error") for r in rows) else ""])
+        if any(not r.get("named") and not r.get("error") for r in rows) else ""] + ([
+        "", "mobile int8 (full): built with `--int8-mode full` (`--option int8_mode=full`: the full-integer file, kept "
+        "by `--allow-mismatch`) for " + ", ".join(sorted({r["model"] for r in rows if r.get("int8_mode")})) + ", where "
+        "the default `auto` search ships no INT8 file: none of its variants (full-integer, layers kept float, "
+        "dynamic-range) was accepted by the accuracy policy on that model's validation set."]
+        if any(r.get("int8_mode") for r in rows) else []))
     write_section("debug-observable", body)
     print("wrote docs/BENCHMARKS.md (debug-observable)")
 
