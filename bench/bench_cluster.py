@@ -264,7 +264,9 @@ def main() -> int:
             print(body[-1], flush=True)
             Path(tempfile.gettempdir(), f"bench_cluster-{a.parts}.json").write_text(json.dumps(out, indent=2, default=str))
             if a.write:  # after each part: a long part cut short keeps the ones before
-                write_section("cluster" if a.parts != "overhead" else "cluster-overhead", "## Builds on a Dask cluster (bench/bench_cluster.py)\n\n" + "\n".join(
+                title = ("## Builds on a Dask cluster (bench/bench_cluster.py)" if a.parts != "overhead" else
+                         "## Builds on a Dask cluster: overhead per job (bench/bench_cluster.py --parts overhead)")
+                write_section("cluster" if a.parts != "overhead" else "cluster-overhead", title + "\n\n" + "\n".join(
                     [*body, f"Load after the {part} part: {load()}.\n"]))
     return 0
 
