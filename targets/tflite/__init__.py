@@ -249,6 +249,14 @@ class TfliteTarget(Target):
                 return m2
             worst = next((r for o in (h2.get("outputs") or {}).values() for r in o.get("reasons", [])), "failed")
             tried.append(f"{alt}: {worst}")
+            if not tried[:-1] and same_numeric_failure(hc, h2):
+                # The switches address converter *errors* (a layout onnx2tf guessed wrong, an unrolled RNN); the
+                # same wrong numbers from another switch say the graph itself converts wrong: more switches
+                # only cost time (an already-quantized transformer: 15 min of equally wrong files)
+                tried.append("the first retry repeated the same numeric failure, so the other switches were not "
+                             "tried (they address converter errors, not this)")
+                progress(f"the {job.precision} file of {alt} fails the same way ({worst}); not trying more switches")
+                break
         shutil.rmtree(bundle, ignore_errors=True)
         manifest = super().build(job, progress)  # the default conversion, as the bundle to report
         manifest["host_check"]["error"] = (
@@ -522,6 +530,24 @@ def log_tail(path: Path, n: int) -> list[str]:
 
 
 # --- matching the file's tensors to the ONNX tensors ---------------------------------------------
+def same_numeric_failure(a: dict[str, Any], b: dict[str, Any], rel: float = 0.02) -> bool:
+    """Two host checks that failed the same way: the same outputs failing the same metrics, each failing
+    figure within ``rel`` (relative) of the other's -- another conversion, the same wrong numbers."""
+    def failing(hc: dict[str, Any]) -> dict[str, dict[str, float]]:
+        return {n: {k: float(v) for k, v in (o.get("metrics") or {}).items()
+                    if isinstance(v, (int, float)) and k in ("rel_l2", "cosine", "top1", "seq_match", "flip_rate")}
+                for n, o in (hc.get("outputs") or {}).items() if o.get("passed") is False}
+
+    fa, fb = failing(a), failing(b)
+    if not fa or set(fa) != set(fb):
+        return False
+    for n, ma in fa.items():
+        keys = set(ma) & set(fb[n])
+        if not keys or any(abs(ma[k] - fb[n][k]) > rel * max(abs(ma[k]), abs(fb[n][k]), 1e-6) for k in keys):
+            return False
+    return True
+
+
 def _alternatives(path: str) -> list[str]:
     """The onnx2tf switches worth a try on this model (``rnn_unroll`` only where it has a recurrent op)."""
     return [alt for alt in ONNX2TF_ALTERNATIVES if alt != "rnn_unroll" or _has_rnn(path)]
