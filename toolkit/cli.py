@@ -194,7 +194,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        import threading
+
+        if any(t.is_alive() and t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+            # Ctrl-C left worker threads blocked on a device (a frozen upload): everything to keep is written
+            # and said; finalizing the interpreter under them crashed (SIGSEGV at exit after `bench`'s summary)
+            import os
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

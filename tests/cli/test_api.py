@@ -179,7 +179,7 @@ def test_an_unknown_keyword_is_a_usage_error_naming_the_closest(built):
     tmp, _ = built
     for call, kw, closest in ((edgeopt.bench, {"durtion": 1}, "duration"),
                               (edgeopt.build, {"precison": "fp32"}, "precision"),
-                              (edgeopt.tune, {"slos": "p99=1ms"}, "slo"),
+                              (edgeopt.tune, {"latency_bounds": "p99=1ms"}, "latency_bound"),
                               (edgeopt.rollout, {"max_fial": "1"}, "max_fail"),
                               (edgeopt.report, {"target": "cpu"}, "targets")):
         args = {edgeopt.build: (fixture("ocr-cls"), "cpu"), edgeopt.tune: (fixture("ocr-cls"), "cpu"),

@@ -100,7 +100,7 @@ def test_tune_server_picks_on_the_highest_rate_that_keeps_the_slo(tmp_path):
         assert pt["max_qps"] and pt["throughput_ips"] == pt["max_qps"]
     assert res["winners"]["local"]["max_qps"] == max(pt["max_qps"] for pt in res["points"])
     p = _tune("--scenario", "server", cwd=tmp_path)
-    assert p.returncode == 2 and "needs --slo" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "needs --latency-bound" in p.stderr and "Traceback" not in p.stderr
 
 
 # --- device truth and the paired gate it suggests (issue 37, item 5) --------------------------------

@@ -263,7 +263,8 @@ def test_build_int8_with_int8_io_records_quantization_in_io_spec(cls_int8):
     assert res.status == "built", res.error
     m = res.manifest
     assert m["host_check"]["passed"] is True
-    assert m["options"]["io_dtype"] == "int8" and m["options"]["int8"]["chosen"] == "full"
+    # full-integer, or (one decision of 20 more) with the worst layers float: the io is int8 either way
+    assert m["options"]["io_dtype"] == "int8" and m["options"]["int8"]["chosen"] in ("full", "selective")
     x, y = m["io"]["inputs"][0], m["io"]["outputs"][0]
     assert x["artifact_dtype"] == "int8" and y["artifact_dtype"] == "int8"
     scale, zp = x["quant"]
