@@ -33,6 +33,15 @@ _BAD_INPUT = ("password authentication failed", "no password supplied", "does no
               "certificate", "sslmode value")
 
 
+
+def _dropped(exc: BaseException) -> bool:
+    """A connection that was made and then dropped (terminated by an administrator, closed by a restarting
+    server) -- worth a fresh one at once; not a server that refuses or cannot be reached at all."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return bool(getattr(exc, "connection_invalidated", False)) or any(
+        w in text for w in ("terminating connection", "closed the connection", "server closed", "connection lost",
+                            "consuming input failed"))
+
 class _PgRows:
     dialect = "postgresql"
 
@@ -85,7 +94,15 @@ class PgResultsDB(ResultsDB):
         self._engine = sa.create_engine(spec.url, pool_pre_ping=True, pool_size=2, max_overflow=2,
                                         connect_args={"connect_timeout": 10, "application_name": "edgeopt"})
         try:
-            self._migrate()
+            for attempt in range(RETRIES):
+                try:
+                    self._migrate()
+                    break
+                except sa.exc.DBAPIError as exc:  # a connection dropped while opening (a server restarting, an
+                    if attempt == RETRIES - 1 or not _dropped(exc):  # admin terminating it): a fresh one
+                        raise
+                    self.retries += 1
+                    time.sleep(0.2 * 2 ** attempt)
         except sa.exc.DBAPIError as exc:
             self._engine.dispose()
             if _is_bad_input(exc):
