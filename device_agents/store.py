@@ -379,8 +379,9 @@ def _writers(top: Path, any_use: bool = False) -> list[dict[str, str]]:
                     flags = int(re.search(r"^flags:\s*([0-7]+)", f.read(), re.M).group(1), 8)
             except (OSError, AttributeError, ValueError):
                 flags = os.O_RDWR  # cannot tell: assume the worst
-            if any_use or flags & (os.O_WRONLY | os.O_RDWR):
-                add(target, pid, "open for writing" if flags & (os.O_WRONLY | os.O_RDWR) else "open")
+            writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
+            if any_use or writing:
+                add(target, pid, "open for writing" if writing else "open")
         try:
             with open(f"/proc/{pid}/maps") as f:
                 maps = f.read()
@@ -391,32 +392,9 @@ def _writers(top: Path, any_use: bool = False) -> list[dict[str, str]]:
             if len(parts) < 6:
                 continue
             target = parts[5][:-10] if parts[5].endswith(" (deleted)") else parts[5]  # (3.8: no removesuffix)
-            if target.startswith(prefix) and (any_use or ("w" in parts[1] and "s" in parts[1])):
-                add(target, pid, "mapped shared and writable" if "w" in parts[1] and "s" in parts[1] else "mapped")
-    return found
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:  # gone, or another user's process we may not look into
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if not target.startswith(prefix):
-                continue
-            try:
-                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                    flags = int(re.search(r"^flags:\s*([0-7]+)", f.read(), re.M).group(1), 8)
-            except (OSError, AttributeError, ValueError):
-                flags = os.O_RDWR  # cannot tell: assume the worst
-            if flags & (os.O_WRONLY | os.O_RDWR):
-                found.append({"file": Path(target).relative_to(top).as_posix(),
-                              "problem": f"still open for writing by process {pid} (an upload that has not "
-                                         "ended?); its bytes could change after they were checked"})
+            shared_writable = "w" in parts[1] and "s" in parts[1]
+            if target.startswith(prefix) and (any_use or shared_writable):
+                add(target, pid, "mapped shared and writable" if shared_writable else "mapped")
     return found
 
 

@@ -16,6 +16,30 @@ import time
 from tests.devices.conftest import device_entry, known_hosts, write_inventory
 
 
+def _freeze_when_uploading(root, frozen, stopped: list[int]) -> None:
+    """SIGSTOP the sshd session processes of ``frozen`` once an upload appears under ``root/staging``."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        staging = root / "staging"
+        if staging.is_dir() and any(staging.iterdir()):
+            for pid in frozen.descendants():
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except ProcessLookupError:
+                    pass
+            return
+        time.sleep(0.01)
+
+
+def _thaw(stopped: list[int]) -> None:
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_frozen_upload_is_given_up_at_its_deadline(ssh_env, big_bundle, tmp_path):
     frozen = ssh_env.make("frozen")
     kh = known_hosts(tmp_path / "known_hosts", frozen)
@@ -24,21 +48,7 @@ def test_a_frozen_upload_is_given_up_at_its_deadline(ssh_env, big_bundle, tmp_pa
                                                                 transfer_stall_timeout=2)})
     stopped: list[int] = []
 
-    def freeze_when_uploading() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            staging = root / "staging"
-            if staging.is_dir() and any(staging.iterdir()):
-                for pid in frozen.descendants():
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                        stopped.append(pid)
-                    except ProcessLookupError:
-                        pass
-                return
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=freeze_when_uploading, daemon=True)
+    watcher = threading.Thread(target=_freeze_when_uploading, args=(root, frozen, stopped), daemon=True)
     watcher.start()
     t0 = time.monotonic()
     try:
@@ -48,11 +58,7 @@ def test_a_frozen_upload_is_given_up_at_its_deadline(ssh_env, big_bundle, tmp_pa
         took = time.monotonic() - t0
     finally:
         watcher.join(5)
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _thaw(stopped)
         frozen.kill()
     assert stopped, "the upload finished before the freeze: the test did not test anything"
     out = p.stdout + p.stderr
@@ -75,21 +81,7 @@ def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ss
         "stuck": device_entry(ssh_env, frozen, root, kh, target="cpu", transfer_stall_timeout=300)})
     stopped: list[int] = []
 
-    def freeze_when_uploading() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            staging = root / "staging"
-            if staging.is_dir() and any(staging.iterdir()):
-                for pid in frozen.descendants():
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                        stopped.append(pid)
-                    except ProcessLookupError:
-                        pass
-                return
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=freeze_when_uploading, daemon=True)
+    watcher = threading.Thread(target=_freeze_when_uploading, args=(root, frozen, stopped), daemon=True)
     watcher.start()
     p = subprocess.Popen([sys.executable, "-m", "edgeopt", "push", "--dist", str(big_bundle.parent.parent),
                           "--devices", str(tmp_path / "inv.yaml")], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -105,11 +97,7 @@ def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ss
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=150)  # far below the 300 s stall deadline it would otherwise wait for
     finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _thaw(stopped)
         frozen.kill()
         if p.poll() is None:
             p.kill()
@@ -132,21 +120,7 @@ def test_ctrl_c_during_bench_stops_at_once_and_names_the_device_that_finished(ss
         "stuck": device_entry(ssh_env, frozen, root, kh, target="cpu", transfer_stall_timeout=300)})
     stopped: list[int] = []
 
-    def freeze_when_uploading() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            staging = root / "staging"
-            if staging.is_dir() and any(staging.iterdir()):
-                for pid in frozen.descendants():
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                        stopped.append(pid)
-                    except ProcessLookupError:
-                        pass
-                return
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=freeze_when_uploading, daemon=True)
+    watcher = threading.Thread(target=_freeze_when_uploading, args=(root, frozen, stopped), daemon=True)
     watcher.start()
     p = subprocess.Popen([sys.executable, "-m", "edgeopt", "bench", "--dist", str(big_bundle.parent.parent),
                           "--devices", str(tmp_path / "inv.yaml"), "--duration", "0.2", "--min-iters", "5",
@@ -169,11 +143,7 @@ def test_ctrl_c_during_bench_stops_at_once_and_names_the_device_that_finished(ss
         took = time.monotonic() - t0
         reader.join(10)
     finally:
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        _thaw(stopped)
         frozen.kill()
         if p.poll() is None:
             p.kill()
