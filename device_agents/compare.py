@@ -139,7 +139,8 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     ``"probability@0.2"`` (class probabilities the application thresholds at 0.2), ``"detection@416x416"``
     (a YOLOX head on that input size), ``"detection@yolov8"`` / ``"detection@yolov5"`` (a YOLOv5/v8/v11 head:
     ``[4 + classes, anchors]`` or ``[anchors, 4 (+1) + classes]``), ``"detection@yolov10"`` (``@end2end``: a
-    YOLOv10 / YOLO26 end-to-end output ``[1, 300, 6]``), ``"label"`` (integer class ids), ``"regression@48"`` (errors also reported
+    YOLOv10 / YOLO26 end-to-end output ``[1, 300, 6]``), ``"label"`` (integer class ids), ``"dense@probability"`` (a map of probabilities in [0, 1]: a
+    text detector's), ``"regression@48"`` (errors also reported
     in the unit of that scale, e.g. pixels of a 48-px crop for normalised landmarks) or a dict ``{"kind": ...,
     "axis"|"threshold"|"input_hw"|"format"|"scale": ...}`` -> the dict form; ValueError for an unknown kind."""
     if spec is None:
@@ -171,6 +172,10 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
                              "or a YOLO head's format (detection@yolov8, detection@yolov5, detection@yolov10), "
                              f"not {spec!r}")
         return {"kind": "detection", "format": "yolox", "input_hw": hw}
+    if kind == "dense" and param:  # dense@probability: a map of probabilities (judged with [0, 1]'s floor)
+        if param.lower() not in ("probability", "prob"):
+            raise ValueError(f"output kind dense takes @probability (a map of probabilities), not {spec!r}")
+        return {"kind": "dense", "range": "probability"}
     if param and kind == "probability":  # one threshold, or the application's bands: probability@0.2/0.8
         try:
             ts = sorted(float(t) for t in param.replace("|", "/").split("/"))
@@ -395,6 +400,8 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
             return {"kind": "regression", "guess": "coordinates"}  # landmarks in the input's pixels
         return {"kind": "classification", "axis": 1, "guess": "shape"}  # [1, classes] logits
     if len(per) >= 3:
+        if producer == "Sigmoid":  # a probability per pixel (a text detector's map): [0, 1]'s rounding floor
+            return {"kind": "dense", "range": "probability"}
         return {"kind": "dense"}
     return {"kind": "regression"}
 
@@ -479,19 +486,32 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     elif name == "decision":
         m.update(decision_metrics(out, ref, k.get("threshold")))
         if 0 < m["threshold"] < 1 and r.size and 0 <= r.min() and r.max() <= 1:
-            # Probabilities: a wake-word score of 1e-5 that reads 1.006e-5 is float32's rounding, not an
-            # error, yet its rel_l2 is 2e-3 (> FP32's 1e-3). Relative to at least 1e-3 of the [0, 1] scale.
-            floor = PROBABILITY_FLOOR * math.sqrt(r.size)
-            if rn < floor:
-                m["rel_l2"], m["rel_l2_floor"] = float(np.linalg.norm(diff) / floor), PROBABILITY_FLOOR
+            _probability_floor(m, diff, rn, r.size)
     elif name == "embedding":
         m.update(embedding_metrics(out, ref))
     elif name == "dense":
         m.update(column_metrics(out, ref))
+        if k.get("range") == "probability" and r.size and 0 <= r.min() and r.max() <= 1:
+            _probability_floor(m, diff, rn, r.size)
     elif name == "detection":
         m.update(column_metrics(out, ref))
         m.update(detection_metrics(out, ref, k))
     return m
+
+
+def _probability_floor(m: dict[str, float], diff: np.ndarray, rn: float, size: int) -> None:
+    """Probabilities near 0: a wake-word score of 1e-5 that reads 1.006e-5, or a text detector's map of a
+    page with no text (every pixel ~1e-7), differ by float32's rounding, not by an error, yet their rel_l2
+    is 1e-3..1e-2 (> FP32's 1e-3) and their cosine 0.9999.  Both are taken relative to at least
+    ``PROBABILITY_FLOOR`` of the [0, 1] scale (RMS); the raw figures stay as ``*_raw``.  The floored
+    cosine is the one equal norms would give at that rel_l2 (1 - rel_l2^2 / 2)."""
+    floor = PROBABILITY_FLOOR * math.sqrt(size)
+    if rn >= floor:
+        return
+    rel = float(np.linalg.norm(diff) / floor)
+    m["rel_l2_raw"], m["cosine_raw"] = m["rel_l2"], m["cosine"]
+    m["rel_l2"], m["rel_l2_floor"] = rel, PROBABILITY_FLOOR
+    m["cosine"] = max(m["cosine"], 1.0 - rel * rel / 2)
 
 
 def label_metrics(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
