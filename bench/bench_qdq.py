@@ -89,8 +89,10 @@ def imagenet_job(work: Path) -> tuple[dict | None, str]:
 
     inp = onnx.load(str(model), load_external_data=False).graph.input[0]
     shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-    return {"model": str(model), "calib": str(calib), "shapes": {inp.name: shape}, "options": {}, "n_val": None,
-            "n_calib": 32}, ""
+    # photos.npz is ordered calibration photos first, validation photos last (several views of each photo):
+    # the head/tail split keeps the photos disjoint, where a shuffle would put views of one photo on both sides
+    return {"model": str(model), "calib": str(calib), "shapes": {inp.name: shape}, "options": {"split": "head-tail"},
+            "n_val": None, "n_calib": 32}, ""
 
 
 def model_jobs(work: Path, names: list[str]) -> tuple[dict[str, dict], str | None]:

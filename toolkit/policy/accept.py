@@ -26,8 +26,22 @@ from typing import Any
 
 from edgeopt.policy.gatefile import GateSpec, load_gate
 
+
+def _rules_rev() -> str:
+    """The rule's revision: a hash of the code that judges (this module and the agent's ``compare``), so an
+    outcome cached under an earlier rule -- a refusal included -- is judged again after any change to it."""
+    import hashlib
+
+    import edgeopt_agent.compare as compare
+
+    h = hashlib.sha256()
+    for f in (__file__, compare.__file__):
+        h.update(Path(f).read_bytes())
+    return "policy-1:" + h.hexdigest()[:12]
+
+
 # In every build's cache key: an outcome judged under an earlier rule is judged again.
-REV = "policy-1"
+REV = _rules_rev()
 Z95 = 1.959963984540054
 
 
