@@ -486,26 +486,29 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     elif name == "decision":
         m.update(decision_metrics(out, ref, k.get("threshold")))
         if 0 < m["threshold"] < 1 and r.size and 0 <= r.min() and r.max() <= 1:
-            _probability_floor(m, diff, rn, r.size)
+            _probability_floor(m, diff, rn, r)
     elif name == "embedding":
         m.update(embedding_metrics(out, ref))
     elif name == "dense":
         m.update(column_metrics(out, ref))
         if k.get("range") == "probability" and r.size and 0 <= r.min() and r.max() <= 1:
-            _probability_floor(m, diff, rn, r.size)
+            _probability_floor(m, diff, rn, r)
     elif name == "detection":
         m.update(column_metrics(out, ref))
         m.update(detection_metrics(out, ref, k))
     return m
 
 
-def _probability_floor(m: dict[str, float], diff: np.ndarray, rn: float, size: int) -> None:
+def _probability_floor(m: dict[str, float], diff: np.ndarray, rn: float, r: np.ndarray) -> None:
     """Probabilities near 0: a wake-word score of 1e-5 that reads 1.006e-5, or a text detector's map of a
     page with no text (every pixel ~1e-7), differ by float32's rounding, not by an error, yet their rel_l2
-    is 1e-3..1e-2 (> FP32's 1e-3) and their cosine 0.9999.  Both are taken relative to at least
-    ``PROBABILITY_FLOOR`` of the [0, 1] scale (RMS); the raw figures stay as ``*_raw``.  The floored
-    cosine is the one equal norms would give at that rel_l2 (1 - rel_l2^2 / 2)."""
-    floor = PROBABILITY_FLOOR * math.sqrt(size)
+    is 1e-3..1e-2 (> FP32's 1e-3) and their cosine 0.9999.  They are taken relative to at least
+    ``PROBABILITY_FLOOR`` of the [0, 1] scale (RMS for rel_l2, the largest value for max_abs_norm); the raw
+    figures stay as ``*_raw``.  The floored cosine is the one equal norms would give at that rel_l2
+    (1 - rel_l2^2 / 2)."""
+    if r.size and float(np.max(np.abs(r))) < PROBABILITY_FLOOR:
+        m["max_abs_norm_raw"], m["max_abs_norm"] = m["max_abs_norm"], m["max_abs"] / PROBABILITY_FLOOR
+    floor = PROBABILITY_FLOOR * math.sqrt(r.size)
     if rn >= floor:
         return
     rel = float(np.linalg.norm(diff) / floor)
