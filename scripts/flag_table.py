@@ -16,7 +16,8 @@ import edgeopt
 from edgeopt.cli import COMMANDS, _load
 
 # as in tests/cli/test_api_walk.py
-FUNCTION = {"targets": "list_targets", "rollout start": "rollout", "devices gc": "gc", "debug": "debug_layers"}
+FUNCTION = {"targets": "list_targets", "rollout start": "rollout", "devices gc": "gc", "debug": "debug_layers",
+            "worker": "start_worker"}
 
 
 def _api_keyword(path: str, kw: str) -> str:

@@ -20,11 +20,15 @@ API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "quer
        "baseline_show", "baseline_export", "baseline_import", "history", "change_points", "parse_duration",
        "rollback", "RollbackResult", "RollbackDevice", "run", "RunResult", "debug_layers", "fleet_status", "FleetStatus",
        "rollout_list", "rollout_status", "rollout_resume", "cache_list", "cache_clean", "devices", "ocr_check",
-       "find_max_qps")
+       "find_max_qps", "export", "results_sync", "results_info", "cluster_status", "start_worker")
+# the typed results (edgeopt.api_types), importable from the package too
+TYPES = ("GateResult", "GateDevice", "GateVerdict", "RolloutSummary", "RolloutWave", "RolloutOutcome", "RolloutPlan",
+         "InspectResult", "TargetSupport", "TritonExportResult", "MlflowExportResult", "ResultsSyncResult",
+         "ResultsInfo", "ClusterStatus", "ClusterWorker", "WorkerProcess")
 # the exceptions the API raises (edgeopt.errors), importable from the package too
 ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
           "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "RolloutHalted", "Inconclusive")
-__all__ = ["__version__", *API, *ERRORS]
+__all__ = ["__version__", *API, *TYPES, *ERRORS]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from edgeopt import api
 
         return getattr(api, name)
+    if name in TYPES:
+        from edgeopt import api_types
+
+        return getattr(api_types, name)
     if name in ERRORS:
         from edgeopt import errors
 

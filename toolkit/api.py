@@ -46,6 +46,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from edgeopt.errors import BuildFailed, DeviceError, EdgeoptError, GoalNotMet, UsageError, user_text
 
 if TYPE_CHECKING:
+    from edgeopt.api_types import (
+        ClusterStatus,
+        GateResult,
+        InspectResult,
+        MlflowExportResult,
+        ResultsInfo,
+        ResultsSyncResult,
+        RolloutPlan,
+        RolloutSummary,
+        TritonExportResult,
+        WorkerProcess,
+    )
     from edgeopt.cache import CacheEntry
     from edgeopt.debug import DebugResult
     from edgeopt.deploy import PushResult
@@ -191,11 +203,14 @@ def envelope(kind: str, body: Any) -> dict[str, Any]:
 
 @_api()
 def inspect(model: str | os.PathLike, config: str | None = None,
-            shape: dict[str, list[int]] | list[str] | str | None = None) -> dict[str, Any]:
-    """What is in the model and which targets can take it (``edgeopt inspect``); ``shape`` as ``--shape``.
+            shape: dict[str, list[int]] | list[str] | str | None = None) -> InspectResult:
+    """What is in the model and which targets can take it (``edgeopt inspect``); ``shape`` as ``--shape`` ->
+    ``edgeopt.api_types.InspectResult`` (inputs, outputs, op histogram, parameters, ``flops``, ``support`` per
+    target; ``to_dict()`` is ``edgeopt inspect --json``, and ``info["support"]`` still reads it as that dict).
 
         info = edgeopt.inspect("model.onnx", shape="x:1x3x224x224")
-        print([r["target"] for r in info["support"] if r["supported"]], info["flops"])"""
+        print(info.supported_targets, info.flops, [(t.name, t.shape) for t in info.inputs])"""
+    from edgeopt.api_types import inspect_result
     from edgeopt.model import inspect as _inspect
 
     info = _inspect(model)
@@ -210,7 +225,7 @@ def inspect(model: str | os.PathLike, config: str | None = None,
 
         out["shapes"] = static
         out["flops"] = flops_for(model, static)
-    return out
+    return inspect_result(out)
 
 
 def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]:
@@ -1025,10 +1040,10 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
          limit: str | list[str] | None = None, label: str | list[str] | None = None, gate: str | None = None,
          budget: str | float = "60s", on_inconclusive: str = "pause", db: str | None = "edgeopt-results.db",
          trust_new_host_keys: bool = False, progress: Progress = _quiet, raise_on_failure: bool = True,
-         junit: str | None = None, md: str | None = None, raw: str | None = None, **build: Any) -> dict[str, Any]:
-    """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> the gate's result:
+         junit: str | None = None, md: str | None = None, raw: str | None = None, **build: Any) -> GateResult:
+    """Did CANDIDATE regress against BASELINE on the rig? (``edgeopt gate``) -> ``edgeopt.api_types.GateResult``:
     ``verdict`` (pass/regressed/improved/inconclusive/error), ``exit_code``, per device the verdicts
-    with ratios and intervals. BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
+    with ratios and intervals (``res.devices[0].verdicts[0].ratio``; ``to_dict()`` is ``edgeopt gate --json``). BASELINE: a bundle folder (paired, interleaved) or ``results:NAME`` (a
     stored baseline: unpaired). The rig file's ``rig:`` policy applies (health, prepare/restore, power
     cycle, quarantine). ``on_inconclusive``: ``pause`` (exit 6) | ``fail`` (exit 5) | ``pass`` (exit 0)
     folds the exit code (``exit6`` is the old spelling of ``pause``).
@@ -1043,6 +1058,7 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
             edgeopt.gate("dist/new/cls/cpu-int8", "dist/old/cls/cpu-int8", devices="rig.yaml", budget="60s")
         except edgeopt.GateFailed as err:
             raise SystemExit(f"regressed: {err}")"""
+    from edgeopt.api_types import gate_result
     from edgeopt.commands.gate import check_output_files
     from edgeopt.hil.gate import gate as _gate
     from edgeopt.hil.junit import write_outputs
@@ -1052,13 +1068,14 @@ def gate(candidate: str | os.PathLike, baseline: str | os.PathLike, devices: str
                 trust_new_host_keys, progress, **build)
     if junit or md or raw:
         write_outputs(res, junit, md, raw)
-    err = gate_failure(res)
+    typed = gate_result(res)
+    err = gate_failure(typed)
     if raise_on_failure and err is not None:
         raise err
-    return res
+    return typed
 
 
-def gate_failure(res: dict[str, Any]) -> EdgeoptError | None:
+def gate_failure(res: GateResult | dict[str, Any]) -> EdgeoptError | None:
     """A finished gate's result as the error its exit code means: 5 ``GateFailed``, 6 ``Inconclusive``, 4
     ``DeviceError`` (each with the result as ``err.result``); None when it exits 0."""
     from edgeopt.errors import (
@@ -1251,10 +1268,12 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             label: str | list[str] | None = None, dry_run: bool = False,
             db: str = "edgeopt-results.db", on_event: Callable[[dict], None] | None = None,
             progress: Progress = _quiet, eval: str | os.PathLike | None = None, eval_max_drop: float = 0.01,
-            raise_on_failure: bool = True, events: str | os.PathLike | None = None, **options: Any) -> dict[str, Any]:
-    """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) -> the summary
-    (``status`` done/halted/paused, waves with each device's outcome, rolled-back devices); with
-    ``dry_run`` the plan (waves, devices, bytes) and nothing changed. ``label``: only devices with one of
+            raise_on_failure: bool = True, events: str | os.PathLike | None = None,
+            **options: Any) -> RolloutSummary | RolloutPlan:
+    """Ship BUNDLES to the fleet in waves, gated on each device (``edgeopt rollout``) ->
+    ``edgeopt.api_types.RolloutSummary`` (``status`` done/halted/paused, ``waves`` with each device's outcome,
+    ``rolled_back``); with ``dry_run`` a ``RolloutPlan`` (waves of devices, ``bytes``) and nothing changed.
+    ``to_dict()`` is what ``--json`` prints. ``label``: only devices with one of
     these labels (as ``select=["label=L"]``). ``options``: those of ``rollout_options`` (gate, budget,
     max_fail, parallel, bake, health_watch, on_inconclusive pause|fail|pass, on_halt, fleet_engine, device_budget …).
     ``eval``: a labelled ``.npz`` scored on each device beside the incumbent (``edgeopt.fleet.evalset``);
@@ -1268,6 +1287,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
         done = edgeopt.rollout("dist/new/cls", "fleet.yaml", waves="1,10%,100%", max_fail="5%", gate="gate.yaml")"""
     from pathlib import Path
 
+    from edgeopt.api_types import rollout_plan, rollout_summary
     from edgeopt.fleet.journal import Journal
     from edgeopt.fleet.rollout import run_rollout
 
@@ -1280,7 +1300,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
 
         opts.eval_set = load_eval(eval, list({b.bundle_id: b for b in bmap.values()}.values()), eval_max_drop)
     if dry_run:
-        return {**plan.as_dict(), "bytes": sum(w["bytes"] for wave in plan.waves for w in wave)}
+        return rollout_plan({**plan.as_dict(), "bytes": sum(w["bytes"] for wave in plan.waves for w in wave)})
     bl = [bundles] if isinstance(bundles, (str, os.PathLike)) else list(bundles)
     spec = {"bundles": [str(Path(b).resolve()) for b in bl],
             "devices": "local" if str(devices) == "local" else str(Path(devices).resolve()),
@@ -1293,7 +1313,7 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
             "engine": opts.engine, "step_timeout": opts.step_timeout_s, "retries": opts.retries,
             "eval": str(Path(eval).resolve()) if eval is not None else None, "eval_max_drop": eval_max_drop}
     with Journal(db, _with_events_file(on_event, events)) as j:
-        summary = run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress)
+        summary = rollout_summary(run_rollout(plan, devmap, bmap, opts, j, spec=spec, progress=progress))
     err = rollout_failure(summary)
     if raise_on_failure and err is not None:
         raise err
@@ -1320,7 +1340,7 @@ def _with_events_file(on_event: Callable[[dict], None] | None, events: str | os.
     return both
 
 
-def rollout_failure(summary: dict[str, Any]) -> EdgeoptError | None:
+def rollout_failure(summary: RolloutSummary | dict[str, Any]) -> EdgeoptError | None:
     """A finished rollout's summary as the error the CLI exits with: halted with a device's gate or check
     failed ``RolloutHalted`` (5), halted on device failures only ``DeviceError`` (4), paused ``Inconclusive``
     (6), any other status not ``done`` an internal ``EdgeoptError`` (1); None when done."""
@@ -1642,9 +1662,10 @@ def rollout_status(rollout_id: str, db: str = "edgeopt-results.db") -> dict[str,
 @_api()
 def rollout_resume(rollout_id: str, approve: bool = False, db: str = "edgeopt-results.db",
                    events: str | os.PathLike | None = None, on_event: Callable[[dict], None] | None = None,
-                   progress: Progress = _quiet, raise_on_failure: bool = True) -> dict[str, Any]:
-    """Finish a rollout that paused or whose host died (``edgeopt rollout resume ID``): installs exactly the
-    planned bundles kept with the journal; ``approve`` approves the inconclusive verdicts that paused it.
+                   progress: Progress = _quiet, raise_on_failure: bool = True) -> RolloutSummary:
+    """Finish a rollout that paused or whose host died (``edgeopt rollout resume ID``) -> a ``RolloutSummary``
+    as :func:`rollout`'s: installs exactly the planned bundles kept with the journal; ``approve`` approves the
+    inconclusive verdicts that paused it.
     Raises as :func:`rollout` does (``RolloutHalted``, ``DeviceError``, ``Inconclusive``) with the summary as
     ``err.result`` unless ``raise_on_failure=False``.
 
@@ -1694,7 +1715,10 @@ def rollout_resume(rollout_id: str, approve: bool = False, db: str = "edgeopt-re
             j.event(rollout_id, None, d, "approve", "ok", {"reason": "resume --approve: this device's inconclusive "
                                                            "latency verdict is approved"})
         j.set_status(rollout_id, "running", {"resumed": True, "approved": sorted(approved)})
-        summary = run_rollout(plan, inv, bmap, opts, j, rollout_id=rollout_id, done=done, progress=progress)
+        from edgeopt.api_types import rollout_summary
+
+        summary = rollout_summary(run_rollout(plan, inv, bmap, opts, j, rollout_id=rollout_id, done=done,
+                                              progress=progress))
     err = rollout_failure(summary)
     if raise_on_failure and err is not None:
         raise err
@@ -1914,3 +1938,192 @@ def run(model: str | os.PathLike, targets: str | list[str], devices: str | os.Pa
         raise DeviceError(f"{sum(not r.ok for r in res.records)} of {len(res.records)} run(s) failed",
                           hint="the RunResult is err.result", result=out)
     return out
+
+
+# --- export, results database, build cluster, worker ---------------------------------------------------------
+
+
+def _ints(value: str | int | Iterable[int] | None, what: str) -> tuple[int, ...]:
+    """``"4,8"``, ``8`` or ``[4, 8]`` -> ``(4, 8)``; a non-integer is a UsageError naming the flag."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    items = [p for item in ([value] if isinstance(value, str) else list(value)) for p in str(item).split(",")]
+    try:
+        return tuple(int(v) for v in items if v.strip())
+    except ValueError:
+        raise UsageError(f"{what} takes comma-separated integers, got {value!r}") from None
+
+
+@_api()
+def export(format: str, bundle: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+           tracking_uri: str | None = None, experiment: str | None = None, db: str | None = None,
+           model: str | None = None, device: str | None = None, since: str | None = None, run: str | None = None,
+           name: str | None = None, max_batch: int | None = None, queue_delay_us: int = 100,
+           preferred_batch: str | list[int] | None = None, no_dynamic_batching: bool = False, instances: int = 1,
+           gpus: str | list[int] | None = None, engine_file: str | os.PathLike | None = None, version: int = 1,
+           force: bool = False, progress: Progress = _quiet) -> TritonExportResult | MlflowExportResult:
+    """Export a TensorRT bundle as a Triton model repository entry, or the results database's records as MLflow
+    runs (``edgeopt export triton|mlflow``).
+
+    ``format="triton"``: BUNDLE and ``out`` (the model repository folder) -> ``TritonExportResult`` (the
+    ``model_dir`` written, ``config``, ``next_steps``); ``name``, ``max_batch``, ``queue_delay_us``,
+    ``preferred_batch``, ``no_dynamic_batching``, ``instances``, ``gpus``, ``engine_file`` (an engine built for
+    the serving GPU, copied in), ``version``, ``force`` as the flags. ``format="mlflow"``: ``tracking_uri``
+    (else ``$MLFLOW_TRACKING_URI``), ``experiment``, and the records of ``db`` filtered by ``model``, ``device``,
+    ``since``, ``run`` -> ``MlflowExportResult`` (``exported``, ``skipped``). Bad input is a ``UsageError``
+    (exit 2), a refusing or unreachable server a ``DeviceError`` (exit 4).
+
+        res = edgeopt.export("triton", "dist/resnet/h100-fp16", out="model_repository", max_batch=32)
+        print(res.model_dir, res.next_steps[0])"""
+    from edgeopt.api_types import MlflowExportResult, TritonExportResult
+
+    if format not in ("triton", "mlflow"):
+        close = difflib.get_close_matches(str(format), ["triton", "mlflow"], n=1)
+        raise UsageError(f"export format {format!r}: not triton or mlflow"
+                         + (f"; did you mean {close[0]!r}?" if close else ""))
+    if format == "mlflow":
+        from edgeopt.results import ResultsDB
+        from edgeopt.results_mlflow import export as _export
+        from edgeopt.results_url import exists, parse
+
+        if bundle:
+            raise UsageError("export mlflow takes no BUNDLE: it exports the results database's records (--db)")
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            raise UsageError("export mlflow needs --tracking-uri URL (or MLFLOW_TRACKING_URI)")
+        if not exists(db):
+            raise UsageError(f"no results database at {parse(db).shown!r}", hint="pass --db, or bench first")
+        with ResultsDB(db, create=False) as rdb:
+            records = rdb.query(model=model, device=device, since=since, run_id=run, annotate=True)
+        if not records:
+            raise UsageError("no records to export" + (" matching the filters" if any((model, device, since, run))
+                                                        else ""))
+        res = _export(records, uri, experiment, progress=None if progress is _quiet else progress)
+        return MlflowExportResult(tracking_uri=uri, exported=int(res["exported"]), skipped=int(res["skipped"]),
+                                  batches=int(res["batches"]),
+                                  experiments={str(k): str(v) for k, v in res["experiments"].items()}, raw=res)
+    from edgeopt.triton import TritonOptions, export_triton
+
+    if not bundle or not out:
+        raise UsageError("export triton takes a BUNDLE and --out DIR")
+    for flag, v, low in (("--max-batch", max_batch, 0), ("--queue-delay-us", queue_delay_us, 0),
+                         ("--instances", instances, 1), ("--version", version, 1)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise UsageError(f"{flag} must be an integer >= {low}, got {v!r}")
+    opts = TritonOptions(name=name, max_batch=max_batch, dynamic_batching=not no_dynamic_batching,
+                         queue_delay_us=int(queue_delay_us),
+                         preferred_batch=_ints(preferred_batch, "--preferred-batch"), instances=int(instances),
+                         gpus=_ints(gpus, "--gpus"), engine=str(engine_file) if engine_file else None,
+                         version=int(version), force=force)
+    res = export_triton(bundle, out, opts)
+    return TritonExportResult(model_dir=res.model_dir, config=res.config, config_text=res.config_text,
+                              engine_copied=res.engine_copied, next_steps=tuple(res.next_steps),
+                              raw={"model_dir": str(res.model_dir), "config": res.config,
+                                   "engine_copied": res.engine_copied, "next_steps": list(res.next_steps)})
+
+
+@_api()
+def results_sync(db: str | None = None) -> ResultsSyncResult:
+    """Upload the records spooled while the results server could not be reached, each once, and empty the spool
+    (``edgeopt results sync``) -> ``ResultsSyncResult`` (``uploaded``, ``duplicates``, ``rows`` on the server).
+    ``db``: the server (``postgresql://user@host:port/db``; else ``$EDGEOPT_DB``); a local file is a
+    ``UsageError`` (nothing to sync), an unreachable server a ``DeviceError`` (exit 4).
+
+        res = edgeopt.results_sync("postgresql://rig@results.lab:5432/edgeopt")
+        print(res.uploaded, "uploaded;", res.rows, "on the server")"""
+    from edgeopt.api_types import ResultsSyncResult
+    from edgeopt.results import ResultsDB
+    from edgeopt.results_url import parse
+
+    spec = parse(db)
+    if not spec.is_server:
+        raise UsageError(f"--db {spec.shown!r} is a local file: there is nothing to sync",
+                         hint="give the server: --db postgresql://user@host:port/dbname (or EDGEOPT_DB)")
+    # create=False: an unreachable server is exit 4 in one line (not a spool); opening it uploads the spool
+    with ResultsDB(db, create=False) as rdb:
+        rdb.sync()
+        res = {"uploaded": rdb.synced, "duplicates": rdb.sync_duplicates, "left": 0, "db": spec.shown,
+               "spool": str(spec.path), "rows": rdb.count()}
+    return ResultsSyncResult(db=spec.shown, spool=str(spec.path), uploaded=int(res["uploaded"]),
+                             duplicates=int(res["duplicates"]), rows=int(res["rows"]), raw=res)
+
+
+@_api()
+def results_info(db: str | None = None) -> ResultsInfo:
+    """Where records go (``edgeopt results info``) -> ``ResultsInfo``: the database (shown without a password),
+    its kind (``db_kind`` sqlite | postgresql) and schema version, how many records, machine identities and rigs it holds, and on a server how
+    many records wait in the local spool. A missing file is a ``UsageError`` (exit 2).
+
+        info = edgeopt.results_info("edgeopt-results.db")
+        print(info.records, info.rigs)"""
+    from edgeopt.api_types import ResultsInfo
+    from edgeopt.results import ResultsDB
+    from edgeopt.results_schema import SCHEMA_VERSION
+    from edgeopt.results_url import parse
+
+    spec = parse(db)
+    # db_kind, not kind: the --json envelope's "kind" says what the object is (results-info)
+    out: dict[str, Any] = {"db": spec.shown, "db_kind": spec.kind, "schema_version": None,
+                           "edgeopt_schema": SCHEMA_VERSION, "records": None, "identities": None, "rigs": None}
+    with ResultsDB(db, create=False) as rdb:
+        out["schema_version"] = rdb.schema_version
+        out["records"] = rdb.count()
+        out["identities"] = int(rdb._rows("SELECT COUNT(DISTINCT identity) FROM runs")[0][0])
+        out["rigs"] = sorted(r[0] for r in rdb._rows("SELECT DISTINCT rig FROM runs WHERE rig IS NOT NULL"))
+        if spec.is_server:
+            out["spool"] = str(spec.path)
+            out["spooled"] = rdb.spool().count() if spec.path.is_file() else 0
+    return ResultsInfo(db=out["db"], db_kind=str(out["db_kind"]), schema_version=out["schema_version"],
+                       edgeopt_schema=int(SCHEMA_VERSION), records=int(out["records"]),
+                       identities=int(out["identities"]), rigs=tuple(out["rigs"]), spool=out.get("spool"),
+                       spooled=out.get("spooled"), raw=out)
+
+
+@_api()
+def cluster_status(scheduler: str | None = None) -> ClusterStatus:
+    """The Dask build cluster behind ``build(scheduler=)`` (``edgeopt cluster status``) -> ``ClusterStatus``:
+    each worker's address, threads, running jobs, what it can build for this host and the converter versions
+    that differ from this host's; ``nobody``: the backends no worker can build. ``scheduler``:
+    ``tcp://HOST:PORT`` or ``tls://HOST:PORT`` (else ``$EDGEOPT_SCHEDULER``); a malformed or missing address is
+    a ``UsageError`` (exit 2), an unreachable scheduler a ``DeviceError`` (exit 4).
+
+        st = edgeopt.cluster_status("tcp://10.0.0.5:8786")
+        print([(w.name, w.builds) for w in st.workers], st.nobody)"""
+    from edgeopt.api_types import cluster_status_of
+    from edgeopt.cluster import connect_timeout, resolve
+    from edgeopt.commands.cluster import status
+
+    address = resolve(scheduler)
+    if address in (None, "auto"):
+        raise UsageError("edgeopt cluster status needs --scheduler tcp://HOST:PORT (or $EDGEOPT_SCHEDULER)")
+    return cluster_status_of(status(address, connect_timeout()))
+
+
+@_api()
+def start_worker(scheduler: str | None = None, nthreads: int = 1, name: str | None = None, only: str | None = None,
+           resources: str | None = None, dry_run: bool = False, dask_args: Iterable[str] = ()) -> WorkerProcess:
+    """Offer this machine's converters to a Dask scheduler for ``build(scheduler=)`` (``edgeopt worker``; ``edgeopt.worker`` is the
+    module a build job runs in, so the function has this name): starts ``dask worker`` as a child process with one resource per backend that can build here and returns
+    a ``WorkerProcess`` (``argv``, ``resources``, ``process``; ``stop()`` ends it). ``dry_run``: the command line
+    only, nothing started. ``only`` cuts the backends offered, ``resources`` adds or sets some
+    (``"tensorrt=1"``), ``dask_args`` go to ``dask worker`` as they are. Bad input (an address, an ``only``
+    backend, a ``resources`` entry, nothing to offer) is a ``UsageError``; dask missing ``MissingDependency``.
+
+        w = edgeopt.start_worker("tcp://10.0.0.5:8786", nthreads=2, only="onnxruntime,openvino")
+        ...  # edgeopt.build(..., scheduler="tcp://10.0.0.5:8786") builds there
+        w.stop()"""
+    import subprocess
+    from importlib.util import find_spec
+
+    from edgeopt.api_types import WorkerProcess
+    from edgeopt.commands.worker import worker_argv
+    from edgeopt.errors import MissingDependency
+
+    url, argv, offer = worker_argv(scheduler, nthreads, name, only, resources, list(dask_args))
+    if dry_run:
+        return WorkerProcess(url, argv, offer)
+    if find_spec("distributed") is None:
+        raise MissingDependency("dask distributed is not installed", hint="pip install 'edgeopt[cluster]'")
+    return WorkerProcess(url, argv, offer, subprocess.Popen(argv))

@@ -69,6 +69,8 @@ def test_errors_are_raised_not_exited(built, tmp_path):
 def test_inspect_takes_shapes_and_lists_support():
     info = edgeopt.inspect(fixture("ocr-cls"), shape="x:1x3x48x192")
     assert info["shapes"] == {"x": [1, 3, 48, 192]} and info["flops"] > 0
+    assert isinstance(info, edgeopt.InspectResult) and info.flops == info["flops"] and info.inputs[0].name == "x"
+    assert "cpu" in info.supported_targets and info.to_dict()["support"] == info["support"]
     assert {r["target"] for r in info["support"]} >= {"cpu", "intel-cpu", "mobile", "jetson-orin"}
 
 
@@ -81,6 +83,7 @@ def test_gate_and_rollout_through_the_api(built, tmp_path):
                                             for i in range(3)))
     plan = edgeopt.rollout(bundle, fleet, waves="1,100%", dry_run=True)
     assert [len(w) for w in plan["waves"]] == [1, 2] and plan["bytes"] > 0
+    assert isinstance(plan, edgeopt.RolloutPlan) and plan.devices == ["d0", "d1", "d2"] and plan.bytes > 0
     assert not any((tmp_path / f"d{i}").exists() for i in range(3))  # a dry run changes nothing
     with pytest.raises(UsageError, match="--max-fail"):
         edgeopt.rollout(bundle, fleet, max_fail="lots")
@@ -90,6 +93,8 @@ def test_gate_and_rollout_through_the_api(built, tmp_path):
                        gate=str(same_speed_gate(tmp_path)), raise_on_failure=False)  # inconclusive: returned
     assert res["schema"] == "edgeopt/v1" and res["kind"] == "gate" and [d["device"] for d in res["devices"]] == ["d0"]
     assert res["verdict"] in ("pass", "inconclusive") and res["exit_code"] in (0, 6)
+    assert isinstance(res, edgeopt.GateResult) and res.devices[0].device == "d0" and res.ok == (res.exit_code == 0)
+    assert {v.metric for v in res.devices[0].verdicts} and res.to_dict()["gate_id"] == res.gate_id
 
 
 # --- the API raises what the CLI exits with (issue 27 item 6) -----------------------------------------------
@@ -404,6 +409,8 @@ def test_a_halted_rollout_raises_rollout_halted_and_the_cli_exit_is_unchanged(bu
     assert err.exit_code == 5 and err.result["status"] == "halted" and "d0 failed" in err.message, err.message
     summary = edgeopt.rollout(bundle, fleet, waves="100%", db=str(tmp_path / "r.db"), raise_on_failure=False)
     assert summary["status"] == "halted"
+    assert isinstance(summary, edgeopt.RolloutSummary) and not summary.ok and isinstance(err.result, edgeopt.RolloutSummary)
+    assert [(o.device, o.status) for o in summary.outcomes] == [("d0", "failed")]
     p = subprocess.run([sys.executable, "-m", "edgeopt", "rollout", str(bundle), "--devices", str(fleet),
                         "--waves", "100%", "--db", str(tmp_path / "r.db")], capture_output=True, text=True,
                        timeout=300)

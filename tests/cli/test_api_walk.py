@@ -23,6 +23,7 @@ FUNCTION = {
     "rollout start": "rollout",  # start is the default subcommand: `edgeopt rollout DIST`
     "devices gc": "gc",
     "debug": "debug_layers",  # edgeopt.debug is the module that does it (toolkit/debug.py)
+    "worker": "start_worker",  # edgeopt.worker is the module a build job runs in (python -m edgeopt.worker)
 }
 
 # A flag that switches the command to another result: its own function (same keywords otherwise).
@@ -37,13 +38,6 @@ OUTPUT_FLAGS = {"json", "verbose", "quiet"}
 
 # Deliberately CLI-only, with why.
 CLI_ONLY: dict[str, str | set[str]] = {
-    # whole commands
-    "worker": "a long-running Dask worker process (`edgeopt worker --scheduler ...`): a service, not a call",
-    "cluster status": "the Dask cluster's view for a terminal; edgeopt.cluster is the API (issue 44, in progress)",
-    "export": "in rework with the results database (export triton|mlflow, commands/export.py); its API comes "
-              "with it",
-    "results sync": "results database maintenance (edgeopt.results); in rework with the results database",
-    "results info": "results database maintenance (edgeopt.results); in rework with the results database",
     # flags of commands that have a function
     "history": {"format", "out"},  # the API returns the series (hil.history.Series); rendering is the CLI's
     "debug": {"all"},  # "list fused/unobserved nodes in the table too": the result holds every node

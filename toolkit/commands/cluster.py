@@ -26,13 +26,10 @@ def status_command(scheduler, **kw) -> int:
     """Every worker: its name, address, threads, the resources it offers (what it can build), the jobs running
     there, and the converter versions that differ from this host's (its bundles would get other cache keys, so
     no job of this host goes there)."""
-    from edgeopt.cluster import connect_timeout, resolve
-    from edgeopt.errors import UsageError
+    from edgeopt.api import cluster_status
 
-    address = resolve(scheduler)
-    if address in (None, "auto"):
-        raise UsageError("edgeopt cluster status needs --scheduler tcp://HOST:PORT (or $EDGEOPT_SCHEDULER)")
-    info = status(address, connect_timeout())
+    info = cluster_status(scheduler).to_dict()
+    address = info["scheduler"]
     if ns(**kw).json:
         emit_json(info, "cluster-status")
         return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from . import emit_json
-from ._common import CONTEXT, examples, json_option, ns, verbosity
+from ._common import CONTEXT, deprecated, examples, json_option, ns, verbosity
 
 HELP = """Export a bundle for a serving system (Triton), or the measured runs to MLflow.
 
@@ -14,7 +14,7 @@ Write a Triton model repository entry for a TensorRT bundle of a datacenter targ
 l4, nvidia): DIR/<name>/config.pbtxt (platform tensorrt_plan, inputs and outputs, max batch size,
 dynamic batching with the queue delay you set, instance groups) and DIR/<name>/1/ for the engine.
 The engine is built on the serving GPU with the Triton container's TensorRT version: pass it with
---engine, or run the printed `edgeopt_agent compile` command there. Dynamic batching needs a bundle
+--engine-file, or run the printed `edgeopt_agent compile` command there. Dynamic batching needs a bundle
 built with a batch profile, e.g. --option trt_profile=x:1x3x224x224/8x3x224x224/32x3x224x224.
 
 `export mlflow --tracking-uri URL` logs each record of the results database (--db, filtered like
@@ -25,17 +25,6 @@ load, first inference, peak memory, accuracy, energy, and each latency sample at
 exported are skipped; a refusal is one line (exit 4). Credentials: MLFLOW_TRACKING_TOKEN, or
 MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.
 """
-
-
-def _ints(text: str | None, what: str) -> tuple[int, ...]:
-    from edgeopt.errors import UsageError
-
-    if not text:
-        return ()
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UsageError(f"{what} takes comma-separated integers, got {text!r}") from None
 
 
 @click.command("export", help=HELP, context_settings=CONTEXT,
@@ -65,7 +54,9 @@ examples:
 @click.option("--no-dynamic-batching", is_flag=True, help="Leave dynamic batching off.")
 @click.option("--instances", type=click.IntRange(min=1), default=1, help="Model instances per GPU.")
 @click.option("--gpus", metavar="LIST", help="GPU indices for the instances, e.g. 0,1 [all].")
-@click.option("--engine", type=click.Path(), help="An engine built for the serving GPU, copied to <name>/<version>/model.plan.")
+@click.option("--engine-file", type=click.Path(), help="An engine built for the serving GPU, copied to "
+              "<name>/<version>/model.plan.")
+@deprecated("--engine", "--engine-file", "engine_alias", type=click.Path())
 @click.option("--version", type=click.IntRange(min=1), default=1, help="Model version folder.")
 @click.option("--force", is_flag=True, help="Replace an existing <name> in the repository.")
 @json_option
@@ -75,23 +66,28 @@ def command(**kw) -> int:
 
 
 def run(args) -> int:
-    from edgeopt.errors import UsageError
+    import sys
 
+    from edgeopt.api import export
+
+    quiet = getattr(args, "quiet", False)
+    res = export(args.format, args.bundle, out=args.out, tracking_uri=args.tracking_uri, experiment=args.experiment,
+                 db=args.db, model=args.model, device=args.device_, since=args.since, run=args.run_id, name=args.name,
+                 max_batch=args.max_batch, queue_delay_us=args.queue_delay_us, preferred_batch=args.preferred_batch,
+                 no_dynamic_batching=args.no_dynamic_batching, instances=args.instances, gpus=args.gpus,
+                 engine_file=args.engine_file or args.engine_alias, version=args.version, force=args.force,
+                 progress=None if quiet or args.json or args.format != "mlflow"
+                 else (lambda m: print(m, file=sys.stderr)))
     if args.format == "mlflow":
-        return run_mlflow(args)
-    if not args.bundle or not args.out:
-        raise UsageError("export triton takes a BUNDLE and --out DIR")
-    from edgeopt.triton import TritonOptions, export_triton
-
-    opts = TritonOptions(name=args.name, max_batch=args.max_batch, dynamic_batching=not args.no_dynamic_batching,
-                         queue_delay_us=args.queue_delay_us,
-                         preferred_batch=_ints(args.preferred_batch, "--preferred-batch"),
-                         instances=args.instances, gpus=_ints(args.gpus, "--gpus"), engine=args.engine,
-                         version=args.version, force=args.force)
-    res = export_triton(args.bundle, args.out, opts)
+        if args.json:
+            emit_json(res.to_dict(), "export-mlflow")
+        else:
+            exps = ", ".join(f"{n} (id {i})" for n, i in res.experiments.items())
+            print(f"{res.exported} record(s) exported to {res.tracking_uri} as runs, {res.skipped} already there; "
+                  f"experiment {exps}; {res.batches} log-batch call(s)")
+        return 0
     if args.json:
-        emit_json({"model_dir": str(res.model_dir), "config": res.config, "engine_copied": res.engine_copied,
-                   "next_steps": res.next_steps}, "export")
+        emit_json(res.to_dict(), "export")
         return 0
     print(f"wrote {res.model_dir}/config.pbtxt:\n")
     print(res.config_text)
@@ -99,36 +95,4 @@ def run(args) -> int:
         print(f"engine copied to {res.model_dir}/{args.version}/model.plan")
     for step in res.next_steps:
         print(f"next: {step}")
-    return 0
-
-
-def run_mlflow(args) -> int:
-    import sys
-
-    from edgeopt.errors import UsageError
-    from edgeopt.results import ResultsDB
-    from edgeopt.results_mlflow import export
-    from edgeopt.results_url import exists, parse
-
-    if args.bundle:
-        raise UsageError("export mlflow takes no BUNDLE: it exports the results database's records (--db)")
-    if not args.tracking_uri:
-        raise UsageError("export mlflow needs --tracking-uri URL (or MLFLOW_TRACKING_URI)")
-    if not exists(args.db):
-        raise UsageError(f"no results database at {parse(args.db).shown!r}", hint="pass --db, or bench first")
-    with ResultsDB(args.db, create=False) as db:
-        records = db.query(model=args.model, device=args.device_, since=args.since, run_id=args.run_id,
-                           annotate=True)
-    if not records:
-        raise UsageError("no records to export" + (" matching the filters" if any(
-            (args.model, args.device_, args.since, args.run_id)) else ""))
-    quiet = getattr(args, "quiet", False)
-    res = export(records, args.tracking_uri, args.experiment,
-                 progress=None if quiet or args.json else (lambda m: print(m, file=sys.stderr)))
-    if args.json:
-        emit_json(res, "export-mlflow")
-    else:
-        exps = ", ".join(f"{n} (id {i})" for n, i in res["experiments"].items())
-        print(f"{res['exported']} record(s) exported to {args.tracking_uri} as runs, {res['skipped']} already there; "
-              f"experiment {exps}; {res['batches']} log-batch call(s)")
     return 0

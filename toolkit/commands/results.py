@@ -28,20 +28,12 @@ def command() -> None:
 @JSON
 def sync(db, as_json) -> int:
     """Upload the records spooled while the server could not be reached (each once), then empty the spool."""
+    from edgeopt.api import results_sync
     from edgeopt.commands import emit_json
-    from edgeopt.errors import UsageError
-    from edgeopt.results import ResultsDB
     from edgeopt.results_url import parse
 
     spec = parse(db)
-    if not spec.is_server:
-        raise UsageError(f"--db {spec.shown!r} is a local file: there is nothing to sync",
-                         hint="give the server: --db postgresql://user@host:port/dbname (or EDGEOPT_DB)")
-    # create=False: an unreachable server is exit 4 in one line (not a spool); opening it uploads the spool
-    with ResultsDB(db, create=False) as rdb:
-        rdb.sync()
-        res = {"uploaded": rdb.synced, "duplicates": rdb.sync_duplicates, "left": 0}
-        res.update({"db": spec.shown, "spool": str(spec.path), "rows": rdb.count()})
+    res = results_sync(db).to_dict()
     if as_json:
         emit_json(res, "results-sync")
     else:
@@ -57,26 +49,16 @@ def sync(db, as_json) -> int:
 def info(db, as_json) -> int:
     """Where records go: the database, its schema version, how many records it holds and how many wait in
     the spool."""
+    from edgeopt.api import results_info
     from edgeopt.commands import emit_json
-    from edgeopt.results import ResultsDB
-    from edgeopt.results_schema import SCHEMA_VERSION
     from edgeopt.results_url import parse
 
     spec = parse(db)
-    out = {"db": spec.shown, "kind": spec.kind, "schema_version": None, "edgeopt_schema": SCHEMA_VERSION,
-           "records": None, "identities": None, "rigs": None}
-    with ResultsDB(db, create=False) as rdb:
-        out["schema_version"] = rdb.schema_version
-        out["records"] = rdb.count()
-        out["identities"] = int(rdb._rows("SELECT COUNT(DISTINCT identity) FROM runs")[0][0])
-        out["rigs"] = sorted(r[0] for r in rdb._rows("SELECT DISTINCT rig FROM runs WHERE rig IS NOT NULL"))
-        if spec.is_server:
-            out["spool"] = str(spec.path)
-            out["spooled"] = rdb.spool().count() if spec.path.is_file() else 0
+    out = results_info(db).to_dict()
     if as_json:
         emit_json(out, "results-info")
     else:
-        click.echo(f"{out['db']} ({out['kind']}, schema {out['schema_version']}): {out['records']} record(s), "
+        click.echo(f"{out['db']} ({out['db_kind']}, schema {out['schema_version']}): {out['records']} record(s), "
                    f"{out['identities']} machine identit{'y' if out['identities'] == 1 else 'ies'}, rigs: "
                    f"{', '.join(out['rigs']) or '-'}")
         if spec.is_server:

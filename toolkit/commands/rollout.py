@@ -222,7 +222,7 @@ def start(bundles, devices_file, limit, labels, select, waves, gate_file, budget
                      health_watch=health_watch,
                      trust_new_host_keys=trust_new_host_keys, max_disagreement=max_disagreement,
                      no_latency_gate=no_latency_gate, fleet_engine=engine or engine_alias or "builtin",
-                     step_timeout=step_timeout, retries=retries, raise_on_failure=False)
+                     step_timeout=step_timeout, retries=retries, raise_on_failure=False).to_dict()
     if dry_run:
         if as_json:
             _emit(result, "rollout-plan")
@@ -319,7 +319,7 @@ def resume(rollout_id, approve, db, events, as_json, verbose, quiet) -> int:
     from edgeopt.api import rollout_resume
 
     summary = rollout_resume(rollout_id, approve=approve, db=db, on_event=_listener(events, as_json),
-                             progress=_progress(quiet), raise_on_failure=False)
+                             progress=_progress(quiet), raise_on_failure=False).to_dict()
     if as_json:
         _summary_line(summary)
     else:

@@ -54,10 +54,37 @@ def command(scheduler, nthreads, name, only, extra, dry_run, dask_args, **_) -> 
     import shlex
     from importlib.util import find_spec
 
-    from edgeopt.cluster import ENV, check_url
-    from edgeopt.cluster import facts as F
-    from edgeopt.errors import MissingDependency, UsageError
+    from edgeopt.errors import MissingDependency
 
+    url, argv, resources = worker_argv(scheduler, nthreads, name, only, extra, list(dask_args))
+    offer = offer_line(resources)
+    if dry_run:
+        click.echo(shlex.join(argv))
+        return 0
+    if find_spec("distributed") is None:
+        raise MissingDependency("dask distributed is not installed", hint="pip install 'edgeopt[cluster]'")
+    click.echo(f"edgeopt worker{' ' + name if name else ''}: offering {offer} to {url}", err=True)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
+def offer_line(resources: dict[str, float]) -> str:
+    from edgeopt.cluster import facts as F
+
+    return ", ".join(f"{k}={v:g} ({F.WHAT.get(F.split(k)[0], 'as given')})" for k, v in resources.items())
+
+
+def worker_argv(scheduler: str | None, nthreads: int, name: str | None, only: str | None, extra: str | None,
+                dask_args: list[str]) -> tuple[str, list[str], dict[str, float]]:
+    """The scheduler URL, the ``dask worker`` command line and the resources it offers (``edgeopt.worker`` and
+    the CLI alike); every input checked (UsageError, exit 2)."""
+    from edgeopt.cluster import ENV, check_url
+    from edgeopt.errors import UsageError
+
+    if isinstance(nthreads, bool) or not isinstance(nthreads, int) or nthreads < 1:
+        raise UsageError(f"--nthreads must be an integer >= 1, got {nthreads!r}")
     url = scheduler or os.environ.get(ENV, "")
     if not url or url.lower() in ("auto", "local", "none", "off"):
         raise UsageError("edgeopt worker needs --scheduler tcp://HOST:PORT (or $EDGEOPT_SCHEDULER)")
@@ -76,18 +103,7 @@ def command(scheduler, nthreads, name, only, extra, dry_run, dask_args, **_) -> 
                           ("--tls-key", "EDGEOPT_TLS_KEY")):
             if os.environ.get(env):
                 argv += [flag, os.environ[env]]
-    argv += list(dask_args)
-    offer = ", ".join(f"{k}={v:g} ({F.WHAT.get(F.split(k)[0], 'as given')})" for k, v in resources.items())
-    if dry_run:
-        click.echo(shlex.join(argv))
-        return 0
-    if find_spec("distributed") is None:
-        raise MissingDependency("dask distributed is not installed", hint="pip install 'edgeopt[cluster]'")
-    click.echo(f"edgeopt worker{' ' + name if name else ''}: offering {offer} to {url}", err=True)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os.execv(sys.executable, argv)
-    return 0  # not reached
+    return url, argv + list(dask_args), resources
 
 
 def offered(nthreads: int, only: str | None, extra: str | None) -> dict[str, float]:
