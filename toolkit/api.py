@@ -54,6 +54,8 @@ if TYPE_CHECKING:
         ResultsInfo,
         ResultsSyncResult,
         RolloutPlan,
+        RolloutRecord,
+        RolloutStatus,
         RolloutSummary,
         TritonExportResult,
         WorkerProcess,
@@ -423,16 +425,19 @@ def check_bundle_folder(path: str | os.PathLike, flag: str = "--dist") -> None:
     """A bundle folder's path checked before any work (``UsageError``, exit 2): not an existing file, and,
     unless it already is a folder, no file suffix (``.html``, ``.md``, ``.json`` ...: ``FILE_SUFFIXES``)."""
     p = Path(path)
-    if p.is_dir():
-        return
-    if p.exists():
-        raise UsageError(f"{flag} {str(path)!r} is a file, not a bundle folder",
-                         hint=f"{flag} names the folder bundles go in (DIST/<model>/<target>-<precision>/)")
-    if p.suffix.lower() in FILE_SUFFIXES:
-        report = " (a report file is --report FILE)" if p.suffix.lower() in (".html", ".htm", ".md", ".csv",
-                                                                              ".json") else ""
-        raise UsageError(f"{flag} {str(path)!r} names a {p.suffix} file, not a bundle folder{report}",
-                         hint=f"{flag} names the folder bundles go in, e.g. {flag} dist")
+    if not p.is_dir():
+        if p.exists():
+            raise UsageError(f"{flag} {str(path)!r} is a file, not a bundle folder",
+                             hint=f"{flag} names the folder bundles go in (DIST/<model>/<target>-<precision>/)")
+        if p.suffix.lower() in FILE_SUFFIXES:
+            report = " (a report file is --report FILE)" if p.suffix.lower() in (".html", ".htm", ".md", ".csv",
+                                                                                  ".json") else ""
+            raise UsageError(f"{flag} {str(path)!r} names a {p.suffix} file, not a bundle folder{report}",
+                             hint=f"{flag} names the folder bundles go in, e.g. {flag} dist")
+    # written into after the build: a folder that cannot be made or written is refused now, not after the build
+    from edgeopt.commands.report import check_writable_dir
+
+    check_writable_dir(str(p), flag)
 
 
 def bundles_under(dist: str | os.PathLike, flag: str = "--dist") -> list:
@@ -1163,13 +1168,15 @@ def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.Pat
     also written there.
 
         edgeopt.baseline_export("main", out="cls.baseline.json")"""
-    from edgeopt.hil.baseline import export
+    from edgeopt.hil.baseline import export, write_export
 
+    if out is not None:
+        from edgeopt.commands.report import check_writable
+
+        check_writable(str(out), "--out", "the baseline")  # before the database is read
     doc = export(name, db)
     if out is not None:
-        from edgeopt.jsonsafe import dumps
-
-        Path(out).write_text(dumps(doc, indent=2, default=str) + "\n")
+        write_export(doc, out)
     return doc
 
 
@@ -1291,6 +1298,10 @@ def rollout(bundles: str | list[str], devices: str | os.PathLike, waves: str = "
     from edgeopt.fleet.journal import Journal
     from edgeopt.fleet.rollout import run_rollout
 
+    if events is not None and not dry_run:  # the events file before anything (``--events``)
+        from edgeopt.commands.report import check_writable
+
+        check_writable(str(events), "--events", "the events")
     opts = rollout_options(**options)
     if label:  # --label L: the devices --select label=L picks
         select = [*(_split(select) or []), *(f"label={x}" for x in _split(label) or [])]
@@ -1521,11 +1532,18 @@ def rollback(devices: str | os.PathLike, model: str, target: str | None = None,
     from edgeopt.inventory import canonical_target, load_inventory
 
     devs = load_inventory(devices).select(_split(limit))
+    have_targets = sorted({canonical_target(d.target) for d in devs if d.target})
     if target:
         devs = [d for d in devs if d.target and canonical_target(d.target) == canonical_target(target)]
     devs = [d for d in devs if d.target]
     if not devs:
-        raise UsageError("no device with a target matches", hint="check --target/--limit and the inventory")
+        if target:
+            close = difflib.get_close_matches(canonical_target(target), have_targets, n=1, cutoff=0.6)
+            raise UsageError(f"--target {target}: no selected device has that target"
+                             + (f"; did you mean {close[0]}?" if close else ""),
+                             hint="their targets: " + (", ".join(have_targets) or "none (set `target:` in the "
+                                                                                  "inventory)"))
+        raise UsageError("no selected device has a target", hint="set `target:` for the devices in the inventory")
     slots = _slots(devs, trust_new_host_keys)
     out: dict[str, RollbackDevice] = {}
     have = []
@@ -1617,12 +1635,14 @@ def _stale(r: dict[str, Any], host: dict[str, Any] | None) -> str | None:
 
 
 @_api()
-def rollout_list(db: str = "edgeopt-results.db", last: int = 20) -> list[dict[str, Any]]:
-    """The rollouts journalled in ``db``, newest first (``edgeopt rollout list``): id, time, model, status
-    (``interrupted`` with ``stale_reason`` when its host process is gone; ``journal_status`` as written).
+def rollout_list(db: str = "edgeopt-results.db", last: int = 20) -> list[RolloutRecord]:
+    """The rollouts journalled in ``db``, newest first (``edgeopt rollout list``) -> ``[RolloutRecord]``: id,
+    time, model, status (``interrupted`` with ``stale_reason`` when its host process is gone; ``journal_status``
+    as written).
 
         for r in edgeopt.rollout_list(last=5):
-            print(r["id"], r["status"])"""
+            print(r.id, r.status, r.stale_reason or "")"""
+    from edgeopt.api_types import rollout_record
     from edgeopt.fleet.journal import Journal
 
     if not Path(db).is_file():
@@ -1634,17 +1654,18 @@ def rollout_list(db: str = "edgeopt-results.db", last: int = 20) -> list[dict[st
             r["journal_status"] = r["status"]
             if stale:
                 r["status"], r["stale_reason"] = "interrupted", stale
-    return rows
+    return [rollout_record(r) for r in rows]
 
 
 @_api()
-def rollout_status(rollout_id: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
-    """One rollout from its journal (``edgeopt rollout status ID``): its record, ``status`` (``stale`` when
-    its host process died, with ``stale_reason``), ``devices`` (each device's last outcome) and
-    ``unconfirmed_trials`` (devices left in a trial, with when their agents revert them).
+def rollout_status(rollout_id: str, db: str = "edgeopt-results.db") -> RolloutStatus:
+    """One rollout from its journal (``edgeopt rollout status ID``) -> ``RolloutStatus``: its record, ``status``
+    (``stale`` when its host process died, with ``stale_reason``), ``devices`` (each device's last outcome) and
+    ``unconfirmed_trials`` (devices left in a trial, with when their agents revert them: ``revert_at``).
 
         st = edgeopt.rollout_status("3f2a9c1d0b7e")
-        print(st["status"], sorted(st["unconfirmed_trials"]))"""
+        print(st.status, {d: t.revert_at for d, t in st.unconfirmed_trials.items()})"""
+    from edgeopt.api_types import rollout_status_of
     from edgeopt.fleet.journal import Journal
 
     if not Path(db).is_file():
@@ -1655,8 +1676,9 @@ def rollout_status(rollout_id: str, db: str = "edgeopt-results.db") -> dict[str,
         trials = j.open_trials(rollout_id)
         host = j.host(rollout_id)
     stale = _stale(r, host)
-    return {**r, "status": "stale" if stale else r["status"], "journal_status": r["status"], "host": host,
-            "devices": states, "unconfirmed_trials": trials, **({"stale_reason": stale} if stale else {})}
+    return rollout_status_of({**r, "status": "stale" if stale else r["status"], "journal_status": r["status"],
+                              "host": host, "devices": states, "unconfirmed_trials": trials,
+                              **({"stale_reason": stale} if stale else {})})
 
 
 @_api()
@@ -1677,6 +1699,10 @@ def rollout_resume(rollout_id: str, approve: bool = False, db: str = "edgeopt-re
 
     if not Path(db).is_file():
         raise UsageError(f"no journal at {db!r}: no rollout has been started here")
+    if events is not None:
+        from edgeopt.commands.report import check_writable
+
+        check_writable(str(events), "--events", "the events")
     with Journal(db, _with_events_file(on_event, events)) as j:
         r = j.rollout(rollout_id)
         if r["status"] in ("done", "halted"):
@@ -1804,12 +1830,14 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
                                    calib="images/")
         print(res.first_jump)"""
     from edgeopt import debug as _debug
-    from edgeopt.commands.report import check_writable
+    from edgeopt.commands.report import check_writable, check_writable_dir
 
     if dist is not None:
         check_bundle_folder(dist)
     if html:
-        check_writable(str(html))  # before the (long) comparison, not after it
+        check_writable(str(html), "--html", "the page")  # before the (long) comparison, not after it
+    if reduce:
+        check_writable_dir(str(reduce), "--reduce")
     budget = _debug.parse_size(str(max_memory)) if not isinstance(max_memory, int) else max_memory
     src = Path(source)
     if src.is_dir():

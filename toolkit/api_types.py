@@ -19,7 +19,8 @@ from typing import Any
 __all__ = ["GateVerdict", "GateDevice", "GateResult", "RolloutOutcome", "RolloutWave", "RolloutSummary",
            "RolloutPlan", "PlannedDevice", "TensorSpec", "TargetSupport", "InspectResult", "TritonExportResult",
            "MlflowExportResult", "ResultsSyncResult", "ResultsInfo", "ClusterWorker", "ClusterStatus",
-           "WorkerProcess", "gate_result", "rollout_summary", "rollout_plan", "inspect_result"]
+           "WorkerProcess", "RolloutRecord", "RolloutStatus", "RolloutDeviceEvent", "RolloutHost", "gate_result",
+           "rollout_summary", "rollout_plan", "inspect_result"]
 
 
 class _AsDict:
@@ -495,3 +496,98 @@ class WorkerProcess:
     def to_dict(self) -> dict[str, Any]:
         return {"scheduler": self.scheduler, "argv": list(self.argv), "resources": dict(self.resources),
                 "pid": self.process.pid if self.process is not None else None}
+
+
+# --- the rollout journal (rollout list / status) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutRecord(_AsDict):
+    """One journalled rollout (``rollout_list``): ``status`` as it stands (``interrupted`` with ``stale_reason``
+    when its host process is gone), ``journal_status`` as written."""
+
+    id: str
+    time: str
+    model: str
+    status: str
+    journal_status: str
+    stale_reason: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RolloutDeviceEvent(_AsDict):
+    """A device's last journalled step of a rollout: its ``status`` (done, failed, paused ... or ``trial`` for an
+    unconfirmed activation, with ``revert_at``), the step, wave, the bundles before/after, why, when."""
+
+    device: str
+    status: str
+    step: str
+    time: str
+    wave: int | None = None
+    before: str | None = None
+    after: str | None = None
+    bundle_id: str | None = None
+    reason: str | None = None
+    revert_at: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RolloutHost(_AsDict):
+    """The process running a rollout: host, pid, when it started, the age of its last heartbeat, alive/stale."""
+
+    host: str
+    pid: int
+    started: str | None = None
+    heartbeat_age_s: float | None = None
+    alive: bool | None = None
+    stale: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RolloutStatus(_AsDict):
+    """One rollout from its journal (``rollout_status``): ``status`` (``stale`` when its host process died, with
+    ``stale_reason``), each device's last step, the devices left in an unconfirmed trial, the host process."""
+
+    id: str
+    time: str
+    model: str
+    status: str
+    journal_status: str
+    devices: dict[str, RolloutDeviceEvent] = field(default_factory=dict)
+    unconfirmed_trials: dict[str, RolloutDeviceEvent] = field(default_factory=dict)
+    host: RolloutHost | None = None
+    stale_reason: str | None = None
+    reason: str | None = None  # why it halted or paused
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def rollout_record(r: dict[str, Any]) -> RolloutRecord:
+    return RolloutRecord(id=str(r.get("id")), time=str(r.get("time") or ""), model=str(r.get("model") or ""),
+                         status=str(r.get("status") or ""), journal_status=str(r.get("journal_status") or ""),
+                         stale_reason=_s(r.get("stale_reason")), raw=r)
+
+
+def _event(name: str, ev: dict[str, Any]) -> RolloutDeviceEvent:
+    return RolloutDeviceEvent(device=name, status=str(ev.get("status") or ""), step=str(ev.get("step") or ""),
+                              time=str(ev.get("time") or ""),
+                              wave=ev.get("wave") if isinstance(ev.get("wave"), int) else None,
+                              before=_s(ev.get("before")), after=_s(ev.get("after")), bundle_id=_s(ev.get("bundle_id")),
+                              reason=_s(ev.get("reason")), revert_at=_s(ev.get("revert_at")), raw=ev)
+
+
+def rollout_status_of(r: dict[str, Any]) -> RolloutStatus:
+    h = r.get("host")
+    host = None if not isinstance(h, dict) else RolloutHost(
+        host=str(h.get("host")), pid=_i(h.get("pid")), started=_s(h.get("started")),
+        heartbeat_age_s=_f(h.get("heartbeat_age_s")), alive=h.get("alive") if isinstance(h.get("alive"), bool) else None,
+        stale=bool(h.get("stale")), raw=h)
+    spec = r.get("spec") if isinstance(r.get("spec"), dict) else {}
+    return RolloutStatus(id=str(r.get("id")), time=str(r.get("time") or ""), model=str(r.get("model") or ""),
+                         status=str(r.get("status") or ""), journal_status=str(r.get("journal_status") or ""),
+                         devices={str(k): _event(str(k), v) for k, v in (r.get("devices") or {}).items()},
+                         unconfirmed_trials={str(k): _event(str(k), v)
+                                             for k, v in (r.get("unconfirmed_trials") or {}).items()},
+                         host=host, stale_reason=_s(r.get("stale_reason")), reason=_s(spec.get("reason")), raw=r)

@@ -52,6 +52,9 @@ def test_fleet_views_and_rollout_journal(ran, tmp_path):
     assert row["id"] == summary["rollout_id"] and row["status"] == "done"
     st = edgeopt.rollout_status(summary["rollout_id"], db)
     assert st["status"] == "done" and st["devices"]["sim"]["status"] == "done" and not st["unconfirmed_trials"]
+    assert isinstance(row, edgeopt.RolloutRecord) and isinstance(st, edgeopt.RolloutStatus) and row.status == "done"
+    assert st.devices["sim"].status == "done" and st.devices["sim"].after == st["devices"]["sim"]["after"]
+    assert isinstance(summary, edgeopt.RolloutSummary) and summary.ok and summary.outcomes[0].device == "sim"
     with pytest.raises(edgeopt.UsageError, match="nothing to resume"):
         edgeopt.rollout_resume(summary["rollout_id"], db=db)
     fs = edgeopt.fleet_status(fleet, rollout=summary["rollout_id"], db=db)

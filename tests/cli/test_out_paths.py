@@ -85,3 +85,29 @@ def test_gate_output_files_are_checked_before_the_gate_measures(bundle, tmp_path
         assert p.returncode == 2 and msg in _one_line(p), (extra, p.stderr)
         assert time.monotonic() - t0 < 30 and not (tmp_path / "r.db").exists(), extra
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(["afolder"] + (["ro"] if os.geteuid() else []))
+
+
+def test_every_other_output_path_is_checked_before_any_work(bundle, tmp_path):
+    """``debug --html`` / ``--reduce`` (was: checked after the layer comparison), ``report --out``, ``history
+    --out``, ``baseline export --out`` (was: a traceback after reading the database), a ``--dist`` that cannot be
+    made (was: found when the first bundle was installed): exit 2 at once, the message naming the flag, nothing
+    written."""
+    (tmp_path / "afolder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    cases = [(["debug", str(bundle), "--html", "afolder"], "--html 'afolder' is a folder"),
+             (["debug", str(bundle), "--html", "afile/p.html"], "cannot write the page to 'afile/p.html'"),
+             (["debug", str(bundle), "--reduce", "afile"], "--reduce 'afile' is a file"),
+             (["debug", str(bundle), "--reduce", "afile/sub"], "cannot write --reduce 'afile/sub'"),
+             (["report", "--db", "r.db", "--out", "afolder"], "--out 'afolder' is a folder"),
+             (["history", "m", "--db", "r.db", "--out", "afile/h.json"], "cannot write the history to"),
+             (["baseline", "export", "main", "--db", "r.db", "--out", "afolder"], "--out 'afolder' is a folder"),
+             (["build", str(fixture("ocr-cls")), "-t", "cpu", "--shape", "x:1x3x48x192", "--dist", "afile/dist"],
+              "cannot write --dist 'afile/dist'")]
+    for argv, msg in cases:
+        p = _edgeopt(*argv, cwd=tmp_path)
+        assert p.returncode == 2 and msg in _one_line(p), (argv, p.stderr)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["afile", "afolder"] and not any((tmp_path / "afolder").iterdir())
+    with pytest.raises(UsageError, match="--reduce 'afile' is a file"):
+        edgeopt.debug_layers(bundle, reduce=tmp_path / "afile")
+    with pytest.raises(UsageError, match="--out 'afolder' is a folder"):
+        edgeopt.baseline_export("main", db=str(tmp_path / "r.db"), out=tmp_path / "afolder")

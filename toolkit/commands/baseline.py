@@ -123,6 +123,10 @@ def export(name, out, db) -> int:
     from edgeopt.hil.baseline import export as do_export
     from edgeopt.hil.baseline import write_export
 
+    if out != "-":
+        from .report import check_writable
+
+        check_writable(out, "--out", "the baseline")  # before the database is read
     doc = do_export(name, db)
     if out == "-":
         from edgeopt.jsonsafe import dumps

@@ -75,6 +75,12 @@ def run(args) -> int:
     from edgeopt.ui import stderr_progress
 
     progress = stderr_progress(args.quiet)
+    from .report import check_writable, check_writable_dir
+
+    if args.html_path:  # the output paths before the (long) comparison, not after it
+        check_writable(args.html_path, "--html", "the page")
+    if args.reduce_dir:
+        check_writable_dir(args.reduce_dir, "--reduce")
     if args.dist is not None:
         from edgeopt.api import check_bundle_folder
 

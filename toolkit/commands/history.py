@@ -85,7 +85,7 @@ def run(args) -> int:
 
     check_metric(args.metric)
     if args.out:
-        check_writable(args.out)
+        check_writable(args.out, "--out", "the history")
     series = history(args.model, db=args.db, target=args.target, device=args.device, precision=args.precision,
                      metric=args.metric, since=args.since, min_size=args.min_size, min_shift=args.min_shift,
                      alpha=args.alpha, identity=args.identity, label=args.label, rig=args.rig, until=args.until)

@@ -95,8 +95,9 @@ def write_report(records: list, fmt: str, out: str | None, title: str, filters: 
     print(f"report written to {path}", file=sys.stderr)
 
 
-def check_writable(out: str) -> None:
-    """Refuse an unwritable report path before any work (run builds and benches first)."""
+def check_writable(out: str, flag: str = "--report", what: str = "the report") -> None:
+    """Refuse an unwritable output file before any work (run builds and benches first): ``flag`` names the option
+    in the message (``--out``, ``--html`` ...), ``what`` the file (``the report``, ``the page``)."""
     import os
     from pathlib import Path
 
@@ -108,11 +109,12 @@ def check_writable(out: str) -> None:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise UsageError(f"cannot write the report to {out!r}: {str(probe)!r} is not a folder")
+        raise UsageError(f"cannot write {what} to {out!r}: {str(probe)!r} is not a folder")
     if path.is_dir():
-        raise UsageError(f"--report {out!r} is a folder", hint="give a file name, e.g. report.html")
+        example = {"--report": "report.html", "--html": "debug.html"}.get(flag, "out" + (path.suffix or ".json"))
+        raise UsageError(f"{flag} {out!r} is a folder", hint=f"give a file name, e.g. {example}")
     if not os.access(probe, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"cannot write the report to {out!r}: permission denied")
+        raise UsageError(f"cannot write {what} to {out!r}: permission denied")
     # the access bits can say yes where a write fails (root, /proc, a read-only mount): make and remove a
     # file where the report will go (write_report makes the missing folders, then writes beside the target)
     import tempfile
@@ -122,7 +124,32 @@ def check_writable(out: str) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UsageError(f"cannot write the report to {out!r}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {out!r}: {exc.strerror or exc}") from None
+
+
+def check_writable_dir(out: str, flag: str) -> None:
+    """Refuse an output FOLDER (``debug --reduce DIR``) that cannot be made or written, before any work: a file
+    of that name, a file on the way, no permission."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from edgeopt.errors import UsageError
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {out!r} is a file", hint="give a folder (made when missing)")
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"cannot write {flag} {out!r}: {str(probe)!r} is not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".edgeopt-write-check.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"cannot write {flag} {out!r}: {exc.strerror or exc}") from None
 
 
 def run(args) -> int:
@@ -133,7 +160,7 @@ def run(args) -> int:
         raise UsageError(f"--json and --format {args.format_} ask for two formats",
                          hint="drop one: --json is --format json")
     if args.out:
-        check_writable(args.out)
+        check_writable(args.out, "--out")
     filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
                "since": args.since, "run_id": args.run_id, "identity": args.identity, "label": args.label,
                "rig": args.rig}

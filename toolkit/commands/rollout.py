@@ -258,7 +258,7 @@ def list_(db, last, as_json, verbose, quiet) -> int:
     (resumable with `edgeopt rollout resume ID`)."""
     from edgeopt.api import rollout_list
 
-    rows = rollout_list(db, last)
+    rows = [r.to_dict() for r in rollout_list(db, last)]
     if as_json:
         _emit({"rollouts": rows}, "rollout-list")
         return 0
@@ -281,7 +281,7 @@ def status(rollout_id, db, as_json, verbose, quiet) -> int:
     died is `stale`, with the devices left in an unconfirmed trial and when their agents revert them."""
     from edgeopt.api import rollout_status
 
-    r = rollout_status(rollout_id, db)
+    r = rollout_status(rollout_id, db).to_dict()
     stale, states, trials = r.get("stale_reason"), r["devices"], r["unconfirmed_trials"]
     if as_json:
         _emit(r, "rollout-status")
