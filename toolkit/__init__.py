@@ -24,7 +24,8 @@ API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "quer
 # the typed results (edgeopt.api_types), importable from the package too
 TYPES = ("GateResult", "GateDevice", "GateVerdict", "RolloutSummary", "RolloutWave", "RolloutOutcome", "RolloutPlan",
          "InspectResult", "TargetSupport", "TritonExportResult", "MlflowExportResult", "ResultsSyncResult",
-         "ResultsInfo", "ClusterStatus", "ClusterWorker", "WorkerProcess", "RolloutRecord", "RolloutStatus")
+         "ResultsInfo", "ClusterStatus", "ClusterWorker", "WorkerProcess", "RolloutRecord", "RolloutStatus", "TargetInfo", "DeviceEntry", "CacheCleanResult",
+         "OcrCheckResult", "MaxQpsRow")
 # the exceptions the API raises (edgeopt.errors), importable from the package too
 ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
           "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "RolloutHalted", "Inconclusive")

@@ -47,16 +47,21 @@ from edgeopt.errors import BuildFailed, DeviceError, EdgeoptError, GoalNotMet, U
 
 if TYPE_CHECKING:
     from edgeopt.api_types import (
+        CacheCleanResult,
         ClusterStatus,
+        DeviceEntry,
         GateResult,
         InspectResult,
+        MaxQpsRow,
         MlflowExportResult,
+        OcrCheckResult,
         ResultsInfo,
         ResultsSyncResult,
         RolloutPlan,
         RolloutRecord,
         RolloutStatus,
         RolloutSummary,
+        TargetInfo,
         TritonExportResult,
         WorkerProcess,
     )
@@ -283,18 +288,20 @@ def parse_shapes(shapes: dict[str, list[int]] | str | list[str] | None) -> dict[
 
 
 @_api()
-def list_targets(config: str | None = None) -> list[dict[str, Any]]:
+def list_targets(config: str | None = None) -> list[TargetInfo]:
     """Every target, built-in and from the config file (``edgeopt targets``; ``edgeopt.targets`` is the
-    package of backends, so the function has this name).
+    package of backends, so the function has this name) -> ``[TargetInfo]`` (name, backend, precisions,
+    aliases, builds_here / why_not; ``to_dict()`` as ``edgeopt targets --json``).
 
-        names = [t["name"] for t in edgeopt.list_targets()]"""
+        names = [t.name for t in edgeopt.list_targets() if t.builds_here]"""
+    from edgeopt.api_types import target_info
     from edgeopt.targets.registry import ALIASES, all_targets, get_backend
 
     rows = []
     for s in all_targets(config).values():
         why = get_backend(s.backend).available()
-        rows.append({**s.as_dict(), "aliases": [a for a, t in ALIASES.items() if t == s.name],
-                     "builds_here": why is None, "why_not": why})
+        rows.append(target_info({**s.as_dict(), "aliases": [a for a, t in ALIASES.items() if t == s.name],
+                                 "builds_here": why is None, "why_not": why}))
     return rows
 
 
@@ -1767,46 +1774,60 @@ def cache_list() -> list[CacheEntry]:
 
 @_api()
 def cache_clean(older_than: str | None = None, max_size: str | None = None, all: bool = False,
-                dry_run: bool = False) -> dict[str, Any]:
+                dry_run: bool = False) -> CacheCleanResult:
     """Remove build-cache entries (``edgeopt cache clean``): not written for ``older_than`` (``"7d"``), the
-    oldest until the cache fits ``max_size`` (``"5G"``), or ``all``; ``dry_run`` only says what would go.
+    oldest until the cache fits ``max_size`` (``"5G"``), or ``all``; ``dry_run`` only says what would go ->
+    ``CacheCleanResult`` (``removed``: the entries' keys, ``freed_bytes``, ``left``).
 
-        edgeopt.cache_clean(older_than="30d", dry_run=True)["removed"]"""
+        print(len(edgeopt.cache_clean(older_than="30d", dry_run=True).removed), "would go")"""
+    from edgeopt.api_types import CacheCleanResult
     from edgeopt.cache import clean
 
-    return clean(older_than, max_size, all, dry_run)
+    res = clean(older_than, max_size, all, dry_run)
+    return CacheCleanResult(removed=tuple(str(e.get("key")) for e in res["removed"]),
+                            freed_bytes=int(res["freed_bytes"]), left=int(res["left"]),
+                            left_bytes=int(res["left_bytes"]), dry_run=bool(res["dry_run"]), raw=res)
 
 
 @_api()
 def devices(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
             label: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
-            probe: bool = False, progress: Progress = _quiet) -> list[dict[str, Any]]:
-    """The inventory's devices as ``edgeopt devices --json`` lists them (name, how reached, target, labels,
-    python, root); with ``probe`` each device's probe too (``{"ok", "probe"|"error"}``: connects, installs the
-    agent if needed).
+            probe: bool = False, progress: Progress = _quiet) -> list[DeviceEntry]:
+    """The inventory's devices as ``edgeopt devices --json`` lists them -> ``[DeviceEntry]`` (name, how reached,
+    target, labels, python, root); with ``probe`` each device's probe too (``DeviceProbe``: ``ok``, else
+    ``error``; the agent's report in ``raw["probe"]``: connects, installs the agent if needed).
 
         for d in edgeopt.devices("lab.yaml", probe=True):
-            print(d["name"], d["probe"]["ok"])"""
+            print(d.name, d.target, d.probe.ok)"""
+    from edgeopt.api_types import device_entry
+
     chosen = select_devices(devices, limit, label)
     probes = globals()["probe"](devices, limit, label, trust_new_host_keys, parallel, progress) if probe else {}
-    return [{**d.public(), "python": d.python, "root": d.root, **({"probe": probes[d.name]} if probes else {})}
-            for d in chosen]
+    return [device_entry({**d.public(), "python": d.python, "root": d.root,
+                          **({"probe": probes[d.name]} if probes else {})}) for d in chosen]
 
 
 @_api()
 def ocr_check(det: str | os.PathLike, rec: str | os.PathLike, image: str | os.PathLike, expect: str | None = None,
               min_words: float = 1.0, reference: tuple[str, str] | list[str] | None = None,
-              min_similarity: float = 0.9, raise_on_failure: bool = True) -> dict[str, Any]:
+              min_similarity: float = 0.9, raise_on_failure: bool = True) -> OcrCheckResult:
     """Read ``image`` with a PP-OCR det + rec pair (bundle folders or .onnx) and judge the reading
     (``edgeopt ocr-check``): ``expect``'s words found, and/or the FP32 ``reference`` pair's reading matched.
-    A reading that misses raises ``BuildFailed`` (the CLI's exit 3) with the result as ``err.result``.
+    -> ``OcrCheckResult`` (the lines read, ``passed``, ``expect_words``, ``reference_similarity``). A reading
+    that misses raises ``BuildFailed`` (the CLI's exit 3) with the result as ``err.result``.
 
-        edgeopt.ocr_check("dist/det/cpu-int8", "dist/rec/cpu-int8", "page.png", expect="Let us first")"""
+        res = edgeopt.ocr_check("dist/det/cpu-int8", "dist/rec/cpu-int8", "page.png", expect="Let us first")
+        print(res.lines, res.expect_words)"""
+    from edgeopt.api_types import OcrCheckResult
     from edgeopt.tasks.ocr import check_pair
 
-    res = check_pair(str(det), str(rec), str(image), expect, tuple(reference) if reference else None, min_words,
+    raw = check_pair(str(det), str(rec), str(image), expect, tuple(reference) if reference else None, min_words,
                      min_similarity)
-    if raise_on_failure and not res["passed"]:
+    res = OcrCheckResult(image=str(raw.get("image")), det=str(raw.get("det")), rec=str(raw.get("rec")),
+                         lines=tuple(str(x) for x in raw.get("lines") or ()), passed=bool(raw.get("passed")),
+                         expect_words=(raw.get("expect") or {}).get("words"),
+                         reference_similarity=(raw.get("reference") or {}).get("similarity"), raw=raw)
+    if raise_on_failure and not res.passed:
         raise BuildFailed(f"ocr-check: the pair's reading of {image} missed the bound",
                           hint="the result is err.result; raise_on_failure=False returns it instead", result=res)
     return res
@@ -1872,10 +1893,10 @@ def find_max_qps(dist: str | os.PathLike = "dist", latency_bound: str = "p99=20m
                  limit: str | list[str] | None = None, label: str | list[str] | None = None,
                  targets: str | list[str] | None = None, load_generator: str | None = None, threads: int | None = None,
                  trust_new_host_keys: bool = False, progress: Progress = _quiet,
-                 raise_on_failure: bool = True) -> list[dict[str, Any]]:
+                 raise_on_failure: bool = True) -> list[MaxQpsRow]:
     """The highest server rate each device sustains within ``latency_bound`` (``edgeopt bench --find-max-qps
-    --latency-bound p99=20ms``): one row per (device, bundle) with ``max_qps``, ``verdict`` met / not met /
-    undetermined and every probe. Raises what the CLI exits with, the rows as ``err.result``: a device failed
+    --latency-bound p99=20ms``) -> ``[MaxQpsRow]``, one per (device, bundle) with ``max_qps``, ``verdict`` met /
+    not met / undetermined and every probe (``MaxQpsProbe``). Raises what the CLI exits with, the rows as ``err.result``: a device failed
     ``DeviceError`` (4), a bound not met at any rate ``GoalNotMet`` (5), undetermined ``Inconclusive`` (6).
 
         rows = edgeopt.find_max_qps("dist", "p99=20ms", devices="lab.yaml", raise_on_failure=False)"""
@@ -1890,12 +1911,15 @@ def find_max_qps(dist: str | os.PathLike = "dist", latency_bound: str = "p99=20m
     found = bundles_under(dist)
     devs = select_devices(devices, limit, label)
     check_target_filter(found, picked, dist)
-    rows = _find(devs, found, bound, pct, load_generator, threads, trust_new_host_keys, picked, progress)
-    code = max_qps_exit(rows)
+    from edgeopt.api_types import max_qps_row
+
+    raw_rows = _find(devs, found, bound, pct, load_generator, threads, trust_new_host_keys, picked, progress)
+    code = max_qps_exit(raw_rows)
+    rows = [max_qps_row(r) for r in raw_rows]
     if raise_on_failure and code:
         cls = {EXIT_DEVICE_FAILED: DeviceError, EXIT_GOAL_NOT_MET: GoalNotMet}.get(code, Inconclusive)
         raise cls(f"find-max-qps: {len(rows)} row(s), " + ", ".join(
-            f"{r['device']} {r['target']}-{r['precision']}: {r.get('verdict') or r['status']}" for r in rows),
+            f"{r.device} {r.target}-{r.precision}: {r.verdict or r.status}" for r in rows),
             hint="the rows are err.result; raise_on_failure=False returns them instead", result=rows)
     return rows
 

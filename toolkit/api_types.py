@@ -20,7 +20,8 @@ __all__ = ["GateVerdict", "GateDevice", "GateResult", "RolloutOutcome", "Rollout
            "RolloutPlan", "PlannedDevice", "TensorSpec", "TargetSupport", "InspectResult", "TritonExportResult",
            "MlflowExportResult", "ResultsSyncResult", "ResultsInfo", "ClusterWorker", "ClusterStatus",
            "WorkerProcess", "RolloutRecord", "RolloutStatus", "RolloutDeviceEvent", "RolloutHost", "gate_result",
-           "rollout_summary", "rollout_plan", "inspect_result"]
+           "rollout_summary", "rollout_plan", "inspect_result", "TargetInfo", "DeviceEntry", "DeviceProbe",
+           "CacheCleanResult", "OcrCheckResult", "MaxQpsRow", "MaxQpsProbe"]
 
 
 class _AsDict:
@@ -591,3 +592,149 @@ def rollout_status_of(r: dict[str, Any]) -> RolloutStatus:
                          unconfirmed_trials={str(k): _event(str(k), v)
                                              for k, v in (r.get("unconfirmed_trials") or {}).items()},
                          host=host, stale_reason=_s(r.get("stale_reason")), reason=_s(spec.get("reason")), raw=r)
+
+
+# --- targets, devices, cache clean, ocr-check, find-max-qps --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetInfo(_AsDict):
+    """One target (``list_targets``): its name and aliases, backend, precisions (``default_precision`` what
+    ``auto`` builds), whether its converter is installed here (``builds_here``, else ``why_not``)."""
+
+    name: str
+    backend: str
+    description: str = ""
+    precisions: tuple[str, ...] = ()
+    default_precision: str | None = None
+    user_defined: bool = False
+    aliases: tuple[str, ...] = ()
+    builds_here: bool = False
+    why_not: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def target_info(d: dict[str, Any]) -> TargetInfo:
+    default = d.get("default_precision", d.get("auto"))
+    return TargetInfo(name=str(d.get("name")), backend=str(d.get("backend") or ""),
+                      description=str(d.get("description") or ""), user_defined=bool(d.get("user_defined")),
+                      precisions=tuple(str(p) for p in d.get("precisions") or ()),
+                      default_precision=_s(default) if not isinstance(default, (list, tuple)) else ",".join(default),
+                      aliases=tuple(str(a) for a in d.get("aliases") or ()), builds_here=bool(d.get("builds_here")),
+                      why_not=_s(d.get("why_not")), raw=d)
+
+
+@dataclass(frozen=True)
+class DeviceProbe(_AsDict):
+    """A device's probe (``devices(probe=True)``): ``ok``, else ``error``; the agent's report in ``raw["probe"]``."""
+
+    ok: bool
+    error: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class DeviceEntry(_AsDict):
+    """One inventory device as ``edgeopt devices --json`` lists it: how it is reached, its target and labels, the
+    interpreter and agent store on it, its probe when asked for."""
+
+    name: str
+    transport: str
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    target: str | None = None
+    labels: tuple[str, ...] = ()
+    python: str | None = None
+    root: str | None = None
+    probe: DeviceProbe | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def device_entry(d: dict[str, Any]) -> DeviceEntry:
+    p = d.get("probe")
+    probe = None if not isinstance(p, dict) else DeviceProbe(ok=bool(p.get("ok")), error=_s(p.get("error")), raw=p)
+    return DeviceEntry(name=str(d.get("name")), transport=str(d.get("transport") or ""), host=_s(d.get("host")),
+                       port=d.get("port") if isinstance(d.get("port"), int) else None, user=_s(d.get("user")),
+                       target=_s(d.get("target")), labels=tuple(str(x) for x in d.get("labels") or ()),
+                       python=_s(d.get("python")), root=_s(d.get("root")), probe=probe, raw=d)
+
+
+@dataclass(frozen=True)
+class CacheCleanResult(_AsDict):
+    """``cache_clean``: the entries removed (or, with ``dry_run``, that would be) as ``CacheEntry`` dicts' keys,
+    the bytes freed, what is left."""
+
+    removed: tuple[str, ...]  # the entries' keys
+    freed_bytes: int
+    left: int
+    left_bytes: int
+    dry_run: bool
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class OcrCheckResult(_AsDict):
+    """``ocr_check``: the lines the det + rec pair read, ``passed``, and each judgement (``expect``'s words found,
+    the FP32 reference pair's reading matched) with its figure and bound."""
+
+    image: str
+    det: str
+    rec: str
+    lines: tuple[str, ...]
+    passed: bool
+    expect_words: float | None = None  # share of the expected words found
+    reference_similarity: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class MaxQpsProbe(_AsDict):
+    """One rate tried by ``find_max_qps``: ``valid`` (the bound held), the percentile measured, why not."""
+
+    qps: float
+    valid: bool
+    measured_ms: float | None = None
+    seconds: float | None = None
+    why: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class MaxQpsRow(_AsDict):
+    """One (device, bundle) of ``find_max_qps``: ``max_qps`` within the bound (None when not met), ``verdict`` met /
+    not met / undetermined, ``status`` ok | failed (``error``), every probe."""
+
+    device: str
+    target: str
+    precision: str
+    model: str
+    bundle_id: str
+    status: str
+    verdict: str | None = None
+    max_qps: float | None = None
+    percentile: float | None = None
+    bound_ms: float | None = None
+    service_p50_ms: float | None = None
+    load_generator: str | None = None
+    probes: tuple[MaxQpsProbe, ...] = ()
+    converged: bool = False
+    note: str | None = None
+    error: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def max_qps_row(r: dict[str, Any]) -> MaxQpsRow:
+    bound = r.get("bound") or {}
+    pct = _f(bound.get("percentile"))
+    probes = tuple(MaxQpsProbe(qps=float(p.get("qps") or 0), valid=bool(p.get("valid")),
+                               measured_ms=_f(p.get(f"p{pct:g}_ms")) if pct is not None else None,
+                               seconds=_f(p.get("seconds")), why=_s(p.get("why")), raw=p)
+                   for p in r.get("probes") or [])
+    return MaxQpsRow(device=str(r.get("device")), target=str(r.get("target") or ""),
+                     precision=str(r.get("precision") or ""), model=str(r.get("model") or ""),
+                     bundle_id=str(r.get("bundle_id") or ""), status=str(r.get("status") or ""),
+                     verdict=_s(r.get("verdict")), max_qps=_f(r.get("max_qps")), percentile=pct,
+                     bound_ms=_f(bound.get("ms")), service_p50_ms=_f(r.get("service_p50_ms")),
+                     load_generator=_s(r.get("engine")), probes=probes, converged=bool(r.get("converged")),
+                     note=_s(r.get("note")), error=_s(r.get("error")), raw=r)

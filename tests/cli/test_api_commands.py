@@ -62,6 +62,7 @@ def test_fleet_views_and_rollout_journal(ran, tmp_path):
     assert fs.devices["sim"]["slots"][f"{MODEL}/cpu"]["current"] == st["devices"]["sim"]["after"]
     (dev,) = edgeopt.devices(fleet)
     assert dev["name"] == "sim" and dev["target"] == "cpu"
+    assert isinstance(dev, edgeopt.DeviceEntry) and (dev.name, dev.target, dev.transport) == ("sim", "cpu", "local")
     with pytest.raises(edgeopt.UsageError, match="the models they have: " + MODEL):
         edgeopt.rollback(fleet, model="nosuch")
 
@@ -72,9 +73,12 @@ def test_find_max_qps_and_cache(ran):
         edgeopt.find_max_qps(root / "dist", "p90=0.001ms", load_generator="edgeopt")
     (row,) = err.value.result
     assert row["verdict"] == "not met" and row["probes"] == []
+    assert isinstance(row, edgeopt.MaxQpsRow) and row.verdict == "not met" and row.max_qps is None and not row.probes
+    assert row.percentile == 90 and row.bound_ms == 0.001 and row.service_p50_ms > row.bound_ms
     entries = edgeopt.cache_list()
     assert any(e.model == MODEL for e in entries)
     dry = edgeopt.cache_clean(all=True, dry_run=True)
+    assert isinstance(dry, edgeopt.CacheCleanResult) and dry.dry_run and set(dry.removed) == {e.key for e in entries}
     assert len(dry["removed"]) == len(entries) and [e.key for e in edgeopt.cache_list()] == [e.key for e in entries]
 
 

@@ -20,11 +20,10 @@ from edgeopt import api_types
 TYPED = ("inspect", "gate", "rollout", "rollout_resume", "export", "results_sync", "results_info", "cluster_status",
          "start_worker", "run", "rollback", "fleet_status", "debug_layers", "bench", "build", "tune", "cache_list",
          "rollout_list", "rollout_status", "query", "push", "history", "change_points", "select_devices",
-         "parse_duration", "report")
+         "parse_duration", "report", "list_targets", "cache_clean", "devices", "ocr_check", "find_max_qps")
 # Still dict/list-of-dict returns (the older functions), said here so the list can only shrink.
-STILL_DICTS = {"list_targets", "probe", "gc", "bench_options", "rig_status", "rig_release", "baseline_save",
-               "baseline_list", "baseline_show", "baseline_export", "baseline_import", "cache_clean", "devices",
-               "ocr_check", "find_max_qps"}
+STILL_DICTS = {"probe", "gc", "bench_options", "rig_status", "rig_release", "baseline_save", "baseline_list",
+               "baseline_show", "baseline_export", "baseline_import"}
 
 
 def _hints(fn) -> dict[str, typing.Any]:
@@ -33,11 +32,11 @@ def _hints(fn) -> dict[str, typing.Any]:
     ns = {**vars(api_mod), **vars(api_types)}
     from edgeopt.cache import CacheEntry
     from edgeopt.debug import DebugResult
-    from edgeopt.pipeline import BuildReport
-    from edgeopt.results import BenchRecord, BenchResult
     from edgeopt.deploy import PushResult
     from edgeopt.hil.history import ChangePoint, Series
     from edgeopt.inventory import Device
+    from edgeopt.pipeline import BuildReport
+    from edgeopt.results import BenchRecord, BenchResult
     from edgeopt.tuning import TuneResult
 
     ns.update(CacheEntry=CacheEntry, DebugResult=DebugResult, BuildReport=BuildReport, BenchRecord=BenchRecord,
@@ -66,7 +65,8 @@ def test_the_typed_results_hold_no_any_but_the_raw_json(cls):
     loose = [f.name for f in dataclasses.fields(cls) if "Any" in str(hints[f.name])
              and f.name not in ("raw", "config")]  # config: Triton's config.pbtxt as a dict, any depth
     assert not loose, (cls.__name__, loose)
-    assert getattr(edgeopt, cls.__name__, None) is cls or cls.__name__ in ("PlannedDevice", "TensorSpec", "RolloutDeviceEvent", "RolloutHost")
+    assert getattr(edgeopt, cls.__name__, None) is cls or cls.__name__ in ("PlannedDevice", "TensorSpec", "RolloutDeviceEvent", "RolloutHost", "DeviceProbe",
+                                                                "MaxQpsProbe")
 
 
 def test_a_gate_result_reads_typed_and_as_its_json():
@@ -126,6 +126,13 @@ def test_start_worker_dry_run_is_the_cli_command_line(capsys):
     import shlex
 
     assert shlex.split(capsys.readouterr().out.strip()) == w.argv
+
+
+def test_list_targets_is_typed_and_keeps_its_json():
+    rows = edgeopt.list_targets()
+    cpu = next(t for t in rows if t.name == "cpu")
+    assert isinstance(cpu, edgeopt.TargetInfo) and "ort" in cpu.aliases and cpu.builds_here and "int8" in cpu.precisions
+    assert cpu["name"] == "cpu" and cpu.to_dict()["backend"] == cpu.backend == "onnxruntime"
 
 
 def test_results_info_reads_a_real_database(tmp_path, capsys):
