@@ -25,7 +25,7 @@ API = ("inspect", "list_targets", "build", "push", "bench", "probe", "gc", "quer
 TYPES = ("GateResult", "GateDevice", "GateVerdict", "RolloutSummary", "RolloutWave", "RolloutOutcome", "RolloutPlan",
          "InspectResult", "TargetSupport", "TritonExportResult", "MlflowExportResult", "ResultsSyncResult",
          "ResultsInfo", "ClusterStatus", "ClusterWorker", "WorkerProcess", "RolloutRecord", "RolloutStatus", "TargetInfo", "DeviceEntry", "CacheCleanResult",
-         "OcrCheckResult", "MaxQpsRow")
+         "OcrCheckResult", "MaxQpsRow", "RigStatus", "RigRelease", "Baseline", "BaselineSummary")
 # the exceptions the API raises (edgeopt.errors), importable from the package too
 ERRORS = ("EdgeoptError", "UsageError", "ModelError", "CalibrationError", "MissingDependency", "UnsupportedOps",
           "BuildFailed", "DeviceError", "HostKeyError", "GoalNotMet", "GateFailed", "RolloutHalted", "Inconclusive")

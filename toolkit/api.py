@@ -47,6 +47,8 @@ from edgeopt.errors import BuildFailed, DeviceError, EdgeoptError, GoalNotMet, U
 
 if TYPE_CHECKING:
     from edgeopt.api_types import (
+        Baseline,
+        BaselineSummary,
         CacheCleanResult,
         ClusterStatus,
         DeviceEntry,
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
         OcrCheckResult,
         ResultsInfo,
         ResultsSyncResult,
+        RigRelease,
+        RigStatus,
         RolloutPlan,
         RolloutRecord,
         RolloutStatus,
@@ -1117,62 +1121,74 @@ def gate_failure(res: GateResult | dict[str, Any]) -> EdgeoptError | None:
 
 @_api(extra=_keywords_of("edgeopt.hil.rig:status"))
 def rig_status(devices: str | os.PathLike | None = "local", db: str = "edgeopt-results.db",
-               probe: bool = True, label: str | list[str] | None = None, **kw: Any) -> dict[str, Any]:
-    """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``);
-    ``limit``/``label`` pick devices as bench and gate do.
+               probe: bool = True, label: str | list[str] | None = None, **kw: Any) -> RigStatus:
+    """Every rig device's health, last seen, quarantine and recent failures (``edgeopt rig status``) ->
+    ``RigStatus`` (``devices``: ``RigDevice``); ``limit``/``label`` pick devices as bench and gate do.
 
-        bad = [d for d in edgeopt.rig_status("rig.yaml")["devices"] if d["quarantined"]]"""
+        bad = [d.device for d in edgeopt.rig_status("rig.yaml").devices if d.quarantined]"""
+    from edgeopt.api_types import rig_status_of
     from edgeopt.hil.rig import status
 
-    return status(devices, db, probe, labels=label, **kw)
+    return rig_status_of(status(devices, db, probe, labels=label, **kw))
 
 
 @_api()
-def rig_release(device: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
-    """Take a device out of quarantine (``edgeopt rig release``).
+def rig_release(device: str, db: str = "edgeopt-results.db") -> RigRelease:
+    """Take a device out of quarantine (``edgeopt rig release``) -> ``RigRelease`` (was it quarantined, the
+    failures cleared).
 
-        edgeopt.rig_release("orin-1")"""
+        edgeopt.rig_release("orin-1").was_quarantined"""
+    from edgeopt.api_types import RigRelease
     from edgeopt.hil.rig import release
 
-    return release(device, db)
+    r = release(device, db)
+    return RigRelease(device=str(r.get("device")), was_quarantined=bool(r.get("was_quarantined")),
+                      failures_cleared=int(r.get("failures_cleared") or 0), raw=r)
 
 
 @_api(extra=_keywords_of("edgeopt.hil.baseline:save"))
 def baseline_save(name: str, source: str, db: str = "edgeopt-results.db", targets: str | None = None,
-                  **kw: Any) -> dict[str, Any]:
+                  **kw: Any) -> Baseline:
     """Keep a gate's or bench's rounds as a named baseline (``edgeopt baseline save NAME --from RUN|latest``;
     ``source`` is ``--from``, a Python keyword). ``model``, ``targets``, ``device``, ``identity``, ``force``.
 
-        edgeopt.baseline_save("main", "latest", model="cls", targets="cpu")"""
+        saved = edgeopt.baseline_save("main", "latest", model="cls", targets="cpu")
+        print([(e.target, e.device) for e in saved.entries])"""
+    from edgeopt.api_types import baseline_of
     from edgeopt.hil.baseline import save
 
-    return save(name, source, db, target=targets, **kw)
+    return baseline_of(save(name, source, db, target=targets, **kw))
 
 
 @_api()
-def baseline_list(db: str = "edgeopt-results.db") -> list[dict[str, Any]]:
-    """The stored baselines (``edgeopt baseline list``): name, when saved, from which run, entries.
+def baseline_list(db: str = "edgeopt-results.db") -> list[BaselineSummary]:
+    """The stored baselines (``edgeopt baseline list``) -> ``[BaselineSummary]``: name, entries, their models,
+    targets and devices, when saved.
 
-        names = [b["name"] for b in edgeopt.baseline_list()]"""
+        names = [b.name for b in edgeopt.baseline_list()]"""
+    from edgeopt.api_types import baseline_summary
     from edgeopt.hil.baseline import list_baselines
 
-    return list_baselines(db)
+    return [baseline_summary(b) for b in list_baselines(db)]
 
 
 @_api()
-def baseline_show(name: str, db: str = "edgeopt-results.db") -> dict[str, Any]:
-    """One stored baseline with its entries (model x target x device, rounds) (``edgeopt baseline show``).
+def baseline_show(name: str, db: str = "edgeopt-results.db") -> Baseline:
+    """One stored baseline with its entries (model x target x device, rounds) (``edgeopt baseline show``) ->
+    ``Baseline``.
 
-        main = edgeopt.baseline_show("main")"""
+        main = edgeopt.baseline_show("main")
+        print([(e.model, e.target, e.device) for e in main.entries])"""
+    from edgeopt.api_types import baseline_of
     from edgeopt.hil.baseline import show
 
-    return show(name, db)
+    return baseline_of(show(name, db))
 
 
 @_api()
-def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.PathLike | None = None) -> dict[str, Any]:
-    """A stored baseline as the file ``baseline import`` reads (``edgeopt baseline export``); with ``out``
-    also written there.
+def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.PathLike | None = None) -> Baseline:
+    """A stored baseline as the file ``baseline import`` reads (``edgeopt baseline export``) -> ``Baseline``
+    (``to_dict()`` is the file, rounds included); with ``out`` also written there.
 
         edgeopt.baseline_export("main", out="cls.baseline.json")"""
     from edgeopt.hil.baseline import export, write_export
@@ -1181,20 +1197,24 @@ def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.Pat
         from edgeopt.commands.report import check_writable
 
         check_writable(str(out), "--out", "the baseline")  # before the database is read
+    from edgeopt.api_types import baseline_of
+
     doc = export(name, db)
     if out is not None:
         write_export(doc, out)
-    return doc
+    return baseline_of(doc)
 
 
 @_api(extra=_keywords_of("edgeopt.hil.baseline:import_file"))
-def baseline_import(file: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> dict[str, Any]:
-    """Load an exported baseline file (``edgeopt baseline import FILE``; ``name``, ``force``).
+def baseline_import(file: str | os.PathLike, db: str = "edgeopt-results.db", **kw: Any) -> Baseline:
+    """Load an exported baseline file (``edgeopt baseline import FILE``; ``name``, ``force``) -> ``Baseline``
+    (``replaced``: the entries it replaced).
 
         edgeopt.baseline_import("cls.baseline.json", name="main", force=True)"""
+    from edgeopt.api_types import baseline_of
     from edgeopt.hil.baseline import import_file
 
-    return import_file(file, db, **kw)
+    return baseline_of(import_file(file, db, **kw))
 
 
 def rollout_inputs(bundles: str | list[str], devices: str | os.PathLike, select: str | list[str] | None = None,

@@ -21,7 +21,8 @@ __all__ = ["GateVerdict", "GateDevice", "GateResult", "RolloutOutcome", "Rollout
            "MlflowExportResult", "ResultsSyncResult", "ResultsInfo", "ClusterWorker", "ClusterStatus",
            "WorkerProcess", "RolloutRecord", "RolloutStatus", "RolloutDeviceEvent", "RolloutHost", "gate_result",
            "rollout_summary", "rollout_plan", "inspect_result", "TargetInfo", "DeviceEntry", "DeviceProbe",
-           "CacheCleanResult", "OcrCheckResult", "MaxQpsRow", "MaxQpsProbe"]
+           "CacheCleanResult", "OcrCheckResult", "MaxQpsRow", "MaxQpsProbe", "RigStatus", "RigDevice", "RigRelease",
+           "Baseline", "BaselineEntry", "BaselineSummary"]
 
 
 class _AsDict:
@@ -738,3 +739,114 @@ def max_qps_row(r: dict[str, Any]) -> MaxQpsRow:
                      bound_ms=_f(bound.get("ms")), service_p50_ms=_f(r.get("service_p50_ms")),
                      load_generator=_s(r.get("engine")), probes=probes, converged=bool(r.get("converged")),
                      note=_s(r.get("note")), error=_s(r.get("error")), raw=r)
+
+
+# --- rig and baselines (the HIL gate's state) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RigDevice(_AsDict):
+    """One rig device (``rig_status``): ``health`` fit | unfit | unreachable | not probed (``problems``,
+    ``warnings``), quarantine and its reason, the failures in a row, when it was last seen and how."""
+
+    device: str
+    target: str | None
+    health: str
+    quarantined: bool = False
+    quarantine_reason: str | None = None
+    consecutive_failures: int = 0
+    last_seen: str | None = None
+    last_status: str | None = None
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RigStatus(_AsDict):
+    """``rig_status``: the rig file, the database, every device picked."""
+
+    rig: str | None
+    db: str
+    devices: tuple[RigDevice, ...]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def rig_status_of(d: dict[str, Any]) -> RigStatus:
+    return RigStatus(rig=_s(d.get("rig")), db=str(d.get("db") or ""), devices=tuple(
+        RigDevice(device=str(r.get("device")), target=_s(r.get("target")), health=str(r.get("health") or ""),
+                  quarantined=bool(r.get("quarantined")), quarantine_reason=_s(r.get("quarantine_reason")),
+                  consecutive_failures=_i(r.get("consecutive_failures")), last_seen=_s(r.get("last_seen")),
+                  last_status=_s(r.get("last_status")), problems=tuple(str(x) for x in r.get("problems") or ()),
+                  warnings=tuple(str(x) for x in r.get("warnings") or ()), raw=r)
+        for r in d.get("devices") or []), raw=d)
+
+
+@dataclass(frozen=True)
+class RigRelease(_AsDict):
+    """``rig_release``: the device, whether it was quarantined, the failures in a row cleared."""
+
+    device: str
+    was_quarantined: bool
+    failures_cleared: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BaselineEntry(_AsDict):
+    """One stored baseline's entry: model x target x precision x device, its bundle, where its rounds came from
+    (``kind`` gate | bench, ``source_run``), when; the figures and fingerprint in ``raw``."""
+
+    model: str
+    target: str
+    precision: str | None
+    device: str
+    bundle_id: str | None = None
+    kind: str | None = None
+    source_run: str | None = None
+    source_verdict: str | None = None
+    created: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Baseline(_AsDict):
+    """A stored baseline (``baseline_show``/``baseline_save``/``baseline_import``/``baseline_export``): its name and
+    entries; ``run_id`` the run saved from, ``replaced`` the entries a save or import replaced."""
+
+    name: str
+    entries: tuple[BaselineEntry, ...]
+    run_id: str | None = None
+    replaced: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class BaselineSummary(_AsDict):
+    """One stored baseline as ``baseline_list`` lists it: how many entries, their models, targets, devices."""
+
+    name: str
+    entries: int
+    models: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    created: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def baseline_of(d: dict[str, Any]) -> Baseline:
+    entries = tuple(BaselineEntry(model=str(e.get("model")), target=str(e.get("target")),
+                                  precision=_s(e.get("precision")), device=str(e.get("device")),
+                                  bundle_id=_s(e.get("bundle_id")), kind=_s(e.get("kind")),
+                                  source_run=_s(e.get("source_run")), source_verdict=_s(e.get("source_verdict")),
+                                  created=_s(e.get("created")), raw=e)
+                    for e in d.get("entries") or [] if isinstance(e, dict))
+    rep = d.get("replaced") or ()
+    return Baseline(name=str(d.get("name")), entries=entries, run_id=_s(d.get("run_id")),
+                    replaced=tuple(str(x) for x in rep) if isinstance(rep, (list, tuple)) else (), raw=d)
+
+
+def baseline_summary(d: dict[str, Any]) -> BaselineSummary:
+    return BaselineSummary(name=str(d.get("name")), entries=_i(d.get("entries")),
+                           models=tuple(d.get("models") or ()), targets=tuple(d.get("targets") or ()),
+                           devices=tuple(d.get("devices") or ()), created=_s(d.get("created")), raw=d)

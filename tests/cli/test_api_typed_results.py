@@ -20,10 +20,11 @@ from edgeopt import api_types
 TYPED = ("inspect", "gate", "rollout", "rollout_resume", "export", "results_sync", "results_info", "cluster_status",
          "start_worker", "run", "rollback", "fleet_status", "debug_layers", "bench", "build", "tune", "cache_list",
          "rollout_list", "rollout_status", "query", "push", "history", "change_points", "select_devices",
-         "parse_duration", "report", "list_targets", "cache_clean", "devices", "ocr_check", "find_max_qps")
+         "parse_duration", "report", "list_targets", "cache_clean", "devices", "ocr_check", "find_max_qps",
+         "rig_status", "rig_release", "baseline_save", "baseline_list", "baseline_show", "baseline_export",
+         "baseline_import")
 # Still dict/list-of-dict returns (the older functions), said here so the list can only shrink.
-STILL_DICTS = {"probe", "gc", "bench_options", "rig_status", "rig_release", "baseline_save", "baseline_list",
-               "baseline_show", "baseline_export", "baseline_import"}
+STILL_DICTS = {"probe", "gc", "bench_options"}
 
 
 def _hints(fn) -> dict[str, typing.Any]:
@@ -66,7 +67,7 @@ def test_the_typed_results_hold_no_any_but_the_raw_json(cls):
              and f.name not in ("raw", "config")]  # config: Triton's config.pbtxt as a dict, any depth
     assert not loose, (cls.__name__, loose)
     assert getattr(edgeopt, cls.__name__, None) is cls or cls.__name__ in ("PlannedDevice", "TensorSpec", "RolloutDeviceEvent", "RolloutHost", "DeviceProbe",
-                                                                "MaxQpsProbe")
+                                                                "MaxQpsProbe", "RigDevice", "BaselineEntry")
 
 
 def test_a_gate_result_reads_typed_and_as_its_json():
@@ -160,3 +161,13 @@ def test_cluster_status_of_an_unreachable_scheduler_is_a_device_error(monkeypatc
     with pytest.raises(edgeopt.DeviceError, match="unreachable") as err:
         edgeopt.cluster_status("tcp://127.0.0.1:9")
     assert err.value.exit_code == 4
+
+
+def test_rig_status_and_baselines_are_typed(tmp_path):
+    st = edgeopt.rig_status("local", db=str(tmp_path / "r.db"), probe=False)
+    assert isinstance(st, edgeopt.RigStatus) and [d.device for d in st.devices] == ["local"]
+    assert st.devices[0].health == "not probed" and not st.devices[0].quarantined and st["devices"][0]["device"] == "local"
+    assert edgeopt.baseline_list(str(tmp_path / "r.db")) == []
+    with pytest.raises(edgeopt.UsageError):
+        edgeopt.baseline_show("main", str(tmp_path / "r.db"))
+    assert not any(tmp_path.iterdir())
