@@ -52,6 +52,8 @@ if TYPE_CHECKING:
         CacheCleanResult,
         ClusterStatus,
         DeviceEntry,
+        DeviceGc,
+        DeviceProbe,
         GateResult,
         InspectResult,
         MaxQpsRow,
@@ -922,13 +924,15 @@ def push(bundles: list[str] | None = None, dist: str | os.PathLike = "dist", dev
 @_api()
 def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
           label: str | list[str] | None = None, trust_new_host_keys: bool = False, parallel: int = 4,
-          progress: Progress = _quiet) -> dict[str, dict[str, Any]]:
+          progress: Progress = _quiet) -> dict[str, DeviceProbe]:
     """Connect to each device (host keys checked), install the agent if needed, and return its probe
-    (``edgeopt devices --probe``): ``{name: {"ok": bool, "probe": {...}} or {"ok": False, "error": ...}}``.
+    (``edgeopt devices --probe``): device name -> ``DeviceProbe`` (``ok``, else ``error``; the agent's report in
+    ``raw["probe"]``).
 
-        cores = {n: p["probe"]["cpu"] for n, p in edgeopt.probe("lab.yaml").items() if p["ok"]}"""
+        cpus = {n: p.raw["probe"]["cpu"] for n, p in edgeopt.probe("lab.yaml").items() if p.ok}"""
     from concurrent.futures import ThreadPoolExecutor
 
+    from edgeopt.api_types import device_probe
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
@@ -944,19 +948,20 @@ def probe(devices: str | os.PathLike = "local", limit: str | list[str] | None = 
             return {"ok": False, "error": str(exc)}
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(devs)))) as pool:
-        return dict(zip([d.name for d in devs], pool.map(one, devs)))
+        return {n: device_probe(p) for n, p in zip([d.name for d in devs], pool.map(one, devs))}
 
 
 @_api()
 def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = None,
        label: str | list[str] | None = None, trust_new_host_keys: bool = False, keep: int = 3,
-       dry_run: bool = False, progress: Progress = _quiet, parallel: int = 4) -> dict[str, dict[str, Any]]:
+       dry_run: bool = False, progress: Progress = _quiet, parallel: int = 4) -> dict[str, DeviceGc]:
     """Remove bundles no slot refers to from each device's store (``edgeopt devices gc``), ``parallel``
-    devices at once.
+    devices at once -> device name -> ``DeviceGc`` (``ok``/``error``, ``removed``, ``kept``, ``freed_mb``).
 
-        freed = edgeopt.gc("lab.yaml", keep=1, dry_run=True)"""
+        would = {n: g.removed for n, g in edgeopt.gc("lab.yaml", keep=1, dry_run=True).items()}"""
     from concurrent.futures import ThreadPoolExecutor
 
+    from edgeopt.api_types import device_gc
     from edgeopt.deploy import DeviceSession
     from edgeopt.errors import DeviceError
 
@@ -970,7 +975,7 @@ def gc(devices: str | os.PathLike = "local", limit: str | list[str] | None = Non
 
     devs = select_devices(devices, limit, label)
     with ThreadPoolExecutor(max_workers=max(1, min(int(parallel), len(devs)))) as pool:
-        return dict(pool.map(one, devs))
+        return {n: device_gc(g) for n, g in pool.map(one, devs)}
 
 
 # --- results ---------------------------------------------------------------------------------------
@@ -1824,7 +1829,7 @@ def devices(devices: str | os.PathLike = "local", limit: str | list[str] | None 
     chosen = select_devices(devices, limit, label)
     probes = globals()["probe"](devices, limit, label, trust_new_host_keys, parallel, progress) if probe else {}
     return [device_entry({**d.public(), "python": d.python, "root": d.root,
-                          **({"probe": probes[d.name]} if probes else {})}) for d in chosen]
+                          **({"probe": probes[d.name].to_dict()} if probes else {})}) for d in chosen]
 
 
 @_api()

@@ -22,7 +22,7 @@ __all__ = ["GateVerdict", "GateDevice", "GateResult", "RolloutOutcome", "Rollout
            "WorkerProcess", "RolloutRecord", "RolloutStatus", "RolloutDeviceEvent", "RolloutHost", "gate_result",
            "rollout_summary", "rollout_plan", "inspect_result", "TargetInfo", "DeviceEntry", "DeviceProbe",
            "CacheCleanResult", "OcrCheckResult", "MaxQpsRow", "MaxQpsProbe", "RigStatus", "RigDevice", "RigRelease",
-           "Baseline", "BaselineEntry", "BaselineSummary"]
+           "Baseline", "BaselineEntry", "BaselineSummary", "DeviceGc"]
 
 
 class _AsDict:
@@ -627,11 +627,41 @@ def target_info(d: dict[str, Any]) -> TargetInfo:
 
 @dataclass(frozen=True)
 class DeviceProbe(_AsDict):
-    """A device's probe (``devices(probe=True)``): ``ok``, else ``error``; the agent's report in ``raw["probe"]``."""
+    """A device's probe (``probe``, ``devices(probe=True)``): ``ok``, else ``error``; where the agent lives, how long
+    connecting took; the agent's report (CPU, memory, runtimes, energy sources ...) in ``raw["probe"]``."""
 
     ok: bool
     error: str | None = None
+    agent_path: str | None = None
+    connect_s: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def device_probe(p: dict[str, Any]) -> DeviceProbe:
+    return DeviceProbe(ok=bool(p.get("ok")), error=_s(p.get("error")), agent_path=_s(p.get("agent_path")),
+                       connect_s=_f(p.get("connect_s")), raw=p)
+
+
+@dataclass(frozen=True)
+class DeviceGc(_AsDict):
+    """One device's ``gc``: ``ok`` (else ``error``), the bundles removed (or, with ``dry_run``, that would go) and
+    kept, the staging uploads removed, the MB freed."""
+
+    ok: bool
+    error: str | None = None
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    staging_removed: tuple[str, ...] = ()
+    freed_mb: float | None = None
+    dry_run: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def device_gc(g: dict[str, Any]) -> DeviceGc:
+    return DeviceGc(ok=bool(g.get("ok")), error=_s(g.get("error")), removed=tuple(str(x) for x in g.get("removed") or ()),
+                    kept=tuple(str(x) for x in g.get("kept") or ()),
+                    staging_removed=tuple(str(x) for x in g.get("staging_removed") or ()),
+                    freed_mb=_f(g.get("freed_mb")), dry_run=bool(g.get("dry_run")), raw=g)
 
 
 @dataclass(frozen=True)
@@ -654,7 +684,7 @@ class DeviceEntry(_AsDict):
 
 def device_entry(d: dict[str, Any]) -> DeviceEntry:
     p = d.get("probe")
-    probe = None if not isinstance(p, dict) else DeviceProbe(ok=bool(p.get("ok")), error=_s(p.get("error")), raw=p)
+    probe = None if not isinstance(p, dict) else device_probe(p)
     return DeviceEntry(name=str(d.get("name")), transport=str(d.get("transport") or ""), host=_s(d.get("host")),
                        port=d.get("port") if isinstance(d.get("port"), int) else None, user=_s(d.get("user")),
                        target=_s(d.get("target")), labels=tuple(str(x) for x in d.get("labels") or ()),

@@ -57,8 +57,9 @@ def gc_command(**kw) -> int:
     from edgeopt.ui import stderr_progress, table
 
     args = ns(**kw)
-    res = api.gc(args.devices, list(args.only), list(args.label), args.trust_new_host_keys, keep=args.keep,
-                 dry_run=args.dry_run, progress=stderr_progress(args.quiet))
+    res = {n: g.to_dict() for n, g in api.gc(args.devices, list(args.only), list(args.label),
+                                             args.trust_new_host_keys, keep=args.keep, dry_run=args.dry_run,
+                                             progress=stderr_progress(args.quiet)).items()}
     if args.json:
         emit_json(res, "devices-gc")
     else:
@@ -98,8 +99,8 @@ def run(args) -> int:
     progress = stderr_progress(args.quiet)
     probes: dict[str, dict] = {}
     if args.probe:
-        probes = api.probe(args.devices, list(args.only), list(args.label), args.trust_new_host_keys,
-                           args.parallel, progress)
+        probes = {n: p.to_dict() for n, p in api.probe(args.devices, list(args.only), list(args.label),
+                                                        args.trust_new_host_keys, args.parallel, progress).items()}
     if args.json:
         emit_json([{**d.public(), "python": d.python, "root": d.root, **({"probe": probes[d.name]} if probes else {})}
                    for d in devices], "devices")
