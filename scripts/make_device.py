@@ -486,8 +486,16 @@ def _yaml(obj: Any) -> str:
         return json.dumps(obj, indent=1) + "\n"
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is one line (and a hint), as edgeopt's own commands say it, not the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"make_device: error: {message}\n  hint: {self.prog} --help lists the options", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = _Parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="arm64", choices=sorted(ARCHES))
     ap.add_argument("--suite", default="bookworm", choices=sorted(SUITES))
     ap.add_argument("--port", type=int, help="sshd's loopback port (default: a free one)")

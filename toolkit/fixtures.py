@@ -85,13 +85,13 @@ def main(argv: list[str]) -> int:
         names = [*FIXTURES, *MADE]
         close = difflib.get_close_matches(name, names, n=1)
         what = f"takes one NAME, got {len(argv)}" if len(argv) > 1 else f"no fixture {name!r}"
-        print(f"edgeopt.fixtures: {what}; " + (f"did you mean {close[0]!r}?" if close and len(argv) == 1
+        print(f"edgeopt.fixtures: error: {what}; " + (f"did you mean {close[0]!r}?" if close and len(argv) == 1
                                                else "names: " + ", ".join(names)), file=sys.stderr)
         return EXIT_USAGE
     try:
         print(ocr_lines() if name == "ocr-lines" else path(name))
     except FileNotFoundError as exc:
-        print(f"edgeopt.fixtures: {exc}", file=sys.stderr)
+        print(f"edgeopt.fixtures: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0
 
