@@ -109,12 +109,12 @@ def check_writable(out: str, flag: str = "--report", what: str = "the report") -
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise UsageError(f"cannot write {what} to {out!r}: {str(probe)!r} is not a folder")
+        raise UsageError(f"cannot write {what} to {out!r} ({flag}): {str(probe)!r} is not a folder")
     if path.is_dir():
         example = {"--report": "report.html", "--html": "debug.html"}.get(flag, "out" + (path.suffix or ".json"))
         raise UsageError(f"{flag} {out!r} is a folder", hint=f"give a file name, e.g. {example}")
     if not os.access(probe, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"cannot write {what} to {out!r}: permission denied")
+        raise UsageError(f"cannot write {what} to {out!r} ({flag}): permission denied")
     # the access bits can say yes where a write fails (root, /proc, a read-only mount): make and remove a
     # file where the report will go (write_report makes the missing folders, then writes beside the target)
     import tempfile
@@ -124,7 +124,7 @@ def check_writable(out: str, flag: str = "--report", what: str = "the report") -
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UsageError(f"cannot write {what} to {out!r}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {out!r} ({flag}): {exc.strerror or exc}") from None
 
 
 def check_writable_dir(out: str, flag: str) -> None:
