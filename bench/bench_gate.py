@@ -50,6 +50,15 @@ DET_CASES = ("same", "15")
 DET_SIDE = {"det3": 96, "det30": 224}
 
 
+def _per_model(spec: str, model: str, default: int) -> int:
+    """``"40"`` -> 40 for every model; ``"det3=26,det30=18"`` -> this model's (``default`` when not named)."""
+    spec = str(spec or "").strip()
+    if spec and "=" not in spec:
+        return int(spec)
+    pairs = dict(p.split("=", 1) for p in spec.split(",") if "=" in p)
+    return int(pairs.get(model, default))
+
+
 def build_cls(model: Path, out: Path, force: bool = False) -> Path:
     from edgeopt.fixtures import path as fixture_path
     from edgeopt.pipeline import build as _build
@@ -297,7 +306,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="cls,cnn", help="cls (1-ms classifier), cnn (EfficientNet-Lite0), "
                                                         "det3 / det30 (PP-OCR detector CNN at ~3 / ~30 ms)")
-    ap.add_argument("--det-width", type=int, default=40, help="det models: the slowed variant's side-branch channels")
+    ap.add_argument("--det-width", default="40",
+                    help="det models: the slowed variant's side-branch channels (one number, or det3=26,det30=18)")
+    ap.add_argument("--det-side", default="",
+                    help="det models: the input side in pixels per model, e.g. det3=128,det30=480 (default "
+                         + ", ".join(f"{k}={v}" for k, v in DET_SIDE.items()) + ")")
     ap.add_argument("--det-budget", type=float, default=60.0, help="det models: the whole gate's wall time (s)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--budget", type=float, default=20.0, help="cls: the whole gate's wall time (s)")
@@ -345,10 +358,11 @@ def main() -> None:
         if model in DET_SIDE:
             from tests.hil.models import slower
 
-            src, side = Path(fixture_path("ocr-det")), DET_SIDE[model]
+            src, side = Path(fixture_path("ocr-det")), _per_model(a.det_side, model, DET_SIDE[model])
+            width = _per_model(a.det_width, model, 40)
             base = build_det(src, work / f"dist-{model}-base", side)
-            var = {1.15: (build_det(slower(src, work / f"{model}-slow{a.det_width}" / src.name, channels=a.det_width),
-                                    work / f"dist-{model}-slow{a.det_width}", side), None)} if "15" in cases else {}
+            var = {1.15: (build_det(slower(src, work / f"{model}-slow{width}" / src.name, channels=width),
+                                    work / f"dist-{model}-slow{width}", side), None)} if "15" in cases else {}
             budget, one_b = a.det_budget, a.onecall_budget or 5.0
             what = f"PP-OCR detector CNN at 1x3x{side}x{side}"
         elif model == "cls":
@@ -410,13 +424,14 @@ def main() -> None:
             rounds_done += 1
             print(f"round {rounds_done} done in {time.perf_counter() - t_round:.0f}s", flush=True)
             if a.write and not a.no_write:
-                _write_models(models, _body(a, spec, cases, facts, load_before, t_all, rounds_done, partial=True))
+                _write_models(models, _body(a, spec, cases, facts, load_before, t_all, rounds_done, partial=True),
+                              _tag(a))
     body = _body(a, spec, cases, facts, load_before, t_all, rounds_done, partial=False)
     print(body)
     if a.no_write:
         return
     if a.write:
-        _write_models(models, body)
+        _write_models(models, body, _tag(a))
     else:
         default = models == ["cls", "cnn"] and wanted is None and a.runs >= 20
         write_section("gate" if default else "gate-" + "-".join(models) + ("-" + "-".join(wanted) if wanted else "")
@@ -462,12 +477,17 @@ def _body(a, spec, cases: list[Case], facts: list[str], load_before: str, t_all:
             "Each verdict's wall time, s, in run order:\n\n" + "\n".join(f"- {c.times_line()}" for c in cases) + "\n")
 
 
-def _write_models(models: list[str], body: str) -> None:
+def _tag(a) -> str:
+    """The part's key beyond the models: the det models' sides when not the default ones."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", a.det_side).strip("-") if a.det_side else ""
+
+
+def _write_models(models: list[str], body: str, tag: str = "") -> None:
     """Replace these models' part of the `gate` section (between `<!-- gate:MODELS -->` markers inside it),
     keeping everything else in the section (other models' figures)."""
     from bench._common import BENCH_MD
 
-    key = "-".join(sorted(models))
+    key = "-".join(sorted(models)) + (f"-{tag}" if tag else "")
     start, end = f"<!-- gate:{key} -->", f"<!-- /gate:{key} -->"
     text = BENCH_MD.read_text() if BENCH_MD.exists() else ""
     m = re.search(r"<!-- bench:gate -->\n(.*?)<!-- /bench:gate -->", text, flags=re.S)
