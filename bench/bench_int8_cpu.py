@@ -289,10 +289,10 @@ def build_bundles(name: str, job: dict, out: Path, extra: bool) -> dict[str, dic
     return got
 
 
-def measure_model(name: str, job: dict, work: Path, rounds: int) -> dict:
+def measure_model(name: str, job: dict, work: Path, rounds: int, extras: bool = True) -> dict:
     from edgeopt.calib import load_stacked
 
-    bundles = build_bundles(name, job, work / "out", extra=(name == "efficientnet-lite0"))
+    bundles = build_bundles(name, job, work / "out", extra=(name == "efficientnet-lite0" and extras))
     fp32b = bundles["edgeopt cpu fp32"].get("bundle")
     if fp32b is None:
         return {"name": name, "error": "cpu fp32 bundle failed: " + bundles["edgeopt cpu fp32"]["error"]}
@@ -468,6 +468,8 @@ def main() -> int:
                     help='comma-separated; "" re-renders the section from the stored blocks')
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-extras", action="store_true",
+                    help="EfficientNet-Lite0 without the top1_min 0.95 and mobile (LiteRT) rows")
     ap.add_argument("--section", default="int8-cpu",
                     help="BENCHMARKS section (int8-cpu: the VNNI machine's; int8-cpu-avx2 for a CPU without VNNI)")
     args = ap.parse_args()
@@ -484,7 +486,7 @@ def main() -> int:
             skipped.append(f"EfficientNet-Lite0: skipped, {why}")
         for name, job in jobs.items():
             print(f"{name}: {load()}", flush=True)
-            res = measure_model(name, job, work, args.rounds)
+            res = measure_model(name, job, work, args.rounds, extras=not args.no_extras)
             results.append(res)
             if "error" in res:
                 print(f"  {name}: {res['error']}", flush=True)
@@ -508,8 +510,8 @@ def main() -> int:
                      + (_photos() if res["name"] == "efficientnet-lite0" else ""), "", table(res), "",
                      best_vs_best(res), ""]
             if res.get("roofline"):
-                block += ["How far from this CPU's limit (`bench/roofline.py`): the fastest artifact the policy "
-                          "accepts and ORT FP32, as multiply-accumulates per second against the GEMM peak "
+                block += ["How far from this CPU's limit (`bench/roofline.py`): the fastest ONNX Runtime artifact "
+                          "the policy accepts and ORT FP32, as multiply-accumulates per second against the GEMM peak "
                           "measured at the same precision and threads, and the time memory traffic alone "
                           "would take.", "", res["roofline"], ""]
             prof = profile_table(res)
