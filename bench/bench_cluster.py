@@ -3,15 +3,15 @@
   python bench/bench_cluster.py [--write] [--parts readme,kill,slot,scale]
 
 readme: the README model for cpu (fp32, int8), intel-cpu (fp32, fp16, int8) and mobile (fp16) through a scheduler
-        with two workers, then locally with -j 2 (the same cores): every file's sha256 and the cache key compared,
-        the host checks compared, each job's time in both;
+        with two workers, then locally with -j 2 (the same cores): the bundle id (sha256 of manifest.json), every
+        file's sha256 and the cache key compared, the host checks compared, each job's time in both;
 kill:   a worker frozen and killed once a job (cpu int8) has started on it, a second worker joining: the build
         completes there;
 slot:   four TensorRT jobs on a worker with 2 threads and one declared engine slot: start/finish on the worker's
         clock, never overlapping (no GPU here: the slot is declared with --resources tensorrt=1);
-scale:  12 jobs (7 targets x fp32/fp16) with 1 and 2 workers, and locally with -j 1 and -j 2;
+scale:  12 jobs (7 targets x fp32/fp16) locally with -j 1 and -j 2, and with 1, 2 and 4 workers (--workers);
 overhead: (--parts overhead alone, section `cluster-overhead`) one job at a time, local vs a warm worker.
-Writes docs/BENCHMARKS.md section `cluster` with --write.
+Writes docs/BENCHMARKS.md section `cluster` with --write (the four parts; other --parts: `cluster-<parts>`).
 """
 
 from __future__ import annotations
@@ -34,17 +34,14 @@ from tests.cluster.conftest import EDGEOPT, Cluster  # noqa: E402
 
 README_ARGS = ["--shape", "x:1x3x48x192", "--preprocess", "preset=pm1 order=bgr"]
 DETERMINISTIC = {"cpu-fp32", "intel-cpu-fp32", "intel-cpu-fp16"}
-VOLATILE = (("build", "time_s"), ("build", "built_at"), ("host_check", "load_s"), ("host_check", "validation_s"))
+PARTS = "readme,kill,slot,scale"
 
 
-def content_id(manifest: dict) -> str:
-    """sha256 of the manifest less its timings (two local builds of one key differ only there)."""
-    import hashlib
+def bundle_ids(dist: Path) -> dict[str, str]:
+    """The agent's bundle id (sha256 of manifest.json) of every bundle under ``dist``, by folder name."""
+    from edgeopt.deploy import find_bundles
 
-    m = json.loads(json.dumps(manifest))
-    for a, b in VOLATILE:
-        (m.get(a) or {}).pop(b, None)
-    return hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()
+    return {b.path.name: b.bundle_id for b in find_bundles(dist)} if dist.is_dir() else {}
 
 
 def build(args: list[str], cache: Path, scheduler: str | None = None) -> tuple[dict, float, str]:
@@ -80,6 +77,7 @@ def part_readme(tmp: Path, out: dict) -> str:
         c.close()
     local, local_wall, _ = build([*args, "--out", str(tmp / "local"), "-j", "2"], tmp / "lc")
     rm, lm = manifests(tmp / "remote"), manifests(tmp / "local")
+    rid, lid = bundle_ids(tmp / "remote"), bundle_ids(tmp / "local")
     rt = {f"{r['target']}-{r['precision']}": r for r in remote.get("results", [])}
     lt = {f"{r['target']}-{r['precision']}": r for r in local.get("results", [])}
     where = {}
@@ -95,7 +93,7 @@ def part_readme(tmp: Path, out: dict) -> str:
         rows.append({"bundle": name, "worker": where.get(name, "-"),
                      "cache key": "equal" if a.get("build", {}).get("cache_key") == b.get("build", {}).get("cache_key") else "DIFFERS",
                      "files (sha256)": "equal" if same_files else "differ",
-                     "content id": "equal" if a and content_id(a) == content_id(b) else "differs",
+                     "bundle id": "equal" if rid.get(name) and rid.get(name) == lid.get(name) else "differs",
                      "host check": ("equal" if hc(a) == hc(b) else "differs") + f" (passed: {(a.get('host_check') or {}).get('passed')})",
                      "job s (cluster / local)": f"{(rt.get(name) or {}).get('time_s') or 0:.1f} / {(lt.get(name) or {}).get('time_s') or 0:.1f}"})
     out["readme"] = {"rows": rows, "remote_wall": remote_wall, "local_wall": local_wall,
@@ -104,9 +102,9 @@ def part_readme(tmp: Path, out: dict) -> str:
             f"that builds here, 1 thread) vs locally with `-j 2`: wall {remote_wall:.1f} s vs {local_wall:.1f} s "
             "(both include the preparation, ~1 s).\n\n"
             + md_table(rows, [(k, k) for k in rows[0]] if rows else [("bundle", "bundle")])
-            + "\n\n`content id` = sha256 of manifest.json less its four timings (`build.time_s`, `build.built_at`, "
-              "`host_check.load_s`, `host_check.validation_s`): sha256(manifest.json) itself, the agent's bundle id, "
-              "differs between any two builds, local or not, by those timings.\n")
+            + "\n\n`bundle id` = sha256(manifest.json), the id the agent's store, push and the results use; the "
+              "build's and the host check's timings and the build host are in `build-times.json` beside it, outside "
+              "the id (`targets.base.VOLATILE`).\n")
 
 
 def part_kill(tmp: Path, out: dict) -> str:
@@ -181,13 +179,15 @@ def part_slot(tmp: Path, out: dict) -> str:
             + md_table(rows, [("job", "job"), ("start s", "start (s)"), ("finish s", "finish (s)")]) + "\n")
 
 
-def part_scale(tmp: Path, out: dict) -> str:
+def part_scale(tmp: Path, out: dict, workers: tuple[int, ...] = (1, 2, 4)) -> str:
     from edgeopt.fixtures import path
 
     args = [str(path("ocr-cls")), "--shape", "x:1x3x48x192", "-t",
             "cpu,intel-cpu,intel-gpu,intel-npu,apple,jetson-orin,h100", "-p", "fp32,fp16"]
     rows = []
-    for label, n in (("local -j 1", 0), ("local -j 2", 0), ("1 worker", 1), ("2 workers", 2)):
+    for label, n in (("local -j 1", 0), ("local -j 2", 0),
+                     *((f"{w} worker{'s' if w > 1 else ''}", w) for w in workers)):
+        at_start = os.getloadavg()[0]
         if n == 0:
             rep, wall, _ = build([*args, "--out", str(tmp / f"s{label[-1]}"), "-j", label[-1]], tmp / f"lc{label[-1]}")
         else:
@@ -203,11 +203,12 @@ def part_scale(tmp: Path, out: dict) -> str:
                 c.close()
         res = rep.get("results", [])
         rows.append({"how": label, "jobs": len(res), "ok": sum(r["status"] == "built" for r in res),
-                     "wall s": f"{wall:.1f}", "sum of job times s": f"{sum(r.get('time_s') or 0 for r in res):.1f}"})
+                     "wall s": f"{wall:.1f}", "sum of job times s": f"{sum(r.get('time_s') or 0 for r in res):.1f}",
+                     "load (1 min) before / after": f"{at_start:.1f} / {os.getloadavg()[0]:.1f}"})
     out["scale"] = rows
-    return ("**12 jobs** (the README model for cpu fp32, intel-cpu/intel-gpu/apple/jetson-orin/h100 fp32 + fp16, "
-            "intel-npu fp16; each worker 1 thread, every backend + a declared TensorRT slot), wall time of the whole "
-            "`edgeopt build` including preparation:\n\n"
+    return (f"**12 jobs** (the README model for cpu fp32, intel-cpu/intel-gpu/apple/jetson-orin/h100 fp32 + fp16, "
+            f"intel-npu fp16; each worker 1 thread, every backend + a declared TensorRT slot; all on this machine's "
+            f"{os.cpu_count()} cores), wall time of the whole `edgeopt build` including preparation:\n\n"
             + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
 
 
@@ -250,8 +251,10 @@ def part_overhead(tmp: Path, out: dict, rounds: int = 3) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
-    ap.add_argument("--parts", default="readme,kill,slot,scale")
+    ap.add_argument("--parts", default=PARTS)
+    ap.add_argument("--workers", default="1,2,4", help="scale: the worker counts [1,2,4]")
     a = ap.parse_args()
+    workers = tuple(int(w) for w in a.workers.split(",") if w.strip())
     out: dict = {}
     body = [f"Measured {stamp()} on {machine()}; {load()} at the start (5 engineers share these 2 cores: wall "
             "times carry their load). A real `dask scheduler` and `edgeopt worker` processes on 127.0.0.1, each "
@@ -259,15 +262,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as d:
         tmp = Path(d)
         for part in a.parts.split(","):
-            body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot, "scale": part_scale,
-                         "overhead": part_overhead}[part](tmp, out))
+            body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot,
+                         "scale": lambda t, o: part_scale(t, o, workers), "overhead": part_overhead}[part](tmp, out))
             print(body[-1], flush=True)
             Path(tempfile.gettempdir(), f"bench_cluster-{a.parts}.json").write_text(json.dumps(out, indent=2, default=str))
             if a.write:  # after each part: a long part cut short keeps the ones before
-                title = ("## Builds on a Dask cluster (bench/bench_cluster.py)" if a.parts != "overhead" else
-                         "## Builds on a Dask cluster: overhead per job (bench/bench_cluster.py --parts overhead)")
-                write_section("cluster" if a.parts != "overhead" else "cluster-overhead", title + "\n\n" + "\n".join(
-                    [*body, f"Load after the {part} part: {load()}.\n"]))
+                title = ("## Builds on a Dask cluster (bench/bench_cluster.py)" if a.parts == PARTS else
+                         "## Builds on a Dask cluster: overhead per job (bench/bench_cluster.py --parts overhead)"
+                         if a.parts == "overhead" else f"## Builds on a Dask cluster (bench/bench_cluster.py --parts "
+                         f"{a.parts})")
+                write_section("cluster" if a.parts == PARTS else f"cluster-{a.parts.replace(',', '-')}",
+                              title + "\n\n" + "\n".join([*body, f"Load after the {part} part: {load()}.\n"]))
     return 0
 
 

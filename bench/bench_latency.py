@@ -434,10 +434,12 @@ def main() -> int:
                 line = f"{model} {label.split()[0]} (†): {f}"
                 if line not in remarks:
                     remarks.append(line)
+        from edgeopt.targets.base import build_times
+
         for label, (bundle, wall) in bundles.items():
             m = json.loads((bundle / "manifest.json").read_text())
-            convert = f"{m['build']['time_s']:.1f} s"
-            timings = (m.get("tflite") or {}).get("timings") or {}
+            convert = f"{(build_times(bundle).get('build') or m['build'])['time_s']:.1f} s"  # (older: in the manifest)
+            timings = ((build_times(bundle).get("tflite") or m.get("tflite") or {}).get("timings")) or {}
             if "onnx2tf_s" in timings:
                 convert += f" (onnx2tf {timings['onnx2tf_s']:.1f}" + (", cached" if timings.get("onnx2tf_cached")
                                                                       else "") + ")"

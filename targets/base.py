@@ -586,7 +586,7 @@ class Target:
             + job.data_source.get("prepare_warnings", []),
             "build": {"time_s": round(build_s, 3), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "host": {"machine": platform.machine(), "system": platform.system(),
-                               "python": platform.python_version()},
+                               "python": platform.python_version(), "node": platform.node()},
                       "cache_key": job.cache_key},
             "output_kinds": output_kinds(job),
             "accept": job.accept,
@@ -901,21 +901,63 @@ def _apply_policy(bundle: Path, check: dict[str, Any]) -> None:
     accept.apply(check, spec)
 
 
+# The bundle's id is sha256(manifest.json) (the agent's store, push, results): what determines the artifact
+# only, so that two builds of the same inputs -- here or on a cluster worker -- have one id. How long the build
+# and its check took, when and where, go to BUILD_TIMES beside it: not listed in `files`, not hashed, not pushed.
+BUILD_TIMES = "build-times.json"
+VOLATILE: tuple[tuple[str, ...], ...] = (
+    ("build", "time_s"), ("build", "built_at"), ("build", "host"),
+    ("host_check", "load_s"), ("host_check", "validation_s"), ("host_check", "warm_validation_s"),
+    ("prepared_onnx_check", "load_s"), ("prepared_onnx_check", "validation_s"), ("tflite", "timings"))
+
+
+def split_times(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Take the ``VOLATILE`` entries out of ``manifest`` (in place); returned nested as they were."""
+    times: dict[str, Any] = {}
+    for path in VOLATILE:
+        node: Any = manifest
+        for k in path[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path[-1] in node:
+            dst = times
+            for k in path[:-1]:
+                dst = dst.setdefault(k, {})
+            dst[path[-1]] = node.pop(path[-1])
+    return times
+
+
+def build_times(bundle: str | os.PathLike) -> dict[str, Any]:
+    """A bundle's ``BUILD_TIMES`` (``{"build": {"time_s", "built_at", "host"}, "host_check": {"load_s", ...}}``);
+    {} when absent (a bundle from before they moved, or one copied without it)."""
+    try:
+        data = json.loads((Path(bundle) / BUILD_TIMES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def file_table(bundle: Path) -> dict[str, dict[str, Any]]:
     from edgeopt.model import sha256_file
 
     files = {}
     for p in sorted(bundle.rglob("*")):
-        if p.is_file() and p.name != "manifest.json":
+        if p.is_file() and p.name != "manifest.json" and p.relative_to(bundle).as_posix() != BUILD_TIMES:
             rel = p.relative_to(bundle).as_posix()
             files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     return files
 
 
 def write_manifest(bundle: Path, manifest: dict[str, Any]) -> None:
+    """``manifest.json``: ``manifest`` less its timings (``split_times``), which go to ``BUILD_TIMES``
+    (``manifest`` itself keeps them)."""
     manifest["files"] = file_table(bundle)
+    stable = json.loads(json.dumps(manifest, default=str))
+    times = split_times(stable)
+    tmp = bundle / f"{BUILD_TIMES}.tmp"
+    tmp.write_text(json.dumps(times, indent=2) + "\n")
+    os.replace(tmp, bundle / BUILD_TIMES)
     tmp = bundle / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(stable, indent=2) + "\n")
     os.replace(tmp, bundle / "manifest.json")
 
 

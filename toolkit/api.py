@@ -1865,16 +1865,18 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
                  dist: str | os.PathLike | None = None, force: bool = False, samples: int = 4,
                  max_memory: str | int = "1G", reduce: str | os.PathLike | None = None,
                  html: str | os.PathLike | None = None, config: str | None = None, progress: Progress = _quiet,
-                 raise_on_failure: bool = True) -> DebugResult:
+                 raise_on_failure: bool = True, scheduler: str | None = None) -> DebugResult:
     """Where an artifact departs from ONNX FP32, layer by layer (``edgeopt debug``; ``edgeopt.debug`` is the
     module that does it, so the function has its own name) -> ``edgeopt.debug.DebugResult`` (``first_jump``,
     per-node rows, the policy's word, ``reduced`` with ``reduce=DIR``). SOURCE is a bundle folder, or a model
     built first for ``target``. Refused by the accuracy policy: ``GoalNotMet`` (exit 5) with the result as
-    ``err.result``, unless ``raise_on_failure=False``.
+    ``err.result``, unless ``raise_on_failure=False``. ``scheduler``: the model's build and ``reduce``'s on Dask
+    workers, as ``build(scheduler=)``.
 
         res = edgeopt.debug_layers("model.onnx", target="cpu", precision="int8", shape="x:1x3x224x224",
                                    calib="images/")
         print(res.first_jump)"""
+    from edgeopt import cluster
     from edgeopt import debug as _debug
     from edgeopt.commands.report import check_writable, check_writable_dir
 
@@ -1886,24 +1888,25 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
         check_writable_dir(str(reduce), "--reduce")
     budget = _debug.parse_size(str(max_memory)) if not isinstance(max_memory, int) else max_memory
     src = Path(source)
-    if src.is_dir():
-        if target:
-            raise UsageError("target is for a MODEL; a bundle already has its target")
-        result = _debug.debug_bundle(src, model, samples=samples, max_memory=budget, progress=progress)
-    elif not src.exists():
+    if not src.exists():
         raise UsageError(f"{str(source)!r} does not exist", hint="give a bundle folder or an ONNX model")
-    else:
-        if not target:
-            raise UsageError("debugging a MODEL needs target=",
-                             hint=f"edgeopt.debug_layers({str(src)!r}, target='cpu')")
-        _, result = _debug.debug_model(str(src), target, precision, dist=dist, samples=samples, max_memory=budget,
-                                       progress=progress, shapes=_split(shape) if isinstance(shape, str) else
-                                       list(shape or []), calib=calib, preprocess=preprocess,
-                                       options=list(option or []) if not isinstance(option, str) else [option],
-                                       config=config, force=force)
-    if reduce and result.first_jump is not None:
-        result.reduced = _debug.reduce(result, str(reduce), options=list(option or []) if not isinstance(option, str)
-                                       else [option], progress=progress)
+    if src.is_dir() and target:
+        raise UsageError("target is for a MODEL; a bundle already has its target")
+    if not src.is_dir() and not target:
+        raise UsageError("debugging a MODEL needs target=", hint=f"edgeopt.debug_layers({str(src)!r}, target='cpu')")
+    with cluster.session_if(not src.is_dir() or bool(reduce), scheduler, progress):  # builds on Dask workers
+        if src.is_dir():
+            result = _debug.debug_bundle(src, model, samples=samples, max_memory=budget, progress=progress)
+        else:
+            _, result = _debug.debug_model(str(src), target, precision, dist=dist, samples=samples,
+                                           max_memory=budget, progress=progress,
+                                           shapes=_split(shape) if isinstance(shape, str) else list(shape or []),
+                                           calib=calib, preprocess=preprocess,
+                                           options=list(option or []) if not isinstance(option, str) else [option],
+                                           config=config, force=force)
+        if reduce and result.first_jump is not None:
+            result.reduced = _debug.reduce(result, str(reduce), options=list(option or [])
+                                           if not isinstance(option, str) else [option], progress=progress)
     if html:
         _debug.write_text(str(html), _debug.html(result))
     if raise_on_failure and _debug.refused(result):

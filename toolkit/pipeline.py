@@ -965,20 +965,9 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     proc = start([sys.executable, "-m", "edgeopt.worker", str(job_file), str(result_file)],
                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _WORKERS.add(proc)
-    tail: list[str] = []
+    from edgeopt.worker import relay
 
-    def relay() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            line = line.rstrip()
-            if line.startswith("progress: "):
-                progress(f"{tag}: {line[10:]}")
-            elif line:
-                tail.append(line)
-                del tail[:-20]
-
-    reader = threading.Thread(target=relay, daemon=True)
-    reader.start()
+    reader, tail = relay(proc.stderr, lambda line: progress(f"{tag}: {line}"))
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

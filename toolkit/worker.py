@@ -10,7 +10,33 @@ from __future__ import annotations
 import errno
 import json
 import sys
+import threading
 import traceback
+from collections.abc import Callable, Iterable
+
+PROGRESS = "progress: "  # the prefix of a progress line on a worker's stderr
+
+
+def relay(stream: Iterable[str] | None, on_progress: Callable[[str], None],
+          keep: int = 20) -> tuple[threading.Thread, list[str]]:
+    """Read a build worker's stderr on a started daemon thread: each ``progress: ...`` line goes to
+    ``on_progress`` (less the prefix) as it comes; the last ``keep`` other lines are kept in the returned list
+    (a crash's last words). The one reader of both a local build's ``Popen`` (``pipeline._build_job``) and a
+    cluster worker's (``cluster.task``)."""
+    tail: list[str] = []
+
+    def read() -> None:
+        for line in stream or ():
+            line = line.rstrip()
+            if line.startswith(PROGRESS):
+                on_progress(line[len(PROGRESS):])
+            elif line:
+                tail.append(line)
+                del tail[:-keep]
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader, tail
 
 
 def main(argv: list[str]) -> int:
@@ -23,7 +49,7 @@ def main(argv: list[str]) -> int:
         job = BuildJob.from_dict(json.load(f))
 
     def progress(msg: str) -> None:
-        print(f"progress: {msg}", file=sys.stderr, flush=True)
+        print(f"{PROGRESS}{msg}", file=sys.stderr, flush=True)
 
     try:
         manifest = get_backend(job.target["backend"]).build(job, progress)

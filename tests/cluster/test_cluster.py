@@ -29,10 +29,19 @@ def manifests(dist: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in dist.glob("*/*/manifest.json")}
 
 
+def bundle_ids(dist: Path) -> dict[str, str]:
+    from edgeopt.deploy import find_bundles
+
+    return {b.path.name: b.bundle_id for b in find_bundles(dist)}
+
+
 def test_readme_model_builds_on_the_workers_with_the_local_bundles(cluster: Cluster, tmp_path):
-    """cpu fp32 and intel-cpu fp32 through the scheduler: every file's sha256 and the cache key equal to a local
-    build's; intel-cpu went to the only worker offering OpenVINO; the bundles are in --out and the cache."""
+    """cpu fp32 and intel-cpu fp32 through the scheduler: the bundle id (sha256 of manifest.json, the agent's), every
+    file's sha256 and the cache key equal to a local build's, and the local build's own again (rebuilt with --force);
+    intel-cpu went to the only worker offering OpenVINO; the bundles are in --out and the cache; the timings are
+    beside the manifest (build-times.json)."""
     from edgeopt.fixtures import ocr_lines
+    from edgeopt.targets.base import build_times
 
     model, lines = str(fixture("ocr-cls")), str(ocr_lines())
     common = ["build", model, *MODEL_ARGS, "--calib", lines, "-t", "cpu,intel-cpu", "-p", "fp32"]
@@ -41,11 +50,18 @@ def test_readme_model_builds_on_the_workers_with_the_local_bundles(cluster: Clus
     assert "intel-cpu fp32: on worker wa " in remote.stderr
     local = edgeopt([*common, "--out", str(tmp_path / "local")], tmp_path / "c2")
     assert local.returncode == 0, local.stderr[-3000:]
+    again = edgeopt([*common, "--out", str(tmp_path / "local2"), "--force"], tmp_path / "c2")
+    assert again.returncode == 0 and "taken from the cache" not in again.stdout, again.stderr[-3000:]
     r, lo = manifests(tmp_path / "remote"), manifests(tmp_path / "local")
     assert sorted(r) == ["cpu-fp32", "intel-cpu-fp32"]
+    ids = [bundle_ids(tmp_path / d) for d in ("remote", "local", "local2")]
+    assert ids[0] == ids[1] == ids[2] and sorted(ids[0]) == sorted(r), ids
     for name in r:
         assert r[name]["files"] == lo[name]["files"], name
         assert r[name]["build"]["cache_key"] == lo[name]["build"]["cache_key"]
+        times = [build_times(next((tmp_path / d).glob(f"*/{name}"))) for d in ("remote", "local2")]
+        assert all(t["build"]["time_s"] > 0 and t["host_check"]["load_s"] > 0 and t["build"]["host"]["node"]
+                   for t in times), times
         key = r[name]["build"]["cache_key"]
         assert (tmp_path / "c1" / key[:2] / key / "manifest.json").is_file()  # installed in the host's cache
     # the same build again: taken from the host's cache, nothing sent to the cluster
@@ -89,6 +105,26 @@ def test_no_worker_offers_the_resource_refused_in_one_line(cluster: Cluster, tmp
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("cpu fp32: "))
     assert "none offers the resource onnxruntime@" in line and "0 worker(s) connected" in line
     assert "preparing" not in out.stderr and "Traceback" not in out.stderr + out.stdout
+
+
+def test_debug_and_run_build_through_the_scheduler(cluster: Cluster, tmp_path):
+    """`debug MODEL --scheduler`: its build runs on a worker; `debug BUNDLE` builds nothing and never asks a
+    scheduler ($EDGEOPT_SCHEDULER unreachable: untouched); `run --scheduler` unreachable: exit 4 before anything is
+    prepared."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=20)
+    dbg = edgeopt(["debug", str(model), "-t", "cpu", "-p", "fp32", "--dist", str(tmp_path / "d"), "--scheduler",
+                   cluster.url], tmp_path / "c")
+    assert dbg.returncode == 0, dbg.stderr[-3000:]
+    assert "cpu fp32: on worker w" in dbg.stderr, dbg.stderr[-3000:]
+    bundle = next((tmp_path / "d").glob("*/cpu-fp32"))
+    gone = {"EDGEOPT_SCHEDULER": f"tcp://127.0.0.1:{free_port()}", "EDGEOPT_SCHEDULER_TIMEOUT": "2"}
+    again = edgeopt(["debug", str(bundle), "--model", str(model)], tmp_path / "c", gone)
+    assert again.returncode == 0 and "unreachable" not in again.stderr, again.stderr[-2000:]
+    run = edgeopt(["run", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "r"), "--db",
+                   str(tmp_path / "r.db"), "--scheduler", gone["EDGEOPT_SCHEDULER"]], tmp_path / "c", gone)
+    assert run.returncode == 4, run.stderr[-2000:]
+    assert f"scheduler {gone['EDGEOPT_SCHEDULER']} unreachable" in run.stderr
+    assert "preparing" not in run.stderr and "Traceback" not in run.stderr
 
 
 def test_unreachable_scheduler_exit_4_before_preparing(tmp_path):

@@ -106,6 +106,13 @@ def session(scheduler: str | None, progress: Callable[[str], None] = lambda s: N
         sess.close()
 
 
+def session_if(builds: bool, scheduler: str | None, progress: Callable[[str], None] = lambda s: None
+               ) -> contextlib.AbstractContextManager:
+    """``session(scheduler)`` around a command that may build (``debug`` of a MODEL or with ``--reduce``; ``run``),
+    else nothing: a bundle debugged as it is never reaches for a scheduler (``$EDGEOPT_SCHEDULER`` included)."""
+    return session(scheduler, progress) if builds else contextlib.nullcontext()
+
+
 def summary_notes(report: Any, sess: Session | None) -> None:
     """Put what the cluster did that the summary must say (a job run again after its worker died, a bundle
     refused for its hashes) into the report's warnings."""

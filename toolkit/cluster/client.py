@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeopt.errors import UsageError
+from edgeopt.worker import PROGRESS
 
 from . import ClusterUnreachable, facts
 from .task import TOPIC, InputsLost, sha256_file
@@ -274,7 +275,7 @@ class RemoteProc:
     def on_event(self, msg: dict[str, Any]) -> None:
         kind = msg.get("kind")
         if kind == "progress":
-            self.stderr.q.put("progress: " + str(msg.get("line", "")))
+            self.stderr.q.put(PROGRESS + str(msg.get("line", "")))
             return
         self.timeline.append(dict(msg))
         if kind == "start":
@@ -375,7 +376,7 @@ class RemoteProc:
                 self._reships += 1
                 if self._reships > 3:
                     return self._fail("a worker could not fetch the job's inputs from the cluster 3 times")
-                self.stderr.q.put("progress: an input was no longer held in the cluster: shipping the inputs again")
+                self.stderr.q.put(PROGRESS + "an input was no longer held in the cluster: shipping the inputs again")
                 self.sess.ship(self.job, again=True)
                 self._submit(budget, self._workers())
                 continue
@@ -439,15 +440,20 @@ class RemoteProc:
 
 def verify(bundle: Path, manifest: dict[str, Any]) -> str | None:
     """Why the bundle that came back is not the one its manifest describes (a file missing, extra, or of
-    another sha256 or size), or None."""
+    another sha256 or size), or None. ``BUILD_TIMES`` (the worker's timings, in no id) is not checked."""
+    from edgeopt.targets.base import BUILD_TIMES, split_times
+
     try:
         written = json.loads((bundle / "manifest.json").read_text())
     except (OSError, ValueError) as exc:
         return f"manifest.json unreadable ({exc})"
-    if written != json.loads(json.dumps(manifest)):
+    reported = json.loads(json.dumps(manifest, default=str))
+    split_times(reported)  # the timings are in BUILD_TIMES, outside the bundle's id
+    if written != reported:
         return "manifest.json differs from the manifest the worker reported"
     table = written.get("files") or {}
-    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {"manifest.json"}
+    present = {p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()} - {"manifest.json",
+                                                                                           BUILD_TIMES}
     if set(table) - present:
         return f"{sorted(set(table) - present)[0]} is missing"
     if present - set(table):

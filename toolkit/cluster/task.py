@@ -212,20 +212,9 @@ def _convert(work: Path, timeout: float, env: dict[str, str], event) -> dict[str
     proc = subprocess.Popen([sys.executable, "-m", "edgeopt.worker", str(work / "job.json"), str(work / "result.json")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=_die_with_parent)
-    tail: list[str] = []
+    from edgeopt.worker import relay
 
-    def relay() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            line = line.rstrip()
-            if line.startswith("progress: "):
-                event("progress", line=line[10:])
-            elif line:
-                tail.append(line)
-                del tail[:-20]
-
-    reader = threading.Thread(target=relay, daemon=True)
-    reader.start()
+    reader, tail = relay(proc.stderr, lambda line: event("progress", line=line))
     t0 = time.perf_counter()
     try:
         proc.wait(timeout=timeout)

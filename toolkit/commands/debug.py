@@ -30,10 +30,11 @@ examples:
   edgeopt debug dist/model/intel-cpu-int8 --model model.onnx --html debug.html
   edgeopt debug model.onnx --target mobile --precision fp16 --shape x:1x3x224x224 --reduce
   edgeopt debug model.onnx -t cpu -p int8 --calib images/ --json | jq .first_jump
+  edgeopt debug model.onnx -t mobile -p int8 --scheduler tcp://buildhost:8786     # built on the workers
 
 exit codes: 0 the policy accepts the artifact, 2 bad input (or no layer reader for that backend on this
 host), 3 the build failed, 5 ran fine and the policy refuses the artifact (where it cannot be judged
-here: a node passes the bound).""")
+here: a node passes the bound), 4 the --scheduler unreachable (nothing built).""")
 
 
 @click.command("debug", help=HELP, epilog=EXAMPLES, context_settings=CONTEXT,
@@ -58,6 +59,9 @@ here: a node passes the bound).""")
               help="Cut the smallest subgraph that still fails on this backend: DIR/reduced.onnx + "
                    "reduced_inputs.npz [./reduced].")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write an HTML report with the error plot.")
+@click.option("--scheduler", default=None, metavar="URL",
+              help="Build MODEL's bundle (and --reduce's subgraph) on Dask workers, as `edgeopt build --scheduler` "
+                   "(tcp://, tls://, auto, local) [$EDGEOPT_SCHEDULER, else here]; a BUNDLE alone never asks.")
 @config_option
 @json_option
 @verbosity
@@ -87,20 +91,23 @@ def run(args) -> int:
         check_bundle_folder(args.dist)
     budget = debug.parse_size(args.max_memory)
     src = Path(args.source)
-    if src.is_dir():
-        if args.target:
-            raise UsageError("--target is for a MODEL; a bundle already has its target",
-                             hint=f"edgeopt debug {src}")
-        result = debug.debug_bundle(src, args.model, samples=args.samples, max_memory=budget, progress=progress)
-    else:
-        if not args.target:
-            raise UsageError("debugging a MODEL needs --target", hint=f"edgeopt debug {src} --target cpu")
-        _, result = debug.debug_model(str(src), args.target, args.precision, dist=args.dist, samples=args.samples,
-                                      max_memory=budget, progress=progress, shapes=list(args.shape),
-                                      calib=args.calib, preprocess=args.preprocess, options=list(args.option),
-                                      config=args.config, force=args.force)
-    if args.reduce_dir and result.first_jump is not None:
-        result.reduced = debug.reduce(result, args.reduce_dir, options=list(args.option), progress=progress)
+    if src.is_dir() and args.target:
+        raise UsageError("--target is for a MODEL; a bundle already has its target", hint=f"edgeopt debug {src}")
+    if not src.is_dir() and not args.target:
+        raise UsageError("debugging a MODEL needs --target", hint=f"edgeopt debug {src} --target cpu")
+    from edgeopt import cluster
+
+    # --scheduler: the builds (MODEL's bundle, --reduce's subgraph) on Dask workers; unreachable: exit 4 here
+    with cluster.session_if(not src.is_dir() or bool(args.reduce_dir), args.scheduler, progress):
+        if src.is_dir():
+            result = debug.debug_bundle(src, args.model, samples=args.samples, max_memory=budget, progress=progress)
+        else:
+            _, result = debug.debug_model(str(src), args.target, args.precision, dist=args.dist,
+                                          samples=args.samples, max_memory=budget, progress=progress,
+                                          shapes=list(args.shape), calib=args.calib, preprocess=args.preprocess,
+                                          options=list(args.option), config=args.config, force=args.force)
+        if args.reduce_dir and result.first_jump is not None:
+            result.reduced = debug.reduce(result, args.reduce_dir, options=list(args.option), progress=progress)
     if args.html_path:
         debug.write_text(args.html_path, debug.html(result))
     if args.json:

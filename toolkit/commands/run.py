@@ -37,6 +37,9 @@ built are still measured), 4 a device was unreachable or a run failed.""")
               help="Format of --report [from its extension].")
 @click.option("--json", "json_", is_flag=True,
               help="Print build, bench and the report rows as one JSON object on stdout.")
+@click.option("--scheduler", default=None, metavar="URL",
+              help="Build on the Dask workers, as `edgeopt build --scheduler` (tcp://, tls://, auto, local); push and "
+                   "bench stay here [$EDGEOPT_SCHEDULER, else here]. Unreachable: exit 4 before anything is built.")
 @verbosity
 def command(**kw) -> int:
     return run(ns(**kw))
