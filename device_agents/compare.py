@@ -57,7 +57,8 @@ PROBABILITY_FLOOR = 1e-3  # decision outputs in [0, 1]: rel_l2's denominator is 
 
 OUTPUT_KINDS = ("classification", "probability", "ctc_time_major", "ctc_batch_major", "sequence", "per_position",
                 "decision", "embedding", "detection", "label", "dense", "regression")
-DETECTION_FORMATS = ("yolox", "yolov8", "yolov5", "yolov10")  # yolov10: end-to-end rows (v10, YOLO26), no NMS
+DETECTION_FORMATS = ("yolox", "yolov8", "yolov5", "yolov10", "anchors")  # yolov10: end-to-end rows, no NMS;
+# anchors: an anchor head's scores decoded with its regressors output (detection@anchors:boxes=...)
 # Kinds whose outputs carry per-sample decisions (the gate compares them between two bundles): the others
 # (dense maps, regression, embeddings) are judged on their tensors alone and have none.
 DECISION_KINDS = ("classification", "probability", "ctc_time_major", "ctc_batch_major", "sequence", "per_position",
@@ -74,23 +75,32 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
     # cosine 1.0000, one of 8 noise "lines" decoded differently); the figure is still reported.
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
              "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99,
-             "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999, "prob_delta_max": 1e-3},
+             "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999, "prob_delta_max": 1e-3,
+             "px_max": 0.05, "px_share_max": 0.0},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16
     # too: PP-OCR det and openwakeword's log-mel at cosine 0.9999 failed a 0.1 worst-element bound.
     "fp16": {"rel_l2_max": 2e-2, "cosine_min": 0.9995, "max_abs_norm_max": None, "top1_min": 0.95,
              "seq_match_min": None, "flip_rate_max": 5e-3, "vector_cosine_min": 0.999, "box_match_min": 0.95,
-             "slice_rel_l2_max": 0.1, "slice_cosine_min": 0.995, "prob_delta_max": 1e-2},
+             "slice_rel_l2_max": 0.1, "slice_cosine_min": 0.995, "prob_delta_max": 1e-2,
+             "px_max": 0.5, "px_share_max": 1e-3},
     "int8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
              "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
-             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1},
+             "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1,
+             "px_max": 2.0, "px_share_max": 1e-2},
     "fp8": {"rel_l2_max": 0.25, "cosine_min": 0.97, "max_abs_norm_max": None, "top1_min": 0.90,
             "seq_match_min": 0.9, "flip_rate_max": 1e-2, "vector_cosine_min": 0.95, "box_match_min": 0.90,
-            "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1},
+            "slice_rel_l2_max": 0.5, "slice_cosine_min": 0.9, "prob_delta_max": 0.1,
+            "px_max": 2.0, "px_share_max": 1e-2},
 }
 # prob_delta_max: the most a probability the application reads (an output of kind ``probability``) may move
 # from FP32's, whatever its thresholds: a safety score that moves by 0.10 is a different score.
+# px_max / px_share_max: coordinates judged in their own units (``regression`` in an image input's pixels, a
+# ``regression:px=N`` the user bounded, an anchor head's box regressors): an element off by more than px_max
+# (the kind's ``px`` where given) is an outlier; at most px_share_max of the elements may be, and none by more
+# than PX_WORST x the bound (a landmark 12 px off is visible whatever the other 51 000 do).
+PX_WORST = 4.0
 
 # The per-slice check (``slice_metrics``): every index along the channel-like per-sample axis
 # (``channel_axis``, 2..SLICE_AXIS_MAX entries) is a slice (a channel, a column of a table, a component of a
@@ -137,11 +147,14 @@ def bound_text(precision: str, override: dict[str, float] | None = None) -> str:
 def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     """``"classification"``, ``"classification@1"`` (axis), ``"decision@0.5"`` (threshold),
     ``"probability@0.2"`` (class probabilities the application thresholds at 0.2), ``"detection@416x416"``
-    (a YOLOX head on that input size), ``"detection@yolov8"`` / ``"detection@yolov5"`` (a YOLOv5/v8/v11 head:
+    (a YOLOX head on that input size), ``"detection@anchors:boxes=NAME:anchors=8x2+16x6"`` (an anchor head's
+    scores, decoded with the output NAME's box regressors: ``ANCHOR_OPTIONS``), ``"detection@yolov8"`` / ``"detection@yolov5"`` (a YOLOv5/v8/v11 head:
     ``[4 + classes, anchors]`` or ``[anchors, 4 (+1) + classes]``), ``"detection@yolov10"`` (``@end2end``: a
     YOLOv10 / YOLO26 end-to-end output ``[1, 300, 6]``), ``"label"`` (integer class ids), ``"dense@probability"`` (a map of probabilities in [0, 1]: a
     text detector's), ``"regression@48"`` (errors also reported
-    in the unit of that scale, e.g. pixels of a 48-px crop for normalised landmarks) or a dict ``{"kind": ...,
+    in the unit of that scale, e.g. pixels of a 48-px crop for normalised landmarks), ``"regression:px=2"``
+    (coordinates judged in their own units: no element off by more than 4 x 2, at most ``px_share_max`` of
+    them by more than 2) or a dict ``{"kind": ...,
     "axis"|"threshold"|"input_hw"|"format"|"scale": ...}`` -> the dict form; ValueError for an unknown kind."""
     if spec is None:
         return None
@@ -153,11 +166,18 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
                 spec.get("format", "yolox") == "yolox" and not spec.get("input_hw"))):
             raise ValueError(f"output kind detection: unknown format or no input size in {spec!r} "
                              f"(formats: {', '.join(DETECTION_FORMATS)}; yolox needs input_hw)")
+        if spec["kind"] == "detection" and spec.get("format") == "anchors":
+            _check_anchor_kind(spec)
         return spec
-    kind, _, param = str(spec).strip().partition("@")
+    head, _, opts = str(spec).strip().partition(":")
+    if opts:  # kind[@param]:key=value[:key=value]: regression:px=2, detection@anchors:boxes=regressors:...
+        return parse_kind({**parse_kind(head), **_kind_options(head.partition("@")[0], opts)})
+    kind, _, param = head.partition("@")
     if kind not in OUTPUT_KINDS:
         raise ValueError(f"unknown output kind {kind!r} (kinds: {', '.join(OUTPUT_KINDS)})")
     out: dict[str, Any] = {"kind": kind}
+    if kind == "detection" and param.lower() in ("anchors", "anchor", "ssd", "blazeface"):
+        return {"kind": "detection", "format": "anchors"}  # checked once its options are in (boxes=...)
     if kind == "detection" and param.lower() in ("yolov10", "end2end", "e2e", "yolo26"):
         return {"kind": "detection", "format": "yolov10"}
     if kind == "detection" and param.lower() in ("yolo", "yolov8", "yolov11", "yolov5"):
@@ -196,6 +216,217 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     elif kind == "probability":
         out["threshold"] = 0.5
     return out
+
+
+# ``detection@anchors``: an anchor head's two outputs -- scores ``[1, A, C]`` (C >= 1: logits or probabilities)
+# and box regressors ``[1, A, 4 + K]`` -- decoded as the head's post-processing does (score threshold, box
+# decoding against the anchors, NMS) and judged on the detections, not on every anchor (most are background).
+ANCHOR_OPTIONS = {
+    "boxes": "the output holding the box regressors [1, A, 4 + K] (required)",
+    "anchors": "the anchor grid, STRIDExPER_CELL joined by + (BlazeFace 128 px: 8x2+16x6), for encoding=offset",
+    "input": "the input's size HxW the anchors are laid over (128x128) [the image input's]",
+    "encoding": "offset (BlazeFace/MediaPipe: centre = anchor centre + dx, dy; w, h in pixels), cxcywh or xyxy "
+                "(boxes already in pixels) [offset]",
+    "score": "logit (sigmoid applied) or prob [logit when any FP32 score is outside 0..1]",
+    "threshold": f"score threshold [{0.5}]",
+    "nms": f"NMS IoU [{0.3}]",
+    "px": "bound on a box coordinate's error in pixels (as regression:px)",
+}
+ANCHOR_SCORE_THR = 0.5  # MediaPipe face detection's min_score_thresh
+ANCHOR_NMS_IOU = 0.3  # its min_suppression_threshold
+ANCHOR_ENCODINGS = ("offset", "cxcywh", "xyxy")
+
+
+def _hw(text: str, what: str) -> list[int]:
+    try:
+        hw = [int(v) for v in str(text).lower().split("x")]
+    except ValueError:
+        hw = []
+    if len(hw) == 1:
+        hw = hw * 2
+    if len(hw) != 2 or min(hw) < 1:
+        raise ValueError(f"{what} takes HxW (128x128), not {text!r}")
+    return hw
+
+
+def _kind_options(kind: str, text: str) -> dict[str, Any]:
+    """``key=value[:key=value]`` after a kind -> its dict entries: ``px`` for regression (and an anchor head),
+    ``ANCHOR_OPTIONS`` for ``detection@anchors``; ValueError naming the keys it takes."""
+    keys = {"regression": ("px",), "detection": tuple(ANCHOR_OPTIONS)}.get(kind, ())
+    out: dict[str, Any] = {}
+    for part in text.split(":"):
+        k, sep, v = part.strip().partition("=")
+        k = {"thr": "threshold", "iou": "nms", "input_hw": "input"}.get(k.strip(), k.strip())
+        if not sep or k not in keys:
+            raise ValueError(f"output kind {kind} takes " + (", ".join(f"{x}=" for x in keys) or "no options")
+                             + f" after ':', not {part!r}")
+        v = v.strip()
+        try:
+            if k == "px":
+                out["px"] = float(v)
+                if not out["px"] > 0 or not math.isfinite(out["px"]):
+                    raise ValueError
+            elif k in ("threshold", "nms"):
+                out[k] = float(v)
+            elif k == "input":
+                out["input_hw"] = _hw(v, "input=")
+            elif k == "anchors":
+                out["anchors"] = [[int(a) for a in item.lower().split("x")] for item in
+                                  v.replace(",", "+").replace("/", "+").split("+") if item]
+                if not out["anchors"] or any(len(a) != 2 or min(a) < 1 for a in out["anchors"]):
+                    raise ValueError
+            else:
+                out[k] = v
+        except ValueError:
+            raise ValueError(f"bad value in {part!r} for output kind {kind}"
+                             + (f" ({k}: {ANCHOR_OPTIONS[k]})" if k in ANCHOR_OPTIONS else "")) from None
+    return out
+
+
+def _check_anchor_kind(spec: dict[str, Any]) -> None:
+    if not spec.get("boxes"):
+        raise ValueError("output kind detection@anchors needs boxes=OUTPUT, the output with the box regressors "
+                         "(e.g. detection@anchors:boxes=regressors:anchors=8x2+16x6)")
+    if spec.get("encoding", "offset") not in ANCHOR_ENCODINGS:
+        raise ValueError(f"detection@anchors: encoding is one of {', '.join(ANCHOR_ENCODINGS)}, "
+                         f"not {spec.get('encoding')!r}")
+    if spec.get("score", "auto") not in ("auto", "logit", "prob"):
+        raise ValueError(f"detection@anchors: score is logit or prob, not {spec.get('score')!r}")
+    if spec.get("encoding", "offset") == "offset" and not spec.get("anchors"):
+        raise ValueError("detection@anchors with encoding=offset needs anchors=STRIDExPER_CELL+... "
+                         "(BlazeFace at 128 px: anchors=8x2+16x6)")
+    if not 0 < float(spec.get("nms", ANCHOR_NMS_IOU)) <= 1:
+        raise ValueError("detection@anchors: nms is an IoU in (0, 1]")
+
+
+def anchor_centres(input_hw: list[int], layout: list[list[int]]) -> np.ndarray:
+    """The anchors' centres ``[A, 2]`` (x, y in input pixels) of an SSD-style grid (MediaPipe's
+    SsdAnchorsCalculator with anchor_offset 0.5): per ``[stride, per_cell]`` of ``layout``, rows then columns of
+    cells, ``per_cell`` anchors at each cell's centre."""
+    h, w = int(input_hw[0]), int(input_hw[1])
+    out = []
+    for stride, k in layout:
+        gh, gw = -(-h // stride), -(-w // stride)
+        ys, xs = np.meshgrid((np.arange(gh) + 0.5) * stride, (np.arange(gw) + 0.5) * stride, indexing="ij")
+        c = np.stack([xs.ravel(), ys.ravel()], 1)
+        out.append(np.repeat(c, k, axis=0))
+    return np.concatenate(out) if out else np.zeros((0, 2))
+
+
+def _anchor_rows(scores: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stacked scores ``[N, (1,) A(, C)]`` and boxes ``[N, (1,) A, K]`` as ``[N, A, C]`` and ``[N, A, K]``."""
+    n, k = boxes.shape[0], boxes.shape[-1]
+    a = boxes.size // (n * k)
+    return scores.reshape(n, a, -1), boxes.reshape(n, a, k)
+
+
+def _anchor_probs(s: np.ndarray, logits: bool) -> np.ndarray:
+    s = s.astype(np.float64)
+    return 1.0 / (1.0 + np.exp(-np.clip(s, -100, 100))) if logits else s
+
+
+def anchor_boxes(scores: np.ndarray, regs: np.ndarray, kind: dict[str, Any], logits: bool,
+                 centres: np.ndarray | None = None, detail: bool = False) -> tuple[np.ndarray, ...]:
+    """One image's anchor head (scores ``[A, C]``, regressors ``[A, 4 + K]``) -> (boxes xyxy [D, 4], classes
+    [D]): score (sigmoid of a logit) of the best class > ``threshold``, boxes decoded (``encoding``), NMS per
+    class at ``nms``.  ``detail``: also each detection's decoded row (corners, then any keypoints, in input
+    pixels) and its probabilities ``[D, C]``."""
+    p = _anchor_probs(scores, logits)
+    cls, sc = p.argmax(1), p.max(1)
+    keep = np.flatnonzero(sc > float(kind.get("threshold", ANCHOR_SCORE_THR)))
+    r = regs[keep].astype(np.float64)
+    enc = kind.get("encoding", "offset")
+    if enc == "offset":
+        if centres is None:
+            centres = anchor_centres(kind["input_hw"], kind["anchors"])
+        c = centres[keep]
+        r = np.concatenate([r[:, :2] + c, r[:, 2:4], r[:, 4:4 + 2 * ((r.shape[1] - 4) // 2)]
+                            + np.tile(c, (1, (r.shape[1] - 4) // 2)), r[:, 4 + 2 * ((r.shape[1] - 4) // 2):]], 1)
+    if enc == "xyxy":
+        b = r[:, :4]
+    else:
+        b = np.concatenate([r[:, :2] - r[:, 2:4] / 2, r[:, :2] + r[:, 2:4] / 2], 1)
+    rows = np.concatenate([b, r[:, 4:]], 1)
+    if len(b):
+        shift = cls[keep][:, None] * (float(np.abs(b).max()) + 1.0) * 2
+        kept = np.asarray(_nms(b + shift, sc[keep], float(kind.get("nms", ANCHOR_NMS_IOU))), dtype=np.int64)
+    else:
+        kept = np.zeros(0, np.int64)
+    if detail:
+        return b[kept].reshape(-1, 4), cls[keep][kept], rows[kept], p[keep][kept]
+    return b[kept].reshape(-1, 4), cls[keep][kept]
+
+
+def anchor_detection_metrics(out_s: np.ndarray, ref_s: np.ndarray, out_b: np.ndarray, ref_b: np.ndarray,
+                             kind: dict[str, Any]) -> tuple[dict[str, float], tuple[np.ndarray, ...]]:
+    """An anchor head's detections, FP32's against the artifact's, image by image (``detection_metrics``'
+    figures: ``box_match`` ...), and what the tensor figures of its two outputs are taken over: the detections
+    both sides keep and match (same class, IoU >= 0.5) -- their probabilities ``[M, C]`` (artifact, FP32) and
+    their decoded rows ``[M, 4 + K]`` (corners and keypoints in input pixels) -- not every anchor."""
+    (so, bo), (sr, br) = _anchor_rows(out_s, out_b), _anchor_rows(ref_s, ref_b)
+    if so.shape != sr.shape or bo.shape != br.shape or sr.size != ref_s.size or br.shape[-1] < 4:
+        raise ValueError(f"detection@anchors: scores {tuple(ref_s.shape[1:])} and boxes {tuple(ref_b.shape[1:])} "
+                         "are not [1, A, C] and [1, A, 4 + K] over the same anchors")
+    score = kind.get("score", "auto")
+    logits = score == "logit" or (score == "auto" and bool(sr.size) and (sr.min() < 0 or sr.max() > 1))
+    centres = None
+    if kind.get("encoding", "offset") == "offset":
+        if not kind.get("input_hw"):
+            raise ValueError("detection@anchors: no input size to lay the anchors over (add input=HxW)")
+        centres = anchor_centres(kind["input_hw"], kind["anchors"])
+        if len(centres) != sr.shape[1]:
+            raise ValueError(f"detection@anchors: anchors={'+'.join(f'{s}x{k}' for s, k in kind['anchors'])} "
+                             f"over {kind['input_hw'][0]}x{kind['input_hw'][1]} make {len(centres)} anchors, "
+                             f"the outputs have {sr.shape[1]}")
+    dets = [(anchor_boxes(o, ob, kind, logits, centres, True), anchor_boxes(r, rb, kind, logits, centres, True))
+            for o, r, ob, rb in zip(so, sr, bo, br)]
+    pairs: list[tuple[int, int, int]] = []
+    m = _match_boxes([(d_o[:2], d_r[:2]) for d_o, d_r in dets], len(sr), pairs)
+    k, c = br.shape[-1], sr.shape[-1]
+    views = (np.asarray([dets[i][0][3][j] for i, _, j in pairs]).reshape(-1, c),
+             np.asarray([dets[i][1][3][q] for i, q, _ in pairs]).reshape(-1, c),
+             np.asarray([dets[i][0][2][j] for i, _, j in pairs]).reshape(-1, k),
+             np.asarray([dets[i][1][2][q] for i, q, _ in pairs]).reshape(-1, k))
+    m["anchors"], m["detections_compared"] = float(sr.shape[1]), float(len(pairs))
+    return m, views
+
+
+def _match_boxes(pairs: list, images: int, matches: list | None = None) -> dict[str, float]:
+    """``detection_metrics``' figures from per image ((artifact boxes, classes), (FP32 boxes, classes));
+    ``matches`` collects (image, FP32 index, artifact index) of each matched pair."""
+    matched = total = equal = n_ref = n_out = 0
+    for img, ((bo, co), (br, cr)) in enumerate(pairs):
+        n_ref, n_out = n_ref + len(br), n_out + len(bo)
+        hits, free = 0, np.ones(len(bo), bool)
+        for q, (b, c) in enumerate(zip(br, cr)):
+            cand = np.flatnonzero(free & (co == c))
+            if cand.size:
+                ious = _iou(b, bo[cand])
+                if ious.max() >= 0.5:
+                    j = int(cand[int(ious.argmax())])
+                    free[j] = False
+                    hits += 1
+                    if matches is not None:
+                        matches.append((img, q, j))
+        matched, total = matched + hits, total + max(len(br), len(bo))
+        equal += int(hits == len(br) == len(bo))
+    return {"box_match": float(matched / total) if total else 1.0, "boxes": float(total),
+            "box_recall": float(matched / n_ref) if n_ref else float(n_out == 0),
+            "box_precision": float(matched / n_out) if n_out else float(n_ref == 0),
+            "boxes_ref": float(n_ref), "boxes_out": float(n_out),
+            "images_equal": float(equal / images) if images else 1.0}
+
+
+def px_metrics(diff: np.ndarray, bound: float) -> dict[str, float]:
+    """Coordinates' errors in their own units (pixels): the worst, the 99th percentile, and how many elements
+    are off by more than ``bound`` (``over_px`` of ``elements``, ``over_px_share``), judged by ``px_share_max``
+    and ``PX_WORST`` x ``bound``."""
+    a = np.abs(np.asarray(diff, dtype=np.float64)).ravel()
+    if not a.size:
+        return {"max_abs_px": 0.0, "px_bound": float(bound), "over_px": 0.0, "over_px_share": 0.0, "elements": 0.0}
+    over = float(np.sum(a > bound))
+    return {"max_abs_px": float(a.max()), "p99_abs_px": float(np.percentile(a, 99)), "over_1px": float(np.sum(a > 1.0)),
+            "px_bound": float(bound), "over_px": over, "over_px_share": over / a.size, "elements": float(a.size)}
 
 
 def _pixel_coordinates(rows: np.ndarray, input_hw: list[int]) -> bool:
@@ -484,7 +715,7 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(_topk(out, ref, ref.ndim - 2))  # per step (the last axis), for the record
         m.update(sequence_metrics(out, ref))
     elif name == "decision":
-        m.update(decision_metrics(out, ref, k.get("threshold")))
+        m.update(decision_metrics(out, ref, k.get("thresholds") or k.get("threshold")))
         if 0 < m["threshold"] < 1 and r.size and 0 <= r.min() and r.max() <= 1:
             _probability_floor(m, diff, rn, r)
     elif name == "embedding":
@@ -493,10 +724,22 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
         m.update(column_metrics(out, ref))
         if k.get("range") == "probability" and r.size and 0 <= r.min() and r.max() <= 1:
             _probability_floor(m, diff, rn, r)
-    elif name == "detection":
+    elif name == "detection" and k.get("format") != "anchors":
         m.update(column_metrics(out, ref))
         m.update(detection_metrics(out, ref, k))
     return m
+
+
+def _px_view(kind: dict[str, Any], ref: np.ndarray) -> float | None:
+    """The factor that turns an output's error into its own units when it is judged in them (a regression in an
+    image input's pixels, one with ``px`` or ``@scale``, an anchor head's regressors), else None."""
+    if kind.get("kind") != "regression" or ref.dtype.kind != "f":
+        return None
+    if kind.get("scale"):
+        return float(kind["scale"])
+    if kind.get("px") or kind.get("guess") == "coordinates" or kind.get("anchors_of"):
+        return 1.0
+    return None
 
 
 def _probability_floor(m: dict[str, float], diff: np.ndarray, rn: float, r: np.ndarray) -> None:
@@ -745,6 +988,13 @@ def end2end_pairs(out: np.ndarray, ref: np.ndarray, score_thr: float = YOLO_SCOR
 
 
 def _boxes_of(table: np.ndarray, kind: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    if kind.get("format") == "anchors":  # scores and regressors side by side [(1,) A, C + K] (the gate's pairs)
+        t = np.asarray(table).reshape(-1, np.asarray(table).shape[-1])
+        c = int(kind["classes"])
+        s = t[:, :c]
+        logits = kind.get("score") == "logit" or (kind.get("score") != "prob" and bool(s.size)
+                                                   and (s.min() < 0 or s.max() > 1))
+        return anchor_boxes(s, t[:, c:], kind, logits)
     if kind.get("format", "yolox") == "yolox":
         return yolox_boxes(table, kind["input_hw"])
     if kind["format"] == "yolov10":
@@ -757,28 +1007,11 @@ def detection_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any]) ->
     IoU >= 0.5) / boxes of the larger set, over all images (the lower of recall and precision, both
     reported: ``box_recall`` = matched / FP32's boxes, ``box_precision`` = matched / the artifact's);
     ``images_equal`` = images whose boxes all match one to one."""
-    if ref.ndim < 3 or (kind.get("format", "yolox") == "yolox" and not kind.get("input_hw")):
+    if ref.ndim < 3 or (kind.get("format", "yolox") == "yolox" and not kind.get("input_hw")) \
+            or (kind.get("format") == "anchors" and "classes" not in kind):  # both outputs: anchor_detection_metrics
         return {}
-    matched = total = equal = n_ref = n_out = 0
-    for o, r in zip(out, ref):
-        bo, co = _boxes_of(np.asarray(o), kind)
-        br, cr = _boxes_of(np.asarray(r), kind)
-        n_ref, n_out = n_ref + len(br), n_out + len(bo)
-        hits, free = 0, np.ones(len(bo), bool)
-        for b, c in zip(br, cr):
-            cand = np.flatnonzero(free & (co == c))
-            if cand.size:
-                ious = _iou(b, bo[cand])
-                if ious.max() >= 0.5:
-                    free[cand[int(ious.argmax())]] = False
-                    hits += 1
-        matched, total = matched + hits, total + max(len(br), len(bo))
-        equal += int(hits == len(br) == len(bo))
-    return {"box_match": float(matched / total) if total else 1.0, "boxes": float(total),
-            "box_recall": float(matched / n_ref) if n_ref else float(n_out == 0),
-            "box_precision": float(matched / n_out) if n_out else float(n_ref == 0),
-            "boxes_ref": float(n_ref), "boxes_out": float(n_out),
-            "images_equal": float(equal / len(ref)) if len(ref) else 1.0}
+    return _match_boxes([(_boxes_of(np.asarray(o), kind), _boxes_of(np.asarray(r), kind))
+                         for o, r in zip(out, ref)], len(ref))
 
 
 def _topk(out: np.ndarray, ref: np.ndarray, axis: int) -> dict[str, float]:
@@ -871,9 +1104,17 @@ def probability_metrics(out: np.ndarray, ref: np.ndarray, threshold: Any) -> dic
     return m
 
 
-def decision_metrics(out: np.ndarray, ref: np.ndarray, threshold: float | None = None) -> dict[str, float]:
+def decision_metrics(out: np.ndarray, ref: np.ndarray, threshold: Any = None) -> dict[str, float]:
     """Per-position decisions: the share of positions on the other side of the threshold
-    (0.5 for probabilities in [0, 1], 0 for logits)."""
+    (0.5 for probabilities in [0, 1], 0 for logits), or in another band than FP32's for the application's
+    thresholds (a list: ``--decision score=-1,1``)."""
+    if isinstance(threshold, (list, tuple)) and len(threshold) > 1:
+        ts = sorted(float(t) for t in threshold)
+        flips = np.digitize(out, ts, right=True) != np.digitize(ref, ts, right=True)
+        return {"flip_rate": float(np.mean(flips)) if ref.size else 0.0, "flips": float(np.sum(flips)),
+                "threshold": ts[0], "bands": float(len(ts) + 1)}
+    if isinstance(threshold, (list, tuple)):
+        threshold = threshold[0]
     if threshold is None:
         threshold = 0.5 if (np.all(ref >= 0) and np.all(ref <= 1)) else 0.0
     flips = (out > threshold) != (ref > threshold)
@@ -957,6 +1198,15 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
         reasons.append(f"slice_cosine: index {int(metrics['slice_cosine_index'])} of axis "
                        f"{int(metrics['slice_axis'])} cosine {metrics['slice_cosine']:.4f} < "
                        f"{tol['slice_cosine_min']:g}")
+    if "px_bound" in metrics and metrics.get("elements"):
+        n, over, bound = int(metrics["elements"]), int(metrics["over_px"]), metrics["px_bound"]
+        allowed = top1_allowed(n, 1.0 - tol["px_share_max"]) if tol.get("px_share_max") is not None else n
+        if over > allowed:
+            reasons.append(f"px: {over} of {n} coordinates off by more than {bound:g} px "
+                           f"({metrics['over_px_share']:.2%}), at most {allowed} allowed (worst {metrics['max_abs_px']:.3g} px)")
+        if metrics["max_abs_px"] > PX_WORST * bound:
+            reasons.append(f"px_worst: a coordinate off by {metrics['max_abs_px']:.3g} px > {PX_WORST * bound:g} px "
+                           f"({PX_WORST:g} x the {bound:g}-px bound)")
     if (tol.get("vector_cosine_min") is not None and "vector_cosine_min" in metrics
             and metrics["vector_cosine_min"] < tol["vector_cosine_min"]):
         reasons.append(f"vector_cosine_min {metrics['vector_cosine_min']:.5f} < {tol['vector_cosine_min']}")
@@ -1052,6 +1302,7 @@ def compare_outputs(
     given = {name: parse_kind((kinds or {}).get(name)) for name in refs}
     guessed = infer_kinds({n: r for n, r in refs.items() if given[n] is None}) if None in given.values() else {}
     floor = SLICE_FLOOR.get(precision, SLICE_FLOOR["int8"])
+    heads = _anchor_heads(outputs, refs, {n: given[n] or guessed[n] for n in refs})
     for name, ref in refs.items():
         kind = given[name] or guessed[name]
         if name not in outputs:
@@ -1059,10 +1310,28 @@ def compare_outputs(
                          "failed": ["missing"]}
             continue
         out = np.asarray(outputs[name])
-        metrics = tensor_metrics(out, ref, kind)
-        if "cosine" in metrics:  # a float output: also per slice, whatever its kind
+        head = heads.get(name)
+        kind = (head or {}).get("kind", kind)
+        if head is not None:  # an anchor head's output: its tensor figures over the anchors that matter
+            o_v, r_v = head["view"]
+            metrics = tensor_metrics(o_v, r_v, "regression")
+            metrics.update(head["metrics"])
+        else:
+            metrics = tensor_metrics(out, ref, kind)
+        if "cosine" in metrics and head is None:  # a float output: also per slice, whatever its kind
             metrics.update(slice_metrics(*judged_view(out, ref, kind), floor))
+        unit = _px_view(kind, ref)
+        if unit is not None and "cosine" in metrics:
+            # an anchor head's boxes are judged by box_match (IoU >= 0.5, as the YOLO heads are); their pixels only
+            # against a bound the user gave (detection@anchors:...:px=N), else reported
+            bound = kind.get("px") or (None if kind.get("anchors_of") else tol.get("px_max"))
+            o_v, r_v = head["view"] if head is not None else (out, ref)
+            diff = (np.asarray(o_v, np.float64) - np.asarray(r_v, np.float64)) * unit
+            metrics.update(px_metrics(diff, float(bound)) if bound else
+                           {k: v for k, v in px_metrics(diff, 1.0).items() if not k.startswith(("over_px", "px_"))})
         reasons = judge(metrics, tol)
+        if (head or {}).get("error"):
+            reasons.insert(0, f"anchors: {head['error']}")
         per[name] = {"passed": not reasons, "reasons": reasons, "metrics": metrics, "kind": kind["kind"],
                      "failed": [r.split(":")[0].split(" ")[0] for r in reasons]}
     result = {"passed": all(v["passed"] for v in per.values()), "precision": precision, "tolerance": tol,
@@ -1071,6 +1340,36 @@ def compare_outputs(
         result["samples"] = int(sum(rows))
     result["summary"] = summary_line(result)
     return result
+
+
+def _anchor_heads(outputs: dict[str, Any], refs: dict[str, np.ndarray], kinds: dict[str, dict[str, Any]]
+                  ) -> dict[str, dict[str, Any]]:
+    """For each ``detection@anchors`` output and the ``boxes`` output it names: the head's detection figures
+    (on the scores output) and what the tensor figures are taken over -- the detections both sides keep and
+    match: their probabilities, and their corners and keypoints decoded in input pixels (judged in pixels:
+    ``px_max``), not the regressors of every anchor, most of them background."""
+    heads: dict[str, dict[str, Any]] = {}
+    for name, kind in kinds.items():
+        if kind.get("kind") != "detection" or kind.get("format") != "anchors":
+            continue
+        bname = kind.get("boxes")
+        if name not in outputs or bname not in outputs or bname not in refs:
+            continue
+        os_, rs_ = np.asarray(outputs[name]), refs[name]
+        ob, rb = np.asarray(outputs[bname]), refs[bname]
+        if os_.shape != rs_.shape or ob.shape != rb.shape or not np.all(np.isfinite(os_.astype(np.float64))) \
+                or not np.all(np.isfinite(ob.astype(np.float64))):
+            continue  # the plain figures say shape_mismatch / non_finite
+        try:
+            m, (po, pr, do, dr) = anchor_detection_metrics(os_, rs_, ob, rb, kind)
+        except ValueError as exc:  # anchors that do not fit the outputs: said on the output, judged as failed
+            heads[name] = {"view": (os_.reshape(-1), rs_.reshape(-1)), "metrics": {}, "error": str(exc)}
+            continue
+        heads[name] = {"view": (po, pr), "metrics": m}
+        heads[bname] = {"view": (do, dr), "metrics": {"detections_compared": m["detections_compared"]},
+                        "kind": {"kind": "regression", "anchors_of": name,
+                                 **({"px": kind["px"]} if kind.get("px") else {})}}
+    return heads
 
 
 _SHOWN = (("cosine", "cos {:.4f}"), ("top1", "top1 {}"), ("seq_match", "{} {:.0%}"),
@@ -1083,6 +1382,8 @@ def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
         return ("labels {}" if m.get("label_output") else fmt).format(top1_text(m))
     if key == "seq_match":
         return fmt.format(seq_label(m), m[key])
+    if key == "max_abs_px" and m.get("elements") and "px_bound" in m:
+        return fmt.format(m[key]) + f" ({int(m['over_px'])} of {int(m['elements'])} > {m['px_bound']:g} px)"
     if key == "max_abs_px" and m.get("elements"):
         return fmt.format(m[key]) + f" ({int(m.get('over_1px', 0))} of {int(m['elements'])} > 1 px)"
     return fmt.format(m[key])

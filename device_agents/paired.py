@@ -126,7 +126,7 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
         for arm in arms:
             try:
                 raws.append(_raw_outputs(arm, [to_artifact(f, arm["manifest"]["io"]["inputs"]) for f in shared],
-                                         (kind or {}).get("output")))
+                                         (kind or {}).get("output"), kind))
             except Exception as exc:  # noqa: BLE001 - inputs the other arm cannot take: no comparison
                 raws.append(None)
                 arm["decisions_error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -204,17 +204,28 @@ def run_pair(bundles: list[str], options: dict[str, Any] | None = None,
     return result
 
 
-def _raw_outputs(arm: dict[str, Any], feeds: list[Any], output: str | None = None) -> list[np.ndarray]:
-    """One output (``output``, else the first) of an arm's runner on each feed, in the ONNX layout."""
+def _raw_outputs(arm: dict[str, Any], feeds: list[Any], output: str | None = None,
+                 kind: dict[str, Any] | None = None) -> list[np.ndarray]:
+    """One output (``output``, else the first) of an arm's runner on each feed, in the ONNX layout; an anchor
+    head (``detection@anchors``) as its scores and regressors side by side, ``[1, A, C + K]``."""
     io = arm["manifest"]["io"]
     name = output or io["outputs"][0]["name"]
+    if (kind or {}).get("format") == "anchors" and kind.get("boxes"):
+        out = []
+        for feed in feeds:
+            got = from_artifact(arm["runner"].run(feed), io["outputs"])
+            b = np.asarray(got[kind["boxes"]])
+            b = b.reshape(b.shape[0], -1, b.shape[-1])
+            out.append(np.concatenate([np.asarray(got[name]).reshape(*b.shape[:2], -1).astype(np.float64),
+                                       b.astype(np.float64)], -1))
+        return out
     return [np.asarray(from_artifact(arm["runner"].run(feed), io["outputs"])[name]) for feed in feeds]
 
 
 def _decisions(arm: dict[str, Any], feeds: list[Any], kind: dict[str, Any] | None = None) -> list[list[int]] | None:
     """Per sample, one arm's decisions (``decisions_of``) on ``feeds``: of the output ``kind`` names (its
     ``output``), else of the first output."""
-    return decisions_of(_raw_outputs(arm, feeds, (kind or {}).get("output")), kind)
+    return decisions_of(_raw_outputs(arm, feeds, (kind or {}).get("output"), kind), kind)
 
 
 def decisions_of(raws: list[np.ndarray], kind: dict[str, Any] | None = None,
@@ -248,6 +259,9 @@ def decisions_of(raws: list[np.ndarray], kind: dict[str, Any] | None = None,
                 seqs.extend(compare.ctc_decode(row, blank) + [-1])  # -1 ends a sequence of the batch
             out.append(seqs)
         return out
+    if name in ("decision", "probability") and len((kind or {}).get("thresholds") or []) > 1:
+        ts = sorted(float(t) for t in kind["thresholds"])  # the application's bands: the band is the decision
+        return [np.digitize(a, ts, right=name == "decision").astype(int).ravel().tolist() for a in raws]
     if name == "decision":
         thr = float((kind or {}).get("threshold", 0.5))
         return [(a > thr).astype(int).ravel().tolist() for a in raws]
@@ -320,4 +334,13 @@ def decision_kind(manifest: dict[str, Any]) -> dict[str, Any] | None:
         if k:
             kinds[name] = k
     pick = next((n for n in names if kinds.get(n, {}).get("kind") in DECISION_KINDS), names[0])
-    return {**kinds[pick], "output": pick} if pick in kinds else None
+    if pick not in kinds:
+        return None
+    k = {**kinds[pick], "output": pick}
+    if k.get("format") == "anchors":  # scores [1, A, C] beside regressors [1, A, K]: C from the declared shapes
+        shapes = {o["name"]: o.get("shape") or [] for o in manifest["io"]["outputs"]}
+        s, b = shapes.get(pick) or [], shapes.get(k.get("boxes")) or []
+        if not s or not b or not all(isinstance(v, int) and v > 0 for v in [*s, *b]):
+            return None  # a shape not known here: no decisions to pair (the build check judged the head)
+        k["classes"] = max(1, int(np.prod(s)) // max(1, int(np.prod(b)) // int(b[-1])))
+    return k

@@ -133,6 +133,12 @@ def build_candidate(model: str | Path, baseline: str | Path, calib: str | None, 
            f"on {data['calib']}" + (" (the baseline's data)" if data["from"] == "baseline" else ""))
     progress(f"building the candidate {Path(model).name} for {base.target} {base.precision} like the baseline, {how}")
     counts = {k: data[k] for k in ("calib_count", "val_count", "split") if k in data}
+    # the kinds the baseline's user gave (--output-kind/--decision/--option output_kind): the candidate is judged
+    # by them too (an inferred kind is inferred again, from the candidate's own graph)
+    given = {n: {k: v for k, v in kind.items() if k != "source"} for n, kind in (man.get("output_kinds") or {}).items()
+             if isinstance(kind, dict) and kind.get("source") == "option"}
+    if given:
+        counts["output_kind"] = given
     rep = api.build(model, base.target, precision=base.precision, shape=shapes, calib=data["calib"],
                     preprocess=data["preprocess"], dist=dist, progress=progress, accept=man.get("accept"), **counts)
     res = rep.results[0]

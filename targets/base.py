@@ -704,6 +704,92 @@ def parse_output_kind_option(value: Any, names: list[str] | None = None) -> dict
     return out
 
 
+KIND_FLAG_HINT = ("e.g. --output-kind landmarks=regression:px=2, --output-kind "
+                  "scores=detection@anchors:boxes=regressors:anchors=8x2+16x6, --decision score=0.2,0.8")
+
+
+def _kind_items(value: Any, flag: str) -> list[tuple[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return list(value.items())
+    return [(None, v) for v in ([value] if isinstance(value, str) else list(value))]
+
+
+def parse_kind_flags(output_kind: Any = None, decision: Any = None) -> dict[str, dict[str, Any]]:
+    """``--output-kind NAME=KIND`` (repeatable: ``landmarks=regression:px=2``, ``logit=decision@0``,
+    ``scores=detection@anchors:boxes=regressors:anchors=8x2+16x6``) and ``--decision NAME=T[,T2...]`` (the
+    application's thresholds: within (0, 1) a ``probability`` judged by bands and ``prob_delta_max``, else a
+    ``decision`` at them) -> {name: kind dict}, the form ``--option output_kind=`` takes; the API's
+    ``output_kind``/``decision`` may also be dicts ({name: kind}, {name: [0.2, 0.8]}).  A bad value is a
+    UsageError (exit 2) listing the kinds."""
+    from edgeopt.errors import UsageError
+    from edgeopt_agent.compare import OUTPUT_KINDS, parse_kind
+
+    kinds_text = "kinds: " + ", ".join(OUTPUT_KINDS)
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in _kind_items(output_kind, "--output-kind"):
+        if name is None:  # NAME=KIND: split at the first '=' followed by a kind (an output name may hold '=')
+            text = str(spec)
+            cut = next((i for i in range(len(text)) if text[i] == "=" and i and
+                        text[i + 1:].partition("@")[0].partition(":")[0].strip() in OUTPUT_KINDS), None)
+            if cut is None:
+                raise UsageError(f"--output-kind {text!r}: want NAME=KIND ({kinds_text})", hint=KIND_FLAG_HINT)
+            name, spec = text[:cut].strip(), text[cut + 1:].strip()
+        try:
+            out[str(name)] = {**parse_kind(spec), "source": "option"}
+        except ValueError as exc:
+            msg = str(exc) if "kinds:" in str(exc) else f"{exc} ({kinds_text})"
+            raise UsageError(f"--output-kind {name}: {msg}", hint=KIND_FLAG_HINT) from None
+    for name, spec in _kind_items(decision, "--decision"):
+        if name is None:
+            name, sep, spec = str(spec).rpartition("=")
+            if not sep or not name.strip():
+                raise UsageError(f"--decision {spec!r}: want NAME=THRESHOLD[,THRESHOLD...] (0.2,0.8)",
+                                 hint=KIND_FLAG_HINT)
+            name = name.strip()
+        try:
+            vals = spec if isinstance(spec, (list, tuple)) else [spec] if isinstance(spec, (int, float)) else \
+                [v for v in str(spec).replace("/", ",").split(",") if v.strip()]
+            ts = sorted(float(v) for v in vals)
+            if not ts or not all(t == t and abs(t) != float("inf") for t in ts):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise UsageError(f"--decision {name}: thresholds are numbers separated by commas (0.2,0.8), "
+                             f"not {spec!r}", hint=KIND_FLAG_HINT) from None
+        if name in out and out[name]["kind"] not in ("probability", "decision"):
+            raise UsageError(f"--decision {name}: its --output-kind is {out[name]['kind']}, which has no thresholds "
+                             "(decisions are for probability or decision outputs)", hint=KIND_FLAG_HINT)
+        if all(0 < t < 1 for t in ts):  # probabilities: the application's bands, and how far one may move
+            k: dict[str, Any] = {"kind": "probability", "threshold": ts[0]}
+        else:  # logits or scores of any range: decisions at the thresholds
+            k = {"kind": "decision", "threshold": ts[0]}
+        if len(ts) > 1:
+            k["thresholds"] = ts
+        out[name] = {**k, "source": "option", "decision": ts}
+    return out
+
+
+def check_kind_names(kinds: dict[str, dict[str, Any]], model: str | os.PathLike) -> None:
+    """Every name ``--output-kind``/``--decision`` gives (and an anchor head's ``boxes``) is an output of
+    ``model``: UsageError (exit 2) naming the outputs, before anything is built."""
+    from edgeopt.errors import UsageError
+
+    if not kinds:
+        return
+    try:
+        import onnx
+
+        names = [o.name for o in onnx.load(str(model), load_external_data=False).graph.output]
+    except Exception:  # noqa: BLE001 - an unreadable model: the pipeline's own message
+        return
+    for name, k in kinds.items():
+        for n, what in ((name, "names"), (k.get("boxes"), "boxes= names")):
+            if n is not None and n not in names:
+                raise UsageError(f"--output-kind/--decision {what} {n!r}, which is not an output of the model "
+                                 f"(outputs: {', '.join(names)})", hint=KIND_FLAG_HINT)
+
+
 def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     """What each output means (see ``edgeopt_agent.compare``): the user's ``output_kind`` option, else
     inferred from the op producing it (Softmax axis, Sigmoid, LpNormalization), its name and the
@@ -782,6 +868,14 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
             kinds[name] = carried[name]
         elif name in inferred:
             kinds[name] = {**inferred[name], "source": "inferred"}
+    for name, k in list(kinds.items()):  # an anchor head: its anchors over the image input, its regressors
+        if k.get("kind") == "detection" and k.get("format") == "anchors":
+            if not k.get("input_hw") and image_hw:
+                kinds[name] = k = {**k, "input_hw": [int(v) for v in image_hw]}
+            b = k.get("boxes")
+            if b in names and b not in given:
+                kinds[b] = {"kind": "regression", "anchors_of": name, **({"px": k["px"]} if k.get("px") else {}),
+                            "source": "option"}
     return kinds
 
 

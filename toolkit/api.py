@@ -342,7 +342,8 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           calib_count: int = 32, val_count: int | None = None, batch: int | str | list[int] | None = None,
           progress: Progress = _quiet, raise_on_failure: bool = True,
           accept: str | os.PathLike | dict[str, Any] | None = None, split: str | None = None,
-          scheduler: str | None = None) -> BuildReport:
+          scheduler: str | None = None, output_kind: str | list[str] | dict[str, Any] | None = None,
+          decision: str | list[str] | dict[str, Any] | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
         report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", shape="x:1x3x224x224",
@@ -372,6 +373,10 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     ``"cpu=fp32,int8,intel-cpu=int8"``. ``shape``: ``{"x": [1, 3, 224, 224]}`` or ``"x:1x3x224x224"``.
     ``scheduler``: ``"tcp://HOST:PORT"``/``"tls://…"`` (``--scheduler``; None: ``$EDGEOPT_SCHEDULER``, else here):
     each job a Dask task on a worker that can build it (``edgeopt.cluster``), ``"auto"`` falls back to here.
+    ``output_kind``: what outputs mean (``--output-kind``): ``"landmarks=regression:px=2"``, a list of those, or
+    ``{"landmarks": "regression:px=2"}``; ``decision``: the application's thresholds (``--decision``):
+    ``"score=0.2,0.8"`` or ``{"score": [0.2, 0.8]}`` (docs/TOLERANCES.md). Both are recorded in the manifest's
+    ``output_kinds``, which the device check, gate and rollout judge by.
     """
     from edgeopt.pipeline import build as _build
 
@@ -391,6 +396,14 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
 
         parse_split(split)  # a bad value: one line, before anything is prepared
         options["split"] = split
+    if output_kind is not None or decision is not None:  # --output-kind / --decision: into output_kind's option
+        from edgeopt.targets.base import check_kind_names, parse_kind_flags, parse_output_kind_option
+
+        flags = parse_kind_flags(output_kind, decision)
+        if Path(model).is_file():
+            check_kind_names(flags, model)
+        if flags:
+            options["output_kind"] = {**parse_output_kind_option(options.get("output_kind")), **flags}
     from edgeopt import cluster
 
     if cluster.ACTIVE is None and cluster.resolve(scheduler) is not None:  # each job a Dask task on a worker
@@ -1865,13 +1878,15 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
                  dist: str | os.PathLike | None = None, force: bool = False, samples: int = 4,
                  max_memory: str | int = "1G", reduce: str | os.PathLike | None = None,
                  html: str | os.PathLike | None = None, config: str | None = None, progress: Progress = _quiet,
-                 raise_on_failure: bool = True, scheduler: str | None = None) -> DebugResult:
+                 raise_on_failure: bool = True, scheduler: str | None = None,
+                 output_kind: str | list[str] | dict[str, Any] | None = None,
+                 decision: str | list[str] | dict[str, Any] | None = None) -> DebugResult:
     """Where an artifact departs from ONNX FP32, layer by layer (``edgeopt debug``; ``edgeopt.debug`` is the
     module that does it, so the function has its own name) -> ``edgeopt.debug.DebugResult`` (``first_jump``,
     per-node rows, the policy's word, ``reduced`` with ``reduce=DIR``). SOURCE is a bundle folder, or a model
     built first for ``target``. Refused by the accuracy policy: ``GoalNotMet`` (exit 5) with the result as
     ``err.result``, unless ``raise_on_failure=False``. ``scheduler``: the model's build and ``reduce``'s on Dask
-    workers, as ``build(scheduler=)``.
+    workers, as ``build(scheduler=)``; ``output_kind``/``decision``: as ``build``'s, for the model's build.
 
         res = edgeopt.debug_layers("model.onnx", target="cpu", precision="int8", shape="x:1x3x224x224",
                                    calib="images/")
@@ -1903,7 +1918,9 @@ def debug_layers(source: str | os.PathLike, target: str | None = None, precision
                                            shapes=_split(shape) if isinstance(shape, str) else list(shape or []),
                                            calib=calib, preprocess=preprocess,
                                            options=list(option or []) if not isinstance(option, str) else [option],
-                                           config=config, force=force)
+                                           config=config, force=force,
+                                           **{k: v for k, v in (("output_kind", output_kind), ("decision", decision))
+                                              if v is not None})
         if reduce and result.first_jump is not None:
             result.reduced = _debug.reduce(result, str(reduce), options=list(option or [])
                                            if not isinstance(option, str) else [option], progress=progress)

@@ -216,7 +216,8 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
          duration: float = 1.0, exhaustive: bool = False, db: str | None = None, jobs: int = 2,
          confirm_rounds: int = 2, finalists: int = 3, scenario: str | None = None,
          trust_new_host_keys: bool = False, accept: str | Path | dict[str, Any] | None = None,
-         progress: Callable[[str], None] = lambda s: None) -> TuneResult:
+         progress: Callable[[str], None] = lambda s: None, output_kind: Any = None,
+         decision: Any = None) -> TuneResult:
     """Build the candidates, sweep them on each device, pick and write the winner per device.
 
     ``scenario="offline"``: each point's throughput is MLPerf LoadGen's offline scenario (a burst of
@@ -296,7 +297,7 @@ def tune(model: str, targets: str, devices: str = "local", limit: str | list[str
         progress(f"building batch {b}: {targets} × {precision}")
         rep = api.build(model, ",".join(usable), precision=precision, shape=api.batch_shapes(base, b), calib=calib,
                         preprocess=preprocess, dist=Path(dist) / "tune" / f"batch{b}", jobs=jobs, progress=progress,
-                        raise_on_failure=False, accept=accept_map)
+                        raise_on_failure=False, accept=accept_map, output_kind=output_kind, decision=decision)
         for r in rep.results:
             if r.ok:
                 built.setdefault(b, []).append(load_bundle(r.bundle))

@@ -211,6 +211,34 @@ def out_flag() -> str:
     return "--out" if "--out" in said or "-o" in said else "--dist"
 
 
+def kind_options() -> list[Callable]:
+    """``--output-kind`` and ``--decision``: what outputs mean, for every command that builds a model."""
+    return [
+        click.option("--output-kind", "output_kind", multiple=True, metavar="NAME=KIND",
+                     help="What an output means, over the kind inferred from its shape and values (repeatable): "
+                          "landmarks=regression:px=2 (coordinates judged in pixels), logit=decision@0, "
+                          "probs=probability@0.2/0.8, scores=detection@anchors:boxes=regressors:anchors=8x2+16x6 "
+                          "(an anchor head decoded, thresholded and NMS'd before it is judged); the kinds are in "
+                          "docs/TOLERANCES.md."),
+        click.option("--decision", "decision", multiple=True, metavar="NAME=T[,T]",
+                     help="The application's thresholds on an output (repeatable): score=0.2,0.8 judges the samples "
+                          "whose score changes band and how far a probability moves; thresholds outside 0..1 are "
+                          "decisions on a logit (logit=0)."),
+    ]
+
+
+def kind_flags(f: Callable) -> Callable:
+    """``kind_options`` as a decorator (debug, tune)."""
+    for o in reversed(kind_options()):
+        f = o(f)
+    return f
+
+
+def kind_kw(output_kind: Any, decision: Any) -> dict[str, Any]:
+    """The parsed flags as ``edgeopt.build``'s keywords (none when neither was given)."""
+    return {k: list(v) for k, v in (("output_kind", output_kind), ("decision", decision)) if v}
+
+
 def build_options(f: Callable) -> Callable:
     """What `build` and `run` share."""
     jobs = min(2, os.cpu_count() or 1)
@@ -246,6 +274,7 @@ def build_options(f: Callable) -> Callable:
                           "calibrate, last M validate) [shuffle: data ordered by class still calibrates and "
                           "validates on every class]. The indices are in the manifest; fewer than 20 "
                           "validation samples get a warning."),
+        *kind_options(),
         click.option("--dist", "--out", "-o", "out", default="dist", metavar="DIR",
                      help="Bundle folder: DIST/<model>/<target>-<precision>/."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=jobs,

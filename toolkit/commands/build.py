@@ -25,6 +25,7 @@ examples:
   edgeopt build model.onnx -t cpu,intel-cpu -p cpu=fp32,int8,intel-cpu=int8 --calib data.npz
   edgeopt build yolo.onnx -t mobile --shapes=images:1x3x640x640 --option int8_mode=full --json
   edgeopt build model.onnx -t cpu,intel-cpu --shape x:1x3x224x224 --batch 1,4,8   # one bundle per batch
+  edgeopt build face.onnx -t cpu -p int8 --calib faces/ --output-kind landmarks=regression:px=2 --decision presence=0
   edgeopt build model.onnx -t cpu,intel-cpu,mobile --scheduler tcp://buildhost:8786   # on the workers
 
 exit codes: 0 every target built and passed its check, 2 bad input (nothing built), 3 a target
@@ -69,7 +70,9 @@ def build_from_args(args):
               config=args.config, option=list(args.option), build_timeout=args.timeout,
               calib_count=args.calib_count, val_count=args.val_count,
               batch=parse_batches(getattr(args, "batches", None)), progress=stderr_progress(args.quiet),
-              accept=getattr(args, "accept", None), split=getattr(args, "split", None), raise_on_failure=False)
+              accept=getattr(args, "accept", None), split=getattr(args, "split", None), raise_on_failure=False,
+              output_kind=list(getattr(args, "output_kind", None) or []) or None,
+              decision=list(getattr(args, "decision", None) or []) or None)
     from edgeopt import cluster
 
     if cluster.resolve(getattr(args, "scheduler", None)) is not None:  # each job a Dask task (edgeopt.cluster)

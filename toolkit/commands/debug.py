@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import CONTEXT, config_option, examples, json_option, ns, verbosity
+from ._common import CONTEXT, config_option, examples, json_option, kind_flags, kind_kw, ns, verbosity
 
 HELP = """Compare a target's artifact with the ONNX FP32 reference layer by layer.
 
@@ -48,6 +48,7 @@ here: a node passes the bound), 4 the --scheduler unreachable (nothing built).""
 @click.option("--calib", metavar="PATH", help="As in build: calibration/validation data.")
 @click.option("--preprocess", metavar="SPEC", help="As in build.")
 @click.option("--option", multiple=True, metavar="KEY=VALUE", help="Backend option, as in build (repeatable).")
+@kind_flags
 @click.option("--dist", "--out", "-o", "dist", default=None, metavar="DIR",
               help="Where MODEL's bundle is built (reused from the cache) [a temporary folder].")
 @click.option("--force", is_flag=True, help="Rebuild MODEL's bundle even when cached.")
@@ -105,7 +106,8 @@ def run(args) -> int:
             _, result = debug.debug_model(str(src), args.target, args.precision, dist=args.dist,
                                           samples=args.samples, max_memory=budget, progress=progress,
                                           shapes=list(args.shape), calib=args.calib, preprocess=args.preprocess,
-                                          options=list(args.option), config=args.config, force=args.force)
+                                          options=list(args.option), config=args.config, force=args.force,
+                                          **kind_kw(args.output_kind, args.decision))
         if args.reduce_dir and result.first_jump is not None:
             result.reduced = debug.reduce(result, args.reduce_dir, options=list(args.option), progress=progress)
     if args.html_path:

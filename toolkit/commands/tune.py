@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ._common import CONTEXT, deprecated, examples
+from ._common import CONTEXT, deprecated, examples, kind_flags, kind_kw
 
 EXAMPLES = examples("""\
 examples:
@@ -78,12 +78,13 @@ configuration meets the SLO/accuracy on some device (the closest is shown).
 @click.option("--scheduler", default=None, metavar="URL",
               help="Build the candidates on Dask workers, as `edgeopt build --scheduler` (tcp://, tls://, auto, local) "
                    "[$EDGEOPT_SCHEDULER, else here].")
+@kind_flags
 @click.option("--json", "as_json", is_flag=True, help="The whole sweep and the winners as JSON.")
 @click.option("-v", "--verbose", is_flag=True)
 @click.option("-q", "--quiet", is_flag=True)
 def command(model, targets, precision, batches, threads, slo, slo_old, min_accuracy, accept, objective, scenario, shapes, calib,
             preprocess, devices, limit, label, duration, exhaustive, confirm_rounds, dist, db, jobs, trust_new_host_keys, scheduler, as_json,
-            verbose, quiet) -> int:
+            verbose, quiet, output_kind=(), decision=()) -> int:
     """Build MODEL's candidates for --targets, sweep them on each device, and write the winner per device."""
     from edgeopt.api import tune_failure
     from edgeopt.commands import emit_json
@@ -103,6 +104,11 @@ def command(model, targets, precision, batches, threads, slo, slo_old, min_accur
     from edgeopt.api import check_bundle_folder
 
     check_bundle_folder(dist)
+    kinds = kind_kw(output_kind, decision)
+    if kinds:  # a bad --output-kind/--decision: one line, before any build
+        from edgeopt.targets.base import parse_kind_flags
+
+        parse_kind_flags(**kinds)
     from edgeopt import cluster
 
     with cluster.session(scheduler, progress):  # --scheduler: the candidates build on Dask workers
@@ -112,7 +118,7 @@ def command(model, targets, precision, batches, threads, slo, slo_old, min_accur
                    min_accuracy=min_accuracy, objective=objective, shapes=list(shapes) or None, calib=calib,
                    preprocess=preprocess, dist=dist, duration=duration, exhaustive=exhaustive, db=db, jobs=jobs,
                    confirm_rounds=confirm_rounds, scenario=scenario, accept=accept,
-                   trust_new_host_keys=trust_new_host_keys, progress=progress)
+                   trust_new_host_keys=trust_new_host_keys, progress=progress, **kinds)
     err = tune_failure(res)  # GoalNotMet (exit 5) or DeviceError (exit 4), as edgeopt.tune raises them
     if as_json:  # one object: the sweep, with what it failed at
         emit_json({**res.as_dict(), "exit_code": err.exit_code if err else 0,
