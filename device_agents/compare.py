@@ -648,7 +648,44 @@ def infer_kinds(refs: dict[str, np.ndarray], producers: dict[str, tuple[str | No
     for n, k in kinds.items():
         if k.get("guess") == "shape" and has_dist and refs[n].shape[-1] <= 32:
             kinds[n] = {"kind": "regression"}
+    kinds.update(_mediapipe_anchor_head(refs, input_hw))
     return kinds
+
+
+# MediaPipe's SSD anchor grids (SsdAnchorsCalculator in its graphs) by (input side, anchors): the grid an anchor
+# head of that many anchors over that input has in MediaPipe's own models -- BlazeFace short range (128 px,
+# front camera) and back camera (256 px), full range (192 px), palm detection (192 px).
+MEDIAPIPE_GRIDS = {(128, 896): [[8, 2], [16, 6]], (256, 896): [[16, 2], [32, 6]], (192, 2304): [[4, 1]],
+                   (192, 2016): [[8, 2], [16, 6]]}
+
+
+def _mediapipe_anchor_head(refs: dict[str, np.ndarray], input_hw: list[int] | None) -> dict[str, dict[str, Any]]:
+    """Two outputs over one of ``MEDIAPIPE_GRIDS``' anchor counts for a square image input -- scores ``[1, A, C]``
+    (C <= 16) and regressors ``[1, A, K]`` (K >= 4, even) -- whose FP32 detections decode as boxes (a positive
+    width and height wherever a score passes 0.5): ``detection@anchors`` with that grid (``guess: mediapipe
+    grid``); else nothing (random inputs that detect nothing leave the plain kinds)."""
+    if not input_hw or int(input_hw[0]) != int(input_hw[1]):
+        return {}
+    side = int(input_hw[0])
+    per = {n: r.shape[1:] for n, r in refs.items() if r.dtype.kind == "f" and r.ndim >= 3}
+    per = {n: (sh[1:] if len(sh) == 3 and sh[0] == 1 else sh) for n, sh in per.items()}
+    per = {n: sh for n, sh in per.items() if len(sh) == 2 and (side, int(sh[0])) in MEDIAPIPE_GRIDS}
+    scores = [n for n, sh in per.items() if 1 <= sh[1] <= 16]
+    boxes = [n for n, sh in per.items() if sh[1] >= 4 and sh[1] % 2 == 0]
+    for s_ in scores:
+        for b in boxes:
+            if b == s_ or per[b][0] != per[s_][0] or per[b][1] <= per[s_][1]:
+                continue
+            n, a = len(refs[s_]), int(per[s_][0])
+            sc, rg = refs[s_].reshape(n, a, -1).astype(np.float64), refs[b].reshape(n, a, -1)
+            logits = bool(sc.min() < 0 or sc.max() > 1)
+            live = _anchor_probs(sc, logits).max(-1) > ANCHOR_SCORE_THR
+            if not live.any() or not np.all(rg[live][:, 2:4] > 0):
+                continue
+            kind = {"kind": "detection", "format": "anchors", "boxes": b, "anchors": MEDIAPIPE_GRIDS[(side, a)],
+                    "input_hw": [side, side], "guess": "mediapipe grid"}
+            return {s_: kind, b: {"kind": "regression", "anchors_of": s_}}
+    return {}
 
 
 # --- metrics --------------------------------------------------------------------------------------

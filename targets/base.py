@@ -873,7 +873,7 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
             if not k.get("input_hw") and image_hw:
                 kinds[name] = k = {**k, "input_hw": [int(v) for v in image_hw]}
             b = k.get("boxes")
-            if b in names and b not in given:
+            if b in names and b not in given and kinds.get(b, {}).get("anchors_of") != name:
                 kinds[b] = {"kind": "regression", "anchors_of": name, **({"px": k["px"]} if k.get("px") else {}),
                             "source": "option"}
     return kinds

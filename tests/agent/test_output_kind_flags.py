@@ -169,3 +169,17 @@ def test_the_gate_counts_bands_and_anchor_detections():
     assert [len(d) // 5 for d in got] == [1, 1]  # one face each: class and corners
     cx, cy, s = faces[0]
     assert got[0][1:] == [round(cx - s / 2), round(cy - s / 2), round(cx + s / 2), round(cy + s / 2)]
+
+
+def test_a_mediapipe_grid_is_inferred_only_where_its_detections_decode():
+    from edgeopt_agent.compare import infer_kinds
+
+    rng = np.random.default_rng(4)
+    scores, regs, _ = _blazeface_like(rng, 4)
+    k = infer_kinds({"regressors": regs, "classificators": scores}, None, [128, 128])
+    assert k["classificators"]["format"] == "anchors" and k["classificators"]["anchors"] == [[8, 2], [16, 6]]
+    assert k["classificators"]["boxes"] == "regressors" and k["regressors"]["anchors_of"] == "classificators"
+    assert infer_kinds({"regressors": regs, "classificators": scores}, None, [224, 224])[
+        "classificators"]["kind"] != "detection"  # 896 anchors are no MediaPipe grid over 224 px
+    quiet = infer_kinds({"regressors": regs, "classificators": scores - 20}, None, [128, 128])  # nothing detected
+    assert quiet["classificators"].get("format") != "anchors"
