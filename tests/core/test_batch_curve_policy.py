@@ -30,7 +30,7 @@ def curve(tmp_path_factory):
 
     dist = tmp_path_factory.mktemp("curve") / "dist"
     report = api.build(fixture("ocr-cls"), "cpu", precision="fp32", shapes="x:1x3x48x192", calib=str(fixture("images")),
-                       preprocess="preset=pm1", calib_count=8, val_count=VAL, batches=[1, 4, 8], dist=dist)
+                       preprocess="preset=pm1", calib_count=8, val_count=VAL, batch=[1, 4, 8], dist=dist)
     bundles = {}
     for r in report.results:
         m = json.loads((Path(r.bundle) / "manifest.json").read_text())
