@@ -194,7 +194,7 @@ def cases(w: dict) -> list[tuple[str, str, list[str], int, str, str]]:
              "fresh"),
             ("emulated-inventory-key-typo", "emulated devices", ["devices", "--devices",
                                                                  str(f / "emulated-typo.yaml")], 2, "prot", "fresh"),
-            ("run-report-unwritable", "unwritable paths", [*run, "--report", "/proc/edgeopt-r.html"], 2, "report",
+            ("run-report-to-proc", "unwritable paths", [*run, "--report", "/proc/edgeopt-r.html"], 2, "report",
              "fresh"),
             ("gate-junit-unwritable", "unwritable paths", [*gate, "--junit", "/proc/edgeopt-g.xml"], 2, "--junit",
              "built"),
@@ -275,7 +275,7 @@ def main() -> int:
     try:
         w = world(base)
         todo = cases(w)
-        assert len(todo) == 105, len(todo)
+        assert len(todo) == 105 and len({c[0] for c in todo}) == 105, len(todo)
         if a.only:
             todo = [c for c in todo if a.only in c[0] or a.only in c[1]]
         rows = []

@@ -90,7 +90,9 @@ def cli(ctx: click.Context, verbose: bool, quiet: bool) -> int | None:
     ctx.obj = {"verbose": verbose, "quiet": quiet}
     set_verbose(verbose)
     if ctx.invoked_subcommand is None:
-        click.echo(ctx.get_help())
+        click.echo(ctx.get_help())  # the commands on stdout, and on stderr the one line a missing command gets
+        click.echo("edgeopt: error: no command given (the commands are listed above; `edgeopt COMMAND --help`)",
+                   err=True)
         return EXIT_USAGE
     return None
 

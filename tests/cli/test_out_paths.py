@@ -111,3 +111,12 @@ def test_every_other_output_path_is_checked_before_any_work(bundle, tmp_path):
         edgeopt.debug_layers(bundle, reduce=tmp_path / "afile")
     with pytest.raises(UsageError, match="--out '.*afolder' is a folder"):
         edgeopt.baseline_export("main", db=str(tmp_path / "r.db"), out=tmp_path / "afolder")
+
+
+def test_rollout_events_file_is_checked_before_anything_runs(bundle, tmp_path):
+    """Was: a traceback (exit 1) from opening --events, after the plan."""
+    (tmp_path / "fleet.yaml").write_text(f"devices:\n  sim: {{transport: local, root: {tmp_path / 'sim'}, target: cpu}}\n")
+    p = _edgeopt("rollout", str(bundle), "--devices", "fleet.yaml", "--events", "/proc/edgeopt-events.jsonl",
+                 "--db", "j.db", cwd=tmp_path)
+    assert p.returncode == 2 and "cannot write the events to '/proc/edgeopt-events.jsonl' (--events)" in _one_line(p)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["fleet.yaml"]  # no journal, no device store

@@ -81,6 +81,9 @@ def _listener(events: str | None, as_json: bool):
         return write
 
     if events:
+        from .report import check_writable
+
+        check_writable(str(events), "--events", "the events")  # one line, exit 2, before anything runs
         return line_to(open(events, "a", buffering=1))  # noqa: SIM115 - lives as long as the command
     if as_json:
         return line_to(sys.stdout)
