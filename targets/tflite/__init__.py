@@ -71,6 +71,15 @@ ONNX2TF_ALTERNATIVES: dict[str, Callable[[list[str]], dict[str, Any]]] = {
 }
 
 
+def varlen_hints(job: BuildJob) -> dict[str, Any]:
+    """onnx2tf's ``shape_hints`` for the dynamic form of a variable axis (issue 42): each variable input at its
+    top shape (ONNX layout), the shape its dummy inferences and checks run at; {} for every other build."""
+    if job.shape_form != "dynamic" or not job.variable:
+        return {}
+    return {"shape_hints": [f"{t['name']}:{','.join(str(int(d)) for d in t['shape'])}"
+                            for t in job.io["inputs"] if t.get("variable")]}
+
+
 # An INT8 search's failure that is the float conversion's, not the quantization's.
 FLOAT_CONVERSION_WRONG = ("the FP32 conversion itself is wrong", "cannot tell which TFLite output")
 
@@ -82,8 +91,11 @@ class TfliteTarget(Target):
     # issue 42: a variable axis as the one converted file resized at load to each request (the runner's
     # resize_tensor_input), else padded to the top; converted once, checked in both forms (base._build_forms)
     shape_forms = ("dynamic", "static")
-    dynamic_from_free = False  # converted from the free model, onnx2tf 1.29 kept the input [1, -1] but fixed the
-    # melspectrogram's output at 257 frames: the one static conversion, resized at load, is tried instead
+    # the dynamic form is converted from the model with its variable axes free, onnx2tf given ``shape_hints``
+    # (each variable input at its top) for its dummy inferences: without them onnx2tf 1.29 ran its checks at
+    # length 1 (ORT: "Invalid input shape: {1}") or fixed the outputs at the top length, so LiteRT could not
+    # resize the file; with them the file keeps -1 on the variable axes through to its outputs
+    dynamic_from_free = True
     dynamic_retry_runtime = {"delegate": "none"}  # XNNPACK cannot always re-plan a resized graph
     packages = ["onnx2tf", "tensorflow", "tf-keras", "onnx-graphsurgeon", "onnxsim", "ai-edge-litert"]
 
@@ -293,8 +305,8 @@ class TfliteTarget(Target):
                 "io_dtype": opts["io_dtype"], "tolerance": opts["tolerance"], "replace": replace,
                 "output_kinds": output_kinds(job), "accept": job.accept,
                 "onnx2tf_alt": opts["onnx2tf_alt"], "onnx2tf_fixes": opts["onnx2tf_fixes"],
-                "onnx2tf_kwargs": (ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
-                                   if opts["onnx2tf_alt"] else {}),
+                "onnx2tf_kwargs": {**(ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
+                                      if opts["onnx2tf_alt"] else {}), **varlen_hints(job)},
                 "out": str(bundle / "model.tflite"),
                 "work": str(work), "cache_dir": str(_cache_root()), "log": str(work / "convert.log"),
             }
@@ -568,11 +580,12 @@ def channels_last(rank: int) -> list[int]:
 
 
 def candidate_perms(onnx_shape: list[int], artifact_shape: list[int]) -> list[list[int]]:
-    """The perms (identity, channels-last) that turn the ONNX shape into the artifact's."""
+    """The perms (identity, channels-last) that turn the ONNX shape into the artifact's; a -1 in the artifact's
+    shape (a variable axis of the dynamic form, issue 42) takes any size."""
     rank = len(onnx_shape)
     cands: list[list[int]] = []
     for perm in [list(range(rank))] + ([channels_last(rank)] if rank >= 3 else []):
-        if len(artifact_shape) == rank and [onnx_shape[i] for i in perm] == list(artifact_shape) \
+        if len(artifact_shape) == rank and all(a in (-1, onnx_shape[i]) for i, a in zip(perm, artifact_shape)) \
                 and perm not in cands:
             cands.append(perm)
     return cands
@@ -587,6 +600,13 @@ def _norm(name: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
 
 
+def art_shape(spec: dict[str, Any], art: dict[str, Any]) -> list[int]:
+    """The artifact tensor's shape to pair with: its signature where that has a dynamic axis (-1: the dynamic
+    form of a variable axis, issue 42, where LiteRT reports 1 until resized; -1 takes any size), else its shape."""
+    sig = art.get("shape_signature")
+    return list(sig) if sig is not None and -1 in list(sig) else list(art["shape"])
+
+
 def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], kind: str,
                   notes: list[str]) -> list[tuple[dict[str, Any], dict[str, Any], list[list[int]]]]:
     """Pair each ONNX tensor with one artifact tensor: by name (outputs: ``output_<i>`` is ONNX
@@ -595,7 +615,7 @@ def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], k
     pairs: dict[str, tuple[dict[str, Any], list[list[int]]]] = {}
 
     def take(spec: dict[str, Any], a: dict[str, Any]) -> bool:
-        cands = candidate_perms(spec["shape"], a["shape"])
+        cands = candidate_perms(spec["shape"], art_shape(spec, a))
         if not cands:
             return False
         pairs[spec["name"]] = (a, cands)
@@ -616,7 +636,7 @@ def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], k
     for spec in onnx_specs:
         if spec["name"] in pairs:
             continue
-        fits = [t for t in left if candidate_perms(spec["shape"], t["shape"])]
+        fits = [t for t in left if candidate_perms(spec["shape"], art_shape(spec, t))]
         if len(fits) != 1:
             shapes = [(t["name"], t["shape"]) for t in left]
             raise BuildFailed(f"cannot tell which TFLite {kind} is ONNX {kind} {spec['name']!r} "
@@ -638,7 +658,7 @@ def io_entry(spec: dict[str, Any], art: dict[str, Any], perm: list[int]) -> dict
     """One IO spec entry: the ONNX tensor plus how the artifact holds it (see edgeopt_agent.bundle)."""
     rank = len(spec["shape"])
     identity = perm == list(range(rank))
-    entry = {**spec, "artifact_name": art["name"], "artifact_shape": list(art["shape"]),
+    entry = {**spec, "artifact_name": art["name"], "artifact_shape": list(art_shape(spec, art)),
              "perm": None if identity else list(perm)}
     letters = spec.get("layout")
     if letters and len(letters) == rank:
