@@ -223,6 +223,17 @@ def build(
     calibmod.check_source(calib, (n_calib, n_val or 1))  # before the cache lookup: a typo must not hit a cached bundle
     info = modelmod.inspect(model)
     static = modelmod.static_input_shapes(info, shapes or {})
+    from edgeopt import shapes as shapesmod  # issue 42: a range/buckets in --shape (VarShape)
+
+    if shapesmod.has_auto(static):  # lo..hi|auto: buckets from the --calib data's own lengths, before anything
+        spec = [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
+                 "variable": shapesmod.spec_json(static[t.name])} for t in info.inputs]
+        lengths_of = shapesmod.lengths_from_data(calib, spec, lambda c, i: calibmod.load_data(
+            c, i, pre, n_calib, n_val, seed=options.get("seed", 0), split=options.get("split")))
+        static, chosen = shapesmod.resolve_auto(static, lengths_of)
+        for axis, why in chosen.items():
+            progress(f"buckets for {axis} from {why['lengths']} samples' own lengths: {why['buckets']} (padding "
+                     f"waste {why.get('padding_waste', 0):.0%} over the mix, cap {why['cap']:.0%})")
     out = Path(out)
     _writable(out)
     sweep_work_dirs(out, progress)
@@ -230,8 +241,6 @@ def build(
              + ", ".join(f"{n}{static[n]}" for n in static))
 
     non_tensor = non_tensor_outputs(model)  # skl2onnx's ZipMap: a sequence of maps, which only ORT runs
-    from edgeopt import shapes as shapesmod  # issue 42: a range/buckets in --shape (VarShape)
-
     variable = shapesmod.describe(static)
     io = {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
                       "layout": _layout(static[t.name]),
@@ -739,6 +748,9 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
                      f"reads, with onnx.version_converter; verified: {conversion['verified']}")
         progress(f"note: {notes[-1]}")
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
+    from edgeopt.shapes import save_calib_shapes
+
+    save_calib_shapes(work / "calib.npz", data.calibration)  # issue 42: INT8 calibrates at the own lengths
     calibmod.save_stacked(work / "validation.npz", data.validation, names, "in")
     refs = reference_outputs(work / "prepared.onnx", data.validation, engine)
     deviations = []

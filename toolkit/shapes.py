@@ -10,7 +10,7 @@ takes: what a static form is built at and padded to) that also carries ``axes`` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union
 
 from edgeopt.errors import UsageError
@@ -41,6 +41,7 @@ class Buckets:
     """Only these sizes; a request is padded up to the smallest bucket that holds it."""
 
     sizes: tuple[int, ...]
+    auto: Any = field(default=None, compare=False, hash=False)  # ``lo..hi|auto``: how the edges were chosen
 
     @property
     def top(self) -> int:
@@ -58,7 +59,37 @@ class Buckets:
         return "|".join(map(str, self.sizes))
 
     def as_json(self) -> dict[str, Any]:
-        return {"buckets": list(self.sizes)}
+        return {"buckets": list(self.sizes), **({"auto": self.auto} if self.auto else {})}
+
+
+@dataclass(frozen=True)
+class AutoBuckets(Range):
+    """``lo..hi|auto`` (``lo..hi|auto@10%``): buckets chosen from the data's own lengths (``choose_buckets``) before anything is built;
+    until then a range. ``cap``: the padding waste the buckets may cost over the whole mix."""
+
+    cap: float = 0.25
+
+    def __str__(self) -> str:
+        return f"{self.lo}..{self.hi}|auto@{self.cap:.0%}"
+
+
+DEFAULT_WASTE_CAP = 0.25
+
+
+def parse_cap(text: str, entry: str) -> float:
+    """``auto`` or ``auto@10%`` / ``auto@0.1`` -> the waste cap (0 < cap < 10)."""
+    _, _, v = text.partition("@")
+    v = v.strip()
+    if not v:
+        return DEFAULT_WASTE_CAP
+    try:
+        cap = float(v[:-1]) / 100 if v.endswith("%") else float(v)
+    except ValueError:
+        cap = -1.0
+    if not 0 < cap < 10:
+        raise UsageError(f"bad --shape {entry!r}: the padding-waste cap after auto@ must be a positive fraction or "
+                         f"percentage, got {v!r}", hint="e.g. input_ids:1x8..128|auto@10%")
+    return cap
 
 
 Dim = Union[Range, Buckets]
@@ -82,6 +113,13 @@ def parse_dim(text: str, entry: str, hint: str) -> int | Dim:
     """One dim of ``--shape``: ``128``, ``1..128`` or ``16|32|64``."""
     t = text.strip()
     try:
+        if "|" in t and t.split("|", 1)[1].lower().startswith("auto"):  # lo..hi|auto[:CAP%]: buckets from data
+            rng, _, cap_s = t.partition("|")
+            dim = parse_dim(rng, entry, hint)
+            if not isinstance(dim, Range):
+                raise UsageError(f"bad --shape {entry!r}: '|auto' follows a range (lo..hi|auto), got {rng}",
+                                 hint="e.g. input_ids:1x8..128|auto")
+            return AutoBuckets(dim.lo, dim.hi, parse_cap(cap_s, entry))
         if ".." in t:
             lo_s, _, hi_s = t.partition("..")
             lo, hi = int(lo_s), int(hi_s)
@@ -197,7 +235,7 @@ def suggest_buckets(lengths: list[int], count: int = 4) -> list[int]:
 
 
 # In the cache key of a bundle built with a variable axis (its forms, checks and data layout).
-REV = "varlen-2"  # 2: random data at random lengths
+REV = "varlen-3"  # 2: random data at random lengths; 3: mobile dynamic form, INT8 at own lengths, |auto
 
 
 def free_model(model: Any, variable: dict[str, list[dict[str, Any]]]) -> Any:
@@ -239,3 +277,127 @@ def pad_sensitive(model: Any, input_names: list[str]) -> list[str]:
             out.append(f"{', '.join(means)} with no mask input: pads enter sums and means over the variable axis "
                        "unless the graph cuts them off")
     return out
+
+
+def padding_waste(lengths: list[int], edges: list[int]) -> tuple[float, dict[int, dict[str, Any]]]:
+    """Padding waste of ``lengths`` run in buckets ``edges``: overall and per bucket, as the agent's bench
+    measures it (the sizes run over the sizes of the samples' own lengths, minus 1: 0.5 = half again as much
+    work as the real lengths need), with each bucket's share of the samples."""
+    per: dict[int, dict[str, Any]] = {}
+    ran = own = 0
+    for b in edges:
+        prev = max([e for e in edges if e < b], default=0)
+        mine = [n for n in lengths if prev < n <= b]
+        per[b] = {"samples": len(mine), "share": round(len(mine) / len(lengths), 4) if lengths else 0.0,
+                  "padding_waste": round(b * len(mine) / sum(mine) - 1, 4) if mine else None}
+        ran, own = ran + b * len(mine), own + sum(mine)
+    return (round(ran / own - 1, 4) if own else 0.0), per
+
+
+def choose_buckets(lengths: list[int], lo: int, hi: int, cap: float = DEFAULT_WASTE_CAP,
+                   most: int = 16) -> tuple[list[int], dict[str, Any]]:
+    """``--shape x:..lo..hi|auto``: the fewest buckets whose edges are the lengths' quantiles (1/k, 2/k, .. of
+    the mix, each edge a real length) and whose padding waste over the mix is at most ``cap``; the range's top
+    ``hi`` is always the last bucket (a request as long as declared still runs). -> (edges, what was chosen)."""
+    import numpy as np
+
+    real = sorted(int(n) for n in lengths if lo <= int(n) <= hi)
+    if not real:
+        return [hi], {"from": "auto", "lengths": 0, "cap": cap, "note": "no sample length within the range: one bucket"}
+    best: tuple[list[int], float] | None = None
+    for k in range(1, most + 1):
+        qs = [np.quantile(real, i / k, method="higher") for i in range(1, k + 1)]
+        edges = sorted({int(q) for q in qs} | {hi})[:MAX_BUCKETS]
+        waste, _ = padding_waste(real, edges)
+        if best is None or waste < best[1]:
+            best = (edges, waste)
+        if waste <= cap:
+            break
+    edges, waste = best
+    _, per = padding_waste(real, edges)
+    return edges, {"from": "auto", "lengths": len(real), "cap": cap, "padding_waste": waste,
+                   "met_cap": waste <= cap, "per_bucket": {str(b): v for b, v in per.items()}}
+
+
+def has_auto(shapes: dict[str, Any]) -> bool:
+    return any(isinstance(d, AutoBuckets) for s in (shapes or {}).values() for d in variable_axes(s).values())
+
+
+def resolve_auto(shapes: dict[str, Any], lengths_of: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Every ``|auto`` axis turned into ``Buckets`` from the data: ``lengths_of(name, axis)`` -> the lengths of
+    every sample (calibration and validation) on that axis. -> (shapes, {"name[axis]": what was chosen})."""
+    out, chosen = {}, {}
+    for name, shape in shapes.items():
+        axes = variable_axes(shape)
+        if not any(isinstance(d, AutoBuckets) for d in axes.values()):
+            out[name] = shape
+            continue
+        dims: list[int | Dim] = list(shape)
+        for i, d in axes.items():
+            if isinstance(d, AutoBuckets):
+                edges, why = choose_buckets(lengths_of(name, i), d.lo, d.hi, d.cap)
+                dims[i] = Buckets(tuple(edges), auto=why) if len(edges) > 1 else Range(d.lo, d.hi)
+                chosen[f"{name}[{i}]"] = {**why, "buckets": edges}
+            else:
+                dims[i] = d
+        out[name] = make(dims)
+    return out, chosen
+
+
+def lengths_from_data(calib: str | None, inputs: list[dict[str, Any]], load: Any) -> Any:
+    """``lengths_of(name, axis)`` over every sample of ``--calib`` (read at their own lengths by ``load``, the
+    build's own ``calib.load_data`` with the range as bounds); UsageError (exit 2) without real lengths."""
+    if not calib:
+        raise UsageError("--shape ...|auto picks buckets from the data's own lengths: give --calib data with "
+                         "samples of their own lengths", hint="or give the buckets (x:1x16|32|64) or a range (x:1x1..128)")
+    ds = load(calib, inputs)
+    feeds = [*ds.calibration, *ds.validation]
+    true = [getattr(f, "true", None) for f in feeds]
+    if not any(true):
+        raise UsageError(f"--shape ...|auto: {calib} has no samples of their own lengths (every sample is at the top "
+                         "shape)", hint="give a .npz of object arrays, a folder of one-sample .npz, or padded arrays "
+                         "with 'lengths' or a mask input")
+
+    def lengths_of(name: str, axis: int) -> list[int]:
+        return [int((t or {}).get(name, [0] * (axis + 1))[axis]) for t in true if t]
+
+    return lengths_of
+
+
+# Beside a build's calib.npz (padded to the top): each calibration sample's own shapes, for INT8 calibration
+# over the real length mix (``own_length_calib``).
+CALIB_SHAPES = "calib_shapes.json"
+
+
+def save_calib_shapes(calib_npz: Any, samples: list[Any]) -> None:
+    """Write ``CALIB_SHAPES`` beside ``calib_npz`` when the samples carry their own shapes (``VarFeed.true``)."""
+    import json
+    from pathlib import Path
+
+    true = [getattr(f, "true", None) for f in samples]
+    if samples and all(true):
+        Path(calib_npz).with_name(CALIB_SHAPES).write_text(json.dumps(true))
+
+
+def own_length_calib(calib_path: str | None, feeds: list[dict[str, Any]], shape_form: str | None
+                     ) -> tuple[list[dict[str, Any]], str | None]:
+    """INT8 calibration over the real length mix (issue 42): for the dynamic form, each calibration sample cut
+    back to its own lengths (the quantizer then sees the activations the requests make, no pads); the static
+    form calibrates on what it runs, the padded samples. -> (feeds, a note for the manifest or None)."""
+    import json
+    from pathlib import Path
+
+    if shape_form != "dynamic" or not calib_path:
+        return feeds, None
+    p = Path(calib_path).with_name(CALIB_SHAPES)
+    if not p.is_file():
+        return feeds, None
+    true = json.loads(p.read_text())
+    if len(true) != len(feeds):
+        return feeds, None
+    out = [{n: a[tuple(slice(0, int(s)) for s in t[n])] if n in t and len(t[n]) == a.ndim else a
+            for n, a in f.items()} for f, t in zip(feeds, true)]
+    sizes = sorted({tuple(v) for t in true for v in t.values()})
+    return out, (f"INT8 calibrated over the real length mix: {len(out)} samples at their own lengths "
+                 f"({len(sizes)} distinct shapes, {'x'.join(map(str, sizes[0]))} to {'x'.join(map(str, sizes[-1]))}), "
+                 "not padded")

@@ -148,7 +148,7 @@ class CoreMlTarget(Target):
                            minimum_deployment_target=target, skip_model_load=True)
         package = Path(job.bundle_dir) / ARTIFACT
         model.save(str(package))
-        planned = planned_flexible(job.variable) if job.variable else {}
+        planned = planned_flexible(job.variable, ct, job.io) if job.variable else {}
 
         io = artifact_io(job.io, conv)
         progress("structural check")
@@ -160,10 +160,12 @@ class CoreMlTarget(Target):
         notes = [f"converted by edgeopt's ONNX->MIL translator: {conv.translated} ops translated, "
                  f"{conv.folded} constant-folded, {conv.fused} decomposed LayerNorms fused",
                  *range_notes,
-                 *(["variable axes: built static at the top shape, requests padded to it; EnumeratedShapes "
-                    f"{planned} is the planned form, not built: edgeopt's ONNX->MIL translator fixes every shape when "
-                    "it translates, and a program made flexible afterwards fails to load ('Cannot convert symbols "
-                    "to int')"] if planned else []),
+                 *(["variable axes: built static at the top shape, requests padded to it; the planned form "
+                    f"{ {k: v for k, v in planned.items() if ':' not in k} } is recorded (made with coremltools' "
+                    "ct.TensorType/EnumeratedShapes/RangeDim, options.enumerated_shapes_planned), not built: "
+                    "edgeopt's ONNX->MIL translator fixes every shape when it translates, and a program made flexible "
+                    "afterwards fails to load ('Cannot convert symbols to int'); no macOS here to load one"]
+                   if planned else []),
                  "numeric check: on host (Core ML runner)" if on_mac else "numeric check: on device"]
         return BuildOutput(
             runtime={"name": "coreml", "artifact": ARTIFACT, "options": {"compute_units": units}},
@@ -220,16 +222,49 @@ def value_shaped_nodes(graph: Any) -> list[tuple[str, str]]:
     return found
 
 
-def planned_flexible(variable: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def planned_flexible(variable: dict[str, list[dict[str, Any]]], ct: Any = None,
+                     io: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """Per variable input, the Core ML flexibility its declared bounds map to (issue 42): buckets ->
     ``EnumeratedShapes`` of the bucket sizes (each Neural Engine eligible, at most 128); a range ->
-    ``RangeDim(lo, hi)`` (the Neural Engine runs only the default shape)."""
+    ``RangeDim(lo, hi)`` (the Neural Engine runs only the default shape). With ``ct`` (coremltools) each input's
+    form is also made with coremltools' own classes (``ct.TensorType`` of ``ct.EnumeratedShapes`` / a
+    ``ct.Shape`` of ``ct.RangeDim``, default the top shape), and the input type's shapes are recorded as
+    coremltools reads them: a converter-level record of the form, not a built flexible model (no macOS here)."""
     out: dict[str, Any] = {}
+    tops = {t["name"]: list(t["shape"]) for t in (io or {}).get("inputs", [])}
     for name, var in variable.items():
         for v in var:
             out[f"{name}[{v['axis']}]"] = ({"EnumeratedShapes": list(v["buckets"])} if "buckets" in v else
                                            {"RangeDim": list(v["range"]), "caveat": "Neural Engine at the default "
                                             "shape only"})
+        if ct is None or name not in tops:
+            continue
+        top = tops[name]
+        if all("buckets" in v for v in var):
+            import itertools
+
+            axes = [int(v["axis"]) for v in var]
+            shapes = []
+            for combo in itertools.product(*[v["buckets"] for v in var]):
+                s = list(top)
+                for a, b in zip(axes, combo):
+                    s[a] = int(b)
+                shapes.append(s)
+            shape = ct.EnumeratedShapes(shapes=shapes[:128], default=top)
+            made = {"coremltools": f"ct.TensorType(name={name!r}, shape=ct.EnumeratedShapes(shapes=..., default={top}))",
+                    "shapes": [[int(d) for d in getattr(x, "shape", x)] for x in shape.shapes],
+                    "default": [int(d) for d in getattr(shape.default, "shape", shape.default)]}
+        else:
+            dims: list[Any] = list(top)
+            for v in var:
+                lo, hi = v["range"] if "range" in v else (1, max(v["buckets"]))
+                dims[int(v["axis"])] = ct.RangeDim(lower_bound=int(lo), upper_bound=int(hi), default=int(hi))
+            shape = ct.Shape(shape=dims)
+            made = {"coremltools": f"ct.TensorType(name={name!r}, shape=ct.Shape([..ct.RangeDim..]))",
+                    "symbolic": [str(d) for d in shape.symbolic_shape],
+                    "default": [int(d) for d in getattr(shape.default, "shape", shape.default)]}
+        ct.TensorType(name=name, shape=shape)  # coremltools' own input type: it checks the shapes
+        out[f"{name}:input_type"] = {**made, "coremltools_version": getattr(ct, "__version__", "?")}
     return out
 
 

@@ -321,16 +321,21 @@ def build_int8(job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         out_names = [t["name"] for t in job.io["outputs"]]
         val = _feeds(job.validation_path, in_names)
         calib = _feeds(job.calib_path, in_names) if job.calib_path else val
+        from edgeopt.shapes import own_length_calib
+
+        # the dynamic form calibrates over the real length mix (each sample at its own length); the search's
+        # checks on the calibration samples compare stacked outputs, so they keep the padded samples
+        own_calib, own_note = own_length_calib(job.calib_path, calib, job.shape_form)
         pre = work / "pre.onnx"
         progress("int8: quant_pre_process")
         notes: list[str] = []
         per_channel_ok = preprocess(job.prepared_path, pre, notes)
-        backend = OrtBackend(ort, pre, calib, work, progress)
+        backend = OrtBackend(ort, pre, own_calib, work, progress)
         search = QdqSearch(backend, val=val, calib=calib, reference=_reference(job.reference_path, out_names),
                            mode=plan.mode, budget_s=plan.budget_s, work=work, tolerance=plan.tolerance,
                            kinds=output_kinds(job), accept=job.accept, progress=progress,
                            rows=batch_rows(job.data_source), calib_rows=batch_rows(job.data_source, "calibration"))
-        search.notes.extend(notes)
+        search.notes.extend(notes + ([own_note] if own_note else []))
         settings, why = grid(plan, feat, per_channel_ok, detector=bool(search.detection_outputs()))
         progress(f"int8: {plan.mode} search, budget {plan.budget_s:.0f}s; types: {why}")
         search.run_grid(settings, backend.prepare)

@@ -197,8 +197,11 @@ def calibrate(model: Path, method: str, feeds: list[dict[str, np.ndarray]], work
     with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print progress
         calibrator = create_calibrator(model, [], augmented_model_path=str(aug), calibrate_method=cal_method,
                                        extra_options=extra)
-        for start in range(0, len(feeds), CALIB_CHUNK):
-            calibrator.collect_data(FeedReader(feeds[start:start + CALIB_CHUNK]))
+        # samples of their own lengths (issue 42: the dynamic form's calibration over the real mix): one per
+        # call, since ORT's histogram calibrators stack a call's outputs
+        chunk = CALIB_CHUNK if len({tuple((n, a.shape) for n, a in f.items()) for f in feeds}) <= 1 else 1
+        for start in range(0, len(feeds), chunk):
+            calibrator.collect_data(FeedReader(feeds[start:start + chunk]))
         ranges = calibrator.compute_data()
     del calibrator
     aug.unlink(missing_ok=True)

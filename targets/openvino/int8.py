@@ -363,9 +363,13 @@ def _has_op(model, name: str) -> bool:
 
 def _load_sets(job_like: dict[str, Any]):
     from edgeopt.calib import load_stacked
+    from edgeopt.shapes import own_length_calib
 
     ins, outs = job_like["in_names"], job_like["out_names"]
-    return (load_stacked(job_like["calib_path"], ins, "in"), load_stacked(job_like["validation_path"], ins, "in"),
+    # issue 42: the dynamic form calibrates over the real length mix (each sample at its own lengths)
+    calib, _ = own_length_calib(job_like["calib_path"], load_stacked(job_like["calib_path"], ins, "in"),
+                                job_like.get("shape_form"))
+    return (calib, load_stacked(job_like["validation_path"], ins, "in"),
             load_stacked(job_like["reference_path"], outs, "out"))
 
 
@@ -414,7 +418,7 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         raise UsageError("INT8 needs calibration data", hint="pass --calib with real samples")
     sets = {"calib_path": job.calib_path, "validation_path": job.validation_path,
             "reference_path": job.reference_path, "in_names": [t["name"] for t in job.io["inputs"]],
-            "out_names": [t["name"] for t in job.io["outputs"]]}
+            "out_names": [t["name"] for t in job.io["outputs"]], "shape_form": job.shape_form}
     calib, feeds, refs = _load_sets(sets)
     target_device = str(job.target.get("profile", {}).get("device") or "CPU")
 
@@ -598,6 +602,11 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
              f"build-host latency {chosen['latency_ms']} ms vs FP32 IR {fp32_ms} ms on {device}"]
     if mixed_note:
         notes.append(mixed_note)
+    from edgeopt.shapes import own_length_calib
+
+    own_note = own_length_calib(job.calib_path, calib, job.shape_form)[1]
+    if own_note:
+        notes.append(own_note.replace("samples at their own lengths", "samples at their own lengths (NNCF)"))
     search_s = time.perf_counter() - t_start
     if search_s > budget + 0.5:  # no variant is started that would not fit, but none is cut mid-way either
         record["overrun_s"] = round(search_s - budget, 1)

@@ -127,3 +127,64 @@ def test_inspect_warns_when_the_math_sees_pads():
     p = _cli("inspect", str(fixture("ocr-rec")), "--shape", "x:1x3x48x32..320")
     assert p.returncode == 0, p.stderr
     assert "padding may change the answers" in p.stdout and "no mask input" in p.stdout
+
+
+def test_auto_buckets_parse_and_cap_the_padding_waste():
+    from edgeopt.shapes import AutoBuckets, choose_buckets, padding_waste
+
+    s = parse_shapes(["ids:1x8..128|auto", "m:1x8..128|auto@10%"])
+    assert variable_axes(s["ids"]) == {1: AutoBuckets(8, 128, 0.25)} and s["ids"] == [1, 128]
+    assert variable_axes(s["m"])[1].cap == pytest.approx(0.10)
+    lengths = [int(n) for n in np.random.default_rng(0).integers(8, 129, 300)]
+    waste = {}
+    for cap in (0.5, 0.25, 0.1):
+        edges, why = choose_buckets(lengths, 8, 128, cap)
+        assert edges[-1] == 128 and edges == sorted(edges) and why["met_cap"]
+        assert padding_waste(lengths, edges)[0] == why["padding_waste"] <= cap
+        assert set(edges[:-1]) <= set(lengths)  # each edge below the top is a real length
+        assert sum(b["samples"] for b in why["per_bucket"].values()) == len(lengths)
+        waste[cap] = (len(edges), why["padding_waste"])
+    assert waste[0.5][0] < waste[0.25][0] < waste[0.1][0]  # a tighter cap, more buckets
+    # every sample padded to 128 is far past the caps: one bucket would not do
+    assert padding_waste(lengths, [128])[0] > 0.5
+    # the mix decides: all short but one, the short ones get their own bucket
+    edges, _ = choose_buckets([10] * 50 + [128], 8, 128, 0.25)
+    assert edges == [10, 128]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("ids:1x8..128|auto@0", "padding-waste cap"),
+    ("ids:1x8..128|auto@ten", "padding-waste cap"),
+    ("ids:1x128..8|auto", "min 128 > max 8"),
+])
+def test_bad_auto_buckets_one_line(spec, words):
+    with pytest.raises(UsageError, match=words):
+        parse_shapes([spec])
+
+
+def _static_model(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "static",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_cli_buckets_on_a_static_model_and_auto_without_lengths_exit_2(tmp_path):
+    model = str(_static_model(tmp_path / "static.onnx"))
+    p = _cli("build", model, "-t", "cpu", "--shape", "x:1x4|8|16", "--out", str(tmp_path / "never"))
+    assert p.returncode == 2 and "fixed at 16 in the model" in p.stderr.strip().splitlines()[0], p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "never").exists()
+    mel = str(fixture("oww-melspec"))
+    p = _cli("build", mel, "-t", "cpu", "--shape", "input:1x4000..32000|auto", "--out", str(tmp_path / "never"))
+    assert p.returncode == 2 and "give --calib data" in p.stderr.strip().splitlines()[0], p.stderr
+    np.savez(tmp_path / "flat.npz", input=np.zeros((4, 32000), np.float32))  # every sample at the top
+    p = _cli("build", mel, "-t", "cpu", "--shape", "input:1x4000..32000|auto", "--calib", str(tmp_path / "flat.npz"),
+             "--out", str(tmp_path / "never"))
+    assert p.returncode == 2 and "no samples of their own lengths" in p.stderr.strip().splitlines()[0], p.stderr
+    assert "Traceback" not in p.stderr

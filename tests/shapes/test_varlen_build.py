@@ -35,6 +35,9 @@ def built(tmp_path_factory):
     out["mel-buckets"] = edgeopt.build(fixture("oww-melspec"), "cpu", precision="fp32",
                                        shape="input:1x8000|16000|24000|32000", calib=str(mel), calib_count=8,
                                        val_count=16, dist=str(d / "dist-buckets"))
+    out["mel-auto"] = edgeopt.build(fixture("oww-melspec"), "cpu", precision="fp32",
+                                    shape="input:1x4000..32000|auto@15%", calib=str(mel), calib_count=8,
+                                    val_count=16, dist=str(d / "dist-auto"), option=["shape_form=dynamic"])
     return out
 
 
@@ -223,3 +226,43 @@ def test_gate_judges_each_bucket_by_the_paired_rule(built):
     # a fixed-shape pair has no buckets
     assert bucket_verdicts(PairedRun(device="local", blocks=[{"arm": "A", "ms": [1.0]}, {"arm": "B", "ms": [1.0]}]),
                            GateSpec()) == []
+
+
+def test_auto_buckets_from_the_data_lengths_cap_the_padding(built):
+    """``lo..hi|auto@15%``: bucket edges from the --calib lengths' quantiles, the fewest whose padding waste over
+    the mix is at most 15%; the bundle is then built in those buckets (each sample padded to its bucket), and the
+    agent's bench reports the waste per bucket."""
+    from edgeopt import shapes
+
+    r, m = _manifest(built["mel-auto"], "cpu")
+    (var,) = m["io"]["inputs"][0]["variable"]
+    edges, auto = var["buckets"], var["auto"]
+    assert edges[-1] == 32000 and len(edges) >= 3 and auto["from"] == "auto" and auto["lengths"] == 24
+    own = data.lengths(_mel_path(built), "input", 1)
+    waste, _ = shapes.padding_waste(own, edges)
+    assert waste == auto["padding_waste"] <= 0.15 and auto["met_cap"]
+    assert shapes.padding_waste(own, [32000])[0] > 0.9  # one bucket at the top: nearly twice the work
+    ran = {row["ran_at"] for row in m["host_check"]["per_length"]}
+    assert ran <= {f"input[1]={b}" for b in edges} and len(ran) >= 2
+    v = run_bench(r.bundle, {"duration_s": 0.3, "min_iters": 16, "warmup": 1, "seed": 1})["varlen"]
+    assert all(x["padding_waste"] is not None and x["padding_waste"] <= 1.0 for x in v["buckets"].values())
+    assert v["padding_waste"] <= 0.5
+
+
+def _mel_path(built):
+    return next(Path(built["rec"].out).parent.glob("mel.npz"))
+
+
+def test_apple_records_enumerated_shapes_made_by_coremltools(tmp_path):
+    """No macOS here: the converter-level record only. The package is static at the top; the planned form is
+    made with coremltools' own ct.TensorType(ct.EnumeratedShapes) (buckets) and recorded as it reads them."""
+    pytest.importorskip("coremltools")
+    rep = edgeopt.build(fixture("oww-melspec"), "apple", precision="fp32", shape="input:1x8000|16000|32000",
+                        dist=str(tmp_path / "apple"), calib_count=4, val_count=8)
+    _, m = _manifest(rep, "apple")
+    planned = m["options"]["enumerated_shapes_planned"]
+    assert planned["input[1]"] == {"EnumeratedShapes": [8000, 16000, 32000]}
+    made = planned["input:input_type"]
+    assert made["shapes"] == [[1, 8000], [1, 16000], [1, 32000]] and made["default"] == [1, 32000]
+    assert "EnumeratedShapes" in made["coremltools"] and made["coremltools_version"]
+    assert any("not built" in n and "no macOS" in n for n in m["notes"])
