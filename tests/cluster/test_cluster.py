@@ -107,10 +107,10 @@ def test_no_worker_offers_the_resource_refused_in_one_line(cluster: Cluster, tmp
     assert "preparing" not in out.stderr and "Traceback" not in out.stderr + out.stdout
 
 
-def test_debug_and_run_build_through_the_scheduler(cluster: Cluster, tmp_path):
+def test_debug_run_and_tune_take_the_scheduler(cluster: Cluster, tmp_path):
     """`debug MODEL --scheduler`: its build runs on a worker; `debug BUNDLE` builds nothing and never asks a
-    scheduler ($EDGEOPT_SCHEDULER unreachable: untouched); `run --scheduler` unreachable: exit 4 before anything is
-    prepared."""
+    scheduler ($EDGEOPT_SCHEDULER unreachable: untouched); `run --scheduler` and `tune --scheduler` unreachable: exit 4
+    before anything is prepared."""
     model = tiny_cnn(tmp_path / "tiny.onnx", seed=20)
     dbg = edgeopt(["debug", str(model), "-t", "cpu", "-p", "fp32", "--dist", str(tmp_path / "d"), "--scheduler",
                    cluster.url], tmp_path / "c")
@@ -122,9 +122,12 @@ def test_debug_and_run_build_through_the_scheduler(cluster: Cluster, tmp_path):
     assert again.returncode == 0 and "unreachable" not in again.stderr, again.stderr[-2000:]
     run = edgeopt(["run", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "r"), "--db",
                    str(tmp_path / "r.db"), "--scheduler", gone["EDGEOPT_SCHEDULER"]], tmp_path / "c", gone)
-    assert run.returncode == 4, run.stderr[-2000:]
-    assert f"scheduler {gone['EDGEOPT_SCHEDULER']} unreachable" in run.stderr
-    assert "preparing" not in run.stderr and "Traceback" not in run.stderr
+    tune = edgeopt(["tune", str(model), "-t", "cpu", "--dist", str(tmp_path / "t"), "--db", str(tmp_path / "t.db"),
+                    "--scheduler", gone["EDGEOPT_SCHEDULER"]], tmp_path / "c", gone)
+    for out in (run, tune):
+        assert out.returncode == 4, out.stderr[-2000:]
+        assert f"scheduler {gone['EDGEOPT_SCHEDULER']} unreachable" in out.stderr
+        assert "preparing" not in out.stderr and "Traceback" not in out.stderr
 
 
 def test_unreachable_scheduler_exit_4_before_preparing(tmp_path):
