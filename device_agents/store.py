@@ -259,6 +259,18 @@ def _staging_dir(root: Path, staging: Any) -> Path:
     return p
 
 
+# The build host's own record beside the manifest (when and how long the build took: outside the bundle id,
+# not listed, never pushed by edgeopt). A bundle folder copied by hand may carry it: dropped, never installed.
+HOST_RECORDS = ("build-times.json",)
+
+
+def _drop_host_records(staging: Path) -> None:
+    for name in HOST_RECORDS:
+        p = staging / name
+        if p.is_file() and not p.is_symlink():  # a link or a folder of that name stays, and is refused below
+            p.unlink()
+
+
 def _inspect_upload(staging: Path, bundle_id: str) -> list[dict[str, str]]:
     """Every problem with an upload: id, manifest, each file's hash and size, symlinks, extra files."""
     mpath = staging / MANIFEST
@@ -428,6 +440,7 @@ def install(root: Path, staging: Any, bundle_id: Any, req_replace: bool = False)
         # staging files open can no longer change them once they are read-only and owned by the store).
         incoming = root / "store" / f".incoming-{bid}-{os.getpid()}"
         incoming.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _drop_host_records(src)
         os.rename(src, incoming)
         problems = _freeze(incoming) or _writers(incoming) or _inspect_upload(incoming, bid)
         if problems:
