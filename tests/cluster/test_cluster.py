@@ -170,10 +170,35 @@ def test_worker_resources_and_cluster_status(cluster: Cluster, tmp_path):
     assert not by["wa"]["differs"] and not by["wt"]["differs"]
     text = subprocess.run([*EDGEOPT, "cluster", "status", "--scheduler", cluster.url], capture_output=True, text=True,
                           timeout=120).stdout
-    assert "worker wb: converter versions differ from this host's" in text
+    assert "worker wb: converter versions or edgeopt code differ from this host's" in text
     bad = subprocess.run([*EDGEOPT, "worker", "--scheduler", cluster.url, "--only", "tpu", "--dry-run"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a backend" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_worker_running_other_edgeopt_code_gets_no_job(own_cluster: Cluster, tmp_path):
+    """A worker whose edgeopt code differs from the host's (here: a copy of the package with one line added, imported
+    through PYTHONPATH, as a worker not restarted after a change): named by `cluster status`, offered nothing this host
+    builds -- a job is refused in one line (exit 3), not built into a bundle that is not the host's."""
+    import importlib
+    import shutil
+
+    c = own_cluster
+    py = tmp_path / "py"
+    shutil.copytree(Path(importlib.import_module("edgeopt").__path__[0]), py / "edgeopt", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(py / "edgeopt" / "ui.py", "a") as f:
+        f.write("\n# a local change this worker runs and the host does not\n")
+    c.worker("patched", "--only", "onnxruntime", env={"PYTHONPATH": str(py)})
+    c.wait_for("patched")
+    st = edgeopt(["cluster", "status", "--scheduler", c.url, "--json"], tmp_path / "c")
+    assert st.returncode == 0, st.stderr
+    w = next(w for w in json.loads(st.stdout)["workers"] if w["name"] == "patched")
+    assert w["builds"] == ["onnxruntime=1 (other versions)"] and "edgeopt code" in w["differs"][0], w
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=21)
+    out = edgeopt(["build", str(model), "-t", "cpu", "-p", "fp32", "--out", str(tmp_path / "d"), "--scheduler", c.url],
+                  tmp_path / "c")
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert "none offers the resource onnxruntime@" in out.stdout and "edgeopt code" in out.stdout, out.stdout
 
 
 def test_worker_killed_mid_build_job_runs_again_elsewhere(own_cluster: Cluster, tmp_path):

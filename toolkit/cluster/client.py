@@ -153,7 +153,7 @@ class Session:
                 diff = facts.differences(self.chain(backend), (all_facts.get(a) or {}).get("toolchains", {}).get(backend, {}))
                 others.append(f"{w.get('name')} offers {backend} at other versions ({', '.join(diff) or 'other'})")
         return (f"no worker of {self.address} can build it: none offers the resource {res} ({facts.WHAT[backend]} at "
-                f"this host's versions; {len(workers)} worker(s) connected)" + ("; " + "; ".join(others) if others else ""))
+                f"this host's versions and edgeopt code; {len(workers)} worker(s) connected)" + ("; " + "; ".join(others) if others else ""))
 
     # --- the pipeline's two hooks ---------------------------------------------------------------
     def refuse(self, todo: list) -> list:

@@ -2,8 +2,9 @@
 imported; versions come from package metadata).
 
 A job needs exactly one resource (one per task: dask/distributed#6136), named by its backend and a hash of the
-host's converter versions (``Target.toolchain()``, the versions in the cache key), so a job goes only to a worker
-whose bundle would carry the same cache key. TensorRT's resource is an engine slot per GPU: two TensorRT jobs
+host's converter versions (``Target.toolchain()``, the versions in the cache key) and of edgeopt's own code
+(``code_hash``: the conversion and judging code, which the cache key holds only as a version string), so a job
+goes only to a worker whose bundle would be the host's own: same cache key, same bundle id. TensorRT's resource is an engine slot per GPU: two TensorRT jobs
 never build at once on one GPU (it perturbs tactic timing).
 """
 
@@ -23,11 +24,39 @@ WHAT = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO + NNCF", "tflite": 
         "coreml": "coremltools", "tensorrt": "a GPU's TensorRT engine slot"}
 
 
+_CODE: list[str] = []  # code_hash(), once per process
+
+
+def code_hash() -> str:
+    """sha256[:12] of edgeopt's own code as this process imports it: every ``.py`` of ``edgeopt`` (with its
+    ``targets`` and ``hil`` parts, wherever they are installed from) and ``edgeopt_agent``, and the targets' data
+    files, by path inside the package. Two machines with one edgeopt release agree; a worker started before a
+    change to the code (an editable install), or running a patched copy, does not."""
+    if not _CODE:
+        import importlib
+        from pathlib import Path
+
+        h = hashlib.sha256()
+        for pkg in ("edgeopt", "edgeopt.targets", "edgeopt.hil", "edgeopt_agent"):
+            root = Path(next(iter(importlib.import_module(pkg).__path__))).resolve()
+            files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                           and (p.suffix == ".py" or p.parent.name == "data"))
+            for f in files:
+                rel = f.relative_to(root).as_posix()
+                if pkg == "edgeopt" and rel.split("/", 1)[0] in ("targets", "hil"):
+                    continue  # their own packages (the same folder when installed as one tree)
+                h.update(f"{pkg}/{rel}\0".encode())
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+        _CODE.append(h.hexdigest()[:12])
+    return _CODE[0]
+
+
 def toolchain(backend: str) -> dict[str, str]:
-    """The converter versions a bundle of ``backend`` is keyed by (``Target.toolchain()``)."""
+    """What a bundle of ``backend`` is made by: the converter versions it is keyed by (``Target.toolchain()``)
+    and ``edgeopt code`` (``code_hash``)."""
     from edgeopt.targets.registry import get_backend
 
-    return get_backend(backend).toolchain()
+    return {**get_backend(backend).toolchain(), "edgeopt code": code_hash()}
 
 
 def resource(backend: str, chain: dict[str, str] | None = None) -> str:

@@ -45,9 +45,9 @@ def status_command(scheduler, **kw) -> int:
                                 ("running", "running"), ("offers", "can build"), ("versions", "versions")]))
     for w in info["workers"]:
         if w["differs"]:
-            click.echo(f"worker {w['name']}: converter versions differ from this host's ("
-                       + "; ".join(w["differs"]) + "): its bundles would get other cache keys; this host's jobs of "
-                       "those backends never go there")
+            click.echo(f"worker {w['name']}: converter versions or edgeopt code differ from this host's ("
+                       + "; ".join(w["differs"]) + "): its bundles would not be this host's (other cache keys or "
+                       "bundle ids); this host's jobs of those backends never go there")
     for b, names in info["nobody"].items():
         click.echo(f"no worker can build {b} jobs of this host ({names})")
     return 0
