@@ -76,7 +76,7 @@ TOLERANCES: dict[str, dict[str, float | None]] = {
     "fp32": {"rel_l2_max": 1e-3, "cosine_min": 0.99999, "max_abs_norm_max": 1e-2, "top1_min": 0.99,
              "seq_match_min": None, "flip_rate_max": 1e-3, "vector_cosine_min": 0.9999, "box_match_min": 0.99,
              "slice_rel_l2_max": 5e-2, "slice_cosine_min": 0.999, "prob_delta_max": 1e-3,
-             "px_max": 0.05, "px_share_max": 0.0},
+             "px_max": 0.1, "px_share_max": 0.0},
     # Reduced precisions: no worst-element bound. On a saturating map (a detector's sigmoid) one pixel that
     # crosses the knee moves by ~the whole range while the map as a whole is kept; rel_l2, cosine
     # and top-1 judge the tensor, and task-level checks (OCR) judge what the user sees. Seen with FP16

@@ -84,8 +84,9 @@ def test_coordinates_in_their_own_units_with_a_bound():
     out3[5, 0, 7] += 9.0  # one coordinate beyond 4 x the bound
     worst = compare_outputs({"pts": out3}, {"pts": ref}, "int8", kinds=kinds)
     assert [r.split(":")[0] for r in worst["outputs"]["pts"]["reasons"]] == ["px_worst"]
-    # FP32's default bound is 0.05 px with none beyond it; FP16's 0.5 px
-    assert not compare_outputs({"pts": out}, {"pts": ref}, "fp32", kinds={"pts": "regression@1"})["passed"]
+    # FP32's default bound is 0.1 px with none beyond it
+    fp32 = compare_outputs({"pts": out}, {"pts": ref}, "fp32", kinds={"pts": "regression@1"})
+    assert "px" in fp32["outputs"]["pts"]["failed"]
     assert compare_outputs({"pts": ref + np.float32(0.01)}, {"pts": ref}, "fp32",
                            kinds={"pts": "regression@1"})["passed"]
 
