@@ -1,5 +1,10 @@
 """A real Dask cluster for the tests: `dask scheduler` and `edgeopt worker` processes with different resources,
-started once per session (each worker with its own input store, as on separate machines)."""
+started once per session (each worker with its own input store, as on separate machines).
+
+A worker's resources carry a hash of edgeopt's code as it was when the worker started (`facts.code_hash`): a
+package file edited while these tests run (a shared working tree) makes the host's jobs go to none of them --
+refused with "none offers the resource ... (edgeopt code ...)", as a real cluster should. Run them on a tree that
+holds still (CI's checkout)."""
 
 from __future__ import annotations
 
