@@ -343,7 +343,7 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
           progress: Progress = _quiet, raise_on_failure: bool = True,
           accept: str | os.PathLike | dict[str, Any] | None = None, split: str | None = None,
           scheduler: str | None = None, output_kind: str | list[str] | dict[str, Any] | None = None,
-          decision: str | list[str] | dict[str, Any] | None = None) -> BuildReport:
+          decision: str | list[str] | dict[str, Any] | None = None, buckets: str | None = None) -> BuildReport:
     """Compile and check ``model`` for every target (``edgeopt build``) -> ``pipeline.BuildReport``.
 
         report = edgeopt.build("model.onnx", "cpu,intel-cpu", precision="fp32,int8", shape="x:1x3x224x224",
@@ -387,6 +387,14 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
     if not build_timeout > 0:
         raise UsageError(f"build_timeout must be above 0 s, got {build_timeout}")
     shapes, timeout = shape, build_timeout
+    if buckets:  # --buckets auto[@CAP]: every range in --shape gets its buckets from the --calib lengths
+        from edgeopt.shapes import with_auto_buckets
+
+        if isinstance(shapes, dict):
+            shapes = {k: [f"{d}|{buckets}" if isinstance(d, str) and ".." in d and "|" not in d else d for d in v]
+                      for k, v in shapes.items()}
+        else:
+            shapes = with_auto_buckets([shapes] if isinstance(shapes, str) else list(shapes or []), buckets)
     batches = None if batch is None else parse_batches(batch)
     if Path(model).is_file():  # (a missing file: the pipeline's own message)
         check_model_format(model)

@@ -401,3 +401,21 @@ def own_length_calib(calib_path: str | None, feeds: list[dict[str, Any]], shape_
     return out, (f"INT8 calibrated over the real length mix: {len(out)} samples at their own lengths "
                  f"({len(sizes)} distinct shapes, {'x'.join(map(str, sizes[0]))} to {'x'.join(map(str, sizes[-1]))}), "
                  "not padded")
+
+
+def with_auto_buckets(items: list[str], value: str) -> list[str]:
+    """``build --buckets auto[@CAP]``: every range in the ``--shape`` items becomes ``lo..hi|auto[@CAP]``; exit 2
+    for another value or when no --shape has a range."""
+    import re
+
+    v = value.strip().lower()
+    if not v.startswith("auto") or (v != "auto" and not v.startswith("auto@")):
+        raise UsageError(f"--buckets {value!r}: expected auto or auto@CAP (e.g. auto@10%)",
+                         hint="give fixed buckets in --shape instead: x:1x16|32|64")
+    parse_cap(v, f"--buckets {value}")
+    pat = re.compile(r"(\d+\.\.\d+)(?![\d.|])")
+    out = [pat.sub(lambda mt: f"{mt.group(1)}|{v}", s) for s in items]
+    if out == list(items):
+        raise UsageError(f"--buckets {value}: no --shape gives a range to cut into buckets",
+                         hint="e.g. --shape input_ids:1x8..128 --buckets auto")
+    return out

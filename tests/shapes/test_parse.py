@@ -188,3 +188,16 @@ def test_cli_buckets_on_a_static_model_and_auto_without_lengths_exit_2(tmp_path)
              "--out", str(tmp_path / "never"))
     assert p.returncode == 2 and "no samples of their own lengths" in p.stderr.strip().splitlines()[0], p.stderr
     assert "Traceback" not in p.stderr
+    p = _cli("build", mel, "-t", "cpu", "--shape", "input:1x16000", "--buckets", "auto", "--out", str(tmp_path / "never"))
+    assert p.returncode == 2 and "no --shape gives a range" in p.stderr.strip().splitlines()[0], p.stderr
+
+
+def test_buckets_flag_is_the_auto_suffix_on_every_range():
+    from edgeopt.shapes import with_auto_buckets
+
+    assert with_auto_buckets(["input:1x4000..32000"], "auto") == ["input:1x4000..32000|auto"]
+    assert with_auto_buckets(["a:1x8..16,b:1x2..4|auto", "c:1x3"], "auto@10%") == \
+        ["a:1x8..16|auto@10%,b:1x2..4|auto", "c:1x3"]
+    for args, words in ((["x:1x8..16"], "expected auto"), (["x:1x8"], "no --shape gives a range")):
+        with pytest.raises(UsageError, match=words):
+            with_auto_buckets(args, "bogus" if words == "expected auto" else "auto")

@@ -44,6 +44,10 @@ prepared).""")
                    "tls://HOST:PORT (`edgeopt worker --scheduler URL` on each build machine); auto = "
                    "$EDGEOPT_SCHEDULER or tcp://127.0.0.1:8786, else here with a line; local = here "
                    "[$EDGEOPT_SCHEDULER, else here]. Unreachable: exit 4 before anything is prepared.")
+@click.option("--buckets", "buckets", default=None, metavar="auto[@CAP]",
+              help="Variable axes given as a range in --shape (x:1x8..128) are built in buckets picked from the "
+                   "--calib samples' own lengths: the fewest quantile edges whose padding waste over the mix is at "
+                   "most CAP (default 25%%, e.g. auto@10%%); the same as x:1x8..128|auto in --shape.")
 @json_option
 @verbosity
 def command(**kw) -> int:
@@ -65,7 +69,7 @@ def build_from_args(args):
     api.check_bundle_folder(args.out, out_flag())
     kw = dict(model=args.model, targets=args.targets,
               precision=list(args.precision) if not isinstance(args.precision, str) else args.precision,
-              shape=list(args.shape), calib=args.calib, preprocess=args.preprocess,
+              shape=list(args.shape), buckets=getattr(args, "buckets", None), calib=args.calib, preprocess=args.preprocess,
               dist=args.out, jobs=args.jobs, force=args.force, allow_mismatch=args.allow_mismatch,
               config=args.config, option=list(args.option), build_timeout=args.timeout,
               calib_count=args.calib_count, val_count=args.val_count,
