@@ -252,7 +252,7 @@ def _hw(text: str, what: str) -> list[int]:
 def _kind_options(kind: str, text: str) -> dict[str, Any]:
     """``key=value[:key=value]`` after a kind -> its dict entries: ``px`` for regression (and an anchor head),
     ``ANCHOR_OPTIONS`` for ``detection@anchors``; ValueError naming the keys it takes."""
-    keys = {"regression": ("px",), "detection": tuple(ANCHOR_OPTIONS)}.get(kind, ())
+    keys = {"regression": ("px", "when"), "detection": tuple(ANCHOR_OPTIONS)}.get(kind, ())
     out: dict[str, Any] = {}
     for part in text.split(":"):
         k, sep, v = part.strip().partition("=")
@@ -575,6 +575,11 @@ def infer_kind(name: str, ref: np.ndarray, producer: str | None = None,
         return {"kind": "label"}
     if ref.dtype.kind not in "f" or ref.ndim < 2:
         return {"kind": "regression"}
+    if len(per) >= 3 and all(d == 1 for d in per[:-1]):
+        # a vector behind singleton axes (a TFLite conv head's [1, 1, 1, 1404] landmarks, [1, 1, 1, 1] presence
+        # logit): the [1, C] rules, not a map's -- the axes are only the conv's spatial 1 x 1
+        k = infer_kind(name, ref.reshape(len(ref), 1, per[-1]), producer, None, input_hw)
+        return {**k, "axis": len(per) - 1} if k.get("kind") == "classification" else k
     if input_hw and _yolox_table(ref, input_hw):
         return {"kind": "detection", "format": "yolox", "input_hw": [int(v) for v in input_hw]}
     if _yolo_end2end(ref):
@@ -649,6 +654,14 @@ def infer_kinds(refs: dict[str, np.ndarray], producers: dict[str, tuple[str | No
         if k.get("guess") == "shape" and has_dist and refs[n].shape[-1] <= 32:
             kinds[n] = {"kind": "regression"}
     kinds.update(_mediapipe_anchor_head(refs, input_hw))
+    # one decision per sample (a face/presence logit or probability) beside points in the input's pixels: the
+    # points are used only where that decision is positive (a face mesh on a non-face is discarded), so they are
+    # judged on FP32's positive samples (``when``)
+    flags = [n for n, k in kinds.items() if k.get("kind") == "decision" and refs[n].size == len(refs[n])]
+    if len(flags) == 1:
+        for n, k in kinds.items():
+            if k.get("kind") == "regression" and k.get("guess") == "coordinates":
+                kinds[n] = {**k, "when": flags[0]}
     return kinds
 
 
@@ -1349,6 +1362,11 @@ def compare_outputs(
         out = np.asarray(outputs[name])
         head = heads.get(name)
         kind = (head or {}).get("kind", kind)
+        gate = _gated(kind, out, ref, refs, given[kind["when"]] or guessed.get(kind["when"]) if
+                      kind.get("when") in refs else None)
+        if gate is not None:  # judged where the model's own decision uses it: FP32's positive samples
+            head = {"view": (out[gate], ref[gate]), "metrics": {"samples_judged": float(gate.sum()),
+                                                                "samples_of": float(len(gate))}}
         if head is not None:  # an anchor head's output: its tensor figures over the anchors that matter
             o_v, r_v = head["view"]
             metrics = tensor_metrics(o_v, r_v, "regression")
@@ -1377,6 +1395,21 @@ def compare_outputs(
         result["samples"] = int(sum(rows))
     result["summary"] = summary_line(result)
     return result
+
+
+def _gated(kind: dict[str, Any], out: np.ndarray, ref: np.ndarray, refs: dict[str, np.ndarray],
+           flag_kind: dict[str, Any] | None) -> np.ndarray | None:
+    """The samples a ``regression`` with ``when=FLAG`` is judged on: those whose FP32 ``FLAG`` (one value per
+    sample) is above its threshold (0 for a logit, 0.5 for a probability, the kind's own where it has one)."""
+    flag = refs.get(kind.get("when")) if kind.get("when") else None
+    if flag is None or kind.get("kind") != "regression" or out.shape != ref.shape or flag.size != len(ref) \
+            or not len(ref):
+        return None
+    f = np.asarray(flag, np.float64).reshape(len(ref))
+    thr = (flag_kind or {}).get("threshold")
+    if thr is None:
+        thr = 0.5 if (f.min() >= 0 and f.max() <= 1) else 0.0
+    return f > float(thr)
 
 
 def _anchor_heads(outputs: dict[str, Any], refs: dict[str, np.ndarray], kinds: dict[str, dict[str, Any]]
@@ -1420,7 +1453,8 @@ def _shown(key: str, fmt: str, m: dict[str, float]) -> str:
     if key == "seq_match":
         return fmt.format(seq_label(m), m[key])
     if key == "max_abs_px" and m.get("elements") and "px_bound" in m:
-        return fmt.format(m[key]) + f" ({int(m['over_px'])} of {int(m['elements'])} > {m['px_bound']:g} px)"
+        on = f" on {int(m['samples_judged'])} of {int(m['samples_of'])} samples" if "samples_of" in m else ""
+        return fmt.format(m[key]) + f" ({int(m['over_px'])} of {int(m['elements'])} > {m['px_bound']:g} px{on})"
     if key == "max_abs_px" and m.get("elements"):
         return fmt.format(m[key]) + f" ({int(m.get('over_1px', 0))} of {int(m['elements'])} > 1 px)"
     return fmt.format(m[key])

@@ -784,7 +784,7 @@ def check_kind_names(kinds: dict[str, dict[str, Any]], model: str | os.PathLike)
     except Exception:  # noqa: BLE001 - an unreadable model: the pipeline's own message
         return
     for name, k in kinds.items():
-        for n, what in ((name, "names"), (k.get("boxes"), "boxes= names")):
+        for n, what in ((name, "names"), (k.get("boxes"), "boxes= names"), (k.get("when"), "when= names")):
             if n is not None and n not in names:
                 raise UsageError(f"--output-kind/--decision {what} {n!r}, which is not an output of the model "
                                  f"(outputs: {', '.join(names)})", hint=KIND_FLAG_HINT)

@@ -184,3 +184,31 @@ def test_a_mediapipe_grid_is_inferred_only_where_its_detections_decode():
         "classificators"]["kind"] != "detection"  # 896 anchors are no MediaPipe grid over 224 px
     quiet = infer_kinds({"regressors": regs, "classificators": scores - 20}, None, [128, 128])  # nothing detected
     assert quiet["classificators"].get("format") != "anchors"
+
+
+def test_points_behind_a_presence_logit_are_judged_where_it_keeps_them():
+    """A face mesh ``[1, 1, 1, 1404]`` (468 x, y, z in a 192-px crop, a TFLite conv head's 1 x 1 axes) beside a
+    presence logit ``[1, 1, 1, 1]``: regression in pixels and a decision at 0 (not two dense maps), and the points
+    judged on the samples whose FP32 presence is positive -- a mesh on a non-face is discarded, whatever it
+    says."""
+    from edgeopt_agent.compare import infer_kinds
+
+    rng = np.random.default_rng(5)
+    pts = np.concatenate([rng.uniform(30, 160, (20, 468, 2)), rng.normal(0, 8, (20, 468, 1))], -1)
+    mesh = pts.reshape(20, 1, 1, 1, 1404).astype(np.float32)
+    logit = np.where(np.arange(20) % 2 == 0, 9.0, -8.0).reshape(20, 1, 1, 1, 1).astype(np.float32)
+    kinds = infer_kinds({"mesh": mesh, "presence": logit}, None, [192, 192])
+    assert kinds["presence"]["kind"] == "decision" and kinds["presence"]["threshold"] == 0.0
+    assert kinds["mesh"] == {"kind": "regression", "guess": "coordinates", "when": "presence"}
+    out = mesh + rng.normal(0, 0.2, mesh.shape).astype(np.float32)
+    out[1::2] += rng.normal(0, 6, out[1::2].shape).astype(np.float32)  # non-faces: the mesh wanders
+    res = compare_outputs({"mesh": out, "presence": logit}, {"mesh": mesh, "presence": logit}, "int8", kinds=kinds)
+    m = res["outputs"]["mesh"]["metrics"]
+    assert res["passed"], res["summary"]
+    assert m["samples_judged"] == 10 and m["elements"] == 10 * 1404 and "on 10 of 20 samples" in res["summary"]
+    ungated = compare_outputs({"mesh": out, "presence": logit}, {"mesh": mesh, "presence": logit}, "int8",
+                              kinds={**kinds, "mesh": {"kind": "regression", "guess": "coordinates"}})
+    assert not ungated["passed"]  # over every sample the wandering meshes fail the pixel bound
+    out[0, 0, 0, 0, :30] += 9.0  # a face's points 9 px off: refused
+    bad = compare_outputs({"mesh": out, "presence": logit}, {"mesh": mesh, "presence": logit}, "int8", kinds=kinds)
+    assert "px_worst" in bad["outputs"]["mesh"]["failed"]
