@@ -122,12 +122,15 @@ RENAMED: dict[str, dict[str, str]] = {
     "bench_options": {"max_queue_delay_ms": "max_queue_delay", "engine": "load_generator"},
     "find_max_qps": {"engine": "load_generator"},
     **{f: {"labels": "label"} for f in ("push", "probe", "gc", "select_devices", "gate", "rollout")},
-    **{f: {"run_id": "run", "all_runs": "all"} for f in ("query", "report")},
+    "query": {"run_id": "run", "all_runs": "all"},
+    "report": {"run_id": "run", "all_runs": "all", "out": "output"},
     "rig_status": {"labels": "label"},
     "baseline_save": {"target": "targets"},
+    "baseline_export": {"out": "output"},
     "baseline_import": {"path": "file"},
     "history": {"target": "targets"},
     "rollout": {"gate_budget": "device_budget", "budget": "device_budget", "engine": "fleet_engine"},
+    "export": {"out": "repository"},
 }
 
 
@@ -1033,21 +1036,21 @@ def query(db: str | None = None, model: str | None = None, targets: str | list[s
 
 
 @_api(extra=_keywords_of("edgeopt.api:query"))
-def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", out: str | None = None,
+def report(db: str | None = None, format: str = "table", title: str = "edgeopt report", output: str | None = None,
            **filters: Any) -> str:
-    """The comparison of measured runs as text in one format (``edgeopt report``); with ``out`` also written
-    there (atomically; the path is checked before the database is read).
+    """The comparison of measured runs as text in one format (``edgeopt report``); with ``output`` (a file) also
+    written there (atomically; the path is checked before the database is read; ``out=`` is its old name).
 
-        page = edgeopt.report(format="html", out="report.html", model="cls", targets="cpu,intel-cpu")"""
+        page = edgeopt.report(format="html", output="report.html", model="cls", targets="cpu,intel-cpu")"""
     from edgeopt.commands.report import check_writable, write_report
     from edgeopt.reporting import render
 
-    if out:
-        check_writable(out)
+    if output:
+        check_writable(str(output), "--output")
     records = query(db, **filters)
     text = render(records, format, title=title, filters=filters)
-    if out:
-        write_report(records, format, out, title, filters)
+    if output:
+        write_report(records, format, str(output), title, filters)
     return text
 
 
@@ -1212,22 +1215,22 @@ def baseline_show(name: str, db: str = "edgeopt-results.db") -> Baseline:
 
 
 @_api()
-def baseline_export(name: str, db: str = "edgeopt-results.db", out: str | os.PathLike | None = None) -> Baseline:
+def baseline_export(name: str, db: str = "edgeopt-results.db", output: str | os.PathLike | None = None) -> Baseline:
     """A stored baseline as the file ``baseline import`` reads (``edgeopt baseline export``) -> ``Baseline``
-    (``to_dict()`` is the file, rounds included); with ``out`` also written there.
+    (``to_dict()`` is the file, rounds included); with ``output`` also written there (``out=``: its old name).
 
-        edgeopt.baseline_export("main", out="cls.baseline.json")"""
+        edgeopt.baseline_export("main", output="cls.baseline.json")"""
     from edgeopt.hil.baseline import export, write_export
 
-    if out is not None:
+    if output is not None:
         from edgeopt.commands.report import check_writable
 
-        check_writable(str(out), "--out", "the baseline")  # before the database is read
+        check_writable(str(output), "--output", "the baseline")  # before the database is read
     from edgeopt.api_types import baseline_of
 
     doc = export(name, db)
-    if out is not None:
-        write_export(doc, out)
+    if output is not None:
+        write_export(doc, output)
     return baseline_of(doc)
 
 
@@ -2062,7 +2065,7 @@ def _ints(value: str | int | Iterable[int] | None, what: str) -> tuple[int, ...]
 
 
 @_api()
-def export(format: str, bundle: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
+def export(format: str, bundle: str | os.PathLike | None = None, repository: str | os.PathLike | None = None,
            tracking_uri: str | None = None, experiment: str | None = None, db: str | None = None,
            model: str | None = None, device: str | None = None, since: str | None = None, run: str | None = None,
            name: str | None = None, max_batch: int | None = None, queue_delay_us: int = 100,
@@ -2072,7 +2075,8 @@ def export(format: str, bundle: str | os.PathLike | None = None, out: str | os.P
     """Export a TensorRT bundle as a Triton model repository entry, or the results database's records as MLflow
     runs (``edgeopt export triton|mlflow``).
 
-    ``format="triton"``: BUNDLE and ``out`` (the model repository folder) -> ``TritonExportResult`` (the
+    ``format="triton"``: BUNDLE and ``repository`` (the model repository folder; ``out=``: its old name) ->
+    ``TritonExportResult`` (the
     ``model_dir`` written, ``config``, ``next_steps``); ``name``, ``max_batch``, ``queue_delay_us``,
     ``preferred_batch``, ``no_dynamic_batching``, ``instances``, ``gpus``, ``engine_file`` (an engine built for
     the serving GPU, copied in), ``version``, ``force`` as the flags. ``format="mlflow"``: ``tracking_uri``
@@ -2080,7 +2084,7 @@ def export(format: str, bundle: str | os.PathLike | None = None, out: str | os.P
     ``since``, ``run`` -> ``MlflowExportResult`` (``exported``, ``skipped``). Bad input is a ``UsageError``
     (exit 2), a refusing or unreachable server a ``DeviceError`` (exit 4).
 
-        res = edgeopt.export("triton", "dist/resnet/h100-fp16", out="model_repository", max_batch=32)
+        res = edgeopt.export("triton", "dist/resnet/h100-fp16", repository="model_repository", max_batch=32)
         print(res.model_dir, res.next_steps[0])"""
     from edgeopt.api_types import MlflowExportResult, TritonExportResult
 
@@ -2111,18 +2115,21 @@ def export(format: str, bundle: str | os.PathLike | None = None, out: str | os.P
                                   experiments={str(k): str(v) for k, v in res["experiments"].items()}, raw=res)
     from edgeopt.triton import TritonOptions, export_triton
 
-    if not bundle or not out:
-        raise UsageError("export triton takes a BUNDLE and --out DIR")
+    if not bundle or not repository:
+        raise UsageError("export triton takes a BUNDLE and --repository DIR")
     for flag, v, low in (("--max-batch", max_batch, 0), ("--queue-delay-us", queue_delay_us, 0),
                          ("--instances", instances, 1), ("--version", version, 1)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
             raise UsageError(f"{flag} must be an integer >= {low}, got {v!r}")
+    from edgeopt.commands.report import check_writable_dir
+
+    check_writable_dir(str(repository), "--repository")  # before the bundle is read
     opts = TritonOptions(name=name, max_batch=max_batch, dynamic_batching=not no_dynamic_batching,
                          queue_delay_us=int(queue_delay_us),
                          preferred_batch=_ints(preferred_batch, "--preferred-batch"), instances=int(instances),
                          gpus=_ints(gpus, "--gpus"), engine=str(engine_file) if engine_file else None,
                          version=int(version), force=force)
-    res = export_triton(bundle, out, opts)
+    res = export_triton(bundle, repository, opts)
     return TritonExportResult(model_dir=res.model_dir, config=res.config, config_text=res.config_text,
                               engine_copied=res.engine_copied, next_steps=tuple(res.next_steps),
                               raw={"model_dir": str(res.model_dir), "config": res.config,

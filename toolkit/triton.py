@@ -1,6 +1,6 @@
 """A Triton Inference Server model repository from a TensorRT bundle (datacenter GPU targets).
 
-``edgeopt export triton BUNDLE --out REPO`` writes::
+``edgeopt export triton BUNDLE --repository REPO`` writes::
 
     REPO/<name>/config.pbtxt      platform tensorrt_plan, inputs/outputs, max batch, dynamic batching,
                                   instance groups, default_model_filename
@@ -215,7 +215,7 @@ def export_triton(bundle: str | os.PathLike, out: str | os.PathLike, opts: Trito
         raise UsageError(f"--version must be >= 1, got {opts.version}")
     engine = Path(opts.engine) if opts.engine else None
     if engine is not None and (not engine.is_file() or engine.stat().st_size == 0):
-        raise UsageError(f"--engine {str(engine)!r} is not a non-empty file",
+        raise UsageError(f"--engine-file {str(engine)!r} is not a non-empty file",
                          hint="the engine path printed by `python3 -m edgeopt_agent compile` on the Triton host")
     cfg = model_config(manifest, spec, _output_dynamic_axes(bundle, manifest), opts)
     cfg["name"] = name
@@ -229,7 +229,7 @@ def export_triton(bundle: str | os.PathLike, out: str | os.PathLike, opts: Trito
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out))
     except OSError as exc:
-        raise UsageError(f"--out {str(out)!r} is not writable: {exc.strerror or exc}") from None
+        raise UsageError(f"--repository {str(out)!r} is not writable: {exc.strerror or exc}") from None
     try:
         (tmp / "config.pbtxt").write_text(text)
         (tmp / str(opts.version)).mkdir()

@@ -430,7 +430,8 @@ _CLI_OF = {"build": ["build"], "inspect": ["inspect"], "tune": ["tune"], "bench"
            "bench_options": ["bench"], "push": ["push"], "probe": ["devices"], "gc": ["devices", "gc"],
            "select_devices": ["bench"], "gate": ["gate"], "rollout": ["rollout", "start"], "query": ["report"],
            "report": ["report"], "rig_status": ["rig", "status"], "baseline_save": ["baseline", "save"],
-           "baseline_import": ["baseline", "import"], "history": ["history"], "find_max_qps": ["bench"]}
+           "baseline_import": ["baseline", "import"], "history": ["history"], "find_max_qps": ["bench"],
+           "baseline_export": ["baseline", "export"], "export": ["export"]}
 
 
 def test_every_renamed_keyword_is_its_flags_name_and_the_function_takes_it():

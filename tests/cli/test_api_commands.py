@@ -83,12 +83,12 @@ def test_find_max_qps_and_cache(ran):
 
 
 def test_gate_and_report_output_files_are_checked_before_any_work(tmp_path):
-    """gate(junit=/md=/raw=) and report(out=) refuse a path that cannot be written before anything is
+    """gate(junit=/md=/raw=) and report(output=) refuse a path that cannot be written before anything is
     measured or read (the verdict must not be lost after the budget is spent)."""
     with pytest.raises(edgeopt.UsageError, match="junit"):
         edgeopt.gate(tmp_path / "no-candidate", tmp_path / "no-baseline", junit="/proc/edgeopt-gate.xml")
     with pytest.raises(edgeopt.UsageError, match="cannot write the report"):
-        edgeopt.report(db=str(tmp_path / "none.db"), out="/proc/edgeopt-report.md")
+        edgeopt.report(db=str(tmp_path / "none.db"), output="/proc/edgeopt-report.md")
 
 
 def test_debug_layers_on_a_bundle_writes_its_page(ran, tmp_path):

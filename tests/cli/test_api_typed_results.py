@@ -88,12 +88,12 @@ def test_a_gate_result_reads_typed_and_as_its_json():
 def test_export_results_cluster_and_worker_refuse_bad_input_as_the_cli_does(tmp_path, monkeypatch):
     with pytest.raises(edgeopt.UsageError, match="did you mean 'triton'"):
         edgeopt.export("tritn")
-    with pytest.raises(edgeopt.UsageError, match="BUNDLE and --out"):
+    with pytest.raises(edgeopt.UsageError, match="BUNDLE and --repository"):
         edgeopt.export("triton", tmp_path)
     with pytest.raises(edgeopt.UsageError, match="--instances must be"):
-        edgeopt.export("triton", tmp_path, out=tmp_path / "repo", instances=0)
+        edgeopt.export("triton", tmp_path, repository=tmp_path / "repo", instances=0)
     with pytest.raises(edgeopt.UsageError, match="no manifest.json"):
-        edgeopt.export("triton", tmp_path, out=tmp_path / "repo")
+        edgeopt.export("triton", tmp_path, repository=tmp_path / "repo")
     assert not (tmp_path / "repo").exists()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(edgeopt.UsageError, match="--tracking-uri"):

@@ -39,7 +39,7 @@ OUTPUT_FLAGS = {"json", "verbose", "quiet"}
 # Deliberately CLI-only, with why.
 CLI_ONLY: dict[str, str | set[str]] = {
     # flags of commands that have a function
-    "history": {"format", "out"},  # the API returns the series (hil.history.Series); rendering is the CLI's
+    "history": {"format", "output"},  # the API returns the series (hil.history.Series); rendering is the CLI's
     "debug": {"all"},  # "list fused/unobserved nodes in the table too": the result holds every node
 }
 

@@ -88,8 +88,8 @@ def test_gate_output_files_are_checked_before_the_gate_measures(bundle, tmp_path
 
 
 def test_every_other_output_path_is_checked_before_any_work(bundle, tmp_path):
-    """``debug --html`` / ``--reduce`` (was: checked after the layer comparison), ``report --out``, ``history
-    --out``, ``baseline export --out`` (was: a traceback after reading the database), a ``--dist`` that cannot be
+    """``debug --html`` / ``--reduce`` (was: checked after the layer comparison), ``report --output``, ``history
+    --output``, ``baseline export --output`` (was: a traceback after reading the database), a ``--dist`` that cannot be
     made (was: found when the first bundle was installed): exit 2 at once, the message naming the flag, nothing
     written."""
     (tmp_path / "afolder").mkdir()
@@ -98,9 +98,9 @@ def test_every_other_output_path_is_checked_before_any_work(bundle, tmp_path):
              (["debug", str(bundle), "--html", "afile/p.html"], "cannot write the page to 'afile/p.html'"),
              (["debug", str(bundle), "--reduce", "afile"], "--reduce 'afile' is a file"),
              (["debug", str(bundle), "--reduce", "afile/sub"], "cannot write --reduce 'afile/sub'"),
-             (["report", "--db", "r.db", "--out", "afolder"], "--out 'afolder' is a folder"),
-             (["history", "m", "--db", "r.db", "--out", "afile/h.json"], "cannot write the history to"),
-             (["baseline", "export", "main", "--db", "r.db", "--out", "afolder"], "--out 'afolder' is a folder"),
+             (["report", "--db", "r.db", "--output", "afolder"], "--output 'afolder' is a folder"),
+             (["history", "m", "--db", "r.db", "--output", "afile/h.json"], "cannot write the history to"),
+             (["baseline", "export", "main", "--db", "r.db", "--output", "afolder"], "--output 'afolder' is a folder"),
              (["build", str(fixture("ocr-cls")), "-t", "cpu", "--shape", "x:1x3x48x192", "--dist", "afile/dist"],
               "cannot write --dist 'afile/dist'")]
     for argv, msg in cases:
@@ -109,8 +109,8 @@ def test_every_other_output_path_is_checked_before_any_work(bundle, tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["afile", "afolder"] and not any((tmp_path / "afolder").iterdir())
     with pytest.raises(UsageError, match="--reduce '.*afile' is a file"):
         edgeopt.debug_layers(bundle, reduce=tmp_path / "afile")
-    with pytest.raises(UsageError, match="--out '.*afolder' is a folder"):
-        edgeopt.baseline_export("main", db=str(tmp_path / "r.db"), out=tmp_path / "afolder")
+    with pytest.raises(UsageError, match="--output '.*afolder' is a folder"):
+        edgeopt.baseline_export("main", db=str(tmp_path / "r.db"), output=tmp_path / "afolder")
 
 
 def test_rollout_events_file_is_checked_before_anything_runs(bundle, tmp_path):

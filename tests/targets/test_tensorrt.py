@@ -783,27 +783,40 @@ def test_triton_export_cli_of_a_static_bundle_and_its_errors(cli_fp16, tmp_path,
 
     _, _, root = cli_fp16
     repo = tmp_path / "repo"
-    assert main(["export", "triton", str(root / "h100-fp16"), "--out", str(repo)]) == 0
+    assert main(["export", "triton", str(root / "h100-fp16"), "--repository", str(repo)]) == 0
     cfg = _parse_pbtxt((repo / root.name / "config.pbtxt").read_text())
     assert cfg.max_batch_size == 0 and list(cfg.input[0].dims) == [1, 3, 48, 192]
     assert not cfg.HasField("dynamic_batching")
     capsys.readouterr()
 
     cases = [
-        (["export", "triton", str(root / "h100-fp16"), "--out", str(repo)], "exists"),
-        (["export", "triton", str(root / "h100-fp16"), "--out", str(repo), "--name", "b", "--max-batch", "8"],
+        (["export", "triton", str(root / "h100-fp16"), "--repository", str(repo)], "exists"),
+        (["export", "triton", str(root / "h100-fp16"), "--repository", str(repo), "--name", "b", "--max-batch", "8"],
          "needs a dynamic batch dim"),
-        (["export", "triton", str(root / "jetson-orin-fp16"), "--out", str(repo), "--name", "j"], "Jetson"),
-        (["export", "triton", str(root / "h100-fp16"), "--out", str(repo), "--name", "bad/name"], "may hold only"),
-        (["export", "triton", str(root / "h100-fp16"), "--out", str(repo), "--name", "e", "--engine",
+        (["export", "triton", str(root / "jetson-orin-fp16"), "--repository", str(repo), "--name", "j"], "Jetson"),
+        (["export", "triton", str(root / "h100-fp16"), "--repository", str(repo), "--name", "bad/name"], "may hold only"),
+        (["export", "triton", str(root / "h100-fp16"), "--repository", str(repo), "--name", "e", "--engine",
           str(tmp_path / "missing.plan")], "not a non-empty file"),
-        (["export", "triton", str(tmp_path), "--out", str(repo), "--name", "n"], "no manifest.json"),
+        (["export", "triton", str(tmp_path), "--repository", str(repo), "--name", "n"], "no manifest.json"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
     assert sorted(p.name for p in repo.iterdir()) == [root.name]  # nothing half-written
+    # --out/-o, the old spelling of --repository (one name per concept: --out is a bundle folder), still works
+    # for one release, with one note on stderr
+    for old, name in (("--out", "old"), ("-o", "short")):
+        assert main(["export", "triton", str(root / "h100-fp16"), old, str(repo), "--name", name]) == 0
+        err = capsys.readouterr().err
+        assert [ln for ln in err.splitlines() if "note:" in ln] == [
+            "edgeopt: note: --out/-o is now --repository (one name per concept); --out/-o goes in a later release"]
+        assert (repo / name / "config.pbtxt").read_text() == (repo / root.name / "config.pbtxt").read_text() \
+            .replace(f'name: "{root.name}"', f'name: "{name}"')
+    (tmp_path / "afile").write_text("x")
+    assert main(["export", "triton", str(root / "h100-fp16"), "--out", str(tmp_path / "afile" / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write --repository" in err and "Traceback" not in err  # checked first, named by its new flag
 
 
 def test_triton_export_copies_a_given_engine(cli_fp16, tmp_path):

@@ -70,15 +70,18 @@ def ns(**kw: Any) -> SimpleNamespace:
     return SimpleNamespace(**kw)
 
 
-def deprecated(old: str, new: str, dest: str, **kw: Any) -> Callable:
+def deprecated(old: str, new: str, dest: str, *also: str, **kw: Any) -> Callable:
     """A hidden old spelling of ``new`` (one name per concept): still taken for one release, with one line on
-    stderr naming the new one. The command reads ``dest`` and prefers the new flag's value."""
+    stderr naming the new one. ``also``: more old spellings of it (a short form: export's ``-o``). The command
+    reads ``dest`` and prefers the new flag's value."""
+    shown = "/".join((old, *also))
+
     def said(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value not in (None, (), False):
-            click.echo(f"edgeopt: note: {old} is now {new} (one name per concept); {old} goes in a later release",
-                       err=True)
+            click.echo(f"edgeopt: note: {shown} is now {new} (one name per concept); {shown} goes in a later "
+                       "release", err=True)
         return value
-    return click.option(old, dest, hidden=True, default=None, callback=said, expose_value=True, **kw)
+    return click.option(old, *also, dest, hidden=True, default=None, callback=said, expose_value=True, **kw)
 
 
 def targets_option(help_text: str = "Only bundles of these targets (comma-separated; aliases work: jetson = "

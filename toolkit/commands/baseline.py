@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ._common import deprecated
+
 DB = click.option("--db", envvar="EDGEOPT_DB", default="edgeopt-results.db", show_default=True, help="Results database.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 
@@ -115,18 +117,21 @@ examples:
   edgeopt baseline export main -o models/cls.baseline.json
 """)
 @click.argument("name")
-@click.option("-o", "--out", default="-", show_default=True, help="File to write (written atomically); - = stdout.")
+@click.option("-o", "--output", default="-", show_default=True, metavar="FILE",
+              help="File to write (written atomically); - = stdout.")
+@deprecated("--out", "--output", "out_old", metavar="FILE")
 @DB
-def export(name, out, db) -> int:
+def export(name, output, out_old, db) -> int:
     """NAME as a JSON file (rounds included) to commit next to the model."""
 
     from edgeopt.hil.baseline import export as do_export
     from edgeopt.hil.baseline import write_export
 
+    out = out_old if output == "-" and out_old is not None else output
     if out != "-":
         from .report import check_writable
 
-        check_writable(out, "--out", "the baseline")  # before the database is read
+        check_writable(out, "--output", "the baseline")  # before the database is read
     doc = do_export(name, db)
     if out == "-":
         from edgeopt.jsonsafe import dumps

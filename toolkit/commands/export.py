@@ -1,4 +1,4 @@
-"""``edgeopt export triton BUNDLE --out DIR``: serve a TensorRT bundle with Triton Inference Server;
+"""``edgeopt export triton BUNDLE --repository DIR``: serve a TensorRT bundle with Triton Inference Server;
 ``edgeopt export mlflow --tracking-uri URL``: the results database's records as MLflow runs."""
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.
 @click.command("export", help=HELP, context_settings=CONTEXT,
                short_help="Export a bundle for Triton, or measured runs to MLflow.", epilog=examples("""\
 examples:
-  edgeopt export triton dist/resnet/h100-fp16 --out model_repository
+  edgeopt export triton dist/resnet/h100-fp16 --repository model_repository
   edgeopt export mlflow --tracking-uri http://mlflow.lab:5000 --experiment edge-latency
   edgeopt export mlflow --tracking-uri http://mlflow.lab:5000 --db postgresql://rig@db.lab/edgeopt --since 7d
-  edgeopt export triton dist/resnet/h100-fp16 --out repo --name resnet --max-batch 32 --preferred-batch 8,16"""))
+  edgeopt export triton dist/resnet/h100-fp16 --repository repo --name resnet --max-batch 32 --preferred-batch 8,16"""))
 @click.argument("format", type=click.Choice(["triton", "mlflow"]))
 @click.argument("bundle", type=click.Path(), required=False)
-@click.option("--out", "-o", metavar="DIR", help="triton: the model repository folder.")
+@click.option("--repository", metavar="DIR", help="triton: the model repository folder (made when missing).")
+@deprecated("--out", "--repository", "out_old", "-o", metavar="DIR")
 @click.option("--tracking-uri", metavar="URL", envvar="MLFLOW_TRACKING_URI",
               help="mlflow: the tracking server [$MLFLOW_TRACKING_URI].")
 @click.option("--experiment", metavar="NAME", help="mlflow: the experiment [edgeopt-<model>].")
@@ -71,8 +72,9 @@ def run(args) -> int:
     from edgeopt.api import export
 
     quiet = getattr(args, "quiet", False)
-    res = export(args.format, args.bundle, out=args.out, tracking_uri=args.tracking_uri, experiment=args.experiment,
-                 db=args.db, model=args.model, device=args.device_, since=args.since, run=args.run_id, name=args.name,
+    repository = args.repository if args.repository is not None else args.out_old
+    res = export(args.format, args.bundle, repository=repository, tracking_uri=args.tracking_uri,
+                 experiment=args.experiment, db=args.db, model=args.model, device=args.device_, since=args.since, run=args.run_id, name=args.name,
                  max_batch=args.max_batch, queue_delay_us=args.queue_delay_us, preferred_batch=args.preferred_batch,
                  no_dynamic_batching=args.no_dynamic_batching, instances=args.instances, gpus=args.gpus,
                  engine_file=args.engine_file or args.engine_alias, version=args.version, force=args.force,

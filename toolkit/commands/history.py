@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import CONTEXT, examples, ns, targets_option, verbosity
+from ._common import CONTEXT, deprecated, examples, ns, targets_option, verbosity
 
 HELP = """The series of MODEL's benched and gated runs, and where it changed.
 
@@ -30,7 +30,7 @@ EXAMPLES = examples("""\
 examples:
   edgeopt history ch_ppocr_mobile_v2.0_cls                   # p50 per target x device, changes flagged
   edgeopt history MODEL --targets jetson --device orin-1 --metric p99
-  edgeopt history MODEL --format html --out history.html
+  edgeopt history MODEL --format html --output history.html
   edgeopt history MODEL --min-shift 2% --min-size 8 --format csv""")
 
 METRIC_NAMES = "p50, p90, p95, p99, p99_9, mean, min, max, throughput, load, cold_start, memory"
@@ -64,7 +64,8 @@ def _fraction(ctx, param, value):
 @click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
 @click.option("--format", "-f", "format_", type=click.Choice(["table", "csv", "json", "html"]), default="table",
               help="Output format.")
-@click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
+@deprecated("--out", "--output", "out_old", metavar="FILE")
 @click.option("--min-size", type=click.IntRange(min=2), default=5, help="Runs on each side of a change point, at least.")
 @click.option("--min-shift", default="5%", callback=_fraction, metavar="PCT",
               help="Smallest relative change of the median that counts.")
@@ -84,17 +85,18 @@ def run(args) -> int:
     from .report import check_writable
 
     check_metric(args.metric)
-    if args.out:
-        check_writable(args.out, "--out", "the history")
+    out = args.output if args.output is not None else args.out_old
+    if out:
+        check_writable(out, "--output", "the history")
     series = history(args.model, db=args.db, target=args.target, device=args.device, precision=args.precision,
                      metric=args.metric, since=args.since, min_size=args.min_size, min_shift=args.min_shift,
                      alpha=args.alpha, identity=args.identity, label=args.label, rig=args.rig, until=args.until)
     text = render(series, "json" if args.json else args.format_)
-    if args.out:
+    if out:
         from pathlib import Path
 
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"history written to {args.out}", file=sys.stderr)
+        Path(out).write_text(text, encoding="utf-8")
+        print(f"history written to {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if not args.quiet:

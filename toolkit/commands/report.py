@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ._common import CONTEXT, examples, ns, verbosity
+from ._common import CONTEXT, deprecated, examples, ns, verbosity
 
 HELP = """Compare measured runs from the results database.
 
@@ -25,7 +25,7 @@ on") and accepted by the gate's default accuracy rules against FP32 are shipped 
 EXAMPLES = examples("""\
 examples:
   edgeopt report                                     # the latest run of each artifact, as a table
-  edgeopt report --out report.html                   # a page with plots (format from the extension)
+  edgeopt report --output report.html                # a page with plots (format from the extension)
   edgeopt report --targets jetson,cpu --since 7d --format csv
   edgeopt report --run 20261122-154105-ab12 --json""")
 
@@ -34,8 +34,9 @@ examples:
                short_help="Compare measured runs (table, md, html, json, csv).")
 @click.option("--db", envvar="EDGEOPT_DB", default=None, metavar="FILE", help="Results database [./edgeopt-results.db].")
 @click.option("--format", "-f", "format_", type=click.Choice(["table", "md", "html", "json", "csv"]), default=None,
-              help="Output format [table, or from --out's extension].")
-@click.option("--out", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
+              help="Output format [table, or from --output's extension].")
+@click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout (written atomically).")
+@deprecated("--out", "--output", "out_old", metavar="FILE")
 @click.option("--title", default="edgeopt report", help="Title of md/html reports.")
 @click.option("--model", help="Only this model (comma-separated for several).")
 @click.option("--targets", "--target", "target", metavar="LIST",
@@ -159,12 +160,13 @@ def run(args) -> int:
     if args.json and args.format_ not in (None, "json"):
         raise UsageError(f"--json and --format {args.format_} ask for two formats",
                          hint="drop one: --json is --format json")
-    if args.out:
-        check_writable(args.out, "--out")
+    out = args.output if args.output is not None else args.out_old
+    if out:
+        check_writable(out, "--output")
     filters = {"model": args.model, "targets": args.target, "device": args.device, "precision": args.precision,
                "since": args.since, "run_id": args.run_id, "identity": args.identity, "label": args.label,
                "rig": args.rig}
     records = api.query(args.db, **{k: v for k, v in filters.items() if k != "run_id"}, run=args.run_id, all=args.all_)
     shown = {**{k: v for k, v in filters.items() if k != "targets"}, "target": api.resolve_target_filter(args.target)}
-    write_report(records, guess_format(args.format_, args.out, args.json), args.out, args.title, shown)
+    write_report(records, guess_format(args.format_, out, args.json), out, args.title, shown)
     return 0
