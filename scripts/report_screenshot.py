@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgeopt.cli import main as edgeopt
 
     html = Path(args.html or Path(args.out).with_suffix(".html"))
-    rc = edgeopt(["report", "--db", args.db, "--format", "html", "--out", str(html)])
+    rc = edgeopt(["report", "--db", args.db, "--format", "html", "--output", str(html)])
     if rc:
         return rc
     screenshot(html, Path(args.out))
