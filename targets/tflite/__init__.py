@@ -307,6 +307,7 @@ class TfliteTarget(Target):
                 "onnx2tf_alt": opts["onnx2tf_alt"], "onnx2tf_fixes": opts["onnx2tf_fixes"],
                 "onnx2tf_kwargs": {**(ONNX2TF_ALTERNATIVES[opts["onnx2tf_alt"]]([t["name"] for t in job.io["inputs"]])
                                       if opts["onnx2tf_alt"] else {}), **varlen_hints(job)},
+                "shape_form": job.shape_form,  # issue 42: the dynamic form's INT8 calibrates at the own lengths
                 "out": str(bundle / "model.tflite"),
                 "work": str(work), "cache_dir": str(_cache_root()), "log": str(work / "convert.log"),
             }

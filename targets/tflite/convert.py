@@ -117,7 +117,8 @@ def convert(req: dict[str, Any], progress) -> dict[str, Any]:
     t1 = time.perf_counter()
     rep = None
     if precision == "int8" and mode in ("full", "auto"):
-        rep = _representative(req["calib_path"], req["io"]["inputs"], in_pairs, in_perms)
+        rep = _representative(req["calib_path"], req["io"]["inputs"], in_pairs, in_perms, req.get("shape_form"),
+                              notes)
     search = None
     if precision == "int8" and mode == "auto":
         progress("SavedModel -> TFLite (int8 auto: full-integer, then layers kept float, then dynamic-range)")
@@ -364,18 +365,26 @@ def _input_perm(spec: dict[str, Any], cands: list[list[int]], notes: list[str]) 
     return perm
 
 
-def _representative(calib_path: str, specs, in_pairs, in_perms):
-    """Calibration samples in the SavedModel's names and layout, for full-integer quantization."""
+def _representative(calib_path: str, specs, in_pairs, in_perms, shape_form: str | None = None,
+                    notes: list[str] | None = None):
+    """Calibration samples in the SavedModel's names and layout, for full-integer quantization; the dynamic form
+    of a variable axis (issue 42) calibrates over the real length mix, each sample at its own length (TFLite's
+    calibrator resizes the inputs per sample)."""
+    from edgeopt.shapes import own_length_calib
+
     with np.load(calib_path) as calib:
         arrays = [calib[f"in{i}"] for i in range(len(specs))]
     names = {spec["name"]: a["name"] for spec, a, _c in in_pairs}
     count = arrays[0].shape[0]
+    feeds = [{s["name"]: arr[k] for s, arr in zip(specs, arrays)} for k in range(count)]
+    feeds, note = own_length_calib(calib_path, feeds, shape_form)
+    if note and notes is not None:
+        notes.append(note)
 
     def gen():
-        for k in range(count):
+        for f in feeds:
             # Float inputs are fed as float32 (what the SavedModel takes); integer ones keep their type.
-            yield {names[s["name"]]: _as_input(np.transpose(arr[k], in_perms[s["name"]]))
-                   for s, arr in zip(specs, arrays)}
+            yield {names[s["name"]]: _as_input(np.transpose(f[s["name"]], in_perms[s["name"]])) for s in specs}
 
     return gen, count
 
@@ -440,7 +449,7 @@ def _to_tflite_isolated(sm_dir: str, precision: str, mode: str, io_dtype: str, r
         gen, _count = rep
         feeds = list(gen())
         req["names"] = list(feeds[0]) if feeds else []
-        np.savez(step / "rep.npz", **{f"x{i}": np.stack([f[n] for f in feeds]) for i, n in enumerate(req["names"])})
+        np.savez(step / "rep.npz", **{f"x{i}": _stacked([f[n] for f in feeds]) for i, n in enumerate(req["names"])})
         req["rep"] = str(step / "rep.npz")
     (step / "req.json").write_text(json.dumps(req))
     try:
@@ -467,6 +476,16 @@ def _to_tflite_isolated(sm_dir: str, precision: str, mode: str, io_dtype: str, r
         shutil.rmtree(step, ignore_errors=True)
 
 
+def _stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """Samples stacked on a new axis 0, or an object array of them when their shapes differ (own lengths)."""
+    if len({a.shape for a in arrays}) <= 1:
+        return np.stack(arrays)
+    out = np.empty(len(arrays), dtype=object)
+    for i, a in enumerate(arrays):
+        out[i] = a
+    return out
+
+
 def _step_main(req_path: str) -> int:
     """Child side of ``_to_tflite_isolated``: one conversion, the file and a small JSON reply."""
     req = json.loads(Path(req_path).read_text())
@@ -477,7 +496,7 @@ def _step_main(req_path: str) -> int:
 
     rep = None
     if req.get("rep"):
-        with np.load(req["rep"]) as z:
+        with np.load(req["rep"], allow_pickle=True) as z:  # object arrays: samples of their own lengths
             arrays = {n: z[f"x{i}"] for i, n in enumerate(req["names"])}
         count = next(iter(arrays.values())).shape[0] if arrays else 0
 

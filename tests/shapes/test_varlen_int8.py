@@ -1,6 +1,7 @@
 """INT8 calibration over the real length mix (issue 42): the dynamic form's calibration samples are fed at their
-own lengths (no pads) on cpu (ONNX Runtime's QDQ quantizer) and intel-cpu (NNCF), and the result is checked at
-every validation sample's own length. Slow: two INT8 searches."""
+own lengths (no pads) on cpu (ONNX Runtime's QDQ quantizer), intel-cpu (NNCF) and mobile (TFLite's calibrator,
+which resizes the inputs per sample), and the result is checked at every validation sample's own length. Slow:
+three INT8 searches."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_own_length_calib_cuts_each_sample_back(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["cpu", "intel-cpu"])
+@pytest.mark.parametrize("target", ["cpu", "intel-cpu", "mobile"])
 def test_int8_calibrated_at_own_lengths_matches_fp32_at_each_length(tmp_path, target):
     mel = data.melspec(tmp_path / "mel.npz", count=24)
     rep = edgeopt.build(fixture("oww-melspec"), target, precision="int8", shape="input:1x4000..32000",
