@@ -212,3 +212,32 @@ def test_points_behind_a_presence_logit_are_judged_where_it_keeps_them():
     out[0, 0, 0, 0, :30] += 9.0  # a face's points 9 px off: refused
     bad = compare_outputs({"mesh": out, "presence": logit}, {"mesh": mesh, "presence": logit}, "int8", kinds=kinds)
     assert "px_worst" in bad["outputs"]["mesh"]["failed"]
+
+
+def test_a_model_candidate_is_judged_by_the_baselines_own_kinds(tmp_path):
+    """gate's model CANDIDATE is built like the baseline bundle, with the kinds its user gave (--output-kind /
+    --decision, ``source: option``) -- recorded in the candidate's manifest, which the gate's decisions follow."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgeopt import api
+    from edgeopt.hil.gate import build_candidate
+
+    g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["score"]), helper.make_node("Relu", ["x"], ["pts"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+                          [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 6]),
+                           helper.make_tensor_value_info("pts", TensorProto.FLOAT, [1, 6])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    rep = api.build(model, "cpu", precision="fp32", dist=tmp_path / "base", output_kind=["pts=regression:px=1"],
+                    decision={"score": [0.2, 0.8]})
+    base = rep.results[0].bundle
+    kinds = json.loads((tmp_path / base / "manifest.json").read_text())["output_kinds"]
+    assert kinds["score"]["kind"] == "probability" and kinds["score"]["thresholds"] == [0.2, 0.8]
+    assert kinds["pts"] == {"kind": "regression", "px": 1.0, "source": "option"}
+    cand = build_candidate(model, base, None, None, tmp_path / "cand", lambda s: None)
+    got = json.loads((cand / "manifest.json").read_text())["output_kinds"]
+    assert got["score"]["thresholds"] == [0.2, 0.8] and got["score"]["source"] == "option"
+    assert got["pts"]["px"] == 1.0
