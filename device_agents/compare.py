@@ -230,7 +230,7 @@ ANCHOR_OPTIONS = {
     "score": "logit (sigmoid applied) or prob [logit when any FP32 score is outside 0..1]",
     "threshold": f"score threshold [{0.5}]",
     "nms": f"NMS IoU [{0.3}]",
-    "px": "bound on a box coordinate's error in pixels (as regression:px)",
+    "px": "bound on the matched detections' corners and keypoints, in pixels (judged as regression:px's)",
 }
 ANCHOR_SCORE_THR = 0.5  # MediaPipe face detection's min_score_thresh
 ANCHOR_NMS_IOU = 0.3  # its min_suppression_threshold
@@ -278,8 +278,10 @@ def _kind_options(kind: str, text: str) -> dict[str, Any]:
             else:
                 out[k] = v
         except ValueError:
-            raise ValueError(f"bad value in {part!r} for output kind {kind}"
-                             + (f" ({k}: {ANCHOR_OPTIONS[k]})" if k in ANCHOR_OPTIONS else "")) from None
+            what = ("a bound above 0 in the output's own units (pixels)" if k == "px" else
+                    ANCHOR_OPTIONS.get(k, "") if kind == "detection" else "")
+            raise ValueError(f"bad value in {part!r} for output kind {kind}" + (f" ({k}: {what})" if what else "")
+                             ) from None
     return out
 
 
