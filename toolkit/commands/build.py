@@ -47,7 +47,7 @@ prepared).""")
 @click.option("--buckets", "buckets", default=None, metavar="auto[@CAP]",
               help="Variable axes given as a range in --shape (x:1x8..128) are built in buckets picked from the "
                    "--calib samples' own lengths: the fewest quantile edges whose padding waste over the mix is at "
-                   "most CAP (default 25%%, e.g. auto@10%%); the same as x:1x8..128|auto in --shape.")
+                   "most CAP (default 25%, e.g. auto@10%); the same as x:1x8..128|auto in --shape.")
 @json_option
 @verbosity
 def command(**kw) -> int:
