@@ -70,6 +70,12 @@ def test_a_frozen_upload_is_given_up_at_its_deadline(ssh_env, big_bundle, tmp_pa
                                                            for n in leftovers), leftovers
 
 
+def _ctrl_c_reaches_it() -> None:
+    """The child's SIGINT as a terminal gives it: a suite started in the background (``nohup … &``: SIGINT
+    ignored, inherited) would start the CLI with Ctrl-C ignored, and Python then raises no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ssh_env, big_bundle, tmp_path):
     """Ctrl-C while one device's upload is frozen: the push stops at once (every connection is closed, no
     upload waits for its stall deadline, here 300 s) and the device that had finished is reported."""
@@ -85,7 +91,7 @@ def test_ctrl_c_during_a_frozen_upload_stops_at_once_and_prints_what_finished(ss
     watcher.start()
     p = subprocess.Popen([sys.executable, "-m", "edgeopt", "push", "--dist", str(big_bundle.parent.parent),
                           "--devices", str(tmp_path / "inv.yaml")], cwd=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches_it)
     try:
         watcher.join(130)
         assert stopped, "the upload finished before the freeze: the test did not test anything"
@@ -125,7 +131,7 @@ def test_ctrl_c_during_bench_stops_at_once_and_names_the_device_that_finished(ss
     p = subprocess.Popen([sys.executable, "-m", "edgeopt", "bench", "--dist", str(big_bundle.parent.parent),
                           "--devices", str(tmp_path / "inv.yaml"), "--duration", "0.2", "--min-iters", "5",
                           "--db", str(tmp_path / "r.db")], cwd=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_reaches_it)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(p.stderr), daemon=True)
     reader.start()
