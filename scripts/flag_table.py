@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 import edgeopt
-from edgeopt.cli import COMMANDS, _load
+from edgeopt.cli import walk_commands
 
 # as in tests/cli/test_api_walk.py
 FUNCTION = {"targets": "list_targets", "rollout start": "rollout", "devices gc": "gc", "debug": "debug_layers",
@@ -32,14 +32,6 @@ def _api_keyword(path: str, kw: str) -> str:
     return f"`{name}`"
 
 
-def _walk(cmd: click.Command, path: list[str]):
-    if isinstance(cmd, click.Group):
-        if cmd.invoke_without_command:
-            yield path, cmd
-        for name, sub in cmd.commands.items():
-            yield from _walk(sub, [*path, name])
-    else:
-        yield path, cmd
 
 
 def _first(text: str | None, limit: int = 110) -> str:
@@ -53,26 +45,22 @@ def _first(text: str | None, limit: int = 110) -> str:
 
 def rows() -> list[str]:
     out = ["| command | flag | API keyword | what |", "|---|---|---|---|"]
-    for name in COMMANDS:
-        cmd = _load(name)
-        if cmd is None:
-            continue
-        for path, c in _walk(cmd, [name]):
-            shown = [p for p in c.params if not getattr(p, "hidden", False)]
-            old = [o for p in c.params if getattr(p, "hidden", False) for o in p.opts]
-            for p in shown:
-                if isinstance(p, click.Argument):
-                    flag, kw = p.name.upper(), p.name
-                else:
-                    longs = [o for o in p.opts if o.startswith("--")]
-                    flag = ", ".join(p.opts + list(p.secondary_opts))
-                    kw = longs[0][2:].replace("-", "_") if longs else p.name
-                    if kw in ("json", "verbose", "quiet"):
-                        continue  # on every command: said once above the table
-                out.append(f"| {' '.join(path)} | `{flag}` | {_api_keyword(' '.join(path), kw)} | "
-                           f"{_first(getattr(p, 'help', None))} |")
-            if old:
-                out.append(f"| {' '.join(path)} | old: {', '.join(f'`{o}`' for o in old)} | | still taken (hidden) |")
+    for path, c in walk_commands():
+        shown = [p for p in c.params if not getattr(p, "hidden", False)]
+        old = [o for p in c.params if getattr(p, "hidden", False) for o in p.opts]
+        for p in shown:
+            if isinstance(p, click.Argument):
+                flag, kw = p.name.upper(), p.name
+            else:
+                longs = [o for o in p.opts if o.startswith("--")]
+                flag = ", ".join(p.opts + list(p.secondary_opts))
+                kw = longs[0][2:].replace("-", "_") if longs else p.name
+                if kw in ("json", "verbose", "quiet"):
+                    continue  # on every command: said once above the table
+            out.append(f"| {' '.join(path)} | `{flag}` | {_api_keyword(' '.join(path), kw)} | "
+                       f"{_first(getattr(p, 'help', None))} |")
+        if old:
+            out.append(f"| {' '.join(path)} | old: {', '.join(f'`{o}`' for o in old)} | | still taken (hidden) |")
     return out
 
 

@@ -11,6 +11,7 @@ import difflib
 import importlib
 import logging
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -56,6 +57,24 @@ def _load(name: str) -> click.Command | None:
             return None  # not present in this build
         raise
     return getattr(mod, "command", None)
+
+
+def walk_commands() -> Iterator[tuple[list[str], click.Command]]:
+    """Every command and subcommand the CLI has, as (``["rollout", "status"]``, command): each loaded; a group
+    that runs on its own (``edgeopt devices --devices FILE``) is listed too.  The flag table, the API walk
+    test and the one-name-per-concept test read the CLI through it."""
+    def walk(cmd: click.Command, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:
+        if isinstance(cmd, click.Group):
+            if cmd.invoke_without_command:
+                yield path, cmd
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, cmd
+
+    for name in COMMANDS:
+        if (cmd := _load(name)) is not None:
+            yield from walk(cmd, [name])
 
 
 class LazyGroup(click.Group):

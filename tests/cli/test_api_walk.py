@@ -15,7 +15,7 @@ import click
 import pytest
 
 import edgeopt
-from edgeopt.cli import COMMANDS, _load
+from edgeopt.cli import walk_commands
 
 # A command path whose function has another name than its words joined by "_".
 FUNCTION = {
@@ -44,14 +44,6 @@ CLI_ONLY: dict[str, str | set[str]] = {
 }
 
 
-def _walk(cmd: click.Command, path: list[str]):
-    if isinstance(cmd, click.Group):
-        if cmd.invoke_without_command:  # `edgeopt devices --devices FILE` runs on its own
-            yield path, cmd
-        for name, sub in cmd.commands.items():
-            yield from _walk(sub, [*path, name])
-    else:
-        yield path, cmd
 
 
 def _flags(cmd: click.Command) -> list[str]:
@@ -74,8 +66,7 @@ def _keywords(fn) -> set[str] | None:
     return {n for n, p in inspect.signature(fn).parameters.items() if p.kind != p.VAR_POSITIONAL}
 
 
-COMMAND_PATHS = [(" ".join(path), cmd) for name in COMMANDS if (c := _load(name)) is not None
-                 for path, cmd in _walk(c, [name])]
+COMMAND_PATHS = [(" ".join(path), cmd) for path, cmd in walk_commands()]
 
 
 @pytest.mark.parametrize("path, cmd", COMMAND_PATHS, ids=[p for p, _ in COMMAND_PATHS])

@@ -12,7 +12,7 @@ import click
 import pytest
 
 import edgeopt
-from edgeopt.cli import COMMANDS, _load, main
+from edgeopt.cli import main, walk_commands
 from edgeopt.results import ResultsDB
 from tests.results.conftest import record
 
@@ -79,33 +79,22 @@ def test_the_api_keywords_follow_the_flags_and_out_still_works_with_a_warning(db
         edgeopt.export("triton", tmp_path, out=tmp_path / "repo")
 
 
-def _walk(cmd: click.Command, path: list[str]):
-    if isinstance(cmd, click.Group):
-        if cmd.invoke_without_command:
-            yield path, cmd
-        for name, sub in cmd.commands.items():
-            yield from _walk(sub, [*path, name])
-    else:
-        yield path, cmd
 
 
 def test_out_is_a_bundle_folder_and_nothing_else():
     """Every visible ``--out`` is the bundle folder (DIR) of a bundle command; a hidden one is an old spelling
     whose help is the note; no file or repository flag is called ``--out``."""
     seen = set()
-    for name in COMMANDS:
-        if (c := _load(name)) is None:
-            continue
-        for path, cmd in _walk(c, [name]):
-            for p in cmd.params:
-                if not isinstance(p, click.Option) or "--out" not in p.opts:
-                    continue
-                where = " ".join(path)
-                if p.hidden:
-                    assert where in {"report", "history", "baseline export", "export"}, where
-                    continue
-                seen.add(where)
-                assert p.metavar == "DIR" and "--dist" in p.opts, (where, p.opts, p.metavar)
+    for path, cmd in walk_commands():
+        for p in cmd.params:
+            if not isinstance(p, click.Option) or "--out" not in p.opts:
+                continue
+            where = " ".join(path)
+            if p.hidden:
+                assert where in {"report", "history", "baseline export", "export"}, where
+                continue
+            seen.add(where)
+            assert p.metavar == "DIR" and "--dist" in p.opts, (where, p.opts, p.metavar)
     assert seen == BUNDLE_COMMANDS
     for argv, flag in ((["report"], "--output"), (["history"], "--output"), (["baseline", "export"], "--output"),
                        (["export"], "--repository")):
