@@ -972,7 +972,9 @@ else:
     m.load_state_dict(sd)
     args, names, outs = (torch.ones(1, 128, dtype=torch.int64),), ["char_ids"], ["boundary"]
 m.eval()
-torch.onnx.export(m, args, dst, input_names=names, output_names=outs, opset_version=17, dynamo=False)
+dyn = {n: {1: "seq"} for n in names} if sys.argv[5:] == ["dynamic"] else None  # bench_varlen: a free length
+torch.onnx.export(m, args, dst, input_names=names, output_names=outs, opset_version=17, dynamo=False,
+                  dynamic_axes=dyn)
 """
 
 
