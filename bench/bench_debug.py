@@ -226,7 +226,7 @@ def obs_row(name: str, spec: dict, target: str, precision: str, original: Path, 
     edgeopt = str(Path(PY).parent / "edgeopt")
     dist = WORK / "obs-dist"
     log = WORK / f"obs-{name}-{target}-{precision}.log"
-    r = child([edgeopt, "build", str(changed), "-t", target, "-p", precision, "--shape", *spec["shape"].split(","),
+    r = child([edgeopt, "build", str(changed), "-t", target, "-p", precision, *[a for one in spec["shape"].split(",") for a in ("--shape", one)],
                "--calib", str(data), "--calib-count", "16", "--val-count", "16", "--dist", str(dist),
                "--allow-mismatch", "--json", "-q", "--build-timeout", "2400",
                *(["--option", f"int8_mode={int8_mode}"] if int8_mode and target == "mobile" and precision == "int8"
