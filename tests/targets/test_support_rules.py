@@ -126,6 +126,28 @@ def test_a_batch_first_lstm_is_refused_everywhere_each_with_its_reason(tmp_path)
     assert _refused("onnxruntime", seq_first) == []
 
 
+def test_mobile_doubts_a_sequence_first_lstm_with_a_batch_above_one(tmp_path):
+    """onnx2tf 1.29 failed on both batch-3 LSTM node tests; a batch-1 LSTM converts: "probably not" only above 1."""
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    tfl = get_backend("tflite")
+    batch2 = inspect(_lstm(tmp_path / "b2.onnx", 0))
+    doubt = tfl.probable_refusals(batch2, {})
+    assert [d["node"] for d in doubt] == ["rnn"] and "batch 2" in doubt[0]["why"], doubt
+    assert "rnn" not in {n for _, n in tfl.unsupported_nodes(batch2, {})}  # a doubt, not a refusal
+
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1, 20, 4)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((1, 20, 5)).astype(np.float32), "R")
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=5, name="rnn")
+    one = _one_node(tmp_path / "b1.onnx", node, [("x", [3, 1, 4])], [("y", TensorProto.FLOAT, [3, 1, 1, 5])],
+                    opset=14, inits=[w, r])
+    assert tfl.probable_refusals(inspect(one), {}) == []
+
+
 def test_probably_not_is_a_third_state_with_its_reason(tmp_path):
     from edgeopt.model import inspect
     from edgeopt.targets.registry import get_backend
