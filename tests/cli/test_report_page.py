@@ -86,6 +86,16 @@ def test_the_median_interval_of_the_plots_holds_the_median():
         assert render(recs, "html").count("data:image/png;base64,") == 3
 
 
+def test_a_pooled_median_outside_the_block_interval_still_plots():
+    """The pooled p50 is not the bootstrap's centre: a run of tiny latencies put the agent's p50 one microsecond
+    above the block interval, and the page failed ('xerr must not contain negative values')."""
+    recs = [_rec("cpu", "fp32", 4.0, seed=1), _rec("cpu", "int8", 2.0, seed=2)]
+    lo, hi = median_ci(recs[1]["bench"]["samples_ms"])
+    recs[1]["bench"]["latency_ms"]["p50"] = hi + 0.01
+    if html_dependency_note() is None:
+        assert render(recs, "html").count("data:image/png;base64,") == 3
+
+
 _PROBE = """<script>
 addEventListener('load', () => {
   const r = e => e.getBoundingClientRect();
