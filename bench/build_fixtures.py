@@ -1,6 +1,11 @@
 """Build every fixture model for every target that can take it, and read page.png with INT8 OCR pairs.
 
     .venv/bin/python bench/build_fixtures.py [--models ocr-cls,...] [--targets cpu,intel-cpu,...] [--out DIR]
+    .venv/bin/python bench/build_fixtures.py --splits head-tail,shuffle --targets cpu,intel-cpu,mobile,jetson-orin
+
+With ``--splits A,B`` the suite is built once per split (``edgeopt build --split``) and the section
+``fixture-split`` shows, per model × target × precision, both decisions and whether it changed, with the
+OCR task check of every INT8/FP pair under each split (a shipped INT8 must still read the page).
 
 Real data only: image models are calibrated on real images (page.png at other scales and places
 plus skimage's photos for the detector; text-line crops that the FP32 detector finds in skimage's page.png and photos for the classifier
@@ -132,6 +137,47 @@ def ocr_checks(rows: list[dict]) -> list[dict]:
     return out
 
 
+def compare_splits(args: argparse.Namespace, data: dict, work: Path, t0: float) -> int:
+    """Build the suite once per split; write the decisions side by side (section ``fixture-split``)."""
+    splits = args.splits.split(",")
+    runs, ocr = {}, {}
+    for split in splits:
+        rows = []
+        for model in args.models.split(","):
+            flags, calib = data[model]
+            print(f"{model} ({split}):", flush=True)
+            rows += build(model, flags + ["--split", split], calib, args.targets.split(","),
+                          work / split.replace(":", "-") / "dist")
+        runs[split] = {(r["model"], r["target"], r["precision"]): r for r in rows}
+        ocr[split] = {o["pair"]: o for o in ocr_checks(rows)}
+    keys = sorted({k for run in runs.values() for k in run}, key=lambda k: (k[0], list(TARGETS).index(k[1]), k[2]))
+    table, changed = [], 0
+    for k in keys:
+        got = [runs[s].get(k) or {"status": "—", "check": ""} for s in splits]
+        differ = len({g["status"] for g in got}) > 1
+        changed += differ
+        row = {"model": k[0], "target": k[1], "precision": k[2], "changed": "**yes**" if differ else "no"}
+        for s, g in zip(splits, got):
+            row[s] = f"{g['status']}: {g['check'][:110]}"
+        table.append(row)
+    pairs = sorted({p for o in ocr.values() for p in o})
+    task = [{"pair": p, **{s: (f"{ocr[s][p]['gate']} ({ocr[s][p]['words']} words, {ocr[s][p]['similar']})"
+                               if p in ocr[s] else "not built") for s in splits}} for p in pairs]
+    body = (f"## The fixture suite under two calibration/validation splits (`bench/build_fixtures.py --splits "
+            f"{args.splits}`)\n\n"
+            f"Built {stamp()} on {machine()} in {time.perf_counter() - t0:.0f} s ({load()} at the end); targets "
+            f"{args.targets}, the fixtures' own data and flags (as in the section above), each build once per "
+            f"`--split`. **{changed} of {len(keys)} decisions changed.** A row's status is the build's word "
+            "(built / check-failed / unsupported); the task check below reads skimage's page.png with each "
+            "det + rec pair that built, the truth for the OCR INT8s.\n\n"
+            + md_table(table, [("model", "model"), ("target", "target"), ("precision", "precision"),
+                               *((s, f"--split {s}") for s in splits), ("changed", "changed")])
+            + "\n\n### Task check per split: PP-OCR det + rec reading page.png\n\n"
+            + md_table(task, [("pair", "det + rec bundles"), *((s, f"--split {s}") for s in splits)]))
+    write_section("fixture-split", body)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="ocr-cls,ocr-rec,ocr-det,silero-vad,silero-vad-op15,oww-melspec,oww-embedding")
@@ -142,12 +188,17 @@ def main() -> int:
     ap.add_argument("--section", default="fixture-builds",
                     help="the docs/BENCHMARKS.md section to write (another name keeps the full matrix)")
     ap.add_argument("--title", default="Fixture models × targets (build + host check)")
+    ap.add_argument("--splits", default=None, metavar="A,B",
+                    help="build the suite once per --split (e.g. head-tail,shuffle) and write the decisions side "
+                         "by side (section fixture-split)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fixtures-"))
     out = Path(args.out) if args.out else work / "dist"
     os.environ.setdefault("EDGEOPT_CACHE_DIR", str(work / "cache"))
     t0 = time.perf_counter()
     data = prepare_data(work)
+    if args.splits:
+        return compare_splits(args, data, work, t0)
     rows = []
     for model in args.models.split(","):
         flags, calib = data[model]
