@@ -218,6 +218,54 @@ def parse_kind(spec: str | dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+# How a check judges each kind, in a few words (``inspect``; docs/TOLERANCES.md has the bounds).
+KIND_MEANING = {
+    "classification": "top-1 class against FP32", "probability": "class probabilities: |dp| and threshold crossings",
+    "ctc_time_major": "CTC decodings (time-major)", "ctc_batch_major": "CTC decodings",
+    "sequence": "decoded sequences", "per_position": "the class at every position",
+    "decision": "a decision at its threshold: flips", "embedding": "vector cosine per sample",
+    "detection": "boxes after decoding and NMS, matched to FP32's", "label": "integer labels equal",
+    "dense": "the whole map (cosine, rel_l2)", "regression": "values in their own units",
+}
+
+
+def kind_text(kind: dict[str, Any] | None) -> str:
+    """A kind dict as ``--output-kind`` spells it (``regression:px=2``, ``decision@0``,
+    ``detection@anchors:boxes=regressors:anchors=8x2+16x6``): ``parse_kind``'s inverse."""
+    if not kind or not kind.get("kind"):
+        return "?"
+    k = kind["kind"]
+    head, opts = k, []
+    if k == "detection":
+        fmt = kind.get("format", "yolox")
+        head += "@" + ("x".join(str(v) for v in kind.get("input_hw") or []) if fmt == "yolox" else fmt)
+        if fmt == "anchors":
+            opts += [f"boxes={kind['boxes']}"] if kind.get("boxes") else []
+            opts += ["anchors=" + "+".join(f"{a}x{b}" for a, b in kind["anchors"])] if kind.get("anchors") else []
+    elif k == "classification" and kind.get("axis") is not None:
+        head += f"@{kind['axis']}"
+    elif k in ("decision", "probability") and kind.get("threshold") is not None:
+        head += "@" + "/".join(f"{t:g}" for t in kind.get("thresholds") or [kind["threshold"]])
+    elif k == "regression" and kind.get("scale"):
+        head += f"@{kind['scale']:g}"
+    elif k == "dense" and kind.get("range") == "probability":
+        head += "@probability"
+    if kind.get("px"):
+        opts.append(f"px={kind['px']:g}")
+    if kind.get("when"):
+        opts.append(f"when={kind['when']}")
+    return ":".join([head, *opts])
+
+
+def kind_meaning(kind: dict[str, Any] | None) -> str:
+    """What a check judges on an output of this kind, in a few words (``KIND_MEANING``)."""
+    kind = kind or {}
+    if kind.get("anchors_of"):
+        return f"the box regressors of {kind['anchors_of']}'s detections"
+    what = KIND_MEANING.get(kind.get("kind"), "")
+    return what + (f", where {kind['when']} is positive" if kind.get("when") else "")
+
+
 # ``detection@anchors``: an anchor head's two outputs -- scores ``[1, A, C]`` (C >= 1: logits or probabilities)
 # and box regressors ``[1, A, 4 + K]`` -- decoded as the head's post-processing does (score threshold, box
 # decoding against the anchors, NMS) and judged on the detections, not on every anchor (most are background).

@@ -217,31 +217,78 @@ def envelope(kind: str, body: Any) -> dict[str, Any]:
 # --- model -----------------------------------------------------------------------------------------
 
 
+def kind_option(model: str | os.PathLike, output_kind: Any = None, decision: Any = None,
+                current: Any = None) -> dict[str, Any] | None:
+    """``--output-kind``/``--decision`` (``output_kind=``/``decision=``) over ``--option output_kind=...``
+    (``current``) -> the ``output_kind`` option of a build (None when neither flag was given); a name that is
+    not an output of ``model``: UsageError naming the outputs, before anything is prepared."""
+    if output_kind is None and decision is None:
+        return None
+    from edgeopt.targets.base import check_kind_names, parse_kind_flags, parse_output_kind_option
+
+    flags = parse_kind_flags(output_kind, decision)
+    if Path(model).is_file():
+        check_kind_names(flags, model)
+    return {**parse_output_kind_option(current), **flags} if flags else None
+
+
 @_api()
 def inspect(model: str | os.PathLike, config: str | None = None,
-            shape: dict[str, list[int]] | list[str] | str | None = None) -> InspectResult:
+            shape: dict[str, list[int]] | list[str] | str | None = None, kinds: bool = True,
+            calib: str | os.PathLike | None = None, preprocess: str | None = None, split: str | None = None,
+            output_kind: str | list[str] | dict[str, Any] | None = None,
+            decision: str | list[str] | dict[str, Any] | None = None) -> InspectResult:
     """What is in the model and which targets can take it (``edgeopt inspect``); ``shape`` as ``--shape`` ->
     ``edgeopt.api_types.InspectResult`` (inputs, outputs, op histogram, parameters, ``flops``, ``support`` per
     target; ``to_dict()`` is ``edgeopt inspect --json``, and ``info["support"]`` still reads it as that dict).
 
-        info = edgeopt.inspect("model.onnx", shape="x:1x3x224x224")
-        print(info.supported_targets, info.flops, [(t.name, t.shape) for t in info.inputs])"""
+    ``kinds``: also run the model as a build would (``calib``/``preprocess``/``split`` as ``--calib``,
+    ``--preprocess``, ``--split``; random data without ``calib``) and give ``output_kinds``, what each output
+    means and so how every check judges it (``output_kind``/``decision`` override, as in ``build``);
+    ``output_kinds_note``: the data they were inferred on, or why there are none (a dynamic axis with no
+    ``shape``).
+
+        info = edgeopt.inspect("model.onnx", shape="x:1x3x224x224", calib="images/")
+        print(info.supported_targets, info.flops, info.output_kinds, [(t.name, t.shape) for t in info.inputs])"""
     from edgeopt.api_types import inspect_result
     from edgeopt.model import inspect as _inspect
 
     info = _inspect(model)
     static = None
-    if shape:
+    given = parse_shapes(shape) if shape else None
+    if given:
         from edgeopt.model import static_input_shapes
 
-        static = static_input_shapes(info, parse_shapes(shape))
+        static = static_input_shapes(info, given)
     out = {**info.as_dict(), "support": support_matrix(info, config)}
     if static is not None:
         from edgeopt.model import flops_for
 
         out["shapes"] = static
         out["flops"] = flops_for(model, static)
+    if kinds:
+        out.update(inspect_kinds(model, given, calib, preprocess, split, output_kind, decision))
     return inspect_result(out)
+
+
+def inspect_kinds(model: str | os.PathLike, shapes: dict[str, Any] | None = None, calib: Any = None,
+                  preprocess: str | None = None, split: str | None = None, output_kind: Any = None,
+                  decision: Any = None) -> dict[str, Any]:
+    """``{"output_kinds": {output: kind} | None, "output_kinds_note": the data, or why none}``: the kinds a
+    build of ``model`` with these flags would judge by (``pipeline.infer_output_kinds``), for ``inspect``."""
+    from edgeopt.pipeline import infer_output_kinds
+
+    options: dict[str, Any] = {}
+    if split is not None:
+        from edgeopt.calib import parse_split
+
+        parse_split(split)
+        options["split"] = split
+    flags = kind_option(model, output_kind, decision)
+    if flags:
+        options["output_kind"] = flags
+    got = infer_output_kinds(model, shapes, str(calib) if calib is not None else None, preprocess, options)
+    return {"output_kinds": got["kinds"], "output_kinds_note": got.get("why") or got.get("data") or ""}
 
 
 def support_matrix(info: Any, config: str | None = None) -> list[dict[str, Any]]:
@@ -407,14 +454,9 @@ def build(model: str | os.PathLike, targets: str | list[str], precision: str | l
 
         parse_split(split)  # a bad value: one line, before anything is prepared
         options["split"] = split
-    if output_kind is not None or decision is not None:  # --output-kind / --decision: into output_kind's option
-        from edgeopt.targets.base import check_kind_names, parse_kind_flags, parse_output_kind_option
-
-        flags = parse_kind_flags(output_kind, decision)
-        if Path(model).is_file():
-            check_kind_names(flags, model)
-        if flags:
-            options["output_kind"] = {**parse_output_kind_option(options.get("output_kind")), **flags}
+    given = kind_option(model, output_kind, decision, options.get("output_kind"))
+    if given:
+        options["output_kind"] = given
     from edgeopt import cluster
 
     if cluster.ACTIVE is None and cluster.resolve(scheduler) is not None:  # each job a Dask task on a worker

@@ -291,6 +291,28 @@ class TensorSpec(_AsDict):
 
 
 @dataclass(frozen=True)
+class OutputKind(_AsDict):
+    """What one output means and so how every check judges it: ``kind`` (``edgeopt_agent.compare.OUTPUT_KINDS``),
+    ``spec`` as ``--output-kind`` spells it (``regression:px=2``, ``decision@0``), ``source`` (``inferred``,
+    ``option``: the user's flag, ``batch 1``), ``guess`` (what an inference leaned on: ``logit``,
+    ``coordinates``, ``mediapipe grid``); ``kind_["threshold"]`` reads the kind's own dict."""
+
+    output: str
+    kind: str
+    spec: str
+    source: str = "inferred"
+    guess: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def output_kind(name: str, k: dict[str, Any]) -> OutputKind:
+    from edgeopt_agent.compare import kind_text
+
+    return OutputKind(output=name, kind=str(k.get("kind")), spec=kind_text(k),
+                      source=str(k.get("source") or "inferred"), guess=_s(k.get("guess")), raw=k)
+
+
+@dataclass(frozen=True)
 class TargetSupport(_AsDict):
     """Can ``target`` take the model: ``supported``; the nodes it cannot (``unsupported``: ``(op, node)``) and
     ``why``; ``probably``: nodes only a conversion can tell about; ``format``: an opset/IR refusal's message;
@@ -332,6 +354,9 @@ class InspectResult(_AsDict):
     quantized: dict[str, int] = field(default_factory=dict)
     functions: tuple[str, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
+    # what each output means, as a build judges it; None: not inferred (``output_kinds_note`` says why)
+    output_kinds: dict[str, OutputKind] | None = None
+    output_kinds_note: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -367,7 +392,10 @@ def inspect_result(d: dict[str, Any]) -> InspectResult:
                          external_data=tuple(str(x) for x in d.get("external_data") or []),
                          quantized={str(k): _i(v) for k, v in (d.get("quantized") or {}).items()},
                          functions=tuple(str(x) for x in d.get("functions") or []),
-                         metadata={str(k): str(v) for k, v in (d.get("metadata") or {}).items()}, raw=d)
+                         metadata={str(k): str(v) for k, v in (d.get("metadata") or {}).items()},
+                         output_kinds={str(n): output_kind(str(n), k) for n, k in d["output_kinds"].items()}
+                         if isinstance(d.get("output_kinds"), dict) else None, output_kinds_note=str(d.get("output_kinds_note") or ""),
+                         raw=d)
 
 
 # --- export, results, cluster, worker ------------------------------------------------------------------------

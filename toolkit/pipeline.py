@@ -370,6 +370,51 @@ def build(
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
 
 
+def infer_output_kinds(model: str | os.PathLike, shapes: dict[str, list[int]] | None = None, calib: str | None = None,
+                       preprocess: str | None = None, options: dict[str, Any] | None = None,
+                       n_val: int = 16) -> dict[str, Any]:
+    """What each output means, as a build of ``model`` would judge it (``inspect``): the model prepared as a
+    build prepares it (static shapes, the ``calib`` data split as ``--split`` says, FP32 reference outputs on
+    the validation samples) and ``targets.base.output_kinds`` -- the one function every build records in its
+    manifest -- run on it; ``options["output_kind"]`` (``--output-kind``/``--decision``) overrides as in a
+    build.  -> ``{"kinds": {output: kind}, "data": describe(source)}``; ``{"kinds": None, "why": ...}`` when
+    no reference can be made here (a dynamic axis with no --shape, a model ONNX Runtime cannot run)."""
+    from edgeopt import calib as calibmod
+    from edgeopt import model as modelmod
+    from edgeopt.errors import ModelError, UsageError
+    from edgeopt.targets.base import BuildJob, output_kinds
+
+    calibmod.check_source(calib, (1, n_val))  # a typo in --calib: the build's own one line
+    info = modelmod.inspect(model)
+    try:
+        static = modelmod.static_input_shapes(info, shapes or {})
+    except UsageError as exc:
+        if shapes:
+            raise  # a --shape naming no input: the build's own one line
+        return {"kinds": None, "why": f"{str(exc).splitlines()[0]}: give --shape to see the output kinds"}
+    static = {n: list(v) for n, v in static.items()}  # a range or buckets: judged at the top, as padded
+    non_tensor = non_tensor_outputs(model)
+    io = {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
+                      "layout": _layout(static[t.name])} for t in info.inputs],
+          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
+                      if t.name not in non_tensor]}
+    options = dict(options or {})
+    with tempfile.TemporaryDirectory(prefix="edgeopt-kinds-") as tmp:
+        work = Path(tmp)
+        try:
+            source = _prepare(work, model, info, static, io, calib, calibmod.Preprocess.parse(preprocess), 1, n_val,
+                              options, lambda s: None)
+        except ModelError as exc:  # no FP32 reference here: nothing to infer a kind from
+            return {"kinds": None, "why": str(exc).splitlines()[0]}
+        job = BuildJob(model_name=info.name, model_path=str(Path(model).resolve()), model_sha256=info.sha256,
+                       prepared_path=str(work / "prepared.onnx"), target={}, precision="fp32", bundle_dir=str(work),
+                       io=io, calib_path=str(work / "calib.npz"), validation_path=str(work / "validation.npz"),
+                       reference_path=str(work / "reference.npz"), data_source=source, options=options)
+        kinds = output_kinds(job)
+    return {"kinds": kinds, "data": calibmod.describe(source), "samples": n_val,
+            **({"warning": source["warning"]} if source.get("warning") else {})}
+
+
 def non_tensor_outputs(model: str | os.PathLike) -> dict[str, str]:
     """Graph outputs that are not tensors, name -> what they are ("a sequence of maps (int64 -> float)"):
     skl2onnx's default export ends in a ZipMap whose ``output_probability`` is a list of dicts, which

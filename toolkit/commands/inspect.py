@@ -5,13 +5,20 @@ from __future__ import annotations
 import click
 
 from . import emit_json
-from ._common import CONTEXT, config_option, examples, json_option, ns, verbosity
+from ._common import CONTEXT, config_option, examples, json_option, kind_flags, ns, verbosity
 
 EXAMPLES = examples("""\
 examples:
   edgeopt inspect model.onnx
   edgeopt inspect detector.onnx --shape images:1x3x640x640   # FLOPs at that shape
   edgeopt inspect model.onnx --json | jq '.support[] | select(.supported | not)'
+  edgeopt inspect face.onnx --calib faces/        # output kinds as a build infers them on that data
+  edgeopt inspect face.onnx --output-kind landmarks=regression:px=2 --decision presence=0
+
+Output kinds: what each output means, and so how every check judges it (a build's manifest, the
+device, the report, gate and rollout): found as a build finds them, by running the model on the
+--calib data (random data without it: say --calib, a random input says little about a detector) and
+reading the op that makes each output; --output-kind and --decision override them.
 
 exit codes: 0 ok, 2 the model is missing, truncated or not ONNX.
 
@@ -24,7 +31,14 @@ reference; OpenVINO's ONNX frontend; the TensorRT parser of the target's profile
                short_help="IO, ops, parameters, FLOPs and the target support matrix of a model.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--shape", "--shapes", "shape", multiple=True, metavar="NAME:DIMS",
-              help="Fix dynamic dims for the FLOPs count (x:1x3x224x224, x:[1,3,224,224]).")
+              help="Fix dynamic dims for the FLOPs count and the output kinds (x:1x3x224x224, x:[1,3,224,224]).")
+@click.option("--calib", metavar="PATH", help="Real input data (as build's --calib) to infer the output kinds on.")
+@click.option("--preprocess", metavar="SPEC", help="As build's --preprocess, for image --calib data.")
+@click.option("--split", default=None, metavar="HOW", help="As build's --split: which samples the kinds are "
+              "inferred on (the validation part).")
+@click.option("--kinds/--no-kinds", "kinds", default=True, show_default=True,
+              help="Run the model as a build would to show the output kinds; --no-kinds: the static facts only.")
+@kind_flags
 @config_option
 @json_option
 @verbosity
@@ -33,6 +47,12 @@ def command(**kw) -> int:
     FLOPs, external data, and for every target whether it can take the model (every unsupported
     node listed with its name)."""
     return run(ns(**kw))
+
+
+def inspect_kinds(*a, **kw) -> dict:
+    from edgeopt.api import inspect_kinds as _kinds
+
+    return _kinds(*a, **kw)
 
 
 def support_matrix(info, config=None) -> list[dict]:
@@ -47,15 +67,18 @@ def run(args) -> int:
 
     info = inspect(args.model)
     matrix = support_matrix(info, args.config)
-    static = static_input_shapes(info, parse_shapes(list(args.shape))) if args.shape else None
+    given = parse_shapes(list(args.shape)) if args.shape else None
+    static = static_input_shapes(info, given) if given else None
     if static is not None:
         info.flops = flops_for(args.model, static)
+    kinds = {} if not args.kinds else inspect_kinds(args.model, given, args.calib, args.preprocess, args.split,
+                                                   list(args.output_kind) or None, list(args.decision) or None)
     if args.json:
         from edgeopt.shapes import describe
 
         emit_json({**info.as_dict(), **({"shapes": static} if static else {}),
                    **({"variable": describe(static)} if static and describe(static) else {}),
-                   "support": matrix}, "inspect")
+                   "support": matrix, **kinds}, "inspect")
         return 0
     mb = info.size_bytes / 1e6
     print(f"{info.path}  ({mb:.1f} MB, sha256 {info.sha256[:12]})")
@@ -90,6 +113,8 @@ def run(args) -> int:
                 print(f"  warning: padding may change the answers: {why}; a build checks each form at every "
                       "sample's own length")
     print(f"  {len(info.nodes)} nodes: " + ", ".join(f"{op}×{n}" for op, n in info.op_histogram.items()))
+    if kinds:
+        _print_kinds(kinds)
     print()
     rows = []
     for r in matrix:
@@ -124,6 +149,19 @@ def run(args) -> int:
             for p in r["probably"]:
                 print(f"  {p['op']:<24} {p['node']}: {p['why']}")
     return 0
+
+
+def _print_kinds(kinds: dict) -> None:
+    """What each output means, and how a check judges it."""
+    from edgeopt_agent.compare import kind_meaning, kind_text
+
+    if kinds.get("output_kinds") is None:
+        print(f"  output kinds: not inferred ({kinds.get('output_kinds_note')})")
+        return
+    print(f"  output kinds ({kinds.get('output_kinds_note')}; --output-kind/--decision override):")
+    for name, k in kinds["output_kinds"].items():
+        how = "given" if k.get("source") == "option" else "inferred"
+        print(f"    {name}: {kind_text(k)}  ({how}{', ' + k['guess'] if k.get('guess') else ''}): {kind_meaning(k)}")
 
 
 def _flops_text(flops: int) -> str:
