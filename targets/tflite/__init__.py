@@ -105,7 +105,7 @@ class TfliteTarget(Target):
                 "fp16 failures checked against the fp32 file (rev 1)",
                 "int8": "auto: mixed-scale concatenations float (rev 1)",
                 "io": "inputs that read the same in NCHW and NHWC: layout chosen by running (rev 2)",
-                "debug_map": "TFLite tensor -> ONNX tensor map (tensor_map.json, rev 2)"}
+                "debug_map": "TFLite tensor -> ONNX tensor map (tensor_map.json, rev 3: checked on the written file)"}
 
     def known_options(self) -> frozenset[str] | None:
         return OPTION_KEYS

@@ -19,6 +19,11 @@ made in three steps, each from the converter's own account rather than from name
    ONNX tensors are "fused" into it (the last ONNX node a fused op covers keeps its value, as on the other
    backends).  A kernel whose root entry is no ONNX node's last op (part of a HardSigmoid fused into the
    preceding Conv) maps to nothing.  INT8 files keep these names (their tensors are dequantized when read).
+4. **The written file's values** (``check_values``): the file's converter folds too -- two Adds of constants
+   (a BERT's word + position, then + token-type embeddings) become one Add that keeps the first one's name and
+   holds the second one's value.  Each mapped tensor is read from the file on one sample and compared with the
+   source model's tensor and those downstream of it; a tensor much further from its own ONNX tensor than from
+   one downstream (``MOVE_RATIO``, past the precision's noise ``CHECK_FLOOR``) is moved there, its own left out.
 
 The file: ``{"schema": SCHEMA, "tensors": {onnx tensor: {"index", "name", "fused": [...]}}, "fused": {onnx
 tensor: onnx tensor whose kernel holds it}, "source": {...counts}}``.
@@ -41,6 +46,10 @@ MAP_FILE = "tensor_map.json"  # in the bundle, beside model.tflite
 LAYERS_FILE = "onnx2tf_layers.json"  # in the cached SavedModel: source ONNX tensor -> Keras layer, + order
 SAME_VALUE = 1e-4  # rel_l2 under which a simplified tensor holds the source tensor's value (fp32 folding noise)
 DOWNSTREAM_DEPTH = 6  # how far downstream of a renamed tensor its value is looked for
+# step 4: a mapped tensor is moved when it is off its own ONNX tensor by more than the precision's noise and a
+# downstream one is MOVE_RATIO times closer (an INT8 file's tensors carry quantization error: a looser floor)
+CHECK_FLOOR = {"fp32": 1e-3, "fp16": 1e-2, "int8": 5e-2}
+MOVE_RATIO = 4.0
 
 
 def bare(name: str) -> str:
@@ -271,6 +280,68 @@ def resolve(tflite_path: str | Path, layers_file: str | Path) -> dict[str, Any]:
                 tensors[host]["fused"].append(t)
     return {"schema": SCHEMA, "tensors": tensors, "fused": fused,
             "source": {"layers": len(layers), "tflite_tensors": len(computed), **(rec.get("counts") or {})}}
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    from edgeopt.layerdiff import align
+
+    got = align(a[None], b[None])
+    if got is None:
+        return float("inf")
+    den = float(np.linalg.norm(b))
+    d = float(np.linalg.norm(got[0].astype(np.float64) - b))
+    return d / den if den > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def check_values(bundle_dir: str | Path, manifest: dict[str, Any], source: Any, feed: dict[str, np.ndarray],
+                 precision: str) -> dict[str, int]:
+    """Step 4 (module docstring) on the bundle's written file and ``MAP_FILE``, rewritten in place: each mapped
+    tensor read from the file on ``feed`` (``layerdiff.TfliteBundle``) against the source model's tensors in
+    ONNX Runtime.  Returns the counts (checked, moved)."""
+    from edgeopt.layerdiff import TfliteBundle
+
+    path = Path(bundle_dir) / MAP_FILE
+    tmap = json.loads(path.read_text())
+    tensors: dict[str, dict[str, Any]] = tmap.get("tensors") or {}
+    outputs = {o["name"] for o in manifest["io"]["outputs"]}
+    src_set = set(_float_tensors(source))
+    consumers: dict[str, list[str]] = {}
+    for n in source.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).extend(o for o in n.output if o)
+    cands: dict[str, list[str]] = {}
+    for t in tensors:
+        seen, frontier, out = {t}, [t], []
+        for _ in range(DOWNSTREAM_DEPTH):
+            nxt = [c for f in frontier for c in consumers.get(f, []) if c not in seen]
+            seen.update(nxt)
+            out += [c for c in nxt if c in src_set and c not in tensors]
+            frontier = nxt
+        cands[t] = out
+    reader = TfliteBundle(Path(bundle_dir), manifest, None)
+    names = [t for t in tensors if t in reader.map and t not in outputs and t in src_set]
+    got = reader.run(names, [feed])
+    want = _values(source, list(dict.fromkeys([*names, *(c for t in names for c in cands[t])])), feed)
+    floor = CHECK_FLOOR.get(precision, CHECK_FLOOR["int8"])
+    moved, taken = 0, set(tensors)
+    for t in names:
+        own = _rel(got[t][0], want[t])
+        if own <= floor:
+            continue
+        errs = [(_rel(got[t][0], want[c]), c) for c in cands[t] if c in want and c not in taken]
+        best = min(errs, default=None)
+        if best is None or best[0] * MOVE_RATIO > own:
+            continue
+        rec = tensors.pop(t)
+        tensors[best[1]] = rec
+        taken.add(best[1])
+        for f in rec.get("fused") or []:
+            if tmap.get("fused", {}).get(f) == t:
+                tmap["fused"][f] = best[1]
+        moved += 1
+    tmap["source"] = {**(tmap.get("source") or {}), "value_checked": len(names), "value_moved": moved}
+    path.write_text(json.dumps(tmap, indent=0, sort_keys=True))
+    return {"checked": len(names), "moved": moved}
 
 
 def write_map(tflite_path: str | Path, layers_file: str | Path, out: str | Path) -> dict[str, Any]:

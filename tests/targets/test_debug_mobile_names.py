@@ -89,3 +89,40 @@ def test_mobile_int8_debug_dequantizes_and_names_the_faulty_conv(tmp_path):  # ~
     rows = {n["node"]: n for n in result.nodes}
     assert rows["conv1"]["status"] == "ok" and rows["sig1"]["status"] == "ok", rows
     assert rows["sig1"]["rel_l2"] < 0.1  # dequantized INT8 values, not raw int8 codes
+
+
+def _embeddings(path: Path) -> None:
+    """A BERT's embedding sum in small: x + position table (add1), + token-type row (add2), then a projection."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        (rng.standard_normal((1, 8, 16)).astype(np.float32), "pos"),
+        ((rng.standard_normal((1, 1, 16)) * 0.3).astype(np.float32), "typ"),
+        ((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), "w"))]
+    nodes = [helper.make_node("Add", ["x", "pos"], ["a1"], name="add1"),
+             helper.make_node("Add", ["a1", "typ"], ["a2"], name="add2"),
+             helper.make_node("MatMul", ["a2", "w"], ["m"], name="mm"),
+             helper.make_node("Tanh", ["m"], ["y"], name="tanh")]
+    g = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+
+
+def test_two_folded_constant_adds_map_to_the_value_the_file_holds(tmp_path):  # ~30 s (onnx2tf, twice)
+    """all-MiniLM-L6-v2 on mobile named its first embedding Add as the first jump against its own model: the TFLite
+    converter folds (x + pos) + typ into one Add that keeps add1's name and holds add2's value.  The map is checked
+    on the written file's values (tensor_map.check_values): that tensor is add2's, add1 is not observed, and debug
+    against the model the bundle was built from finds no jump."""
+    from edgeopt import api
+    from edgeopt.debug import debug_bundle
+
+    _embeddings(tmp_path / "emb.onnx")
+    rep = api.build(str(tmp_path / "emb.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
+                    allow_mismatch=True, raise_on_failure=False, val_count=4, calib_count=4)
+    bundle = Path(rep.results[0].bundle)
+    tmap = json.loads((bundle / "tensor_map.json").read_text())
+    assert "a2" in tmap["tensors"] and "a1" not in tmap["tensors"], tmap
+    assert tmap["tensors"]["a2"]["name"].endswith("add/Add") and tmap["source"]["value_moved"] == 1, tmap
+    result = debug_bundle(str(bundle), str(tmp_path / "emb.onnx"), samples=2, progress=lambda s: None, judge=False)
+    assert result.first_jump is None, result.first_jump
+    status = {n.get("node"): n.get("status") for n in result.nodes}
+    assert status["add1"] == "not observed" and status["add2"] == status["mm"] == "ok", status
