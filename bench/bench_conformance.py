@@ -111,15 +111,18 @@ HELD_OUT_EVERY = 5  # every 5th test of the float32 list (index % 5 == 0) is hel
 
 
 def held_out(test: str) -> bool:
-    """Is ``test`` in the held-out part (every ``HELD_OUT_EVERY``-th of the float32 list)?"""
+    """Is ``test`` in the held-out part (every ``HELD_OUT_EVERY``-th of the float32 list, from ``HELD_OUT_PART``;
+    not one of ``SEEN``, the tests a run the rules were written from measured)?"""
     global _INDEX
     if _INDEX is None:
         _INDEX = {name: i for i, (name, _) in enumerate(float32_tests())}
     i = _INDEX.get(test)
-    return i is not None and i % HELD_OUT_EVERY == 0
+    return i is not None and i % HELD_OUT_EVERY == HELD_OUT_PART and test not in SEEN
 
 
 _INDEX: dict[str, int] | None = None
+HELD_OUT_PART = 0  # --part K: index % 5 == K is the held-out part (0: the first one, which rules have since seen)
+SEEN: set[str] = set()  # --seen DIR: tests measured in runs the rules were written from (never held out)
 
 
 def n_inputs(test: str) -> int:
@@ -527,7 +530,17 @@ def main() -> int:
     ap.add_argument("--form", choices=["inputs", "initializers"], default="inputs",
                     help="the tests as shipped (extra inputs as graph inputs) or with every input but the first "
                     "as an initializer (a real model's form; tests with one input left out)")
+    ap.add_argument("--part", type=int, default=0, help="the held-out part is index %% 5 == PART (a part no "
+                    "rule was written from: the first, 0, has been read since)")
+    ap.add_argument("--seen", action="append", default=[], help="DIR of a run the rules were written from: its "
+                    "tests are never counted as held out (repeatable)")
     a = ap.parse_args()
+    global HELD_OUT_PART
+    HELD_OUT_PART = a.part
+    for d in a.seen:
+        for line in (Path(d) / "results.jsonl").read_text().splitlines():
+            if line.strip():
+                SEEN.add(json.loads(line)["test"])
     targets = [t for t in a.targets.split(",") if t]
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -595,8 +608,9 @@ def main() -> int:
             f"output|); {len(records)} tests (per target: the last row)"
             + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets)
-            + f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == 0: "
-            f"{len(held)} of these tests; no rule was written from them):\n\n" + table(held, targets)
+            + f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == "
+            f"{HELD_OUT_PART}" + (f", less the {len(SEEN)} tests of the runs the rules were written from" if SEEN else "")
+            + f": {len(held)} of these tests; no rule was written from them):\n\n" + table(held, targets)
             + "\n\n" + failures(records, targets))
     if a.preface:  # what the run was (processes, samples, rule changes), written above the figures
         body = Path(a.preface).read_text().rstrip() + "\n\n" + body
