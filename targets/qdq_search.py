@@ -97,6 +97,7 @@ class Variant:
     step: str = "grid"  # grid | float-fallback | joint-fallback
     why_float: dict[str, str] = field(default_factory=dict)  # excluded node -> why
     policy: dict[str, Any] | None = None  # the accuracy policy's word on the validation samples (Acceptance)
+    where: str | None = None  # the Dask worker that made and judged it (``qdq_variant``); None: this process
 
     @property
     def accuracy(self) -> tuple[float, float]:
@@ -116,7 +117,8 @@ class Variant:
                 else round(self.latency_ms, 3),
                 "float_nodes": len(self.settings.exclude), "metrics": self.outputs,
                 "calib_rel_l2": round(self.calib_rel_l2, 5) if math.isfinite(self.calib_rel_l2) else None,
-                "reasons": self.reasons, "policy": self.policy}
+                "reasons": self.reasons, "policy": self.policy,
+                **({"made_on": self.where} if self.where else {})}
 
     def summary(self) -> str:
         bits = []
@@ -130,6 +132,28 @@ class Variant:
         ms = f", {self.latency_ms:.2f} ms" if self.latency_ms is not None and math.isfinite(self.latency_ms) else ""
         return f"{self.settings.label()}: " + "; ".join(bits) + ms + (
             "" if self.passed else " (fails: " + "; ".join(self.reasons[:2]) + ")")
+
+
+def _first(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}"
+
+
+def judge_session(sess: Any, val: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray],
+                  out_names: list[str], tolerance: dict[str, float | None] | None, kinds: dict[str, Any] | None,
+                  rows: list[int] | None, accept: dict[str, Any] | None, calib_check: list[dict[str, np.ndarray]],
+                  calib_reference: dict[str, np.ndarray]) -> tuple[dict[str, Any], float]:
+    """One variant's session judged: the host check's rule on the validation samples with the accuracy policy's
+    word (``policy.apply``), and its mean rel_l2 on the calibration samples (guides the fallback).  The one
+    judgement of a variant, in the search's process or in a Dask task (``qdq_variant``)."""
+    from edgeopt_agent.compare import compare_outputs, tensor_metrics
+
+    result = compare_outputs(run_all(sess, val, out_names), reference, "int8", tolerance, kinds, rows)
+    policy.apply(result, accept)
+    cal = run_all(sess, calib_check, out_names)
+    cal_err = float(np.mean([tensor_metrics(cal[n], calib_reference[n]).get("rel_l2", math.inf)
+                             for n in out_names]))
+    return result, cal_err
 
 
 def headline(metrics: dict[str, float]) -> dict[str, float]:
@@ -182,6 +206,11 @@ class QdqSearch:
                                 and all(len(found[n]) == len(self.calib_check) for n in self.out_names)
                                 else run_all(fsess, self.calib_check, self.out_names))
         self.decode_tail = self._decode_tail()
+        # a Dask cluster to make and judge a method's variants on (``qdq_variant.fanout``: the job's worker passes
+        # its scheduler); None: every variant here
+        from .qdq_variant import fanout
+
+        self.fanout = fanout(progress)
         self.variants: list[Variant] = []
         self.cross_checks: list[dict[str, Any]] = []
         self._folds: list[tuple[Any, list[int], Path]] | None = None  # (backend, held-out indices, work)
@@ -260,31 +289,33 @@ class QdqSearch:
 
     # --- one variant ------------------------------------------------------------------------
     def try_variant(self, s: Any, step: str, why_float: dict[str, str] | None = None) -> Variant:
-        from edgeopt_agent.compare import compare_outputs, tensor_metrics
-
         t_variant = time.perf_counter()
         tag = f"{self.stage} int8" if self.stage else "int8"  # "int8: PASS|fail" stays searchable
         self.progress(f"{tag}: trying {s.label()} ({step})")
         path = self.work / f"variant-{len(self.variants)}.onnx"
-        why = {**getattr(self.backend, "always_float", {}), **(why_float or {})}
         try:
             self.backend.make(s, path)
             sess = self.backend.session(path)
         except Exception as exc:  # noqa: BLE001 - one variant the quantizer cannot make is one failed candidate
-            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            v = Variant(s, False, {}, [f"{self.backend.name} quantizer failed: {type(exc).__name__}: {msg}"],
+            return self._made(s, step, why_float, path, None, math.inf, _first(exc), t_variant)
+        result, cal_err = judge_session(sess, self.val, self.reference, self.out_names, self.tolerance, self.kinds,
+                                        self.rows, self.accept, self.calib_check, self.calib_reference)
+        del sess
+        return self._made(s, step, why_float, path, result, cal_err, None, t_variant)
+
+    def _made(self, s: Any, step: str, why_float: dict[str, str] | None, path: Path, result: dict[str, Any] | None,
+              cal_err: float, error: str | None, t_variant: float, where: str | None = None) -> Variant:
+        """A variant made and judged (here or on a Dask worker, ``where``): timed here, cross-checked, recorded."""
+        tag = f"{self.stage} int8" if self.stage else "int8"
+        why = {**getattr(self.backend, "always_float", {}), **(why_float or {})}
+        if result is None:
+            v = Variant(s, False, {}, [f"{self.backend.name} quantizer failed: {error}"],
                         math.inf if self.backend.timeable else None, math.inf, path, step, why)
+            v.where = where
             self.variants.append(v)
             self._variant_s.append(time.perf_counter() - t_variant)
             self.progress(f"{tag}: fail {s.label()}: {v.reasons[0]}")
             return v
-        result = compare_outputs(run_all(sess, self.val, self.out_names), self.reference, "int8",
-                                 self.tolerance, self.kinds, self.rows)
-        policy.apply(result, self.accept)
-        cal = run_all(sess, self.calib_check, self.out_names)
-        cal_err = float(np.mean([tensor_metrics(cal[n], self.calib_reference[n]).get("rel_l2", math.inf)
-                                 for n in self.out_names]))
-        del sess
         # a first look (the fastest passing variants are timed again, interleaved, by ``select``): at least 3
         # runs, more within 0.6 s -- a 1024x1024 detector's 1.5-s runs cost 10 s a variant at the old 5
         ms = (latency_ms(self.backend.session(path, timing=True), self.val[0], min_runs=3)
@@ -292,6 +323,7 @@ class QdqSearch:
         per = {n: headline(o["metrics"]) for n, o in result["outputs"].items()}
         reasons = [f"{n}: {r}" if len(per) > 1 else r for n, o in result["outputs"].items() for r in o["reasons"]]
         v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why, result.get("policy"))
+        v.where = where
         if v.passed:
             cc = self.cross_check(v)
             if cc is not None and not cc["passed"]:
@@ -315,6 +347,8 @@ class QdqSearch:
             if prepare is not None:
                 prepare(method)
             todo = [s for s in settings if s.calibration == method]
+            if self.fanout is not None:
+                todo = self._fan_out(todo, settings)  # what is left runs here, in order
             for j, s in enumerate(todo):
                 if self.passing() and self.over_budget():  # a variant already ships: the budget is the bound
                     self.notes.append(f"time budget ({self.budget_s:.0f}s) spent with a passing variant: "
@@ -332,6 +366,35 @@ class QdqSearch:
                 self.notes.append(f"quick search: stopped after {method} calibration passed "
                                   f"({', '.join(methods[i + 1:])} would change accuracy, not speed)")
                 return
+
+    def _fan_out(self, todo: list[Any], settings: list[Any]) -> list[Any]:
+        """One calibration method's independent variants (every setting but the weighted-ops-only fallback, which
+        runs only when none passes) made and judged as Dask tasks at once (``qdq_variant``), then timed,
+        cross-checked and recorded here in the grid's order; returns the settings left to run here."""
+        if not hasattr(self.backend, "variant_spec"):
+            return todo
+        batch = [s for s in todo if getattr(s, "ops", "all") != "weighted"]
+        if len(batch) < 2 or (self.variants and self.over_budget()):
+            return todo
+        t0 = time.perf_counter()
+        paths = [self.work / f"variant-{len(self.variants) + k}.onnx" for k in range(len(batch))]
+        self.progress(f"int8: {len(batch)} variant(s) of {batch[0].calibration} calibration made and judged on the "
+                      "cluster's workers")
+        try:
+            got = self.fanout.run([self.backend.variant_spec(s) for s in batch], self)
+        except Exception as exc:  # noqa: BLE001 - the cluster went away: the variants run here, as without it
+            self.notes.append(f"variants not fanned out to the cluster ({_first(exc)}): made here")
+            self.fanout = None
+            return todo
+        per = (time.perf_counter() - t0) / len(batch)
+        for s, path, res in zip(batch, paths, got):
+            self.set_stage("grid", settings.index(s) + 1, len(settings))
+            if res.get("model") is not None:
+                path.write_bytes(res["model"])
+            self.progress(f"{self.stage} int8: judged {s.label()} on {res.get('worker')}")
+            self._made(s, "grid", None, path, res.get("result"), res.get("cal_err", math.inf), res.get("error"),
+                       time.perf_counter() - per, res.get("worker"))
+        return [s for s in todo if s not in batch]
 
     # --- the float fallback -----------------------------------------------------------------
     def run_fallback(self, skip: set[str] = frozenset()) -> list[dict[str, Any]]:

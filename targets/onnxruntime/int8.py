@@ -255,6 +255,15 @@ def quantize_symmetric(model: Path, ranges: Any, s: QuantSettings, dst: Path,
     quantizer.model.save_model_to_file(str(dst))
 
 
+def make_variant(float_path: Path, ranges: Any, s: QuantSettings, dst: Path, always: list[str]) -> None:
+    """The QDQ model of setting ``s`` from the float model and its method's calibration ranges (in the search's
+    process, ``OrtBackend.make``, or in a Dask task, ``qdq_variant``)."""
+    if getattr(s, "symmetric_activation", False):
+        quantize_symmetric(float_path, ranges, s, dst, always)
+    else:
+        quantize(float_path, ranges, s, dst, always)
+
+
 class OrtBackend:
     """ONNX Runtime's static QDQ quantizer as a ``qdq_search`` backend: calibration computed once per
     method and shared by every variant using it; artifacts timed on the build host."""
@@ -286,11 +295,12 @@ class OrtBackend:
         return self.ranges[method]
 
     def make(self, s: OrtSettings, dst: Path) -> None:
-        ranges = self.prepare(s.calibration)
-        if getattr(s, "symmetric_activation", False):
-            quantize_symmetric(self.float_path, ranges, s, dst, list(self.always_float))
-        else:
-            quantize(self.float_path, ranges, s, dst, list(self.always_float))
+        make_variant(self.float_path, self.prepare(s.calibration), s, dst, list(self.always_float))
+
+    def variant_spec(self, s: OrtSettings) -> dict[str, Any]:
+        """What a Dask task needs to make ``s`` elsewhere (``qdq_variant.make_and_judge``): the setting, its
+        method's ranges (calibrated here, once) and the nodes every variant keeps float."""
+        return {"settings": s, "ranges": self.prepare(s.calibration), "always": list(self.always_float)}
 
     def session(self, path: Path, timing: bool = False):
         return session(self.ort, path, threads=TIMING_THREADS if timing else None)

@@ -353,3 +353,46 @@ def test_python_api_builds_on_the_cluster(cluster: Cluster, tmp_path, monkeypatc
     from edgeopt import cluster as mod
 
     assert mod.ACTIVE is None  # the session is closed with the build
+
+
+def test_int8_variants_are_made_and_judged_on_the_workers(cluster: Cluster, tmp_path):
+    """The cpu INT8 search's grid (issue 44): a calibration method's variants are Dask tasks (made from the float
+    model and the method's ranges, judged by the search's own rule), each variant's record names the worker that
+    made it, and each judges exactly as in a local build (the same QDQ models: equal metrics and verdicts); the pick
+    is timed in the job."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=31)
+    common = ["build", str(model), "-t", "cpu", "-p", "int8", "--calib-count", "16", "--val-count", "8",
+              "--option", "int8_budget_s=300"]
+    remote = edgeopt([*common, "--out", str(tmp_path / "remote"), "--scheduler", cluster.url], tmp_path / "c1")
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    assert "made and judged on the cluster's workers" in remote.stderr, remote.stderr[-3000:]
+    local = edgeopt([*common, "--out", str(tmp_path / "local")], tmp_path / "c2")
+    assert local.returncode == 0, local.stderr[-3000:]
+
+    def variants(dist: Path) -> list[dict]:
+        m = manifests(dist)["cpu-int8"]
+        seen, out = set(), []
+        for v in _walk(m):  # the search's variants (also under "chosen": one record per label)
+            if isinstance(v, dict) and {"label", "passed", "metrics", "step"} <= set(v) and v["label"] not in seen:
+                seen.add(v["label"])
+                out.append(v)
+        return out
+
+    far, near = variants(tmp_path / "remote"), variants(tmp_path / "local")
+    grid = [v for v in far if v["step"] == "grid"]
+    assert len(grid) >= 2 and all(v.get("made_on") in ("wa", "wb", "wt") for v in grid), grid
+    assert not any("made_on" in v for v in near)
+    by_label = {v["label"]: v for v in near}
+    for v in grid:
+        assert (v["passed"], v["metrics"]) == (by_label[v["label"]]["passed"], by_label[v["label"]]["metrics"]), v
+
+
+def _walk(obj):
+    """Every dict and list inside ``obj`` (the manifest's search record, wherever it sits)."""
+    yield obj
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _walk(v)
