@@ -556,7 +556,8 @@ class Target:
             # The reference is ONNX Runtime running the model's own integer kernels; another runtime
             # rounds its dynamic quantization differently: the bound is the one INT8 implies.
             given = out.extra_manifest.get("tolerance_override") or {}
-            out.extra_manifest["tolerance_override"] = {**TOLERANCES["int8"], **given}
+            asked = parse_tolerance(job.options.get("int8_tolerance")) or {}  # the INT8 bound, as the user set it
+            out.extra_manifest["tolerance_override"] = {**TOLERANCES["int8"], **asked, **given}
             out.notes.append(f"the model is already quantized ({_quant_summary(quant)}): judged at the INT8 bound")
         return {
             "schema": MANIFEST_SCHEMA,

@@ -91,3 +91,12 @@ def test_the_same_encoder_unquantized_passes_padded(made, tmp_path):
     _, fp32, _, data = made
     r = _build(fp32, data, tmp_path / "static", option=["shape_form=static"])
     assert r.status == "built", r.error
+
+
+def test_int8_tolerance_sets_the_bound_an_already_quantized_model_is_judged_at(made, tmp_path):
+    """An fp32/fp16 build of an already-quantized model is judged at the INT8 bound; ``--option int8_tolerance=...``
+    is that bound as the user sets it (it was ignored: a tighter vector_cosine_min still built)."""
+    _, _, dq, data = made
+    r = _build(dq, data, tmp_path / "auto", option=["int8_tolerance=vector_cosine_min=0.9995"])
+    m = json.loads((Path(r.bundle) / "manifest.json").read_text()) if r.bundle else {}
+    assert (m.get("tolerance_override") or {}).get("vector_cosine_min") == 0.9995, (r.error, m.get("tolerance_override"))
