@@ -530,6 +530,8 @@ def main() -> int:
     ap.add_argument("--form", choices=["inputs", "initializers"], default="inputs",
                     help="the tests as shipped (extra inputs as graph inputs) or with every input but the first "
                     "as an initializer (a real model's form; tests with one input left out)")
+    ap.add_argument("--section", default=None, help="with --write: the docs/BENCHMARKS.md section [conformance, or "
+                    "conformance-initializers]")
     ap.add_argument("--part", type=int, default=0, help="the held-out part is index %% 5 == PART (a part no "
                     "rule was written from: the first, 0, has been read since)")
     ap.add_argument("--seen", action="append", default=[], help="DIR of a run the rules were written from: its "
@@ -616,7 +618,7 @@ def main() -> int:
         body = Path(a.preface).read_text().rstrip() + "\n\n" + body
     print(body)
     if a.write:
-        write_section("conformance" if a.form == "inputs" else "conformance-initializers", body)
+        write_section(a.section or ("conformance" if a.form == "inputs" else "conformance-initializers"), body)
     return 0
 
 
