@@ -10,7 +10,10 @@ kill:   a worker frozen and killed once a job (cpu int8) has started on it, a se
 slot:   four TensorRT jobs on a worker with 2 threads and one declared engine slot: start/finish on the worker's
         clock, never overlapping (no GPU here: the slot is declared with --resources tensorrt=1);
 scale:  12 jobs (7 targets x fp32/fp16) locally with -j 1 and -j 2, and with 1, 2 and 4 workers (--workers);
-overhead: (--parts overhead alone, section `cluster-overhead`) one job at a time, local vs a warm worker.
+overhead: (--parts overhead alone, section `cluster-overhead`) one job at a time, local vs a warm worker;
+variants: (--parts variants alone, section `cluster-variants`) the README model's cpu INT8 full search through two
+        workers, each calibration method's variants Dask tasks (targets/qdq_variant.py), against a local build:
+        where each variant was made, its verdict and metrics against the local one's, the wall times.
 Writes docs/BENCHMARKS.md section `cluster` with --write (the four parts; other --parts: `cluster-<parts>`).
 """
 
@@ -248,6 +251,59 @@ def part_overhead(tmp: Path, out: dict, rounds: int = 3) -> str:
             + md_table(rows, [(k, k) for k in rows[0]]) + "\n")
 
 
+def part_variants(tmp: Path, out: dict) -> str:
+    """The cpu INT8 full search with its variants fanned out to two workers, beside a local build of the same."""
+    from edgeopt.fixtures import ocr_lines, path
+
+    args = [str(path("ocr-cls")), *README_ARGS, "--calib", str(ocr_lines()), "-t", "cpu", "-p", "int8",
+            "--option", "int8_search=full"]
+    c = Cluster(tmp / "variants")
+    try:
+        c.connect()
+        c.worker("v1")
+        c.worker("v2")
+        c.wait_for("v1", "v2")
+        remote, remote_wall, remote_err = build([*args, "--out", str(tmp / "vr")], tmp / "vrc", c.url)
+    finally:
+        c.close()
+    local, local_wall, _ = build([*args, "--out", str(tmp / "vl")], tmp / "vlc")
+
+    def variants(dist: Path) -> dict[str, dict]:
+        m = manifests(dist).get("cpu-int8") or {}
+        found: dict[str, dict] = {}
+
+        def walk(o):
+            if isinstance(o, dict):
+                if {"label", "passed", "metrics", "step"} <= set(o):
+                    found.setdefault(o["label"], o)
+                for v in o.values():
+                    walk(v)
+            elif isinstance(o, list):
+                for v in o:
+                    walk(v)
+        walk(m)
+        return found
+
+    rv, lv = variants(tmp / "vr"), variants(tmp / "vl")
+    rows = []
+    for label, v in rv.items():
+        w = lv.get(label)
+        rows.append({"variant": label, "step": v["step"], "made on": v.get("made_on") or "the job",
+                     "passed (cluster / local)": f"{v['passed']} / {w['passed'] if w else '-'}",
+                     "metrics": "equal" if w and w["metrics"] == v["metrics"] else ("-" if not w else "DIFFER"),
+                     "ms (cluster / local, timed in the job)": f"{v.get('latency_ms')} / {(w or {}).get('latency_ms')}"})
+    chosen = {how: (((manifests(tmp / d).get("cpu-int8") or {}).get("options") or {}).get("int8") or {}).get(
+        "chosen", {}).get("label") for how, d in (("cluster", "vr"), ("local", "vl"))}
+    fanned = sum(1 for ln in remote_err.splitlines() if "made and judged on the cluster's workers" in ln)
+    out["variants"] = {"rows": rows, "remote_wall": remote_wall, "local_wall": local_wall, "chosen": chosen,
+                       "fan_outs": fanned, "remote_error": remote.get("error"), "local_error": local.get("error")}
+    return (f"**The cpu INT8 search's variants as Dask tasks** (the README model, `--option int8_search=full`; two "
+            f"workers `v1`, `v2`, 1 thread each, on this machine's 2 cores): {fanned} calibration method(s) fanned "
+            f"out; wall {remote_wall:.1f} s through the cluster vs {local_wall:.1f} s locally; chosen: "
+            f"{chosen.get('cluster')} (cluster) / {chosen.get('local')} (local; the pick is by latency, timed in the "
+            "job).\n\n" + md_table(rows, [(k, k) for k in rows[0]] if rows else [("variant", "variant")]) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
@@ -263,13 +319,16 @@ def main() -> int:
         tmp = Path(d)
         for part in a.parts.split(","):
             body.append({"readme": part_readme, "kill": part_kill, "slot": part_slot,
-                         "scale": lambda t, o: part_scale(t, o, workers), "overhead": part_overhead}[part](tmp, out))
+                         "scale": lambda t, o: part_scale(t, o, workers), "overhead": part_overhead,
+                         "variants": part_variants}[part](tmp, out))
             print(body[-1], flush=True)
             Path(tempfile.gettempdir(), f"bench_cluster-{a.parts}.json").write_text(json.dumps(out, indent=2, default=str))
             if a.write:  # after each part: a long part cut short keeps the ones before
                 title = ("## Builds on a Dask cluster (bench/bench_cluster.py)" if a.parts == PARTS else
                          "## Builds on a Dask cluster: overhead per job (bench/bench_cluster.py --parts overhead)"
-                         if a.parts == "overhead" else f"## Builds on a Dask cluster (bench/bench_cluster.py --parts "
+                         if a.parts == "overhead" else "## Builds on a Dask cluster: INT8 variants as tasks "
+                         "(bench/bench_cluster.py --parts variants)" if a.parts == "variants" else
+                         f"## Builds on a Dask cluster (bench/bench_cluster.py --parts "
                          f"{a.parts})")
                 write_section("cluster" if a.parts == PARTS else f"cluster-{a.parts.replace(',', '-')}",
                               title + "\n\n" + "\n".join([*body, f"Load after the {part} part: {load()}.\n"]))
