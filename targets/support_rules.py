@@ -492,6 +492,10 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
              "builtins lack (FlexResizeBicubic)"),
+        Rule(("Resize",), lambda n, g: "antialias=1" if attr(n, "antialias", 0) == 1 else None,
+             "the TFLite converter could not write onnx2tf's antialiased linear Resize ('Could not translate MLIR to "
+             "FlatBuffer': resize_downsample_scales_linear_antialias with its scales an initializer; read off the "
+             "second held-out part of the initializers form, issue 41)", certain=False),
         Rule(("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"), _same_lower,
              "onnx2tf has no SAME_LOWER padding (TensorFlow's SAME pads at the end)"),
         Rule(("LayerNormalization",), _ln_extra_outputs, "onnx2tf converts only the normalized output"),
