@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "EDGEOPT_VARIANT_SCHEDULER"  # the scheduler's address, set by the job's Dask task for its converter
+RESOURCE_ENV = "EDGEOPT_VARIANT_RESOURCE"  # the job's Dask resource (<backend>@<versions+code hash>)
 CONNECT_S = 20.0
 _FANOUT: dict[str, Fanout | None] = {}  # one client per converter process and address
 
@@ -32,23 +33,31 @@ class Fanout:
     def __init__(self, client: Any, address: str) -> None:
         self.client, self.address = client, address
         self._shared: Any = None
-        self._for: int | None = None
+        self._for: Any = None
 
-    def _scatter(self, search: Any) -> Any:
-        if self._for != id(search):
-            shared = {"float_model": Path(search.backend.float_path).read_bytes(), "val": search.val,
-                      "reference": search.reference, "out_names": search.out_names, "tolerance": search.tolerance,
-                      "kinds": search.kinds, "rows": search.rows, "accept": search.accept,
-                      "calib_check": search.calib_check, "calib_reference": search.calib_reference}
-            self._shared = self.client.scatter([shared], hash=False)[0]
-            self._for = id(search)
-        return self._shared
+    def map(self, fn: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], key: Any,
+            shared: Callable[[], dict[str, Any]], specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``fn(shared, spec)`` for every spec as a task, the results in the specs' order; ``shared()`` is made and
+        scattered once per ``key`` (one search)."""
+        if self._for != key:
+            self._shared = self.client.scatter([shared()], hash=False)[0]
+            self._for = key
+        # only workers that build this job's backend with the job's code and converter versions (its resource
+        # name says both): a variant made elsewhere could differ, or not import the converter at all
+        resource = os.environ.get(RESOURCE_ENV)
+        workers = [a for a, w in self.client.scheduler_info(n_workers=-1)["workers"].items()
+                   if resource in (w.get("resources") or {})] if resource else []
+        futures = [self.client.submit(fn, self._shared, spec, pure=False, workers=workers or None,
+                                      allow_other_workers=False) for spec in specs]
+        return self.client.gather(futures)
 
     def run(self, specs: list[dict[str, Any]], search: Any) -> list[dict[str, Any]]:
-        """``make_and_judge`` of every spec as a task; the results in the specs' order."""
-        shared = self._scatter(search)
-        futures = [self.client.submit(make_and_judge, shared, spec, pure=False) for spec in specs]
-        return self.client.gather(futures)
+        """``make_and_judge`` of every spec of a ``QdqSearch`` as a task; the results in the specs' order."""
+        return self.map(make_and_judge, id(search), lambda: {
+            "float_model": Path(search.backend.float_path).read_bytes(), "val": search.val,
+            "reference": search.reference, "out_names": search.out_names, "tolerance": search.tolerance,
+            "kinds": search.kinds, "rows": search.rows, "accept": search.accept,
+            "calib_check": search.calib_check, "calib_reference": search.calib_reference}, specs)
 
 
 def fanout(progress: Callable[[str], None] = lambda s: None) -> Fanout | None:
@@ -69,6 +78,16 @@ def fanout(progress: Callable[[str], None] = lambda s: None) -> Fanout | None:
     return _FANOUT[address]
 
 
+def worker_name() -> str:
+    """The Dask worker this runs on (``local`` outside one)."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return "local"
+
+
 def make_and_judge(shared: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     """On a worker: the variant ``spec`` (``OrtBackend.variant_spec``: settings, the method's ranges, the nodes kept
     float) made from the shared float model and judged (``judge_session``), untimed -> ``{"model": bytes, "result",
@@ -79,12 +98,7 @@ def make_and_judge(shared: dict[str, Any], spec: dict[str, Any]) -> dict[str, An
     from edgeopt.targets.onnxruntime.quant import session
     from edgeopt.targets.qdq_search import _first, judge_session
 
-    try:
-        from distributed import get_worker
-
-        where = str(get_worker().name)
-    except (ImportError, ValueError):  # run in a plain process (a test of the function itself)
-        where = "local"
+    where = worker_name()
     with tempfile.TemporaryDirectory(prefix="edgeopt-variant-") as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "variant.onnx"
         src.write_bytes(shared["float_model"])

@@ -496,7 +496,23 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         # a detector: asymmetric activations first (SiLU/ReLU6 outputs are not centred on zero; ultralytics'
         # own OpenVINO INT8 export uses this preset) -- the first variant always runs, the budget may stop the rest
         planned.sort(key=lambda v: v[0] != "mixed")
+    from ..qdq_variant import fanout
+
+    fanned = _fan_out(ov, fanout(progress), planned, model, calib, judge, target_device, ignored, scratch, progress)
     for k, (name, settings, _) in enumerate(planned):
+        if fanned is not None:  # made and judged on the cluster's workers: taken in order, as the loop would
+            entry, q = fanned[k]
+            tried.append(entry)
+            if q is None:
+                progress(f"INT8 variant {name}: failed ({entry['error'][:120]})")
+                continue
+            models[name] = q
+            progress(f"INT8 variant {name} (made on {entry['made_on']}): "
+                     f"{'accepted' if entry['passed'] else 'refused'} by the accuracy policy "
+                     f"({(entry.get('policy') or {}).get('reason') or 'see metrics'}; margin {entry['margin']:+.3f})")
+            if entry["passed"] and mode == "quick":
+                break
+            continue
         elapsed = time.perf_counter() - t_start
         if tried and elapsed + last_s * (3 if not settings["fast_bias_correction"] else 1) > budget:
             tried.append({"variant": name, "settings": settings,
@@ -628,6 +644,84 @@ def quantize_searched(ov, model, job: BuildJob, device: str, device_on_host: boo
         warnings.append("INT8 was calibrated and judged on RANDOM data: its accuracy on real inputs is unknown")
     return Int8Result(models[chosen["variant"]], record, notes, warnings, override,
                       pinned if device_on_host else None)
+
+
+def _fan_out(ov, fan, planned: list, model, calib: list[dict[str, np.ndarray]], judge: Judge, target_device: str,
+             ignored: list[str], scratch: Path, progress: Callable[[str], None]) -> list[tuple[dict[str, Any], Any]] | None:
+    """Every planned NNCF variant made and judged as a Dask task at once (``make_and_judge``; a quick search then
+    keeps the first that passes, in order, as it would here): [(record, the IR read back or None)]; None without
+    a cluster, with fewer than two variants, or when the cluster fails (said)."""
+    if fan is None or len(planned) < 2:
+        return None
+    d = Path(tempfile.mkdtemp(prefix="ov-fan-", dir=scratch))
+    try:
+        ov.save_model(model, str(d / "model.xml"), compress_to_fp16=False)
+        ir = ((d / "model.xml").read_bytes(), (d / "model.bin").read_bytes())
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    progress(f"INT8: {len(planned)} NNCF variant(s) made and judged on the cluster's workers")
+    try:
+        got = fan.map(make_and_judge, ("openvino", id(judge)), lambda: {
+            "ir": ir, "calib": calib, "feeds": judge.feeds, "refs": judge.refs, "out_names": judge.out_names,
+            "override": judge.override, "kinds": judge.kinds, "accept": judge.accept, "rows": judge.rows,
+            "device": judge.device, "config": judge.config, "target_device": target_device, "ignored": ignored},
+            [{"name": name, "settings": settings} for name, settings, _ in planned])
+    except Exception as exc:  # noqa: BLE001 - the cluster went away: the variants run here, as without it
+        progress(f"INT8: variants made here: the cluster failed ({_first_line(exc)[:160]})")
+        return None
+    out = []
+    for (name, settings, _), res in zip(planned, got):
+        if res.get("error"):
+            out.append(({"variant": name, "settings": settings, "passed": False, "error": res["error"],
+                         "quantize_s": res.get("quantize_s"), "made_on": res.get("worker")}, None))
+            continue
+        d = Path(tempfile.mkdtemp(prefix="ov-variant-", dir=scratch))
+        try:
+            (d / "model.xml").write_bytes(res["ir"][0])
+            (d / "model.bin").write_bytes(res["ir"][1])
+            q = ov.Core().read_model(str(d / "model.xml"), config={"ENABLE_MMAP": False})
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        comparison = res["comparison"]
+        out.append(({"variant": name, "settings": settings, "passed": comparison["passed"],
+                     "margin": round(margin(comparison), 4), "metrics": summary(comparison),
+                     "policy": comparison.get("policy"), "quantizers": quantizers(q),
+                     "quantize_s": res.get("quantize_s"), "made_on": res.get("worker")}, q))
+    return out
+
+
+def make_and_judge(shared: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """On a Dask worker: one NNCF variant of the shared FP32 IR, saved and read back as the bundle holds it
+    (``reloaded``) and judged by the search's ``Judge`` with the bundle's compile config, untimed -> ``{"ir": (xml,
+    bin), "comparison", "quantize_s", "worker"}`` or ``{"error", "worker"}``."""
+    import openvino as ov
+
+    from ..qdq_variant import worker_name
+
+    nncf = require("nncf", "openvino")
+    nncf.set_log_level(logging.WARNING)
+    where = worker_name()
+    d = Path(tempfile.mkdtemp(prefix="edgeopt-ov-variant-"))
+    t0 = time.perf_counter()
+    try:
+        (d / "fp32.xml").write_bytes(shared["ir"][0])
+        (d / "fp32.bin").write_bytes(shared["ir"][1])
+        model = ov.Core().read_model(str(d / "fp32.xml"))
+        try:
+            q = nncf.quantize(model, nncf.Dataset(shared["calib"]),
+                              **nncf_kwargs(nncf, spec["settings"], shared["target_device"], len(shared["calib"]),
+                                            shared["ignored"]))
+            ov.save_model(q, str(d / "q.xml"), compress_to_fp16=False)
+            q = ov.Core().read_model(str(d / "q.xml"), config={"ENABLE_MMAP": False})
+            judge = Judge(ov, shared["device"], shared["config"], shared["feeds"], shared["refs"], shared["out_names"],
+                          shared["override"], shared["kinds"], shared["accept"], shared["rows"])
+            comparison = judge.judge(q)
+        except Exception as exc:  # noqa: BLE001 - NNCF or the plugin refuses this variant: recorded, the next tried
+            return {"error": _first_line(exc), "worker": where, "quantize_s": round(time.perf_counter() - t0, 1)}
+        return {"ir": ((d / "q.xml").read_bytes(), (d / "q.bin").read_bytes()), "comparison": comparison,
+                "quantize_s": round(time.perf_counter() - t0, 1), "worker": where}
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _accuracy_control(ov, model, judge: Judge, tried, sets, target_device, iterations: int, left_s: float,

@@ -387,6 +387,36 @@ def test_int8_variants_are_made_and_judged_on_the_workers(cluster: Cluster, tmp_
         assert (v["passed"], v["metrics"]) == (by_label[v["label"]]["passed"], by_label[v["label"]]["metrics"]), v
 
 
+def test_openvino_int8_variants_are_made_on_the_workers_that_offer_openvino(cluster: Cluster, tmp_path):
+    """intel-cpu INT8 (NNCF) through the scheduler: every planned variant made and judged as a task, only on a
+    worker offering this host's OpenVINO resource (`wa`: `wb` offers another version, `wt` none), each judged
+    as a local build judges it (the same verdicts), the job's record naming where each was made."""
+    model = tiny_cnn(tmp_path / "tiny.onnx", seed=32)
+    common = ["build", str(model), "-t", "intel-cpu", "-p", "int8", "--calib-count", "16", "--val-count", "8",
+              "--option", "int8_search=full"]
+    remote = edgeopt([*common, "--out", str(tmp_path / "remote"), "--scheduler", cluster.url], tmp_path / "c1")
+    local = edgeopt([*common, "--out", str(tmp_path / "local")], tmp_path / "c2")
+    assert "NNCF variant(s) made and judged on the cluster's workers" in remote.stderr, remote.stderr[-3000:]
+    assert remote.returncode == local.returncode, (remote.stderr[-2000:], local.stderr[-2000:])
+
+    def tried(dist: Path, err: str) -> list[dict]:
+        m = manifests(dist).get("intel-cpu-int8")
+        if m is not None:
+            return next(v for v in _walk(m) if isinstance(v, dict) and "tried" in v)["tried"]
+        return [{"variant": ln.split("INT8 variant ", 1)[1].split(":")[0].split(" ")[0],
+                 "passed": "accepted by the accuracy policy" in ln}
+                for ln in err.splitlines() if "INT8 variant " in ln and "by the accuracy policy" in ln]
+
+    far, near = tried(tmp_path / "remote", remote.stderr), tried(tmp_path / "local", local.stderr)
+    ran = [t for t in far if "passed" in t]
+    assert len(ran) >= 2, far
+    if manifests(tmp_path / "remote"):
+        assert all(t.get("made_on") == "wa" for t in ran), ran
+    else:
+        assert all("(made on wa)" in ln for ln in remote.stderr.splitlines() if "by the accuracy policy" in ln)
+    assert [(t["variant"], t["passed"]) for t in ran] == [(t["variant"], t["passed"]) for t in near if "passed" in t]
+
+
 def _walk(obj):
     """Every dict and list inside ``obj`` (the manifest's search record, wherever it sits)."""
     yield obj
