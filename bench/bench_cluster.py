@@ -255,7 +255,7 @@ def part_variants(tmp: Path, out: dict) -> str:
     """The cpu INT8 full search with its variants fanned out to two workers, beside a local build of the same."""
     from edgeopt.fixtures import ocr_lines, path
 
-    args = [str(path("ocr-cls")), *README_ARGS, "--calib", str(ocr_lines()), "-t", "cpu", "-p", "int8",
+    args = [str(path("ocr-cls")), *README_ARGS, "--calib", str(ocr_lines()), "-t", "cpu,intel-cpu", "-p", "int8",
             "--option", "int8_search=full"]
     c = Cluster(tmp / "variants")
     try:
@@ -292,15 +292,26 @@ def part_variants(tmp: Path, out: dict) -> str:
                      "passed (cluster / local)": f"{v['passed']} / {w['passed'] if w else '-'}",
                      "metrics": "equal" if w and w["metrics"] == v["metrics"] else ("-" if not w else "DIFFER"),
                      "ms (cluster / local, timed in the job)": f"{v.get('latency_ms')} / {(w or {}).get('latency_ms')}"})
+    def nncf(dist: Path) -> dict[str, dict]:
+        rec = ((manifests(dist).get("intel-cpu-int8") or {}).get("options") or {}).get("int8") or {}
+        return {t["variant"]: t for t in rec.get("tried") or [] if "passed" in t}
+
+    for name, v in nncf(tmp / "vr").items():  # intel-cpu: NNCF's variants
+        w = nncf(tmp / "vl").get(name)
+        rows.append({"variant": f"intel-cpu {name}", "step": "nncf", "made on": v.get("made_on") or "the job",
+                     "passed (cluster / local)": f"{v['passed']} / {w['passed'] if w else '-'}",
+                     "metrics": "equal" if w and w.get("metrics") == v.get("metrics") else ("-" if not w else "DIFFER"),
+                     "ms (cluster / local, timed in the job)": f"{v.get('latency_ms')} / {(w or {}).get('latency_ms')}"})
     chosen = {how: (((manifests(tmp / d).get("cpu-int8") or {}).get("options") or {}).get("int8") or {}).get(
         "chosen", {}).get("label") for how, d in (("cluster", "vr"), ("local", "vl"))}
     fanned = sum(1 for ln in remote_err.splitlines() if "made and judged on the cluster's workers" in ln)
+    # the README model for both targets in one build: each job's own wall is in the summary's job times
     out["variants"] = {"rows": rows, "remote_wall": remote_wall, "local_wall": local_wall, "chosen": chosen,
                        "fan_outs": fanned, "remote_error": remote.get("error"), "local_error": local.get("error")}
-    return (f"**The cpu INT8 search's variants as Dask tasks** (the README model, `--option int8_search=full`; two "
-            f"workers `v1`, `v2`, 1 thread each, on this machine's 2 cores): {fanned} calibration method(s) fanned "
-            f"out; wall {remote_wall:.1f} s through the cluster vs {local_wall:.1f} s locally; chosen: "
-            f"{chosen.get('cluster')} (cluster) / {chosen.get('local')} (local; the pick is by latency, timed in the "
+    return (f"**The INT8 searches' variants as Dask tasks** (the README model, cpu and intel-cpu, `--option "
+            "int8_search=full`; rows without a target are cpu's QDQ grid, `intel-cpu` rows NNCF's variants; two "
+            f"workers `v1`, `v2`, 1 thread each, on this machine's 2 cores): {fanned} fan-out(s); wall {remote_wall:.1f} s through the cluster vs {local_wall:.1f} s locally; chosen: "
+            f"{chosen.get('cluster')} (cluster) / {chosen.get('local')} (local; cpu's pick, by latency timed in the "
             "job).\n\n" + md_table(rows, [(k, k) for k in rows[0]] if rows else [("variant", "variant")]) + "\n")
 
 
