@@ -28,7 +28,7 @@ reference; OpenVINO's ONNX frontend; the TensorRT parser of the target's profile
 
 
 @click.command("inspect", epilog=EXAMPLES, context_settings=CONTEXT,
-               short_help="IO, ops, parameters, FLOPs and the target support matrix of a model.")
+               short_help="IO, ops, parameters, FLOPs, output kinds and the target support matrix of a model.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--shape", "--shapes", "shape", multiple=True, metavar="NAME:DIMS",
               help="Fix dynamic dims for the FLOPs count and the output kinds (x:1x3x224x224, x:[1,3,224,224]).")
@@ -44,8 +44,8 @@ reference; OpenVINO's ONNX frontend; the TensorRT parser of the target's profile
 @verbosity
 def command(**kw) -> int:
     """Show a model's opset, inputs/outputs (dynamic dims named), op histogram, parameters, rough
-    FLOPs, external data, and for every target whether it can take the model (every unsupported
-    node listed with its name)."""
+    FLOPs, external data, the output kinds a build will judge by (inferred on --calib data), and for
+    every target whether it can take the model (every unsupported node listed with its name)."""
     return run(ns(**kw))
 
 
