@@ -33,6 +33,16 @@ MEASURED = {
 }
 
 
+def _numel(shape: list[int | None] | None) -> int | None:
+    """Elements of a static shape (None when unknown)."""
+    if shape is None or any(d is None for d in shape):
+        return None
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
 class Graph:
     """What the rules look at: nodes, static shapes (after ONNX shape inference), constants, uses."""
 
@@ -492,6 +502,13 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf's AveragePool ignores dilations: an output of another shape (2-D and 3-D node tests)"),
         Rule(("Resize",), _cubic, "onnx2tf lowers it to TensorFlow's ResizeBicubic, a Flex op LiteRT's "
              "builtins lack (FlexResizeBicubic)"),
+        Rule(("Pow",), lambda n, g: (f"a constant 1-D exponent of {_numel(g.shape(inp(n, 1)))} elements"
+                                     if inp(n, 1) in g.consts and g.rank(inp(n, 1)) == 1
+                                     and (_numel(g.shape(inp(n, 1))) or 1) > 1 else None),
+             "onnx2tf failed inside its own code on both Pow node tests whose exponent is a constant 1-D vector "
+             "(pow_example, pow_bcast_array with the exponent an initializer: 'The truth value of an array with more "
+             "than one element is ambiguous'); a scalar exponent and a [3, 4, 5] one (test_pow) convert; read off the "
+             "initializers form's full run (parts 1 and 3), issue 41", certain=False),
         Rule(("Resize",), lambda n, g: "antialias=1" if attr(n, "antialias", 0) == 1 else None,
              "the TFLite converter could not write onnx2tf's antialiased linear Resize ('Could not translate MLIR to "
              "FlatBuffer': resize_downsample_scales_linear_antialias with its scales an initializer; read off the "

@@ -42,3 +42,17 @@ def test_convtranspose_rules(tmp_path, attrs, refused):
     path = _save(tmp_path, node, [1, 1, 3, 3], None, {"w": w})
     got = refusals(path, "tflite")
     assert bool(got) is refused, got
+
+
+@pytest.mark.parametrize("x_shape,exp_shape,doubted", [([3], [3], True), ([2, 3], [3], True), ([2, 3], [], False),
+                                                       ([3, 4, 5], [3, 4, 5], False)])
+def test_pow_with_a_constant_1d_exponent_is_doubted_on_mobile(tmp_path, x_shape, exp_shape, doubted):
+    """pow_example and pow_bcast_array (a constant 1-D exponent) failed inside onnx2tf; a scalar exponent and
+    test_pow's [3, 4, 5] one converted."""
+    from edgeopt.targets.support_rules import doubts, refusals
+
+    node = helper.make_node("Pow", ["x", "e"], ["y"], name="pow")
+    path = _save(tmp_path, node, x_shape, x_shape, {"e": np.full(exp_shape, 2.0, np.float32)})
+    got = doubts(path, "tflite")
+    assert bool(got) is doubted and not refusals(path, "tflite"), got  # "probably not", never a certain no
+    assert not doubts(path, "onnxruntime")
