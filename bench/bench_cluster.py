@@ -268,21 +268,11 @@ def part_variants(tmp: Path, out: dict) -> str:
         c.close()
     local, local_wall, _ = build([*args, "--out", str(tmp / "vl")], tmp / "vlc")
 
-    def variants(dist: Path) -> dict[str, dict]:
-        m = manifests(dist).get("cpu-int8") or {}
-        found: dict[str, dict] = {}
+    def search(dist: Path, bundle: str) -> dict:
+        return ((manifests(dist).get(bundle) or {}).get("options") or {}).get("int8") or {}
 
-        def walk(o):
-            if isinstance(o, dict):
-                if {"label", "passed", "metrics", "step"} <= set(o):
-                    found.setdefault(o["label"], o)
-                for v in o.values():
-                    walk(v)
-            elif isinstance(o, list):
-                for v in o:
-                    walk(v)
-        walk(m)
-        return found
+    def variants(dist: Path) -> dict[str, dict]:  # cpu's QDQ search: each variant's record
+        return {v["label"]: v for v in search(dist, "cpu-int8").get("variants") or []}
 
     rv, lv = variants(tmp / "vr"), variants(tmp / "vl")
     rows = []
@@ -292,9 +282,8 @@ def part_variants(tmp: Path, out: dict) -> str:
                      "passed (cluster / local)": f"{v['passed']} / {w['passed'] if w else '-'}",
                      "metrics": "equal" if w and w["metrics"] == v["metrics"] else ("-" if not w else "DIFFER"),
                      "ms (cluster / local, timed in the job)": f"{v.get('latency_ms')} / {(w or {}).get('latency_ms')}"})
-    def nncf(dist: Path) -> dict[str, dict]:
-        rec = ((manifests(dist).get("intel-cpu-int8") or {}).get("options") or {}).get("int8") or {}
-        return {t["variant"]: t for t in rec.get("tried") or [] if "passed" in t}
+    def nncf(dist: Path) -> dict[str, dict]:  # intel-cpu's NNCF search: each variant that ran
+        return {t["variant"]: t for t in search(dist, "intel-cpu-int8").get("tried") or [] if "passed" in t}
 
     for name, v in nncf(tmp / "vr").items():  # intel-cpu: NNCF's variants
         w = nncf(tmp / "vl").get(name)
@@ -302,8 +291,8 @@ def part_variants(tmp: Path, out: dict) -> str:
                      "passed (cluster / local)": f"{v['passed']} / {w['passed'] if w else '-'}",
                      "metrics": "equal" if w and w.get("metrics") == v.get("metrics") else ("-" if not w else "DIFFER"),
                      "ms (cluster / local, timed in the job)": f"{v.get('latency_ms')} / {(w or {}).get('latency_ms')}"})
-    chosen = {how: (((manifests(tmp / d).get("cpu-int8") or {}).get("options") or {}).get("int8") or {}).get(
-        "chosen", {}).get("label") for how, d in (("cluster", "vr"), ("local", "vl"))}
+    chosen = {how: search(tmp / d, "cpu-int8").get("chosen", {}).get("label") for how, d in (("cluster", "vr"),
+                                                                                            ("local", "vl"))}
     fanned = sum(1 for ln in remote_err.splitlines() if "made and judged on the cluster's workers" in ln)
     # the README model for both targets in one build: each job's own wall is in the summary's job times
     out["variants"] = {"rows": rows, "remote_wall": remote_wall, "local_wall": local_wall, "chosen": chosen,

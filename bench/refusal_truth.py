@@ -69,7 +69,6 @@ CASES = [  # (model, target, ONNX path, --shape, data, counts (calib, val), flag
 
 def artifact_outputs(bundle: Path, feeds: list[dict]) -> list[dict]:
     """The bundle's artifact in its own runtime (the agent's runner) on every feed, outputs in the ONNX layout."""
-    sys.path.insert(0, str(ROOT / "device_agents"))
     from edgeopt_agent.bundle import from_artifact, load_manifest, to_artifact
     from edgeopt_agent.runners import get_runner
 

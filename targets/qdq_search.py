@@ -310,8 +310,7 @@ class QdqSearch:
         why = {**getattr(self.backend, "always_float", {}), **(why_float or {})}
         if result is None:
             v = Variant(s, False, {}, [f"{self.backend.name} quantizer failed: {error}"],
-                        math.inf if self.backend.timeable else None, math.inf, path, step, why)
-            v.where = where
+                        math.inf if self.backend.timeable else None, math.inf, path, step, why, where=where)
             self.variants.append(v)
             self._variant_s.append(time.perf_counter() - t_variant)
             self.progress(f"{tag}: fail {s.label()}: {v.reasons[0]}")
@@ -322,8 +321,8 @@ class QdqSearch:
               if self.backend.timeable else None)
         per = {n: headline(o["metrics"]) for n, o in result["outputs"].items()}
         reasons = [f"{n}: {r}" if len(per) > 1 else r for n, o in result["outputs"].items() for r in o["reasons"]]
-        v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why, result.get("policy"))
-        v.where = where
+        v = Variant(s, bool(result["passed"]), per, reasons, ms, cal_err, path, step, why, result.get("policy"),
+                    where)
         if v.passed:
             cc = self.cross_check(v)
             if cc is not None and not cc["passed"]:

@@ -242,12 +242,7 @@ def build(
 
     non_tensor = non_tensor_outputs(model)  # skl2onnx's ZipMap: a sequence of maps, which only ORT runs
     variable = shapesmod.describe(static)
-    io = {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
-                      "layout": _layout(static[t.name]),
-                      **({"variable": variable[t.name]} if t.name in variable else {})}
-                     for t in info.inputs],
-          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
-                      if t.name not in non_tensor]}
+    io = io_spec(info, static, non_tensor, variable)
     unknown_ints = _integer_ranges(model, io, calib)
     data_fp = calibmod.fingerprint(calib, pre, static, (n_calib, n_val), options.get("seed", 0),
                                    options.get("split"))
@@ -370,6 +365,19 @@ def build(
     return BuildReport(str(model), str(out), results, warnings, time.perf_counter() - t_start, skipped)
 
 
+def io_spec(info: Any, static: dict[str, list[int]], non_tensor: dict[str, str],
+            variable: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The jobs' IO spec: every input at its static shape (``variable``: its range/buckets axes), every tensor
+    output (``non_tensor`` ones left out; their shapes come from the FP32 reference in ``_prepare``)."""
+    variable = variable or {}
+    return {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
+                        "layout": _layout(static[t.name]),
+                        **({"variable": variable[t.name]} if t.name in variable else {})}
+                       for t in info.inputs],
+            "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
+                        if t.name not in non_tensor]}
+
+
 def infer_output_kinds(model: str | os.PathLike, shapes: dict[str, list[int]] | None = None, calib: str | None = None,
                        preprocess: str | None = None, options: dict[str, Any] | None = None,
                        n_val: int = 16) -> dict[str, Any]:
@@ -393,11 +401,7 @@ def infer_output_kinds(model: str | os.PathLike, shapes: dict[str, list[int]] | 
             raise  # a --shape naming no input: the build's own one line
         return {"kinds": None, "why": f"{str(exc).splitlines()[0]}: give --shape to see the output kinds"}
     static = {n: list(v) for n, v in static.items()}  # a range or buckets: judged at the top, as padded
-    non_tensor = non_tensor_outputs(model)
-    io = {"inputs": [{"name": t.name, "shape": list(static[t.name]), "dtype": t.dtype,
-                      "layout": _layout(static[t.name])} for t in info.inputs],
-          "outputs": [{"name": t.name, "shape": None, "dtype": t.dtype} for t in info.outputs
-                      if t.name not in non_tensor]}
+    io = io_spec(info, static, non_tensor_outputs(model))
     options = dict(options or {})
     with tempfile.TemporaryDirectory(prefix="edgeopt-kinds-") as tmp:
         work = Path(tmp)

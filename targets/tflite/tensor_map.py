@@ -160,6 +160,30 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return d <= SAME_VALUE * den if den > 0 else d == 0.0
 
 
+def _consumers(model: Any) -> dict[str, list[str]]:
+    """Tensor -> the outputs of the nodes that read it."""
+    out: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            out.setdefault(i, []).extend(o for o in n.output if o)
+    return out
+
+
+def _downstream(start: str, consumers: dict[str, list[str]]) -> list[str]:
+    """The tensors up to ``DOWNSTREAM_DEPTH`` nodes downstream of ``start``, nearest first, each once."""
+    out, frontier, seen = [], [start], {start}
+    for _ in range(DOWNSTREAM_DEPTH):
+        nxt = []
+        for t in frontier:
+            for c in consumers.get(t, []):
+                if c not in seen:
+                    seen.add(c)
+                    nxt.append(c)
+        out += nxt
+        frontier = nxt
+    return out
+
+
 def to_source(layers: dict[str, str], simplified: Any, source: Any, feed: dict[str, np.ndarray]
               ) -> tuple[dict[str, str], dict[str, int]]:
     """``layers`` (onnx2tf's names in the simplified model -> Keras layer) as source-model tensor -> layer,
@@ -172,30 +196,11 @@ def to_source(layers: dict[str, str], simplified: Any, source: Any, feed: dict[s
     for k, v in layers.items():  # another renaming of onnx2tf's: the same letters and digits
         if k not in named and bare(k) in by_bare and by_bare[bare(k)] not in sim_layer:
             sim_layer[by_bare[bare(k)]] = v
-    src_names = _float_tensors(source)
-    src_set = set(src_names)
-    consumers: dict[str, list[str]] = {}
-    for n in source.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).extend(o for o in n.output if o)
+    src_set = set(_float_tensors(source))
+    consumers = _consumers(source)
     sim_vals = _values(simplified, list(sim_layer), feed)
     # the source tensors a simplified one may stand for: its own name, then what lies downstream of it
-    wanted: dict[str, list[str]] = {}
-    for s in sim_layer:
-        cands, frontier, seen = [], [s], {s}
-        if s in src_set:
-            cands.append(s)
-        for _ in range(DOWNSTREAM_DEPTH):
-            nxt = []
-            for t in frontier:
-                for c in consumers.get(t, []):
-                    if c not in seen:
-                        seen.add(c)
-                        nxt.append(c)
-                        if c in src_set:
-                            cands.append(c)
-            frontier = nxt
-        wanted[s] = cands
+    wanted = {s: [t for t in [s, *_downstream(s, consumers)] if t in src_set] for s in sim_layer}
     need = list(dict.fromkeys(c for cs in wanted.values() for c in cs))
     src_vals = _values(source, need, feed)
     out: dict[str, str] = {}
@@ -305,19 +310,8 @@ def check_values(bundle_dir: str | Path, manifest: dict[str, Any], source: Any, 
     tensors: dict[str, dict[str, Any]] = tmap.get("tensors") or {}
     outputs = {o["name"] for o in manifest["io"]["outputs"]}
     src_set = set(_float_tensors(source))
-    consumers: dict[str, list[str]] = {}
-    for n in source.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).extend(o for o in n.output if o)
-    cands: dict[str, list[str]] = {}
-    for t in tensors:
-        seen, frontier, out = {t}, [t], []
-        for _ in range(DOWNSTREAM_DEPTH):
-            nxt = [c for f in frontier for c in consumers.get(f, []) if c not in seen]
-            seen.update(nxt)
-            out += [c for c in nxt if c in src_set and c not in tensors]
-            frontier = nxt
-        cands[t] = out
+    consumers = _consumers(source)
+    cands = {t: [c for c in _downstream(t, consumers) if c in src_set and c not in tensors] for t in tensors}
     reader = TfliteBundle(Path(bundle_dir), manifest, None)
     names = [t for t in tensors if t in reader.map and t not in outputs and t in src_set]
     got = reader.run(names, [feed])

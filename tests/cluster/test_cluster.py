@@ -370,13 +370,7 @@ def test_int8_variants_are_made_and_judged_on_the_workers(cluster: Cluster, tmp_
     assert local.returncode == 0, local.stderr[-3000:]
 
     def variants(dist: Path) -> list[dict]:
-        m = manifests(dist)["cpu-int8"]
-        seen, out = set(), []
-        for v in _walk(m):  # the search's variants (also under "chosen": one record per label)
-            if isinstance(v, dict) and {"label", "passed", "metrics", "step"} <= set(v) and v["label"] not in seen:
-                seen.add(v["label"])
-                out.append(v)
-        return out
+        return manifests(dist)["cpu-int8"]["options"]["int8"]["variants"]  # the search's record of each
 
     far, near = variants(tmp_path / "remote"), variants(tmp_path / "local")
     grid = [v for v in far if v["step"] == "grid"]
@@ -402,7 +396,7 @@ def test_openvino_int8_variants_are_made_on_the_workers_that_offer_openvino(clus
     def tried(dist: Path, err: str) -> list[dict]:
         m = manifests(dist).get("intel-cpu-int8")
         if m is not None:
-            return next(v for v in _walk(m) if isinstance(v, dict) and "tried" in v)["tried"]
+            return m["options"]["int8"]["tried"]
         return [{"variant": ln.split("INT8 variant ", 1)[1].split(":")[0].split(" ")[0],
                  "passed": "accepted by the accuracy policy" in ln}
                 for ln in err.splitlines() if "INT8 variant " in ln and "by the accuracy policy" in ln]
@@ -416,13 +410,3 @@ def test_openvino_int8_variants_are_made_on_the_workers_that_offer_openvino(clus
         assert all("(made on wa)" in ln for ln in remote.stderr.splitlines() if "by the accuracy policy" in ln)
     assert [(t["variant"], t["passed"]) for t in ran] == [(t["variant"], t["passed"]) for t in near if "passed" in t]
 
-
-def _walk(obj):
-    """Every dict and list inside ``obj`` (the manifest's search record, wherever it sits)."""
-    yield obj
-    if isinstance(obj, dict):
-        for v in obj.values():
-            yield from _walk(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _walk(v)

@@ -174,8 +174,10 @@ def _run_job(job: dict[str, Any], inputs: dict[str, list], timeout: float, job_i
             slot = _gpu_slot(worker.state.total_resources.get(resource, 1))
         fans_out = job["target"]["backend"] in ("onnxruntime", "openvino") and job["precision"] == "int8"
         if fans_out:  # its INT8 search makes and judges its variants as tasks (edgeopt.targets.qdq_variant)
-            env["EDGEOPT_VARIANT_SCHEDULER"] = worker.scheduler.address
-            env["EDGEOPT_VARIANT_RESOURCE"] = resource  # variants go only to workers offering it
+            from edgeopt.targets import qdq_variant
+
+            env[qdq_variant.ENV] = worker.scheduler.address
+            env[qdq_variant.RESOURCE_ENV] = resource  # variants go only to workers offering it
         with slot as gpu:
             if gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = str(gpu)
