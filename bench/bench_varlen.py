@@ -10,6 +10,11 @@ on real English sentences of 8-128 tokens, each target's variable form beside it
 where built), and the same model through ``quantize_dynamic``: its static padded form refused (padding changes
 the answers), its variable form built.
 
+``--part buckets`` (stop 50): mobile's buckets form (one static TFLite file per bucket, ``targets.buckets``) where
+onnx2tf cannot convert the free axis: MiniLM on the sentences and the OCR recogniser on its text-line pieces,
+declared in buckets, ``auto`` (dynamic, static, then buckets), beside the static form padded to the top; section
+``bench:varlen-buckets``.
+
 ``--part more`` (stop 47): mobile's one file resized at load (onnx2tf given ``shape_hints``) on both models; INT8
 on cpu and intel-cpu calibrated over the real length mix (dynamic form); ``lo..hi|auto@15%`` buckets from the data
 beside the range padded to the top (waste per bucket, planned and as the agent's bench measured it). Written into
@@ -45,7 +50,7 @@ from edgeopt.fixtures import path as fixture  # noqa: E402
 from edgeopt_agent import varlen  # noqa: E402
 from edgeopt_agent.bench import run_bench  # noqa: E402
 from edgeopt_agent.bundle import from_artifact, load_manifest, to_artifact  # noqa: E402
-from edgeopt_agent.runners import get_runner  # noqa: E402
+from edgeopt_agent.runners import open_runner  # noqa: E402
 from tests.shapes import data  # noqa: E402
 
 INT8_LOOSE = "int8_tolerance=rel_l2_max=0.5,cosine_min=0.95"
@@ -59,7 +64,7 @@ def task_agreement(bundle: str, model: str) -> tuple[int, int]:
     """(samples whose task answer equals FP32's unpadded one, samples): the recogniser's greedy CTC text; the
     melspectrogram's every frame within 1e-3 of FP32 (relative to the sample's range)."""
     m = load_manifest(bundle)
-    runner = get_runner(m["runtime"]["name"])(Path(bundle), m, {})
+    runner = open_runner(bundle, m, {})
     runner.load()
     feeds, refs = varlen.validation(bundle, m)
     io = m["io"]
@@ -310,7 +315,7 @@ def embedding_cosines(bundle: str) -> list[float]:
     """Per validation sample: cosine of the bundle's sentence embedding (the sample fitted as the bundle runs
     it: own length, or padded) to the source model's run unpadded at that length."""
     m = load_manifest(bundle)
-    runner = get_runner(m["runtime"]["name"])(Path(bundle), m, {})
+    runner = open_runner(bundle, m, {})
     runner.load()
     feeds, refs = varlen.validation(bundle, m)
     io = m["io"]
@@ -419,13 +424,96 @@ def text(out: Path, duration: float, targets: list[str]) -> int:
     return 0
 
 
+TEXT_BUCKETS = "input_ids:1x32|64|96|128,attention_mask:1x32|64|96|128"
+REC_BUCKETS = "x:1x3x48x80|160|240|320"
+
+
+def buckets(out: Path, duration: float) -> int:
+    """mobile where one TFLite file cannot take the free axis: each model declared in buckets and built ``auto``
+    (the dynamic form fails to convert, the static one padded to the top, then a static file per bucket: the
+    fastest that passes kept), and the static form asked alone for the side-by-side. Section
+    ``bench:varlen-buckets``."""
+    fp32, _ = minilm_models(out)
+    sentences = minilm_sentences(out)
+    rec = data.ocr_rec(out / "ocr-rec.npz", limit=40)
+    runs = [("minilm", fp32, sentences, TEXT_BUCKETS, form) for form in ("auto", "static")]
+    runs += [("ocr-rec", fixture("ocr-rec"), rec, REC_BUCKETS, form) for form in ("auto", "static")]
+    rows = []
+    t_start = stamp()
+    for name, model, calib, shape, form in runs:
+        t0 = time.perf_counter()
+        at = {"at": stamp(), "load": load()}
+        opts = ["shape_form=static"] if form == "static" else []
+        rep = edgeopt.build(str(model), "mobile", precision="fp32", shape=shape, calib=str(calib), calib_count=12,
+                            val_count=24, dist=str(out / f"bk-{name}-{form}"), option=opts,
+                            allow_mismatch=form == "static", raise_on_failure=False)
+        r, m, err = _built(rep)
+        row = {"model": name, "shape": shape, "asked": form, "build_s": round(time.perf_counter() - t0, 1),
+               "error": err, **at}
+        if m:
+            per = m["host_check"].get("per_length") or []
+            if name == "minilm":
+                cos = embedding_cosines(r.bundle)
+                row["task"] = f"embedding cos min {min(cos):.4f} / mean {float(np.mean(cos)):.4f} (n={len(cos)})"
+            else:
+                same, n = task_agreement(r.bundle, name)
+                row["task"] = f"{same}/{n} lines read as FP32 unpadded"
+            b = run_bench(r.bundle, {"duration_s": duration, "min_iters": 40, "warmup": 5, "seed": 0})
+            row.update(form=m["shape_form"]["form"], reason=m["shape_form"]["reason"],
+                       passed=m["host_check"].get("passed"), summary=m["host_check"].get("summary"),
+                       lengths=len({p["length"] for p in per}), ran_at=len({p.get("ran_at") for p in per}),
+                       files=len(m["runtime"].get("buckets") or [1]),
+                       tried=[{k: t.get(k) for k in ("form", "passed", "ms_per_sample", "summary", "error")}
+                              for t in m["shape_form"]["tried"]],
+                       bench=b["varlen"], cold_ms=b.get("cold_start_ms"))
+        row["end"] = stamp()
+        rows.append(row)
+        print(json.dumps(row, default=str)[:3000], file=sys.stderr, flush=True)
+        (out / "varlen-buckets.json").write_text(json.dumps(rows, indent=1, default=str))
+    lines = ["mobile (onnx2tf 1.29 + LiteRT, XNNPACK), fp32. MiniLM: all-MiniLM-L6-v2 as in the section above, "
+             f"`--shape {TEXT_BUCKETS}`, the same 40 sentences of 8–128 tokens (12 calibrate, 24 validate). OCR: "
+             f"the PP-OCRv4 recogniser, `--shape {REC_BUCKETS}`, 40 text-line pieces at their own width "
+             "(`tests/shapes/data.py`). `auto` tries the one file resized at load (dynamic), the file padded to "
+             "the top (static), then — every variable axis in buckets and no dynamic form passing — one static "
+             "file per bucket (buckets); each checked at every validation sample's own length against FP32 run "
+             "unpadded. `static` is the padded form asked alone (kept with `--allow-mismatch` where refused), for "
+             "the side-by-side.", "",
+             "| model | asked | result | kept form (reason) | files | check at own lengths | task level | "
+             "weighted p50 ms | per bucket p50 (share, waste) | build s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['model']} | {r['asked']} | refused: {r['error'][:220]} | | | | | | | {r['build_s']} |")
+            continue
+        lines.append(f"| {r['model']} | {r['asked']} | built | {r['form']} ({r['reason'][:110]}) | {r['files']} | "
+                     f"{'passed' if r['passed'] else 'FAILED'}, {r['lengths']} lengths run at {r['ran_at']} shapes "
+                     f"({(r.get('summary') or '')[:80]}) | {r['task']} | {r['bench']['weighted_p50_ms']:.1f} | "
+                     f"{_per_bucket(r['bench'])} | {r['build_s']} |")
+    lines += ["", "Forms each `auto` build tried (warm ms per validation sample; failures as the build recorded them):",
+              "", "| model | tried |", "|---|---|"]
+    for r in rows:
+        if r.get("tried") and r["asked"] == "auto":
+            lines.append(f"| {r['model']} | " + "; ".join(
+                f"{t['form']}: {'passed' if t['passed'] else 'failed'}"
+                + (f" {t['ms_per_sample']} ms" if t.get("ms_per_sample") else "")
+                + ("" if t["passed"] else f" ({str(t.get('summary') or t.get('error') or '')[:160]})")
+                for t in r["tried"]) + " |")
+    head = (f"## Variable-length inputs on mobile: a static file per bucket where one file cannot take the free axis "
+            f"(`bench/bench_varlen.py --part buckets`)\n\nMeasured {t_start} to {stamp()} on {machine()}; load "
+            f"average (1 min) at each build's start {', '.join(r['load'].split()[2] for r in rows)} (other "
+            "engineers' work shares the cores: latencies carry that load).\n\n")
+    write_section("varlen-buckets", head + "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/edgeopt-bench-varlen")
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--mobile", action="store_true", help="also mobile (onnx2tf: ~20-240 s per model)")
     ap.add_argument("--targets", default="cpu,intel-cpu,mobile", help="--part text: the targets")
-    ap.add_argument("--part", choices=["forms", "more", "text"], default="forms",
+    ap.add_argument("--part", choices=["forms", "more", "text", "buckets"], default="forms",
                     help="forms: the side-by-side table printed (the first section); more: stop 47's additions, "
                          "written into docs/BENCHMARKS.md")
     a = ap.parse_args(argv)
@@ -435,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         return more(out, a.duration)
     if a.part == "text":
         return text(out, a.duration, a.targets.split(","))
+    if a.part == "buckets":
+        return buckets(out, a.duration)
     targets = ["cpu", "intel-cpu"] + (["mobile"] if a.mobile else [])
     rows = []
     print(f"load before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", file=sys.stderr)

@@ -54,7 +54,7 @@ from .bundle import (
     verify,
 )
 from .compare import batch_rows, compare_outputs
-from .runners import get_runner
+from .runners import open_runner
 
 DEFAULTS: dict[str, Any] = {
     "duration_s": 3.0,  # minimum timed duration
@@ -414,7 +414,7 @@ def run_bench(bundle: str | Path, options: dict[str, Any] | None = None,
     runner_opts = dict(opts["runner"])
     if opts["threads"] is not None:
         runner_opts["threads"] = opts["threads"]
-    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, runner_opts)
+    runner = open_runner(bundle, manifest, runner_opts)
     stage("limits", {})
     limits = before_load() if before_load else None
     env = environment(opts["threads"])

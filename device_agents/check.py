@@ -14,7 +14,7 @@ import numpy as np
 
 from .bundle import from_artifact, load_manifest, reference_outputs, to_artifact, validation_inputs
 from .compare import batch_rows, compare_outputs
-from .runners import get_runner
+from .runners import open_runner
 
 
 def run_validation(runner, manifest: dict[str, Any], bundle: Path) -> dict[str, np.ndarray]:
@@ -61,7 +61,7 @@ def check_bundle(bundle: str | Path, options: dict[str, Any] | None = None) -> d
     bundle = Path(bundle)
     options = dict(options or {})
     manifest = load_manifest(bundle)
-    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, options)
+    runner = open_runner(bundle, manifest, options)
     t0 = time.perf_counter()
     runner.load()
     load_s = time.perf_counter() - t0

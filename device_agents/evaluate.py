@@ -46,14 +46,14 @@ def evaluate(bundles: list[Path], data: Path, threads: Any = None) -> dict[str, 
     """Each bundle's decisions on every sample of ``data``: the class ids of a declared ``label`` or
     ``classification`` output (``paired.decision_kind``), else the argmax of the first output."""
     from .paired import _decisions, decision_kind
-    from .runners import get_runner
+    from .runners import open_runner
 
     arms = []
     for bundle in bundles:
         manifest = load_manifest(bundle)
         io = manifest["io"]
         feeds = [to_artifact(f, io["inputs"]) for f in eval_feeds(data, io["inputs"])]
-        runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {"threads": threads} if threads else {})
+        runner = open_runner(bundle, manifest, {"threads": threads} if threads else {})
         try:
             runner.load()
             kind = decision_kind(manifest)

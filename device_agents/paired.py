@@ -27,7 +27,7 @@ import numpy as np
 from .bundle import MANIFEST, from_artifact, load_manifest, sha256_file, to_artifact, validation_inputs
 from .compare import batch_rows
 from .probe import calibration_ms
-from .runners import get_runner
+from .runners import open_runner
 
 MAX_ROUNDS = 400
 # the in-call calibration: short enough to run every few rounds, long enough to see a slower CPU
@@ -46,7 +46,7 @@ def _prepare(bundle: Path, threads: Any, seed: int = 0) -> dict[str, Any]:
     else:
         feeds = [to_artifact(f, io["inputs"]) for f in validation_inputs(bundle, manifest)]
     opts = {"threads": threads} if threads is not None else {}
-    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, opts)
+    runner = open_runner(bundle, manifest, opts)
     return {"bundle": bundle, "manifest": manifest, "feeds": feeds, "runner": runner, "mix": mix}
 
 

@@ -7,6 +7,8 @@ Standard library + numpy only.  An input with variable axes carries ``"variable"
 - ``dynamic``: a range axis runs at the request's own size; a buckets axis is padded up to the smallest
   bucket that holds it (the runtime sees only the declared shapes);
 - ``static``: every variable axis is padded to its top (the IO spec's shape).
+- ``buckets``: as ``dynamic`` for buckets: padded to the request's bucket, which the ``BucketRunner`` runs in
+  that bucket's own static file (``runtime.buckets``).
 
 Padding is zeros appended at the end of the axis (a mask input padded with zeros masks the pads); the
 outputs are cropped back to the size the FP32 model gives unpadded (``crop``).  A request outside the built

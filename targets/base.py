@@ -28,11 +28,12 @@ MANIFEST_SCHEMA = 1
 CHECK_FAILED_MARK = "check_failed.json"  # left in the bundle dir when _build raises CheckFailed
 # Build options every backend takes (read by the pipeline and by ``Target.build``).
 COMMON_OPTIONS = frozenset({"seed", "split", "check_timeout", "output_kind", "if_as_where", "shape_form"})
-SHAPE_FORMS = ("auto", "dynamic", "static")  # --option shape_form: which form a variable axis is built in
+SHAPE_FORMS = ("auto", "dynamic", "static", "buckets")  # --option shape_form: the form a variable axis is built in
 
 
 def shape_form_asked(options: dict[str, Any]) -> str:
-    """``--option shape_form`` (auto | dynamic | static), or UsageError (exit 2) before anything is built."""
+    """``--option shape_form`` (auto | dynamic | static | buckets), or UsageError (exit 2) before anything is
+    built."""
     value = str(options.get("shape_form", "auto")).lower()
     if value not in SHAPE_FORMS:
         raise UsageError(f"--option shape_form={options.get('shape_form')!r}: expected one of {', '.join(SHAPE_FORMS)}",
@@ -225,7 +226,9 @@ class Target:
     # typed, else warns; coreml: keeps them FP32); for the others ``build`` warns about them.
     fp16_range_own = False
     # The forms a variable axis can take here (issue 42), in the order preferred when both pass and time
-    # alike: "dynamic" (the runtime's own variable dims) and "static" (one shape, the top, inputs padded).
+    # alike: "dynamic" (the runtime's own variable dims), "static" (one shape, the top, inputs padded) and
+    # "buckets" (one static file per bucket, targets.buckets: tried by auto only when no dynamic form passed and
+    # every variable axis has buckets).
     shape_forms: tuple[str, ...] = ("static",)
     # True: the dynamic form is converted from the model with its variable axes free (ONNX Runtime, OpenVINO);
     # False: the one static conversion is also the dynamic form, resized at load to each request (LiteRT's
@@ -401,7 +404,11 @@ class Target:
         tried: list[dict[str, Any]] = []
         built: dict[str, tuple[BuildOutput, list[str], bool, Path]] = {}
         last_exc: CheckFailed | None = None
+        all_buckets = all("buckets" in v for vs in (job.variable or {}).values() for v in vs)
         for form in forms:
+            if form == "buckets" and asked == "auto" and (not all_buckets or any(
+                    t["form"] == "dynamic" and t["passed"] for t in tried)):
+                continue  # a file per bucket costs a conversion each: only where one file cannot take them all
             sub = bundle.parent / f"{bundle.name}.form-{form}"
             shutil.rmtree(sub, ignore_errors=True)
             shutil.copytree(bundle, sub)  # the validation files
@@ -409,7 +416,7 @@ class Target:
                                        prepared_path=str(free) if form == "dynamic" and self.dynamic_from_free
                                        else job.prepared_path)
             t0 = time.perf_counter()
-            twin = next(iter(built.values()), None) if not self.dynamic_from_free else None
+            twin = next(iter(built.values()), None) if not self.dynamic_from_free and form != "buckets" else None
             if twin is not None:  # the same conversion in the other form: its files, not a second conversion
                 progress(f"shape form {form}: the same artifact, {'resized at load' if form == 'dynamic' else 'padded'}")
                 out, selected, uncal = dataclasses.replace(twin[0], extra_manifest=dict(twin[0].extra_manifest),
@@ -418,9 +425,14 @@ class Target:
                     if item.name not in ("manifest.json", "validation", CHECK_FAILED_MARK):
                         (shutil.copytree if item.is_dir() else shutil.copy2)(item, sub / item.name)
             else:
-                progress(f"shape form {form}: building")
+                progress(f"shape form {form}: " + ("a static file per bucket" if form == "buckets" else "building"))
                 try:
-                    out, selected, uncal = self._build_ifs(this, progress)
+                    if form == "buckets":  # targets.buckets: each bucket an ordinary static build of its own
+                        from edgeopt.targets.buckets import build_per_bucket
+
+                        out, selected, uncal = build_per_bucket(self, this, progress)
+                    else:
+                        out, selected, uncal = self._build_ifs(this, progress)
                 except BuildFailed as exc:  # CheckFailed, or a converter that cannot take this form
                     if not isinstance(exc, CheckFailed) and form == forms[-1] and not built:
                         raise
@@ -484,7 +496,8 @@ class Target:
             if any(t["passed"] is False for t in tried) and not job.options.get("allow_mismatch"):
                 for form in built:
                     shutil.rmtree(built[form][3], ignore_errors=True)
-                how = {"static": "padded to the top", "dynamic": "each request at its own length or bucket"}
+                how = {"static": "padded to the top", "dynamic": "each request at its own length or bucket",
+               "buckets": "a static file per bucket"}
                 raise CheckFailed(
                     "no form matches FP32 at each sample's own length: " + "; ".join(
                         f"{t['form']} ({how.get(t['form'], t['form'])}): "
@@ -509,7 +522,7 @@ class Target:
             reason = "the one form this target builds (its numeric check runs on the device)"
         elif not ok:
             reason = "no form passed its check at each sample's own length"
-        elif chosen == "dynamic" and any(t["form"] == "static" for t in refused):
+        elif chosen in ("dynamic", "buckets") and any(t["form"] == "static" for t in refused):
             reason = "the static (padded) form was refused: padding changes the answers"
         elif len(ok) > 1:
             reason = (f"fastest passing form at steady state ({best['form']} {best['ms_per_sample']} ms/sample vs "
@@ -519,6 +532,7 @@ class Target:
         out.extra_manifest["shape_form"] = {
             "form": chosen, "reason": reason,
             "runs_at": ("each request's own length (range) / its bucket (buckets)" if chosen == "dynamic"
+                        else "each request padded to its bucket, in that bucket's file" if chosen == "buckets"
                         else "every request padded to the top"),
             "tried": [{k: v for k, v in t.items() if k != "per_length"} for t in tried]}
         for t in refused:
@@ -848,7 +862,8 @@ def output_kinds(job: BuildJob) -> dict[str, dict[str, Any]]:
     elif batch:  # a batch this build chose otherwise (--shape): each row a sample
         refs = {n: r.reshape(-1, 1, *r.shape[2:]) if r.ndim >= 2 and r.shape[1] == batch else r
                 for n, r in refs.items()}
-    carried = {n: {**k, "source": k["source"] if str(k.get("source", "")).startswith("batch") else "batch 1"}
+    carried = {n: {**k, "source": k["source"] if str(k.get("source", "")).startswith(("batch", "bucket"))
+                   else "batch 1"}
                for n, k in (job.carried_kinds or {}).items()
                if n in names and n not in given and isinstance(k, dict) and k.get("kind")}
     inferred = infer_kinds({n: refs[n] for n in names if n not in given and n not in carried and n in refs},

@@ -111,9 +111,9 @@ def sample_decisions(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     from edgeopt_agent.check import run_validation
     from edgeopt_agent.compare import batch_rows, unbatch
     from edgeopt_agent.paired import decision_kind, pair_decisions
-    from edgeopt_agent.runners import get_runner
+    from edgeopt_agent.runners import open_runner
 
-    runner = get_runner(manifest["runtime"]["name"])(bundle, manifest, {})
+    runner = open_runner(bundle, manifest, {})
     runner.load()
     try:
         outs = run_validation(runner, manifest, bundle)

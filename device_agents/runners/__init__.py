@@ -84,6 +84,84 @@ class Runner:
         pass
 
 
+class BucketRunner(Runner):
+    """One static artifact per bucket (``runtime.buckets``, issue 42: mobile where the converter cannot take
+    the variable axis free): every bucket's file loaded (cold start covers all of them), each request run by
+    the file whose input shapes it has (``varlen.fit`` padded it to its bucket). The inner runners are the
+    runtime's own, each given its bucket's artifact."""
+
+    def __init__(self, bundle: Path, manifest: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+        super().__init__(bundle, manifest, options)
+        cls = get_runner(manifest["runtime"]["name"])
+        self.runtime = cls.runtime
+        self.concurrent_calls = cls.concurrent_calls
+        specs = manifest["io"]["inputs"]
+        self.inner: dict[tuple, Runner] = {}
+        for b in manifest["runtime"]["buckets"]:
+            one = {**manifest, "runtime": {**manifest["runtime"], "artifact": b["artifact"]}}
+            self.inner[self.key_of(b["shapes"], specs)] = cls(bundle, one, options)
+        top = self.key_of({s["name"]: s["shape"] for s in specs}, specs)  # the IO spec's shape: the top bucket
+        self.top = self.inner.get(top) or list(self.inner.values())[-1]
+
+    @staticmethod
+    def key_of(shapes: dict[str, list[int]], specs: list[dict[str, Any]]) -> tuple:
+        """The artifact-side input shapes of one bucket (ONNX-layout ``shapes`` through each input's perm)."""
+        out = []
+        for s in specs:
+            shape = [int(v) for v in shapes.get(s["name"], s["shape"])]
+            if s.get("perm"):
+                shape = [shape[i] for i in s["perm"]]
+            out.append((s.get("artifact_name") or s["name"], tuple(shape)))
+        return tuple(sorted(out))
+
+    def _pick(self, feed: dict[str, np.ndarray]) -> Runner:
+        key = tuple(sorted((n, tuple(int(d) for d in np.shape(v))) for n, v in feed.items()))
+        try:
+            return self.inner[key]
+        except KeyError:
+            raise ValueError("no bucket's file takes input shapes " + ", ".join(f"{n}{list(s)}" for n, s in key)
+                             + "; built for " + "; ".join(", ".join(f"{n}{list(s)}" for n, s in k)
+                                                         for k in self.inner)) from None
+
+    def load(self) -> None:
+        for r in self.inner.values():
+            r.load()
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._pick(feed).run(feed)
+
+    def worker(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        runs = {k: r.worker() for k, r in self.inner.items()}
+
+        def run(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            key = tuple(sorted((n, tuple(int(d) for d in np.shape(v))) for n, v in feed.items()))
+            return runs[key](feed) if key in runs else self.run(feed)
+
+        return run
+
+    def close_workers(self) -> None:
+        for r in self.inner.values():
+            r.close_workers()
+
+    def info(self) -> dict[str, Any]:
+        return {**self.top.info(), "buckets": len(self.inner)}
+
+    def profile(self, feeds: list[dict[str, np.ndarray]], iterations: int) -> dict[str, Any]:
+        return self.top.profile(feeds, iterations)
+
+    def close(self) -> None:
+        for r in self.inner.values():
+            r.close()
+
+
+def open_runner(bundle: str | Path, manifest: dict[str, Any], options: dict[str, Any] | None = None) -> Runner:
+    """The runner of a bundle (not loaded): the runtime's own, or a ``BucketRunner`` over its files when the
+    bundle has one static file per bucket."""
+    if manifest["runtime"].get("buckets"):
+        return BucketRunner(Path(bundle), manifest, options)
+    return get_runner(manifest["runtime"]["name"])(Path(bundle), manifest, options)
+
+
 def get_runner(name: str) -> type[Runner]:
     if name not in RUNNERS:
         raise RunnerUnavailable(f"no runner for runtime {name!r}")

@@ -81,7 +81,7 @@ class OpenVinoTarget(Target):
 
     # --- the build ----------------------------------------------------------------------
     # a variable axis: bounded dynamic dims (ov.Dimension(lo, hi)) first, else the IR static at the top
-    shape_forms = ("dynamic", "static")
+    shape_forms = ("dynamic", "static", "buckets")
 
     def _build(self, job: BuildJob, progress: Callable[[str], None]) -> BuildOutput:
         ov = require("openvino", self.extra)

@@ -89,8 +89,9 @@ class TfliteTarget(Target):
     extra = "tflite"
     ifs_as_where = True  # onnx2tf fails on If (KeyError on a branch's outer initializer): targets.if_select
     # issue 42: a variable axis as the one converted file resized at load to each request (the runner's
-    # resize_tensor_input), else padded to the top; converted once, checked in both forms (base._build_forms)
-    shape_forms = ("dynamic", "static")
+    # resize_tensor_input), else padded to the top, else (buckets declared, the one file failing: onnx2tf cannot
+    # take MiniLM's or the OCR recogniser's free axis) one static file per bucket (targets.buckets)
+    shape_forms = ("dynamic", "static", "buckets")
     # the dynamic form is converted from the model with its variable axes free, onnx2tf given ``shape_hints``
     # (each variable input at its top) for its dummy inferences: without them onnx2tf 1.29 ran its checks at
     # length 1 (ORT: "Invalid input shape: {1}") or fixed the outputs at the top length, so LiteRT could not

@@ -195,7 +195,7 @@ def test_bench_resets_a_runners_own_timings_after_warmup(tiny_bundle, monkeypatc
         def info(self):
             return {**super().info(), "timings_ms": {"runs": self.runs}}
 
-    monkeypatch.setattr(bench, "get_runner", lambda name: PhaseTimed)
+    monkeypatch.setattr(bench, "open_runner", lambda bundle, manifest, opts: PhaseTimed(bundle, manifest, opts))
     res = bench.run_bench(tiny_bundle, {"duration_s": 0.05, "min_iters": 5, "warmup": 3})
     assert res["iterations"] >= 5
     assert res["runner"]["timings_ms"]["runs"] == res["iterations"]  # not + first run, accuracy pass, warm-up

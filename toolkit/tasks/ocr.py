@@ -277,11 +277,11 @@ def onnx_run_fn(path: str | os.PathLike) -> RunFn:
 def bundle_run_fn(bundle: str | os.PathLike, options: dict[str, Any] | None = None) -> tuple[RunFn, list[int]]:
     """Run a built bundle through the agent's runner for its runtime; returns (run, input shape)."""
     from edgeopt_agent.bundle import BundleError, from_artifact, load_manifest, to_artifact
-    from edgeopt_agent.runners import RunnerUnavailable, get_runner
+    from edgeopt_agent.runners import RunnerUnavailable, open_runner
 
     try:
         manifest = load_manifest(bundle)
-        runner = get_runner(manifest["runtime"]["name"])(Path(bundle), manifest, options or {})
+        runner = open_runner(bundle, manifest, options or {})
         runner.load()
     except BundleError as exc:
         raise UsageError(f"not a usable bundle: {exc}", hint="pass a folder made by `edgeopt build`") from None
