@@ -74,10 +74,30 @@ OUTCOMES = ["passed", "yes-failed", "no-built", "check-missed", "crash", "refuse
             "probably-built", "check-caught", "not-compared"]
 
 
-def node_dir() -> Path:
+# --suite: the node tests (one op each), or the model tests onnx ships beside them -- torch modules exported with
+# their weights as initializers (pytorch-converted: Conv1d..3d, BatchNorm, PReLU, GLU, ...; pytorch-operator: torch
+# ops; simple: small hand-made graphs) -- which no rule of targets/support_rules.py was written from: a fresh
+# held-out set, all of it
+SUITES = {"node": ["node"], "pytorch": ["pytorch-converted", "pytorch-operator", "simple"]}
+SUITE = "node"
+
+
+def data_dir() -> Path:
     import onnx
 
-    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "node"
+    return Path(onnx.__file__).parent / "backend" / "test" / "data"
+
+
+def node_dir() -> Path:
+    return data_dir() / "node"
+
+
+def test_dir(test: str) -> Path:
+    """The folder of ``test`` in the suite run (its model.onnx and test_data_set_0)."""
+    for sub in SUITES[SUITE]:
+        if (data_dir() / sub / test).is_dir():
+            return data_dir() / sub / test
+    return node_dir() / test
 
 
 def float32_tests(ops: set[str] | None = None, match: str | None = None) -> list[tuple[str, list[str]]]:
@@ -85,7 +105,7 @@ def float32_tests(ops: set[str] | None = None, match: str | None = None) -> list
     import onnx
 
     found = []
-    for d in sorted(node_dir().iterdir()):
+    for d in sorted((d for sub in SUITES[SUITE] for d in (data_dir() / sub).iterdir()), key=lambda d: d.name):
         if "_expanded" in d.name or not (d / "model.onnx").exists() or (match and not re.search(match, d.name)):
             continue
         try:
@@ -116,6 +136,8 @@ def held_out(test: str) -> bool:
     global _INDEX
     if _INDEX is None:
         _INDEX = {name: i for i, (name, _) in enumerate(float32_tests())}
+    if SUITE != "node":  # no rule was written from any test of the other suites
+        return test not in SEEN
     i = _INDEX.get(test)
     return i is not None and i % HELD_OUT_EVERY == HELD_OUT_PART and test not in SEEN
 
@@ -128,7 +150,7 @@ SEEN: set[str] = set()  # --seen DIR: tests measured in runs the rules were writ
 def n_inputs(test: str) -> int:
     import onnx
 
-    m = onnx.load(str(node_dir() / test / "model.onnx"))
+    m = onnx.load(str(test_dir(test) / "model.onnx"))
     inits = {i.name for i in m.graph.initializer}
     return len([i for i in m.graph.input if i.name not in inits])
 
@@ -139,7 +161,7 @@ def as_initializers(test: str, work: Path) -> Path:
     from onnx import numpy_helper
 
     inputs, _ = spec_data(test)
-    m = onnx.load(str(node_dir() / test / "model.onnx"))
+    m = onnx.load(str(test_dir(test) / "model.onnx"))
     inits = {i.name for i in m.graph.initializer}
     feed = [i for i in m.graph.input if i.name not in inits]
     keep = feed[0].name
@@ -160,7 +182,7 @@ def spec_data(test: str) -> tuple[dict[str, Any], dict[str, Any]]:
     import onnx
     from onnx import numpy_helper
 
-    d = node_dir() / test
+    d = test_dir(test)
     m = onnx.load(str(d / "model.onnx"))
     inits = {i.name for i in m.graph.initializer}
     names_in = [i.name for i in m.graph.input if i.name not in inits]
@@ -409,7 +431,7 @@ def _commit() -> str | None:
 
 def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool = False,
              form: str = "inputs") -> dict[str, Any]:
-    model = str(node_dir() / test / "model.onnx") if form == "inputs" else str(as_initializers(test, work))
+    model = str(test_dir(test) / "model.onnx") if form == "inputs" else str(as_initializers(test, work))
     rec: dict[str, Any] = {"test": test, "form": form, "targets": {}, "commit": _commit(),
                            "at": time.strftime("%H:%M:%S")}
     try:
@@ -532,13 +554,17 @@ def main() -> int:
                     "as an initializer (a real model's form; tests with one input left out)")
     ap.add_argument("--section", default=None, help="with --write: the docs/BENCHMARKS.md section [conformance, or "
                     "conformance-initializers]")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="node",
+                    help="node: ONNX's node tests; pytorch: its pytorch-converted, pytorch-operator and simple model "
+                         "tests (weights as initializers), none of which a rule was written from")
     ap.add_argument("--part", type=int, default=0, help="the held-out part is index %% 5 == PART (a part no "
                     "rule was written from: the first, 0, has been read since)")
     ap.add_argument("--seen", action="append", default=[], help="DIR of a run the rules were written from: its "
                     "tests are never counted as held out (repeatable)")
     a = ap.parse_args()
-    global HELD_OUT_PART
+    global HELD_OUT_PART, SUITE
     HELD_OUT_PART = a.part
+    SUITE = a.suite
     for d in a.seen:
         for line in (Path(d) / "results.jsonl").read_text().splitlines():
             if line.strip():
@@ -588,7 +614,7 @@ def main() -> int:
     records = [r for n, r in sorted(done.items()) if n in names or a.report]
     if a.report:  # today's inspect against the recorded builds (a build's result does not depend on it)
         for r in records:
-            src = node_dir() / r["test"] / "model.onnx" if a.form == "inputs" else as_initializers(r["test"], work)
+            src = test_dir(r["test"]) / "model.onnx" if a.form == "inputs" else as_initializers(r["test"], work)
             now = verdicts(str(src), list(r["targets"]))
             spec = None
             for t, row in r["targets"].items():
@@ -605,13 +631,17 @@ def main() -> int:
             "every input but the first as an initializer of the spec's value (a real model's form; tests with "
             "one input left out)")
     held = [r for r in records if held_out(r["test"])]
-    body = (f"ONNX backend node tests (onnx {__import__('onnx').__version__}), float32, form: {form}; `inspect` "
+    what = ("ONNX backend node tests" if SUITE == "node" else
+            "ONNX backend model tests (" + ", ".join(SUITES[SUITE]) + ": torch modules and small graphs, weights as "
+            "initializers)")
+    body = (f"{what} (onnx {__import__('onnx').__version__}), float32, form: {form}; `inspect` "
             f"verdict vs `build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec "
             f"output|); {len(records)} tests (per target: the last row)"
             + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets)
-            + f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == "
-            f"{HELD_OUT_PART}" + (f", less the {len(SEEN)} tests of the runs the rules were written from" if SEEN else "")
+            + (f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == "
+               f"{HELD_OUT_PART}" if SUITE == "node" else "\n\n**Held out** (the whole suite")
+            + (f", less the {len(SEEN)} tests of the runs the rules were written from" if SEEN else "")
             + f": {len(held)} of these tests; no rule was written from them):\n\n" + table(held, targets)
             + "\n\n" + failures(records, targets))
     if a.preface:  # what the run was (processes, samples, rule changes), written above the figures

@@ -820,6 +820,12 @@ def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | Non
     is not refused (``build`` converts it and keeps the conversion only when its outputs are identical,
     ``down_convert``), and one it cannot take is refused with the converter's reason."""
     limits = format_limits(opset, ir, backend, spec)
+    if not limits and 0 < opset < ORT_MIN_OPSET and model is not None:  # older than ONNX Runtime implements
+        why = conversion_error(model, ORT_MIN_OPSET, None)
+        if why is not None:
+            return (f"the model is ONNX opset {opset}: ONNX Runtime implements opset >= {ORT_MIN_OPSET} (it computes the "
+                    f"FP32 reference every build is checked against); onnx.version_converter cannot take it to opset "
+                    f"{ORT_MIN_OPSET}: {why}", f"re-export with opset >= {ORT_MIN_OPSET}")
     if not limits:
         return None
     max_opset = min((lim.opset for lim in limits if lim.opset is not None), default=None)
@@ -852,11 +858,21 @@ def format_refusal(opset: int, ir: int, backend: str, spec: dict[str, Any] | Non
 # converted model only when onnx.reference gives identical outputs for both on the validation inputs.
 
 
+# ONNX Runtime implements opset 7 and newer ("All versions of ONNX Runtime support ONNX opsets from ONNX v1.2.1+
+# (opset version 7 and higher)", its compatibility page): an older model (torch's exports of 2018, onnx's own
+# pytorch-converted tests at opset 6) loads and then lacks kernels (AveragePool-1). Every build runs ONNX Runtime
+# (the FP32 reference), so such a model is converted up to 7, kept only when onnx.reference agrees exactly.
+ORT_MIN_OPSET = 7
+
+
 def conversion_target(opset: int, ir: int, targets: list[tuple[str, dict[str, Any]]]) -> tuple[int | None, int | None] | None:
     """The (opset, IR) every runtime on the way of ``targets`` (``[(backend, spec)]``) reads, where the model's
-    own is newer (None in a place: that one needs no change); None when nothing needs converting."""
+    own is newer -- or ``ORT_MIN_OPSET`` where it is older than ONNX Runtime implements (None in a place: that one
+    needs no change); None when nothing needs converting."""
     limits = [lim for backend, spec in targets for lim in format_limits(opset, ir, backend, spec)]
     to_opset = min((lim.opset for lim in limits if lim.opset is not None), default=None)
+    if 0 < opset < ORT_MIN_OPSET:
+        to_opset = ORT_MIN_OPSET
     to_ir = min((lim.ir for lim in limits if lim.ir is not None), default=None)
     return None if to_opset is None and to_ir is None else (to_opset, to_ir)
 
@@ -919,8 +935,9 @@ def _convert_child(src: str, opsets: list[int], out_dir: str | None, timeout: fl
 
 
 def down_convert(model: Any, opset: int | None, ir: int | None) -> Any:
-    """A copy of ``model`` (ModelProto) taken down to ONNX ``opset`` by ``onnx.version_converter`` (in a child
-    process) and stamped IR ``ir`` (None: keep that one). ``ModelError`` (one line) when it cannot."""
+    """A copy of ``model`` (ModelProto) taken down to ONNX ``opset`` (or up to it: ``ORT_MIN_OPSET``) by
+    ``onnx.version_converter`` (in a child process) and stamped IR ``ir`` (None: keep that one). ``ModelError``
+    (one line) when it cannot."""
     import tempfile
 
     import onnx
@@ -928,16 +945,17 @@ def down_convert(model: Any, opset: int | None, ir: int | None) -> Any:
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    if opset is not None and have > opset:
+    if opset is not None and have != opset:
+        hint = f"re-export with opset {'<=' if have > opset else '>='} {opset}"
         if model.ByteSize() > 1_900_000_000:
             raise ModelError(f"the model is ONNX opset {have}, and too large (> 1.9 GB) for edgeopt to take it to "
-                             f"opset {opset} with onnx.version_converter", hint=f"re-export with opset <= {opset}")
+                             f"opset {opset} with onnx.version_converter", hint=hint)
         with tempfile.TemporaryDirectory(prefix="edgeopt-opset-") as d:
             onnx.save(model, f"{d}/model.onnx")
             why = _convert_child(f"{d}/model.onnx", [opset], d).get(opset)
             if why is not None:
                 raise ModelError(f"onnx.version_converter cannot take the model from opset {have} to {opset}: {why}",
-                                 hint=f"re-export with opset <= {opset}")
+                                 hint=hint)
             out = onnx.load(f"{d}/opset{opset}.onnx")
     if ir is not None and out.ir_version > ir:
         out.ir_version = ir
@@ -1012,8 +1030,8 @@ def verify_conversion(original: Any, converted: Any, feeds: list[dict[str, Any]]
 
     rec = {"from_opset": opset_of(original), "to_opset": opset_of(converted), "from_ir": original.ir_version,
            "to_ir": converted.ir_version, "converter": "onnx.version_converter"}
-    hint = f"re-export with opset <= {rec['to_opset']}" + (f" and IR <= {rec['to_ir']}" if rec["to_ir"] < rec["from_ir"]
-                                                          else "")
+    hint = (f"re-export with opset {'>=' if rec['to_opset'] > rec['from_opset'] else '<='} {rec['to_opset']}"
+            + (f" and IR <= {rec['to_ir']}" if rec["to_ir"] < rec["from_ir"] else ""))
     used = feeds[:samples]
     if rec["from_opset"] == rec["to_opset"]:  # only the IR stamp lowered: the graph is the same graph
         return {**rec, "verified": "the graph is unchanged (only the IR version stamp lowered)", "samples": 0}

@@ -792,9 +792,11 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
     conversion = None
     if unconverted is not None:
         conversion = modelmod.verify_conversion(unconverted, original, data.validation)
+        up = conversion["to_opset"] > conversion["from_opset"]
         notes.append(f"converted from ONNX opset {conversion['from_opset']} (IR {conversion['from_ir']}) to opset "
-                     f"{conversion['to_opset']} (IR {conversion['to_ir']}), the newest every runtime on the way "
-                     f"reads, with onnx.version_converter; verified: {conversion['verified']}")
+                     f"{conversion['to_opset']} (IR {conversion['to_ir']}), "
+                     + ("the oldest ONNX Runtime implements" if up else "the newest every runtime on the way reads")
+                     + f", with onnx.version_converter; verified: {conversion['verified']}")
         progress(f"note: {notes[-1]}")
     calibmod.save_stacked(work / "calib.npz", data.calibration, names, "in")
     from edgeopt.shapes import save_calib_shapes

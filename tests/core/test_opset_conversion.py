@@ -50,6 +50,25 @@ def test_opset24_model_the_converter_cannot_take_is_refused_in_one_line(tmp_path
     assert not rows["cpu"]["supported"] and "version_converter cannot" in rows["cpu"]["format"]["message"]
 
 
+def test_an_opset6_model_is_converted_up_to_what_onnx_runtime_implements(tmp_path):
+    """onnx's pytorch-converted tests (opset 6, as torch exported in 2018) load in ONNX Runtime and lack kernels
+    (AveragePool-1): build takes them up to opset 7 and keeps that only when onnx.reference agrees exactly."""
+    path = tmp_path / "pool.onnx"
+    _one_node(path, "AveragePool", opset=6, out=(2, 3, 2), kernel_shape=[2], strides=[2])
+    m = onnx.load(str(path))
+    m.ir_version = 3
+    onnx.save(m, str(path))
+    rows = {r["target"]: r for r in support_matrix(inspect(path))}
+    assert rows["cpu"]["supported"] and rows["cpu"]["format"] is None
+    rep = edgeopt.build(str(path), "cpu", precision="fp32", dist=tmp_path / "d", jobs=1)
+    r = rep.results[0]
+    assert r.status == "built", r.error
+    conv = r.manifest["validation"]["source"]["opset_conversion"]
+    assert (conv["from_opset"], conv["to_opset"]) == (6, 7) and conv["verified"].startswith("identical outputs")
+    assert any("the oldest ONNX Runtime implements" in n for n in r.manifest["notes"])
+    assert r.manifest["host_check"]["passed"]
+
+
 def test_a_conversion_that_changes_the_outputs_is_refused(tmp_path):
     original = _one_node(tmp_path / "a.onnx", "Flatten", out=(6, 4), axis=2)
     changed = _one_node(tmp_path / "b.onnx", "Flatten", opset=23, out=(2, 12), axis=1)  # stands in for a wrong adapter
