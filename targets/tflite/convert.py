@@ -186,6 +186,9 @@ def saved_model(req: dict[str, Any], versions: dict[str, str], progress) -> tupl
         if p:
             h.update(hashlib.sha256(Path(p).read_bytes()).digest())
     h.update(json.dumps([CONVERTER_REV, sorted(req["replace"]), versions], sort_keys=True).encode())
+    # the rewrites run before onnx2tf are part of the conversion: a change to them is another SavedModel (a bumped
+    # CONVERTER_REV was forgotten once: gemm_biases' fix never reached a model converted before it)
+    h.update(hashlib.sha256(Path(__file__).with_name("onnx_fixes.py").read_bytes()).digest())
     if req.get("onnx2tf_kwargs"):  # an alternative conversion: its own cache entry
         h.update(json.dumps(req["onnx2tf_kwargs"], sort_keys=True).encode())
     if req.get("onnx2tf_fixes") is False:  # the model as it is: another conversion
