@@ -106,6 +106,17 @@ def test_intel_cpu_int8_a_calibrated_ir_per_bucket(tmp_path):
     assert len(ran) >= 2 and ran <= {"input[1]=8000", "input[1]=16000", "input[1]=32000"}
 
 
+def test_pushed_to_the_local_device_and_benched_per_bucket(bucketed, tmp_path):
+    """The whole path: the bundle's bucket folders pushed into the device's store (every file verified by
+    hash) and benched there, each bucket in its own file."""
+    bundle, _ = bucketed
+    res = edgeopt.bench(dist=str(bundle.parents[1]), targets="mobile", duration=0.3, min_iters=12, warmup=2,
+                        db=str(tmp_path / "r.db"))
+    (rec,) = res.records
+    assert sorted(rec.raw["bench"]["varlen"]["buckets"]) == ["input[1]=16000", "input[1]=32000", "input[1]=8000"]
+    assert rec.raw["bench"]["runner"]["buckets"] == 3
+
+
 def test_buckets_form_on_a_range_is_refused_in_one_line(tmp_path):
     pytest.importorskip("onnx2tf")
     mel = data.melspec(tmp_path / "mel.npz", count=8)
