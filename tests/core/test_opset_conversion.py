@@ -69,6 +69,42 @@ def test_an_opset6_model_is_converted_up_to_what_onnx_runtime_implements(tmp_pat
     assert r.manifest["host_check"]["passed"]
 
 
+def _bn6(path, is_test: int):
+    """A torch-2018-style BatchNormalization-6, IR 3: its statistics are initializers also listed as inputs."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    stats = {n: numpy_helper.from_array((rng.random(3) + 0.5).astype(np.float32), n) for n in "sbmv"}
+    g = helper.make_graph([helper.make_node("BatchNormalization", ["x", *"sbmv"], ["y"], epsilon=1e-5,
+                                            is_test=is_test, momentum=0.9)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4]),
+                           *(helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in "sbmv")],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])], list(stats.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
+    m.ir_version = 3
+    onnx.save(m, str(path))
+    return m
+
+
+def test_an_opset6_batchnorm_is_verified_and_built_its_ir3_initializer_inputs_dropped(tmp_path):
+    """onnx.reference's BatchNormalization_6 (serving opsets 6-8) failed on every torch export (it ran the
+    training branch): edgeopt's own for those opsets verifies the 6 -> 7 conversion; the IR 3 listing of the
+    statistics as inputs is dropped (ONNX Runtime's saved graph asked for them as feeds)."""
+    path = tmp_path / "bn.onnx"
+    _bn6(path, is_test=1)
+    rep = edgeopt.build(str(path), "cpu", precision="fp32", dist=tmp_path / "d", jobs=1)
+    r = rep.results[0]
+    assert r.status == "built" and r.manifest["host_check"]["passed"], r.error
+    assert r.manifest["validation"]["source"]["opset_conversion"]["to_opset"] == 7
+    assert any("4 initializer(s) listed as graph inputs too" in n for n in r.manifest["notes"])
+    # is_test=0 is a training run (the batch's own statistics); BatchNormalization-7 with one output would be
+    # inference: the converter refuses it, and the build says so in one line
+    _bn6(tmp_path / "train.onnx", is_test=0)
+    with pytest.raises(ModelError, match="cannot take it to opset 7: Attribute is_test must not have value 0") as err:
+        edgeopt.build(str(tmp_path / "train.onnx"), "cpu", precision="fp32", dist=tmp_path / "d2", jobs=1)
+    assert err.value.hint == "re-export with opset >= 7"
+
+
 def test_a_conversion_that_changes_the_outputs_is_refused(tmp_path):
     original = _one_node(tmp_path / "a.onnx", "Flatten", out=(6, 4), axis=2)
     changed = _one_node(tmp_path / "b.onnx", "Flatten", opset=23, out=(2, 12), axis=1)  # stands in for a wrong adapter
