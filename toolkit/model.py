@@ -972,9 +972,45 @@ def down_convert(model: Any, opset: int | None, ir: int | None) -> Any:
                 raise ModelError(f"onnx.version_converter cannot take the model from opset {have} to {opset}: {why}",
                                  hint=hint)
             out = onnx.load(f"{d}/opset{opset}.onnx")
+    if opset is not None and have < 7 <= opset:
+        _legacy_prelu_slopes(out)
     if ir is not None and out.ir_version > ir:
         out.ir_version = ir
     return out
+
+
+def _legacy_prelu_slopes(model: Any) -> int:
+    """PRelu before opset 7 applied a 1-D slope per channel (axis 1: torch exported ``[C]`` for ``nn.PReLU(C)``);
+    from opset 7 the slope broadcasts numpy-style from the last axis, and onnx.version_converter re-stamps the
+    node without reshaping it (ONNX Runtime then fails to broadcast, or silently scales the wrong axis). Such a
+    slope becomes ``[C, 1, ...]`` for an input of rank >= 3 -- the up-conversion's verification (onnx.reference,
+    which reads a legacy slope per channel) then holds the result to the original. Returns how many."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - no shapes: nothing known to reshape
+        return 0
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
+             for vi in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")}
+    inits = {i.name: i for i in model.graph.initializer}
+    done = 0
+    for n in model.graph.node:
+        if n.op_type != "PRelu" or len(n.input) < 2 or n.input[1] not in inits:
+            continue
+        slope, rank = inits[n.input[1]], ranks.get(n.input[0], 0)
+        if len(slope.dims) != 1 or slope.dims[0] <= 1 or rank < 3:
+            continue
+        value = numpy_helper.to_array(slope).reshape(int(slope.dims[0]), *([1] * (rank - 2)))
+        new = numpy_helper.from_array(value, f"{slope.name}_per_channel")
+        model.graph.initializer.append(new)
+        if model.ir_version < 4:  # IR 3 lists every initializer as a graph input too
+            model.graph.input.append(onnx.helper.make_tensor_value_info(new.name, new.data_type, list(value.shape)))
+        n.input[1] = new.name
+        done += 1
+    return done
 
 
 _CONVERTIBLE: dict[tuple[str, int, int, int], str | None] = {}

@@ -128,3 +128,31 @@ def test_the_version_converter_runs_in_a_child_and_its_refusal_is_a_reason(tmp_p
     why = conversion_error(path, 17, None)
     assert why and "\n" not in why
     assert conversion_error(path, None, 8) is None  # an IR stamp alone always can
+
+
+def test_an_opset6_prelu_keeps_its_slope_per_channel(tmp_path):
+    """PRelu-6's 1-D slope is per channel (torch's nn.PReLU(C)); from opset 7 it broadcasts from the last axis and
+    onnx.version_converter does not reshape it (ONNX Runtime failed to broadcast [3] on [2, 3, 4]): the
+    up-conversion writes it [C, 1] and the artifact computes the per-channel PReLU."""
+    from onnx import numpy_helper
+
+    slope = np.array([0.1, 0.2, 0.3], np.float32)
+    g = helper.make_graph([helper.make_node("PRelu", ["x", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+                          [numpy_helper.from_array(slope, "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
+    onnx.save(m, str(tmp_path / "p.onnx"))
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    rep = edgeopt.build(str(tmp_path / "p.onnx"), "cpu", precision="fp32", dist=tmp_path / "d", jobs=1,
+                        calib=str(tmp_path / "x.npz"))
+    r = rep.results[0]
+    assert r.status == "built", r.error
+    from pathlib import Path
+
+    import onnxruntime as ort
+    art = Path(r.bundle) / r.manifest["runtime"]["artifact"]
+    got = ort.InferenceSession(str(art), providers=["CPUExecutionProvider"]).run(None, {"x": x[0]})[0]
+    want = np.where(x[0] > 0, x[0], x[0] * slope.reshape(3, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
