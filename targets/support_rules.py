@@ -520,6 +520,11 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf fails on a scale of rank >= 2 (normalizing over two or more axes: 'Eager execution of "
              "tf.constant with unsupported shape'; measured on layer_normalization_2d_axis0 with the scale an "
              "initializer and on [1,4,5] axis=1 / [1,3,4,5] axis=-2 models with a [4,5] scale, issue 41)"),
+        Rule(("Conv",), lambda n, g: "dilations > 1 with strides > 1"
+             if any(d != 1 for d in attr(n, "dilations", [])) and any(s != 1 for s in attr(n, "strides", [])) else None,
+             "TensorFlow's convolution takes a dilation rate or strides, not both ('strides > 1 not supported in "
+             "conjunction with dilation_rate > 1'): onnx2tf failed inside tf.nn.convolution on Conv2d_dilated and "
+             "Conv3d_dilated_strided of onnx's pytorch-converted tests (read off that suite's first run, stop 50)"),
         Rule(("ConvTranspose",), lambda n, g: "dilations > 1" if any(d != 1 for d in attr(n, "dilations", [])) else None,
              "TensorFlow's CPU conv2d_transpose has no dilation ('Current CPU implementations do not yet support "
              "dilation rates', convtranspose_dilations with the weight an initializer)"),

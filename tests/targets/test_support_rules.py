@@ -389,3 +389,16 @@ def test_mobile_deform_conv_refused_only_with_run_time_offsets(tmp_path):
     assert any(lbl.startswith("DeformConv") for lbl, _ in _refused("tflite", str(node_dir() / test / "model.onnx")))
     const = as_initializers(test, tmp_path)
     assert not any(lbl.startswith("DeformConv") for lbl, _ in _refused("tflite", str(const)))
+
+
+def test_mobile_refuses_a_conv_with_both_dilation_and_strides():
+    """TensorFlow's convolution takes a dilation rate or strides, not both: onnx2tf failed on Conv2d_dilated
+    (dilation 2, stride 2) of onnx's pytorch-converted tests; dilation alone (Conv1d_dilated) converts."""
+    from bench.bench_conformance import data_dir
+
+    conv = data_dir() / "pytorch-converted"
+    if not (conv / "test_Conv2d_dilated").exists():
+        pytest.skip("onnx's pytorch-converted tests are not in this wheel")
+    labels = [lbl for lbl, _ in _refused("tflite", str(conv / "test_Conv2d_dilated" / "model.onnx"))]
+    assert any("dilations > 1 with strides > 1" in lbl for lbl in labels), labels
+    assert _refused("tflite", str(conv / "test_Conv1d_dilated" / "model.onnx")) == []
