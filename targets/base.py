@@ -503,8 +503,10 @@ class Target:
                         f"{t['form']} ({how.get(t['form'], t['form'])}): "
                         + ("padding changes the answers: " if t["form"] == "static" and t.get("summary") else "")
                         + (t.get("summary") or t.get("error") or "failed") for t in tried),
-                    hint="declare buckets (--shape NAME:..x16|32|64) for a form per bucket, or --allow-mismatch to "
-                    "keep the closest form", accuracy=True)
+                    hint=("the model's answers move with the padding even at its buckets: finer buckets, or "
+                          "--allow-mismatch to keep the closest form" if all_buckets and "buckets" in forms else
+                          "declare buckets (--shape NAME:..x16|32|64) for a form per bucket, or --allow-mismatch to "
+                          "keep the closest form"), accuracy=True)
             best = next(t for t in tried if t["form"] in built)
         chosen = best["form"]
         out, selected, uncal, sub = built[chosen]

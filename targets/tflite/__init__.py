@@ -598,6 +598,14 @@ def onnx2tf_name(name: str) -> str:
     return re.sub("^/", "wa/", name.replace(":", "__"))
 
 
+def tf_arg_name(name: str) -> str:
+    """A name as TensorFlow's SavedModel writes a function argument (``function_type.sanitize_arg_name``): every
+    character that is not alphanumeric becomes ``_``, and one that does not start with a letter gets ``arg_``
+    (torch's numbered inputs '0', '1' become signature inputs 'arg_0', 'arg_1')."""
+    swapped = "".join(c if c.isalnum() else "_" for c in name) or "_"
+    return swapped if swapped[0].isalpha() else "arg_" + swapped
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
 
@@ -625,7 +633,7 @@ def match_tensors(onnx_specs: list[dict[str, Any]], art: list[dict[str, Any]], k
         return True
 
     for i, spec in enumerate(onnx_specs):
-        wanted = {spec["name"], onnx2tf_name(spec["name"])}
+        wanted = {spec["name"], onnx2tf_name(spec["name"]), tf_arg_name(onnx2tf_name(spec["name"]))}
         a = next((t for t in left if t["name"] in wanted), None) \
             or next((t for t in left if _norm(t["name"]) == _norm(spec["name"])), None)
         positional = False

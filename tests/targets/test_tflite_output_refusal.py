@@ -158,3 +158,16 @@ def test_fp16_that_loses_accuracy_is_not_blamed_on_the_conversion_and_auto_falls
     assert "FP16 itself: the FP32 file of the same onnx2tf conversion passes" in first["error"], first
     assert "conversion itself is wrong" not in first["error"]
     assert not any("onnx2tf_alt" in n for n in res.manifest["notes"])
+
+
+def test_numbered_inputs_pair_by_the_names_tensorflow_gives_them():
+    """torch's exports number their inputs ('0', '1'); TensorFlow's SavedModel writes them 'arg_0', 'arg_1'
+    (sanitize_arg_name), so two inputs of one shape pair by name, not by a shape both fit (which was refused:
+    'cannot tell which TFLite input is ONNX input 0' on six of onnx's pytorch-operator tests)."""
+    from edgeopt.targets.tflite import tf_arg_name
+
+    assert (tf_arg_name("0"), tf_arg_name("input.1"), tf_arg_name("x")) == ("arg_0", "input_1", "x")
+    specs = [{"name": n, "shape": [3, 4], "dtype": "float32"} for n in ("0", "1")]
+    art = [{"name": n, "shape": [3, 4], "dtype": "float32"} for n in ("arg_1", "arg_0")]
+    pairs = match_tensors(specs, art, "input", [])
+    assert [(s["name"], a["name"]) for s, a, _ in pairs] == [("0", "arg_0"), ("1", "arg_1")]
