@@ -437,16 +437,19 @@ def buckets(out: Path, duration: float) -> int:
     sentences = minilm_sentences(out)
     rec = data.ocr_rec(out / "ocr-rec.npz", limit=40)
     runs = [("minilm", fp32, sentences, TEXT_BUCKETS, form) for form in ("auto", "static")]
-    runs += [("ocr-rec", fixture("ocr-rec"), rec, REC_BUCKETS, form) for form in ("auto", "static")]
+    runs += [("ocr-rec", fixture("ocr-rec"), rec, REC_BUCKETS, form) for form in ("auto", "static", "buckets")]
     rows = []
+    full_errors: list[str] = []
     t_start = stamp()
     for name, model, calib, shape, form in runs:
         t0 = time.perf_counter()
         at = {"at": stamp(), "load": load()}
-        opts = ["shape_form=static"] if form == "static" else []
+        opts = [f"shape_form={form}"] if form != "auto" else []
         rep = edgeopt.build(str(model), "mobile", precision="fp32", shape=shape, calib=str(calib), calib_count=12,
                             val_count=24, dist=str(out / f"bk-{name}-{form}"), option=opts,
-                            allow_mismatch=form == "static", raise_on_failure=False)
+                            allow_mismatch=form != "auto", raise_on_failure=False)
+        if rep.results[0].status not in ("built", "cached", "up-to-date"):
+            full_errors.append(f"- {name} `{form}`: {(rep.results[0].error or '').splitlines()[0]}")
         r, m, err = _built(rep)
         row = {"model": name, "shape": shape, "asked": form, "build_s": round(time.perf_counter() - t0, 1),
                "error": err, **at}
@@ -476,7 +479,7 @@ def buckets(out: Path, duration: float) -> int:
              "(`tests/shapes/data.py`). `auto` tries the one file resized at load (dynamic), the file padded to "
              "the top (static), then — every variable axis in buckets and no dynamic form passing — one static "
              "file per bucket (buckets); each checked at every validation sample's own length against FP32 run "
-             "unpadded. `static` is the padded form asked alone (kept with `--allow-mismatch` where refused), for "
+             "unpadded. `static` / `buckets`: that form asked alone (kept with `--allow-mismatch` where refused), for "
              "the side-by-side.", "",
              "| model | asked | result | kept form (reason) | files | check at own lengths | task level | "
              "weighted p50 ms | per bucket p50 (share, waste) | build s |",
@@ -489,6 +492,8 @@ def buckets(out: Path, duration: float) -> int:
                      f"{'passed' if r['passed'] else 'FAILED'}, {r['lengths']} lengths run at {r['ran_at']} shapes "
                      f"({(r.get('summary') or '')[:80]}) | {r['task']} | {r['bench']['weighted_p50_ms']:.1f} | "
                      f"{_per_bucket(r['bench'])} | {r['build_s']} |")
+    if full_errors:
+        lines += ["", "Refusals in full:", "", *full_errors]
     lines += ["", "Forms each `auto` build tried (warm ms per validation sample; failures as the build recorded them):",
               "", "| model | tried |", "|---|---|"]
     for r in rows:

@@ -402,3 +402,18 @@ def test_mobile_refuses_a_conv_with_both_dilation_and_strides():
     labels = [lbl for lbl, _ in _refused("tflite", str(conv / "test_Conv2d_dilated" / "model.onnx"))]
     assert any("dilations > 1 with strides > 1" in lbl for lbl in labels), labels
     assert _refused("tflite", str(conv / "test_Conv1d_dilated" / "model.onnx")) == []
+
+
+def test_mobile_says_probably_not_to_onnx_sequences():
+    """onnx2tf holds ONNX sequences as ragged/sparse tensors: sequence_model4/5 failed inside it, sequence_model6
+    needed a Flex op; inspect says 'probably not' with that reason."""
+    from bench.bench_conformance import data_dir
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    simple = data_dir() / "simple"
+    if not (simple / "test_sequence_model4").exists():
+        pytest.skip("onnx's simple model tests are not in this wheel")
+    for t in ("test_sequence_model4", "test_sequence_model6"):
+        probable = get_backend("tflite").probable_refusals(inspect(str(simple / t / "model.onnx")), {})
+        assert probable and all("an ONNX sequence" in p["why"] for p in probable), probable
