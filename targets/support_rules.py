@@ -480,9 +480,10 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf 1.29's Acos and Asin (a polynomial with a division by |x|) return NaN at exactly 0 "
              "(measured: acos(0) -> NaN, within 5e-5 elsewhere; asin_example the same): the check refuses it "
              "when an input hits 0", certain=False),
-        Rule(("MaxPool",), lambda n, g: _pool_dilated(n, g) if g.rank(inp(n, 0)) != 5 else None,
-             "onnx2tf lowers a dilated MaxPool to TensorFlow's Dilation2D, a Flex op LiteRT's builtins lack "
-             "(FlexDilation2D: the check refuses it)"),
+        Rule(("MaxPool",), lambda n, g: _pool_dilated(n, g) if g.rank(inp(n, 0)) == 4 else None,
+             "onnx2tf lowers a dilated 2-D MaxPool to TensorFlow's Dilation2D, a Flex op LiteRT's builtins lack "
+             "(FlexDilation2D: the check refuses it); torch's dilated 1-D MaxPool1d converted and matched the spec "
+             "(pytorch suite, stop 50)"),
         Rule(("LpPool",), lambda n, g: "auto_pad=SAME_UPPER" if attr(n, "auto_pad", "NOTSET") == "SAME_UPPER" else None,
              "onnx2tf's SAME_UPPER LpPool was off the spec on its node test (rel_l2 0.073; explicit pads match)",
              certain=False),
@@ -555,13 +556,16 @@ TABLES: dict[str, list[Rule]] = {
              "onnx2tf stopped with an error on every DFT node test (opset 19: forward, inverse, along an axis); with "
              "keep_input_shape it converts and the check refuses it"),
         Rule(("ArgMax", "ArgMin"), _select_last, "onnx2tf's argmax returns the first index"),
-        Rule(("Split",), _uneven_split, "onnx2tf's split fails on uneven sizes (wrong shapes)"),
+        Rule(("Split",), lambda n, g: _uneven_split(n, g) if g.opset >= 13 else None,
+             "onnx2tf's split fails on uneven sizes (wrong shapes; every such node test is opset 13 or 18, the sizes "
+             "an input; torch's opset-6 chunk with them an attribute converted: pytorch suite, stop 50)"),
         Rule(("ReduceMean", "ReduceSum"), _reduce_all_keepdims,
              "onnx2tf fails on a reduction over every axis kept as size-1 dims"),
-        Rule(("Split",), lambda n, g: None if (attr(n, "split") is not None or inp(n, 1))
+        Rule(("Split",), lambda n, g: None if (attr(n, "split") is not None or inp(n, 1) or g.opset < 13)
              else f"equal parts ({len(n.output)} outputs, no split sizes)",
              "onnx2tf's equal-parts Split is off the spec (every such node test: opset 13 and 18, 1-D and 2-D, "
-             "rel_l2 ~1; edgeopt's check refuses it); real models' splits were not measured", certain=False),
+             "rel_l2 ~1; edgeopt's check refuses it); torch's opset-6 GLU (Split-2, equal parts) converted and "
+             "matched the spec (pytorch suite, stop 50)", certain=False),
         Rule(("Clip",), _clip_no_bounds, "onnx2tf's Clip needs a bound"),
         Rule(("Pad",), _pad_axes, "onnx2tf reads pads for every axis; the axes input is not applied"),
         Rule(("MaxPool",), _maxpool_indices, "onnx2tf's MaxPool has no indices output"),

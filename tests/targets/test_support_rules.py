@@ -417,3 +417,20 @@ def test_mobile_says_probably_not_to_onnx_sequences():
     for t in ("test_sequence_model4", "test_sequence_model6"):
         probable = get_backend("tflite").probable_refusals(inspect(str(simple / t / "model.onnx")), {})
         assert probable and all("an ONNX sequence" in p["why"] for p in probable), probable
+
+
+@pytest.mark.parametrize("suite,test", [("pytorch-converted", "test_GLU"), ("pytorch-operator", "test_operator_chunk"),
+                                        ("pytorch-converted", "test_MaxPool1d_stride_padding_dilation")])
+def test_mobile_rules_narrowed_by_the_pytorch_suite(suite, test):
+    """Rules written from node tests at opset 13/18 (Split's sizes an input) and 2-D pools: torch's opset-6 GLU
+    (equal parts) and chunk (uneven, sizes an attribute) and a dilated 1-D MaxPool converted and matched the
+    spec, so inspect no longer refuses or doubts them."""
+    from bench.bench_conformance import data_dir
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    path = data_dir() / suite / test / "model.onnx"
+    if not path.exists():
+        pytest.skip(f"{test} is not in this onnx wheel")
+    info = inspect(str(path))
+    assert _refused("tflite", str(path)) == [] and get_backend("tflite").probable_refusals(info, {}) == []
