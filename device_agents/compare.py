@@ -778,7 +778,11 @@ def tensor_metrics(out: np.ndarray, ref: np.ndarray, kind: dict[str, Any] | str 
     y = out.astype(np.float64).ravel()
     r = ref.astype(np.float64).ravel()
     if not np.all(np.isfinite(y)):
-        return {"non_finite": float(np.mean(~np.isfinite(y)))}
+        m = {"non_finite": float(np.mean(~np.isfinite(y)))}
+        if not np.all(np.isfinite(r)):  # the FP32 model makes some too: are they the same ones?
+            m["ref_non_finite"] = float(np.mean(~np.isfinite(r)))
+            m["non_finite_as_ref"] = float(all(np.array_equal(f(y), f(r)) for f in (np.isnan, np.isposinf, np.isneginf)))
+        return m
     diff = y - r
     rn, yn = float(np.linalg.norm(r)), float(np.linalg.norm(y))
     scale = float(np.max(np.abs(r))) if r.size else 0.0
@@ -1240,7 +1244,12 @@ def judge(metrics: dict[str, float], tol: dict[str, float | None]) -> list[str]:
     if "shape_mismatch" in metrics:
         return ["shape differs from the reference"]
     if "non_finite" in metrics:
-        return [f"non_finite: {metrics['non_finite']:.1%} of values are NaN/Inf"]
+        if metrics.get("non_finite_as_ref") == 1.0:  # still refused: a deployment of NaN is no deployment
+            return [f"non_finite: {metrics['non_finite']:.1%} of values are NaN/Inf, exactly where the FP32 model's "
+                    "own are: the model makes them on this data, not the conversion"]
+        return [f"non_finite: {metrics['non_finite']:.1%} of values are NaN/Inf"
+                + (f" (the FP32 model's own: {metrics['ref_non_finite']:.1%}, elsewhere)" if "ref_non_finite" in metrics
+                   else "")]
     if "label_output" in metrics:
         n, differ = int(metrics["top1_n"]), int(round((1.0 - metrics["top1"]) * metrics["top1_n"]))
         allowed = top1_allowed(n, tol["top1_min"]) if tol.get("top1_min") is not None else n

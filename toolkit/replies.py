@@ -48,7 +48,7 @@ NONNEG_KEYS = frozenset({
     "concurrency", "calls", "bytes_sent", "size", "after_blocks"})
 SHARE_KEYS = frozenset({
     "top1", "top5_contains_ref_top1", "non_finite", "flip_rate", "box_match", "box_precision", "box_recall",
-    "seq_match", "share", "images_equal", "windows_equal", "agreement"})
+    "seq_match", "share", "images_equal", "windows_equal", "agreement", "ref_non_finite", "non_finite_as_ref"})
 # the latency summary: p50 and mean of a timed loop cannot be 0 or less; the percentiles are ordered
 _POSITIVE_LATENCY = ("p50", "mean")
 _ORDER = ("min", "p50", "p90", "p95", "p99", "p99_9", "max")

@@ -358,3 +358,18 @@ def test_task_agreement_is_the_worst_task_figure_of_an_output():
     assert task_agreement({"seq_match": 0.9, "top1": 0.97}) == 0.9
     assert task_agreement({"flip_rate": 0.005}) == 0.995
     assert task_agreement({"box_match": 0.94, "column_cosine_min": 0.5}) == 0.94
+
+
+def test_nan_where_the_fp32_model_makes_them_is_said_and_still_refused():
+    """sqrt of a negative input: the FP32 model's own outputs hold NaN (onnx's operator_sqrt test). An artifact with
+    NaN at exactly those positions is faithful but not deployable: still refused, and the reason says the model
+    makes them, not the conversion; NaN elsewhere says where the reference's were."""
+    ref = np.array([[1.0, np.nan, 2.0, np.inf]], np.float32)
+    same = compare_outputs({"y": ref.copy()}, {"y": ref}, "fp32")
+    assert not same["passed"] and "exactly where the FP32 model's own are" in same["summary"]
+    m = tensor_metrics(ref.copy(), ref)
+    assert m["non_finite"] == 0.5 and m["ref_non_finite"] == 0.5 and m["non_finite_as_ref"] == 1.0
+    other = np.array([[np.nan, 1.0, 2.0, np.inf]], np.float32)
+    moved = compare_outputs({"y": other}, {"y": ref}, "fp32")
+    assert not moved["passed"] and "(the FP32 model's own: 50.0%, elsewhere)" in moved["summary"]
+    assert "ref_non_finite" not in tensor_metrics(other, np.ones_like(other))
