@@ -24,6 +24,9 @@ Runtime computes the same values before and after.
 - ``gemm_biases``: a Gemm whose bias C is one constant element (``[1]`` or a scalar, broadcast by the spec) became
   a FULLY_CONNECTED whose one-element bias LiteRT refuses to load (``fully_connected.cc NumElements(bias)``:
   gemm_default_single_elem_vector_bias with C an initializer).  C is written out to the output's width.
+- ``pad_values``: onnx2tf drops the ``value`` attribute of a constant Pad before opset 11 (Pad-2: torch's
+  ``ConstantPad2d(.., 2.0)`` padded with zeros, rel_l2 0.97; with value 0 it matches). The Pad pads with 0 and an
+  Add of a constant that holds the value in the pads and 0 inside writes it back: exact (x + 0 inside, 0 + v out).
 - ``rnn_biases``: a GRU without its optional bias B failed inside onnx2tf ("'NoneType' object is not
   subscriptable": gru_defaults with W and R initializers; with B it converts).  The spec's default, zeros of
   ``[num_directions, k * hidden_size]`` (k = 6 GRU, 8 LSTM, 2 RNN), is written in.
@@ -77,6 +80,9 @@ def rewrite(model: Any) -> list[str]:
     if n := gemm_biases(model):
         done.append(f"{n} Gemm one-element bias(es) written out to the output's width (LiteRT's FULLY_CONNECTED "
                     "needs one bias per output)")
+    if n := pad_values(model):
+        done.append(f"{n} constant Pad(s) of opset < 11 padded with 0 and their value added back (onnx2tf drops "
+                    "the value attribute)")
     if n := rnn_biases(model):
         done.append(f"{n} GRU/LSTM/RNN given their default zero bias (onnx2tf needs the input)")
     if clips["computed"]:
@@ -268,6 +274,54 @@ def gemm_biases(model: Any) -> int:
         else:
             model.graph.initializer.append(full)
             n.input[2] = name
+        done += 1
+    return done
+
+
+def pad_values(model: Any) -> int:
+    """Every constant Pad of an opset < 11 model with a non-zero ``value`` and a static float32 input, as
+    ``Add(Pad(x, value=0), C)`` (see the module doc); returns how many."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) >= 11:
+        return 0
+    pads_nodes = [n for n in model.graph.node if n.op_type == "Pad"]
+    if not pads_nodes:
+        return 0
+    dims = _dims(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+        types = {vi.name: vi.type.tensor_type.elem_type for vi in (*inferred.value_info, *inferred.input)}
+    except Exception:  # noqa: BLE001 - no types known: nothing rewritten
+        return 0
+    names = _Names(model.graph)
+    done = 0
+    for n in pads_nodes:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        mode = attrs.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        value = float(attrs.get("value", 0.0))
+        pads = [int(v) for v in (attrs.get("pads") or attrs.get("paddings") or [])]
+        shape = dims.get(n.input[0])
+        if (mode != "constant" or value == 0.0 or not pads or not shape or None in shape or min(pads) < 0
+                or len(pads) != 2 * len(shape) or types.get(n.input[0]) != onnx.TensorProto.FLOAT):
+            continue
+        rank = len(shape)
+        c = np.full([shape[i] + pads[i] + pads[rank + i] for i in range(rank)], value, np.float32)
+        c[tuple(slice(pads[i], pads[i] + shape[i]) for i in range(rank))] = 0.0
+        for a in n.attribute:
+            if a.name == "value":
+                a.f = 0.0
+        out = n.output[0]
+        n.output[0] = names(f"{out}_zero_padded")
+        const = numpy_helper.from_array(c, names(f"{out}_pad_value"))
+        model.graph.initializer.append(const)
+        add = helper.make_node("Add", [n.output[0], const.name], [out], name=names(f"{n.name or out}_value"))
+        nodes = list(model.graph.node)
+        nodes.insert(nodes.index(n) + 1, add)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
         done += 1
     return done
 

@@ -94,3 +94,25 @@ def test_rnn_default_bias_written_in_same_values(op, k):
     assert rnn_biases(m) == 1 and rnn_biases(m) == 0
     after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(before, after, rtol=0, atol=0)
+
+
+def test_pad2_value_added_back_same_values():
+    """onnx2tf drops Pad-2's ``value`` (torch's ConstantPad2d(.., 2.0) padded with zeros: rel_l2 0.97 on mobile):
+    the Pad pads with 0 and a constant holding the value in the pads is added; ONNX Runtime gives the same
+    values, bit for bit, and a model without a non-zero value is left alone."""
+    from edgeopt.targets.tflite.onnx_fixes import pad_values
+
+    def model(value: float):
+        node = helper.make_node("Pad", ["x"], ["y"], mode="constant", pads=[0, 0, 3, 1, 0, 0, 4, 2], value=value)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 11, 7])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)], ir_version=4)
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    m = model(2.0)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert pad_values(m) == 1 and pad_values(m) == 0
+    assert [n.op_type for n in m.graph.node] == ["Pad", "Add"]
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(before, after)
+    assert pad_values(model(0.0)) == 0
