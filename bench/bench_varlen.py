@@ -104,8 +104,7 @@ def one(model: str, target: str, out: Path, duration: float, static: bool) -> di
         return row
     m = json.loads((Path(r.bundle) / "manifest.json").read_text())
     row.update(form=m["shape_form"]["form"], reason=m["shape_form"]["reason"],
-               tried=[{k: t.get(k) for k in ("form", "passed", "ms_per_sample", "first_pass_ms_per_sample",
-                                             "summary", "error")} for t in m["shape_form"]["tried"]],
+               tried=_tried(m, "first_pass_ms_per_sample"),
                check=m["host_check"].get("summary"), passed=m["host_check"].get("passed"),
                lengths=sorted({p["length"] for p in m["host_check"].get("per_length") or []}))
     row["task_same"], row["task_n"] = task_agreement(r.bundle, model)
@@ -119,6 +118,20 @@ def _built(rep) -> tuple[object, dict | None, str | None]:
     if r.status not in ("built", "cached", "up-to-date"):
         return r, None, (r.error or r.status).splitlines()[0][:240]
     return r, json.loads((Path(r.bundle) / "manifest.json").read_text()), None
+
+
+def _tried(m: dict, *extra: str) -> list[dict]:
+    """The forms a build tried, as its manifest recorded them (``extra``: more of their keys)."""
+    keys = ("form", "passed", "ms_per_sample", *extra, "summary", "error")
+    return [{k: t.get(k) for k in keys} for t in m["shape_form"]["tried"]]
+
+
+def _tried_cell(tried: list[dict], width: int) -> str:
+    """One table cell: each form tried, passed or failed, its warm ms per sample, why it failed."""
+    return "; ".join(f"{t['form']}: {'passed' if t['passed'] else 'failed'}"
+                     + (f" {t['ms_per_sample']} ms" if t.get("ms_per_sample") else "")
+                     + ("" if t["passed"] else f" ({str(t.get('summary') or t.get('error') or '')[:width]})")
+                     for t in tried)
 
 
 def _per_bucket(b: dict) -> str:
@@ -365,8 +378,7 @@ def text(out: Path, duration: float, targets: list[str]) -> int:
                        passed=m["host_check"].get("passed"), lengths=len({p["length"] for p in per}),
                        ran_at=sorted({p.get("ran_at") for p in per if p.get("ran_at")})[:3],
                        cos_min=min(cos), cos_mean=float(np.mean(cos)), n=len(cos),
-                       tried=[{k: t.get(k) for k in ("form", "passed", "ms_per_sample", "summary", "error")}
-                              for t in m["shape_form"]["tried"]],
+                       tried=_tried(m),
                        bench=b["varlen"])
         rows.append(row)
         print(json.dumps(row, default=str)[:3000], file=sys.stderr, flush=True)
@@ -406,11 +418,8 @@ def text(out: Path, duration: float, targets: list[str]) -> int:
               "| model | target | precision | asked | tried |", "|---|---|---|---|---|"]
     for r in rows:
         if r.get("tried"):
-            lines.append(f"| {r['model']} | {r['target']} | {r['precision']} | {r['asked']} | " + "; ".join(
-                f"{t['form']}: {'passed' if t['passed'] else 'failed'}"
-                + (f" {t['ms_per_sample']} ms" if t.get("ms_per_sample") else "")
-                + ("" if t["passed"] else f" ({str(t.get('summary') or t.get('error') or '')[:140]})")
-                for t in r["tried"]) + " |")
+            lines.append(f"| {r['model']} | {r['target']} | {r['precision']} | {r['asked']} | "
+                         f"{_tried_cell(r['tried'], 140)} |")
     head = (f"## Variable-length inputs: a real text encoder on real sentences of 8–128 tokens "
             f"(`bench/bench_varlen.py --part text`)\n\nMeasured {min(x['at'] for x in rows)} to "
             f"{max(x.get('end', x['at']) for x in rows)} on {machine()}, one run per target; "
@@ -466,8 +475,7 @@ def buckets(out: Path, duration: float) -> int:
                        passed=m["host_check"].get("passed"), summary=m["host_check"].get("summary"),
                        lengths=len({p["length"] for p in per}), ran_at=len({p.get("ran_at") for p in per}),
                        files=len(m["runtime"].get("buckets") or [1]),
-                       tried=[{k: t.get(k) for k in ("form", "passed", "ms_per_sample", "summary", "error")}
-                              for t in m["shape_form"]["tried"]],
+                       tried=_tried(m),
                        bench=b["varlen"], cold_ms=b.get("cold_start_ms"))
         row["end"] = stamp()
         rows.append(row)
@@ -498,11 +506,7 @@ def buckets(out: Path, duration: float) -> int:
               "", "| model | tried |", "|---|---|"]
     for r in rows:
         if r.get("tried") and r["asked"] == "auto":
-            lines.append(f"| {r['model']} | " + "; ".join(
-                f"{t['form']}: {'passed' if t['passed'] else 'failed'}"
-                + (f" {t['ms_per_sample']} ms" if t.get("ms_per_sample") else "")
-                + ("" if t["passed"] else f" ({str(t.get('summary') or t.get('error') or '')[:160]})")
-                for t in r["tried"]) + " |")
+            lines.append(f"| {r['model']} | {_tried_cell(r['tried'], 160)} |")
     head = (f"## Variable-length inputs on mobile: a static file per bucket where one file cannot take the free axis "
             f"(`bench/bench_varlen.py --part buckets`)\n\nMeasured {t_start} to {stamp()} on {machine()}; load "
             f"average (1 min) at each build's start {', '.join(r['load'].split()[2] for r in rows)} (other "

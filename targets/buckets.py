@@ -70,9 +70,9 @@ def bucket_job(job: Any, combo: dict[tuple[str, int], int], work: Path, kinds: d
     """The static job of one bucket: its model, data and FP32 reference in ``work``."""
     import numpy as np
     import onnx
-    import onnxruntime as ort
 
     from edgeopt.model import make_static
+    from edgeopt.pipeline import reference_outputs
     from edgeopt.shapes import free_model
 
     work.mkdir(parents=True, exist_ok=True)
@@ -99,12 +99,11 @@ def bucket_job(job: Any, combo: dict[tuple[str, int], int], work: Path, kinds: d
         calib = work / "calib.npz"
         fitted(job.calib_path, "in", calib)
     val = fitted(job.validation_path, "in", work / "validation.npz")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(work / "prepared.onnx"), so, providers=["CPUExecutionProvider"])
-    rows = [sess.run(outs, {n: a[i] for n, a in zip(names, val)}) for i in range(val[0].shape[0])]
-    refs = [np.stack([r[j] for r in rows]) for j in range(len(outs))]
+    # the build's own FP32 reference, by the engine the preparation chose (onnx.reference where ORT is off-spec)
+    rows = reference_outputs(work / "prepared.onnx", [{n: a[i] for n, a in zip(names, val)}
+                                                     for i in range(val[0].shape[0])],
+                             job.data_source.get("reference_engine", "onnxruntime"))
+    refs = [np.stack([r[o] for r in rows]) for o in outs]
     np.savez(work / "reference.npz", **{f"out{j}": r for j, r in enumerate(refs)})
     io = {"inputs": [{**{k: v for k, v in s.items() if k != "variable"}, "shape": shapes[s["name"]]}
                      for s in job.io["inputs"]],

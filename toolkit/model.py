@@ -663,19 +663,19 @@ def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(d) if d is not None else "?" for d in shape) + "]"
 
 
-def initializers_as_inputs(model: Any, drop: bool = False) -> int:
-    """How many initializers an IR < 4 model also lists as graph inputs (the IR 3 rule; onnx's pytorch-converted
-    tests): with ``drop``, they are taken off the inputs (the values stay; only a feed could have overridden
-    them, and edgeopt feeds the real inputs only)."""
+def drop_initializer_inputs(model: Any) -> int:
+    """Take an IR < 4 model's initializers off its graph inputs (the IR 3 rule listed them there too; onnx's
+    pytorch-converted tests): the values stay, only a feed could have overridden them, and edgeopt feeds the real
+    inputs only. Returns how many."""
     if model.ir_version >= 4:
         return 0
     inits = {i.name for i in model.graph.initializer}
-    listed = [i for i in model.graph.input if i.name in inits]
-    if drop and listed:
-        kept = [i for i in model.graph.input if i.name not in inits]
+    kept = [i for i in model.graph.input if i.name not in inits]
+    dropped = len(model.graph.input) - len(kept)
+    if dropped:
         del model.graph.input[:]
         model.graph.input.extend(kept)
-    return len(listed)
+    return dropped
 
 
 def make_static(model, shapes: dict[str, list[int]]):

@@ -755,9 +755,9 @@ def _prepare(work: Path, model, info, static, io, calib, pre, n_calib, n_val, op
         unconverted, original = original, modelmod.down_convert(original, *convert)
     m = modelmod.make_static(original, static)
     notes = []
-    if modelmod.initializers_as_inputs(m):  # IR 3: ONNX Runtime's saved optimized graph then asks for them as inputs
-        notes.append(f"{modelmod.initializers_as_inputs(m, drop=True)} initializer(s) listed as graph inputs too (IR "
-                     f"{m.ir_version}, as exports before IR 4 wrote them) taken off the inputs, the model stamped IR 4")
+    if dropped := modelmod.drop_initializer_inputs(m):  # IR 3: ORT's saved graph asked for them as feeds
+        notes.append(f"{dropped} initializer(s) listed as graph inputs too (IR {m.ir_version}, as exports before IR 4 "
+                     "wrote them) taken off the inputs, the model stamped IR 4")
         m.ir_version = 4
     big = m.ByteSize() > 1_900_000_000
     onnx.save(m, str(work / "prepared.onnx"), save_as_external_data=big)

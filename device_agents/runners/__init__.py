@@ -114,8 +114,13 @@ class BucketRunner(Runner):
             out.append((s.get("artifact_name") or s["name"], tuple(shape)))
         return tuple(sorted(out))
 
+    @staticmethod
+    def feed_key(feed: dict[str, np.ndarray]) -> tuple:
+        """A feed's input shapes, keyed as ``key_of`` keys a bucket."""
+        return tuple(sorted((n, tuple(int(d) for d in np.shape(v))) for n, v in feed.items()))
+
     def _pick(self, feed: dict[str, np.ndarray]) -> Runner:
-        key = tuple(sorted((n, tuple(int(d) for d in np.shape(v))) for n, v in feed.items()))
+        key = self.feed_key(feed)
         try:
             return self.inner[key]
         except KeyError:
@@ -134,7 +139,7 @@ class BucketRunner(Runner):
         runs = {k: r.worker() for k, r in self.inner.items()}
 
         def run(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            key = tuple(sorted((n, tuple(int(d) for d in np.shape(v))) for n, v in feed.items()))
+            key = self.feed_key(feed)
             return runs[key](feed) if key in runs else self.run(feed)
 
         return run

@@ -100,7 +100,8 @@ def _operands(graph: Any, op_type: str) -> tuple[list[Any], dict[str, np.ndarray
     return nodes, (constant_tensors(graph, {x for n in nodes for x in n.input[1:] if x}) if nodes else {})
 
 
-def _dims(model: Any) -> dict[str, list[int | None]]:
+def _typed_dims(model: Any) -> dict[str, tuple[int, list[int | None]]]:
+    """{tensor: (element type, dims)} of every tensor shape inference knows (dims None where unknown)."""
     import onnx
 
     try:
@@ -112,8 +113,12 @@ def _dims(model: Any) -> dict[str, list[int | None]]:
     for vi in (*g.value_info, *g.input, *g.output):
         t = vi.type.tensor_type
         if t.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            out[vi.name] = (t.elem_type, [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim])
     return out
+
+
+def _dims(model: Any) -> dict[str, list[int | None]]:
+    return {name: dims for name, (_, dims) in _typed_dims(model).items()}
 
 
 class _Names:
@@ -286,26 +291,23 @@ def pad_values(model: Any) -> int:
 
     if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) >= 11:
         return 0
-    pads_nodes = [n for n in model.graph.node if n.op_type == "Pad"]
-    if not pads_nodes:
+    if not any(n.op_type == "Pad" for n in model.graph.node):
         return 0
-    dims = _dims(model)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-        types = {vi.name: vi.type.tensor_type.elem_type for vi in (*inferred.value_info, *inferred.input)}
-    except Exception:  # noqa: BLE001 - no types known: nothing rewritten
-        return 0
+    known = _typed_dims(model)
     names = _Names(model.graph)
-    done = 0
-    for n in pads_nodes:
+    nodes = []
+    for n in list(model.graph.node):
+        nodes.append(n)
+        if n.op_type != "Pad":
+            continue
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         mode = attrs.get("mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else str(mode)
         value = float(attrs.get("value", 0.0))
         pads = [int(v) for v in (attrs.get("pads") or attrs.get("paddings") or [])]
-        shape = dims.get(n.input[0])
+        elem, shape = known.get(n.input[0], (None, None))
         if (mode != "constant" or value == 0.0 or not pads or not shape or None in shape or min(pads) < 0
-                or len(pads) != 2 * len(shape) or types.get(n.input[0]) != onnx.TensorProto.FLOAT):
+                or len(pads) != 2 * len(shape) or elem != onnx.TensorProto.FLOAT):
             continue
         rank = len(shape)
         c = np.full([shape[i] + pads[i] + pads[rank + i] for i in range(rank)], value, np.float32)
@@ -317,12 +319,11 @@ def pad_values(model: Any) -> int:
         n.output[0] = names(f"{out}_zero_padded")
         const = numpy_helper.from_array(c, names(f"{out}_pad_value"))
         model.graph.initializer.append(const)
-        add = helper.make_node("Add", [n.output[0], const.name], [out], name=names(f"{n.name or out}_value"))
-        nodes = list(model.graph.node)
-        nodes.insert(nodes.index(n) + 1, add)
+        nodes.append(helper.make_node("Add", [n.output[0], const.name], [out], name=names(f"{n.name or out}_value")))
+    done = len(nodes) - len(model.graph.node)
+    if done:
         del model.graph.node[:]
         model.graph.node.extend(nodes)
-        done += 1
     return done
 
 
