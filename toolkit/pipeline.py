@@ -234,6 +234,13 @@ def build(
         for axis, why in chosen.items():
             progress(f"buckets for {axis} from {why['lengths']} samples' own lengths: {why['buckets']} (padding "
                      f"waste {why.get('padding_waste', 0):.0%} over the mix, cap {why['cap']:.0%})")
+    from edgeopt.targets.base import shape_form_asked
+
+    if shape_form_asked(options) == "buckets":  # a file per bucket needs buckets: said before anything is written
+        ranges = [f"{n}[{v['axis']}]" for n, vs in shapesmod.describe(static).items() for v in vs if "range" in v]
+        if ranges:
+            raise UsageError(f"--option shape_form=buckets needs buckets on every variable axis; {', '.join(ranges)} "
+                             "is a range", hint="declare buckets, e.g. --shape NAME:1x16|32|64 (or lo..hi|auto)")
     out = Path(out)
     _writable(out)
     sweep_work_dirs(out, progress)
