@@ -78,13 +78,19 @@ OUTCOMES = ["passed", "yes-failed", "no-built", "check-missed", "crash", "refuse
 # their weights as initializers (pytorch-converted: Conv1d..3d, BatchNorm, PReLU, GLU, ...; pytorch-operator: torch
 # ops; simple: small hand-made graphs) -- which no rule of targets/support_rules.py was written from: a fresh
 # held-out set, all of it
-SUITES = {"node": ["node"], "pytorch": ["pytorch-converted", "pytorch-operator", "simple"]}
+SUITES = {"node": ["node"], "pytorch": ["pytorch-converted", "pytorch-operator", "simple"],
+          "torchvision": ["torchvision"]}
 SUITE = "node"
+# --suite torchvision: real architectures (torchvision's models, torch's own output as the spec), written in the
+# same layout by bench/torchvision_suite.py
+TORCHVISION_SUITE = Path("/tmp/edgeopt-torchvision/suite")
 
 
 def data_dir() -> Path:
     import onnx
 
+    if SUITE == "torchvision":
+        return TORCHVISION_SUITE
     return Path(onnx.__file__).parent / "backend" / "test" / "data"
 
 
@@ -556,7 +562,8 @@ def main() -> int:
                     "conformance-initializers]")
     ap.add_argument("--suite", choices=sorted(SUITES), default="node",
                     help="node: ONNX's node tests; pytorch: its pytorch-converted, pytorch-operator and simple model "
-                         "tests (weights as initializers), none of which a rule was written from")
+                         "tests (weights as initializers), none of which a rule was written from; torchvision: "
+                         "real architectures (bench/torchvision_suite.py writes them first)")
     ap.add_argument("--part", type=int, default=0, help="the held-out part is index %% 5 == PART (a part no "
                     "rule was written from: the first, 0, has been read since)")
     ap.add_argument("--seen", action="append", default=[], help="DIR of a run the rules were written from: its "
@@ -632,6 +639,8 @@ def main() -> int:
             "one input left out)")
     held = [r for r in records if held_out(r["test"])]
     what = ("ONNX backend node tests" if SUITE == "node" else
+            "torchvision's models (the smallest of each family up to 32 M parameters, exported at opset 17 by "
+            "bench/torchvision_suite.py; torch's output on a real photo as the spec)" if SUITE == "torchvision" else
             "ONNX backend model tests (" + ", ".join(SUITES[SUITE]) + ": torch modules and small graphs, weights as "
             "initializers)")
     body = (f"{what} (onnx {__import__('onnx').__version__}), float32, form: {form}; `inspect` "

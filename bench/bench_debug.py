@@ -316,7 +316,11 @@ def write_observable(rows: list[dict]) -> None:
         c = (v or {}).get("coverage") or {}
         if not c.get("compute_nodes"):
             return "-"
-        return f"{c['observable']}/{c['compute_nodes']} ({c['share']:.0%}; {c['own_output']} own, {c['fused']} fused)"
+        nodes = f"{c['observable']}/{c['compute_nodes']} ({c['share']:.0%}; {c['own_output']} own, {c['fused']} fused)"
+        if not c.get("units"):
+            return nodes
+        return (f"**{c['units_observable']}/{c['units']} units ({c['unit_share']:.0%})**, {c['attention_observed']} of "
+                f"{c['attention_blocks']} attention blocks whole; per node {nodes}")
 
     def jump(v: dict) -> str:
         if not v:
@@ -344,8 +348,8 @@ def write_observable(rows: list[dict]) -> None:
     shares: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         c = ((r.get("vs_original") or {}).get("coverage") or {})
-        if c.get("share") is not None:
-            shares.setdefault((r["target"], r["precision"]), []).append(c["share"])
+        if c.get("share") is not None:  # in units where the model has attention blocks (attention_blocks)
+            shares.setdefault((r["target"], r["precision"]), []).append(c.get("unit_share") or c["share"])
     body = "\n".join([
         "## debug: one changed conv named on every backend here, and the observable share (bench/bench_debug.py "
         "--observable)", "",
@@ -358,12 +362,17 @@ def write_observable(rows: list[dict]) -> None:
         "the conversion or quantization alone first passes the precision's tensor bound (none for a faithful "
         "fp32 file; with INT8 a node upstream of the change can pass the bound on its own, and then it is, "
         "rightly, the first jump). *observable*: compute nodes (Conv, Gemm, MatMul, attention) whose output "
-        "debug compares at their own output or inside a compared node's fused kernel. 16 calibration + 16 "
+        "debug compares at their own output or inside a compared node's fused kernel; where the model has "
+        "attention blocks (a product, its scaling and mask, a Softmax, the product with the values: "
+        "`layerdiff.attention_blocks`) also in compute *units*, each block one unit -- observed when both its "
+        "products are, or when a compared value holds the block and no other compute node (the block run as one "
+        "kernel, as OpenVINO's ScaledDotProductAttention). The CNNs here have no attention block: units = nodes. "
+        "16 calibration + 16 "
         "validation samples of real data per model; 4 compared.", "",
         md_table(table, [("model", "model"), ("t", "target precision"), ("victim", "changed"), ("named", "named?"),
                          ("jump", "first jump vs original"), ("own", "first jump vs own source"),
                          ("cov", "observable compute nodes"), ("policy", "policy (own source)")]), "",
-        "Observable share, lowest over the models measured: " + ", ".join(
+        "Observable share (in units), lowest over the models measured: " + ", ".join(
             f"{t} {p} {min(v):.0%}" for (t, p), v in sorted(shares.items())) + "."] + [
         "", "Not named: " + "; ".join(
             f"{r['model']} {r['target']} {r['precision']}: the first jump `{(r.get('vs_original') or {}).get('node')}`"

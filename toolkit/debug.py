@@ -425,6 +425,10 @@ def summary(result: DebugResult) -> str:
     head = (f"{result.target} {result.precision} ({result.artifact}) vs ONNX FP32: {result.observed} tensors "
             f"compared in {result.windows} window(s), {result.samples} sample(s); bound {bound}")
     cov = result.coverage or {}
+    if cov.get("units"):
+        head += (f"\nobservable: {cov['units_observable']} of {cov['units']} compute units ({cov['unit_share']:.0%}; "
+                 f"Conv, Gemm, MatMul, and each of the {cov['attention_blocks']} attention blocks -- Q·Kᵀ, softmax, ·V "
+                 f"-- as one: {cov['attention_observed']} observed whole)")
     if cov.get("compute_nodes"):
         head += (f"\nobservable: {cov['observable']} of {cov['compute_nodes']} compute nodes (Conv, Gemm, MatMul, "
                  f"attention; {cov['share']:.0%}): {cov['own_output']} at their own output, {cov['fused']} inside the "
@@ -462,7 +466,8 @@ def _fused_text(result: DebugResult, row: dict[str, Any]) -> str:
     op = {r["node"]: r["op"] for r in result.nodes}
     first = sorted(covers, key=lambda n: op.get(n) not in COMPUTE_OPS)
     shown = ", ".join(f"{n} ({op.get(n, '?')})" for n in first[:3]) + (" ..." if len(first) > 3 else "")
-    return f", fused with {shown}"
+    block = row.get("op") in COMPUTE_OPS and any(op.get(n) == "Softmax" for n in covers)
+    return f", fused with {shown}" + (" (an attention block the artifact runs as one kernel)" if block else "")
 
 
 def _sample_word(ids: list[int]) -> str:

@@ -743,32 +743,96 @@ def compare_layers(bundle: str | Path, model: str | Path, samples: int | None = 
     scored = [r for r in res.nodes if r.get("rel_l2") is not None]
     if scored:
         res.worst = max(scored, key=lambda r: _err(r))
-    res.coverage = coverage(res.nodes)
+    res.coverage = coverage(res.nodes, attention_blocks(nodes))
     return res
 
 
-def coverage(rows: list[dict[str, Any]]) -> dict[str, Any]:
+# an attention block: a matrix product, then scaling / masking / casts, a Softmax, then the matrix product with
+# the values (``attention_blocks``)
+_PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Einsum", "QLinearMatMul", "MatMulInteger"})
+_BEFORE_SOFTMAX = frozenset({"Div", "Mul", "Add", "Sub", "Where", "Cast", "Identity", "DequantizeLinear",
+                             "QuantizeLinear"})
+_AFTER_SOFTMAX = frozenset({"Cast", "Dropout", "Identity", "DequantizeLinear", "QuantizeLinear"})
+
+
+def attention_blocks(nodes: list[Node]) -> list[tuple[str, str]]:
+    """(scores product, output product) of every attention block of the graph: the matrix product whose result,
+    scaled, masked or cast, a Softmax takes, and the matrix product that takes the Softmax's output (Q·Kᵀ and
+    ·V).  Issue 41 counts such a block as ONE compute unit: a backend that runs it as one kernel (OpenVINO writes
+    ``ScaledDotProductAttention`` into the IR) holds its Q·Kᵀ in no tensor, and the block's output shows the
+    error of the block, as a Conv+BatchNormalization kernel's shows the Conv's."""
+    by_output = {t: n for n in nodes for t in n.outputs}
+    consumers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            consumers.setdefault(i, []).append(n)
+    blocks = []
+    for s in (n for n in nodes if n.op == "Softmax" and n.inputs and n.outputs):
+        scores, stack, seen = set(), [s.inputs[0]], set()
+        while stack:  # back through the scaling and the mask to the product(s) the Softmax reads
+            p = by_output.get(stack.pop())
+            if p is None or p.name in seen:
+                continue
+            seen.add(p.name)
+            if p.op in _PRODUCTS:
+                scores.add(p.name)
+            elif p.op in _BEFORE_SOFTMAX:
+                stack.extend(p.inputs)
+        outs, stack, seen = set(), list(s.outputs), set()
+        while stack:  # forward through casts and dropout to the product that takes the probabilities
+            for c in consumers.get(stack.pop(), []):
+                if c.name in seen:
+                    continue
+                seen.add(c.name)
+                if c.op in _PRODUCTS:
+                    outs.add(c.name)
+                elif c.op in _AFTER_SOFTMAX:
+                    stack.extend(c.outputs)
+        if len(scores) == 1 and len(outs) == 1:
+            blocks.append((scores.pop(), outs.pop()))
+    return blocks
+
+
+def coverage(rows: list[dict[str, Any]], blocks: list[tuple[str, str]] = ()) -> dict[str, Any]:
     """How many compute nodes (``COMPUTE_OPS`` with a float output) debug observes: at their own output
     (compared), or inside a fused kernel -- not observed themselves but the ONLY compute node a compared node's
     value shows besides nothing else of the kind (in its ``covers``, the compared node itself not a compute
     node): a Conv folded with its BatchNormalization and Relu, the Relu's row shows that Conv's error alone.  A
     compared node whose covers hold several compute nodes (nothing observed between them) observes none of
-    them.  ``unobserved`` names up to 12 of the rest."""
+    them.  ``unobserved`` names up to 12 of the rest.
+
+    ``blocks`` (``attention_blocks``): with them the share is also given in compute *units* (``units``,
+    ``units_observable``, ``unit_share``): an attention block is one unit, observed when both its products are,
+    or when a compared node's value holds its products and no other compute node (the block run as one
+    kernel, compared at its output); every other compute node is a unit of its own, observed as above."""
     compute = [r for r in rows if r["op"] in COMPUTE_OPS and r.get("outputs")]
     ops = {r["node"]: r["op"] for r in rows}
     covered: set[str] = set()
+    held: list[set[str]] = []  # per compared node: the compute nodes its value shows
     for r in rows:
         if r.get("status") not in ("ok", "FAIL"):
             continue
         inside = [c for c in r.get("covers") or [] if ops.get(c) in COMPUTE_OPS]
         if len(inside) == 1 and r["op"] not in COMPUTE_OPS:
             covered.add(inside[0])
+        held.append(set(inside) | ({r["node"]} if r["op"] in COMPUTE_OPS else set()))
     own = [r["node"] for r in compute if r.get("status") in ("ok", "FAIL")]
     fused = [r["node"] for r in compute if r.get("status") not in ("ok", "FAIL") and r["node"] in covered]
-    rest = [r["node"] for r in compute if r["node"] not in set(own) | set(fused)]
+    seen = set(own) | set(fused)
+    rest = [r["node"] for r in compute if r["node"] not in seen]
     n = len(compute)
-    return {"compute_nodes": n, "own_output": len(own), "fused": len(fused), "observable": len(own) + len(fused),
-            "share": round((len(own) + len(fused)) / n, 4) if n else None, "unobserved": rest[:12]}
+    out = {"compute_nodes": n, "own_output": len(own), "fused": len(fused), "observable": len(own) + len(fused),
+           "share": round((len(own) + len(fused)) / n, 4) if n else None, "unobserved": rest[:12]}
+    names = {r["node"] for r in compute}
+    blocks = [b for b in blocks if set(b) <= names]
+    if blocks:
+        members = {m for b in blocks for m in b}
+        whole = [b for b in blocks if set(b) <= seen or any(h and h <= set(b) for h in held)]
+        units = len(names - members) + len(blocks)
+        got = len((names - members) & seen) + len(whole)
+        out.update({"attention_blocks": len(blocks), "attention_observed": len(whole), "units": units,
+                    "units_observable": got, "unit_share": round(got / units, 4) if units else None})
+    return out
 
 
 def _covers(node: Node, by_output: dict[str, Node], status: dict[str, str]) -> list[str]:
