@@ -230,8 +230,34 @@ def verdicts(model: str, targets: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
-    """Run the bundle's artifact on the spec's inputs: ``{"allclose": bool|None, "max_abs": ...}``."""
+_FLOORS: dict[str, dict[str, float]] = {}
+
+
+def spec_floor(model: str, inputs: dict[str, Any], expected: dict[str, Any]) -> dict[str, float]:
+    """``--suite torchvision``: per output, how far ONNX Runtime's plain run of the exported file itself (no
+    graph optimization) is from torch's output -- the float32 summation-order disagreement of two references on
+    one model (inception_v3: 2.1e-4 on logits up to 5.7), which no conversion can be held under.  Empty for the
+    other suites (their outputs are the op's spec)."""
+    import numpy as np
+
+    if SUITE != "torchvision":
+        return {}
+    if model not in _FLOORS:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, inputs)))
+        _FLOORS[model] = {k: float(np.max(np.abs(v.astype(np.float64) - expected[k]))) for k, v in got.items()}
+    return _FLOORS[model]
+
+
+def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: dict[str, Any],
+                 model: str | None = None) -> dict[str, Any]:
+    """Run the bundle's artifact on the spec's inputs: ``{"allclose": bool|None, "max_abs": ...}``.  ``model``
+    (``--suite torchvision``): the exported file, whose plain ONNX Runtime run sets a floor under atol
+    (``spec_floor``: twice that run's distance from torch)."""
     import numpy as np
 
     from edgeopt_agent.bundle import from_artifact, load_manifest, to_artifact
@@ -256,7 +282,8 @@ def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: di
             runner.close()
     except Exception as exc:  # noqa: BLE001 - the artifact does not run on the spec's inputs: say so
         return {"allclose": False, "why": f"runs not on the spec's inputs: {str(exc).splitlines()[0][:200]}"}
-    worst, ok = 0.0, True
+    floors = spec_floor(model, inputs, expected) if model else {}
+    worst, ok, strict = 0.0, True, True
     for name, want in expected.items():
         have = np.asarray(got.get(name))
         if have.shape != want.shape:
@@ -266,8 +293,11 @@ def spec_compare(bundle: Path, target: str, inputs: dict[str, Any], expected: di
         # atol in units of the output's largest magnitude: a DFT's near-zero imaginary parts next to 540
         # carry float32 rounding of that 540, not of themselves
         scale = max(1.0, float(np.nanmax(np.abs(want)))) if want.size and want.dtype.kind == "f" else 1.0
-        ok = ok and bool(np.allclose(have, want, rtol=RTOL, atol=ATOL * scale, equal_nan=True))
-    return {"allclose": ok, "max_abs": worst}
+        floor = floors.get(name, 0.0)
+        ok = ok and bool(np.allclose(have, want, rtol=RTOL, atol=max(ATOL * scale, 2 * floor), equal_nan=True))
+        strict = strict and bool(np.allclose(have, want, rtol=RTOL, atol=ATOL * scale, equal_nan=True))
+    return {"allclose": ok, "max_abs": worst,
+            **({"floor": max(floors.values()), "allclose_without_floor": strict} if floors else {})}
 
 
 _SERVER = r"""
@@ -477,7 +507,7 @@ def run_test(test: str, targets: list[str], work: Path, timeout: int, fast: bool
                "error": (r.get("error") or (report.get("message") if not results else None) or "")[:600]}
         if status in BUILT and r.get("bundle"):
             row["bundle"] = r["bundle"]
-            row["spec"] = spec_compare(Path(r["bundle"]), t, inputs, expected)
+            row["spec"] = spec_compare(Path(r["bundle"]), t, inputs, expected, model)
         row["outcome"] = outcome(row, crashed or status == "crashed")
         rec["targets"][t] = row
     if not results and rc not in (0, 3):
@@ -526,6 +556,10 @@ def failures(records: list[dict[str, Any]], targets: list[str]) -> str:
     for r in records:
         for t in targets:
             row = r["targets"].get(t)
+            spec = (row or {}).get("spec") or {}
+            if row and row["outcome"] == "passed" and spec.get("allclose_without_floor") is False:
+                lines.append(f"- `{r['test']}` {t}: allclose only with the floor -- max |artifact - torch| "
+                             f"{spec['max_abs']:.3g}, ONNX Runtime's plain run of the exported file {spec['floor']:.3g}")
             if row and row["outcome"] in bad:
                 why = row.get("error") or (row.get("spec") or {}).get("why") or ""
                 lines.append(f"- `{r['test']}` {t}: {row['outcome']} — {why.splitlines()[0][:160] if why else ''}")
@@ -630,7 +664,7 @@ def main() -> int:
                     spec = spec or spec_data(r["test"])
                     if a.form != "inputs":
                         spec = (dict(list(spec[0].items())[:1]), spec[1])
-                    row["spec"] = spec_compare(bundle, t, *spec)
+                    row["spec"] = spec_compare(bundle, t, *spec, str(src))
                 row.setdefault("verdict_at_run", row["verdict"])
                 row.update(now[t])
                 row["outcome"] = outcome(row, row["outcome"] == "crash")
@@ -645,7 +679,9 @@ def main() -> int:
             "initializers)")
     body = (f"{what} (onnx {__import__('onnx').__version__}), float32, form: {form}; `inspect` "
             f"verdict vs `build -p fp32`, artifacts vs the spec's outputs (rtol {RTOL}, atol {ATOL} x max|spec "
-            f"output|); {len(records)} tests (per target: the last row)"
+            f"output|" + (", or twice ONNX Runtime's own distance from torch on the exported file where larger "
+                          "(`spec_floor`)" if SUITE == "torchvision" else "")
+            + f"); {len(records)} tests (per target: the last row)"
             + "".join(f"; {t}: every {k}th test of the list (a sample)" for t, k in samples.items()) + "; "
             f"{machine()}; {load()}; {stamp()}.\n\n" + table(records, targets)
             + (f"\n\n**Held out** (every {HELD_OUT_EVERY}th test of the float32 list, index % {HELD_OUT_EVERY} == "
