@@ -459,6 +459,12 @@ TABLES: dict[str, list[Rule]] = {
              "Core ML's resize has no antialiasing"),
     ],
     "tflite": [
+        Rule(("Reshape", "Transpose"), lambda n, g: (f"a tensor of {g.rank(n.output[0])} dimensions"
+                                                     if (g.rank(n.output[0]) or 0) > 6 else None),
+             "onnx2tf failed inside its own code on swin3d_t's 3-D window partition (a Reshape and Transpose to 8 "
+             "dimensions: 'Exception encountered when calling layer tf.reshape', its alternative switches too); "
+             "TFLite's TRANSPOSE takes at most 6; swin_t's 6-D partition converts (read off the torchvision "
+             "suite's first run, issue 41)", certain=False),
         Rule(tuple(TFLITE_NO_BUILTIN), lambda n, g: f"lowered to TensorFlow's {TFLITE_NO_BUILTIN[n.op_type]}",
              "LiteRT's builtin ops lack it (a Flex op): the TFLite conversion fails"),
         Rule(("MaxPool", "AveragePool", "LpPool"), _pool_3d, "onnx2tf lowers it to TensorFlow's MaxPool3D/AvgPool3D, which "

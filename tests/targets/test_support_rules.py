@@ -434,3 +434,30 @@ def test_mobile_rules_narrowed_by_the_pytorch_suite(suite, test):
         pytest.skip(f"{test} is not in this onnx wheel")
     info = inspect(str(path))
     assert _refused("tflite", str(path)) == [] and get_backend("tflite").probable_refusals(info, {}) == []
+
+
+def test_mobile_doubts_a_reshape_or_transpose_past_six_dimensions(tmp_path):
+    """onnx2tf failed on swin3d_t's 8-D window partition (torchvision suite); swin_t's 6-D one converts."""
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    def model(rank: int) -> str:
+        dims = [1] + [2] * (rank - 1)
+        shape = helper.make_tensor("s", TensorProto.INT64, [rank], dims)
+        nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="partition"),
+                 helper.make_node("Transpose", ["r"], ["t"], name="windows", perm=list(range(rank))[::-1]),
+                 helper.make_node("Reshape", ["t", "back"], ["y"], name="merge")]
+        back = helper.make_tensor("back", TensorProto.INT64, [2], [1, 2 ** (rank - 1)])
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2 ** (rank - 1)])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 ** (rank - 1)])],
+                              [shape, back])
+        p = tmp_path / f"r{rank}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(p))
+        return str(p)
+
+    tfl = get_backend("tflite")
+    doubt = tfl.probable_refusals(inspect(model(8)), {})
+    assert {p["node"] for p in doubt} == {"partition", "windows"}, doubt
+    assert all("a tensor of 8 dimensions" in p["op"] + p["why"] for p in doubt), doubt
+    assert tfl.probable_refusals(inspect(model(6)), {}) == []
+    assert get_backend("openvino").probable_refusals(inspect(model(8)), {}) == []
