@@ -584,6 +584,8 @@ def main() -> int:
     ap.add_argument("--sample", action="append", default=[], help="TARGET=K: that target measured on every K-th "
                     "test of the full list (its other rows left out of the table)")
     ap.add_argument("--report", action="store_true", help="no builds: today's inspect verdicts against the builds results.jsonl holds")
+    ap.add_argument("--as-run", action="store_true", help="with --report: inspect's verdicts as recorded during the "
+                    "run (the held-out figure, before any rule was read off it); the spec comparisons today's")
     ap.add_argument("--keep-spec", action="store_true", help="with --report: the recorded comparisons with the spec "
                     "(not run again)")
     ap.add_argument("--preface", default=None, help="with --write: a file whose text goes above the figures")
@@ -656,7 +658,8 @@ def main() -> int:
     if a.report:  # today's inspect against the recorded builds (a build's result does not depend on it)
         for r in records:
             src = test_dir(r["test"]) / "model.onnx" if a.form == "inputs" else as_initializers(r["test"], work)
-            now = verdicts(str(src), list(r["targets"]))
+            now = ({t: {"verdict": row["verdict"], "why": row.get("why")} for t, row in r["targets"].items()}
+                   if a.as_run else verdicts(str(src), list(r["targets"])))
             spec = None
             for t, row in r["targets"].items():
                 bundle = Path(row.get("bundle") or work / "dist" / r["test"] / "model" / f"{t}-fp32")
