@@ -671,7 +671,8 @@ def main() -> int:
                 row.setdefault("verdict_at_run", row["verdict"])
                 row.update(now[t])
                 row["outcome"] = outcome(row, row["outcome"] == "crash")
-    form = ("extra inputs as graph inputs (the tests as shipped)" if a.form == "inputs" else
+    form = ("as exported (weights as initializers)" if SUITE == "torchvision" else
+            "extra inputs as graph inputs (the tests as shipped)" if a.form == "inputs" else
             "every input but the first as an initializer of the spec's value (a real model's form; tests with "
             "one input left out)")
     held = [r for r in records if held_out(r["test"])]
