@@ -317,6 +317,17 @@ TFLITE_NO_BUILTIN = {"Acosh": "acosh", "Asinh": "asinh", "Atanh": "atanh", "Cosh
                      "Tan": "tan", "Softsign": "softsign", "Det": "MatrixDeterminant"}
 
 
+def _transpose_past_six(n, g) -> str | None:
+    from edgeopt.targets.tflite.onnx_fixes import MAX_TRANSPOSE_RANK, _coalesced
+
+    shape = g.shape(inp(n, 0))
+    if not shape or len(shape) <= MAX_TRANSPOSE_RANK or None in shape:
+        return None  # unknown sizes: most such permutations merge (window partitions), so nothing is said
+    perm = attr(n, "perm") or list(range(len(shape)))[::-1]
+    small = len(_coalesced(list(shape), list(perm))[0])
+    return f"a transpose of {len(shape)} dimensions ({small} after merging)" if small > MAX_TRANSPOSE_RANK else None
+
+
 def _pool_3d(n, g) -> str | None:
     r = g.rank(inp(n, 0))
     return "3 spatial dimensions" if r == 5 else None
@@ -459,12 +470,10 @@ TABLES: dict[str, list[Rule]] = {
              "Core ML's resize has no antialiasing"),
     ],
     "tflite": [
-        Rule(("Reshape", "Transpose"), lambda n, g: (f"a tensor of {g.rank(n.output[0])} dimensions"
-                                                     if (g.rank(n.output[0]) or 0) > 6 else None),
-             "onnx2tf failed inside its own code on swin3d_t's 3-D window partition (a Reshape and Transpose to 8 "
-             "dimensions: 'Exception encountered when calling layer tf.reshape', its alternative switches too); "
-             "TFLite's TRANSPOSE takes at most 6; swin_t's 6-D partition converts (read off the torchvision "
-             "suite's first run, issue 41)", certain=False),
+        Rule(("Transpose",), _transpose_past_six,
+             "TFLite's TRANSPOSE takes at most 6 dimensions; edgeopt merges axes that move together before onnx2tf "
+             "(`onnx_fixes.high_rank_transposes`: swin3d_t's 8-D window partitions become 6-D), which this "
+             "permutation does not allow (read off the torchvision suite's first run, issue 41)", certain=False),
         Rule(tuple(TFLITE_NO_BUILTIN), lambda n, g: f"lowered to TensorFlow's {TFLITE_NO_BUILTIN[n.op_type]}",
              "LiteRT's builtin ops lack it (a Flex op): the TFLite conversion fails"),
         Rule(("MaxPool", "AveragePool", "LpPool"), _pool_3d, "onnx2tf lowers it to TensorFlow's MaxPool3D/AvgPool3D, which "

@@ -27,6 +27,12 @@ Runtime computes the same values before and after.
 - ``pad_values``: onnx2tf drops the ``value`` attribute of a constant Pad before opset 11 (Pad-2: torch's
   ``ConstantPad2d(.., 2.0)`` padded with zeros, rel_l2 0.97; with value 0 it matches). The Pad pads with 0 and an
   Add of a constant that holds the value in the pads and 0 inside writes it back: exact (x + 0 inside, 0 + v out).
+- ``high_rank_transposes``: onnx2tf failed inside its own code on swin3d_t's 8-D window partition (a Reshape and
+  Transpose to 8 dimensions; TFLite's TRANSPOSE takes at most 6).  A Transpose whose permutation moves adjacent
+  axes together is done on merged axes, between two Reshapes (which fold into the Reshapes around it).
+- ``empty_concat_inputs``: torch.roll by a whole dimension exports as ``Concat(x, Slice(x, 0:0))``; onnx2tf sized
+  the empty slice as the whole axis (swin3d_t's shifted windows over 4 frames: a Reshape of twice the elements
+  failed).  Inputs empty along the concat axis are dropped, with the nodes that only made them.
 - ``rnn_biases``: a GRU without its optional bias B failed inside onnx2tf ("'NoneType' object is not
   subscriptable": gru_defaults with W and R initializers; with B it converts).  The spec's default, zeros of
   ``[num_directions, k * hidden_size]`` (k = 6 GRU, 8 LSTM, 2 RNN), is written in.
@@ -85,6 +91,11 @@ def rewrite(model: Any) -> list[str]:
                     "the value attribute)")
     if n := rnn_biases(model):
         done.append(f"{n} GRU/LSTM/RNN given their default zero bias (onnx2tf needs the input)")
+    if n := empty_concat_inputs(model):
+        done.append(f"{n} empty Concat input(s) dropped (onnx2tf sizes an empty slice as the whole axis)")
+    if n := high_rank_transposes(model):
+        done.append(f"{n} Transpose(s) of more than {MAX_TRANSPOSE_RANK} dimensions on merged axes (TFLite's "
+                    f"TRANSPOSE takes at most {MAX_TRANSPOSE_RANK}; onnx2tf fails on them)")
     if clips["computed"]:
         done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
                     "such a bound)")
@@ -351,4 +362,138 @@ def rnn_biases(model: Any) -> int:
         del n.input[:]
         n.input.extend(ins)
         done += 1
+    return done
+
+
+MAX_TRANSPOSE_RANK = 6  # TFLite's TRANSPOSE takes at most 6 dimensions
+
+
+def _coalesced(shape: list[int], perm: list[int]) -> tuple[list[int], list[int]]:
+    """The same permutation on fewer axes: unit axes dropped, and input axes that stay next to each other and in
+    order in the output merged into one.  Returns (input shape, perm) of the smaller transpose."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    pos = {a: i for i, a in enumerate(keep)}
+    groups: list[list[int]] = []  # in output order
+    for a in (a for a in perm if shape[a] != 1):
+        if groups and pos[groups[-1][-1]] + 1 == pos[a]:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    by_input = sorted(range(len(groups)), key=lambda g: pos[groups[g][0]])
+    sizes = [int(np.prod([shape[a] for a in groups[g]])) for g in by_input]
+    return sizes, [by_input.index(g) for g in range(len(groups))]
+
+
+def high_rank_transposes(model: Any) -> int:
+    """Every Transpose of more than ``MAX_TRANSPOSE_RANK`` dimensions with a static input whose permutation
+    holds on at most that many (``_coalesced``), as Reshape -> the smaller Transpose -> Reshape; a Reshape
+    that only fed it, or one that only takes its output, absorbs the new Reshape next to it.  onnx2tf failed
+    inside its own code on swin3d_t's 8-D window partition (``x.view(B, D/wd, wd, H/wh, wh, W/ww, ww, C)
+    .permute(0, 1, 3, 5, 2, 4, 6, 7)``, 6-D once B and D/wd, ww and C are merged); returns how many."""
+    from onnx import helper, numpy_helper
+
+    if not any(n.op_type == "Transpose" for n in model.graph.node):
+        return 0
+    g = model.graph
+    known = _dims(model)
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    producer = {o: n for n in g.node for o in n.output}
+    outputs = {o.name for o in g.output}
+    consts = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    names = _Names(g)
+    drop: set[int] = set()
+    orphans: set[str] = set()  # the shapes of the Reshapes folded away
+    extra: dict[int, list[Any]] = {}  # id(node) -> the nodes that replace it
+    done = 0
+    for t in g.node:
+        if t.op_type != "Transpose":
+            continue
+        shape = known.get(t.input[0])
+        if not shape or len(shape) <= MAX_TRANSPOSE_RANK or None in shape:
+            continue
+        perm = next((list(a.ints) for a in t.attribute if a.name == "perm"), list(range(len(shape)))[::-1])
+        sizes, small = _coalesced(shape, perm)
+        out_shape = [shape[a] for a in perm]
+        if len(sizes) > MAX_TRANSPOSE_RANK:
+            continue
+        src = t.input[0]
+        before = producer.get(src)
+        if (before is not None and before.op_type == "Reshape" and len(consumers.get(src, [])) == 1
+                and src not in outputs):
+            drop.add(id(before))  # Reshape(Reshape(x)) is one Reshape
+            orphans.update(before.input[1:])
+            src = before.input[0]
+        new: list[Any] = []
+        in_shape = numpy_helper.from_array(np.array(sizes, np.int64), names(f"{t.name}_merged_shape"))
+        g.initializer.append(in_shape)
+        merged = names(f"{t.input[0]}_merged")
+        new.append(helper.make_node("Reshape", [src, in_shape.name], [merged], name=names(f"{t.name}_merge")))
+        moved = names(f"{t.output[0]}_merged")
+        new.append(helper.make_node("Transpose", [merged], [moved], name=t.name, perm=small))
+        after = consumers.get(t.output[0], [])
+        target = (after[0].input[1] if len(after) == 1 and after[0].op_type == "Reshape" and len(after[0].input) > 1
+                  else None)
+        value = numpy_helper.to_array(next(x for x in g.initializer if x.name == target)) if (
+            target in consts and any(x.name == target for x in g.initializer)) else None
+        allowzero = next((a.i for a in after[0].attribute if a.name == "allowzero"), 0) if after else 0
+        if (t.output[0] not in outputs and value is not None and (allowzero or 0 not in value.tolist())):
+            after[0].input[0] = moved  # the next Reshape's target needs nothing of the 8-D shape
+        else:
+            out = numpy_helper.from_array(np.array(out_shape, np.int64), names(f"{t.name}_out_shape"))
+            g.initializer.append(out)
+            new.append(helper.make_node("Reshape", [moved, out.name], [t.output[0]], name=names(f"{t.name}_split")))
+        extra[id(t)] = new
+        done += 1
+    if done:
+        nodes = [m for n in g.node if id(n) not in drop for m in extra.get(id(n), [n])]
+        del g.node[:]
+        g.node.extend(nodes)
+        live = {i for n in g.node for i in n.input} | outputs | {o for n in g.node for o in n.output}
+        keep = [v for v in g.value_info if v.name in live]
+        del g.value_info[:]
+        g.value_info.extend(keep)
+        used = [t for t in g.initializer if t.name not in orphans or t.name in live]
+        del g.initializer[:]
+        g.initializer.extend(used)
+    return done
+
+
+def empty_concat_inputs(model: Any) -> int:
+    """Every Concat input that is empty along the concat axis (a static 0 there) dropped, and the nodes that only
+    fed it; a Concat left with one input becomes an Identity.  torch.roll by a whole dimension (swin3d_t's
+    shifted windows over 4 frames) exports as Concat(x, Slice(x, 0:0)): onnx2tf sized the empty slice as the
+    whole axis and the next Reshape failed ('Cannot reshape a tensor with 602112 elements to ... 301056');
+    returns how many inputs were dropped."""
+    if not any(n.op_type == "Concat" for n in model.graph.node):
+        return 0
+    g = model.graph
+    known = _dims(model)
+    done = 0
+    for n in g.node:
+        if n.op_type != "Concat":
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        empty = [i for i in n.input if (d := known.get(i)) and -len(d) <= axis < len(d) and d[axis] == 0
+                 and all(x is not None for x in d)]
+        if not empty or len(empty) == len(n.input):
+            continue
+        kept = [i for i in n.input if i not in empty]
+        del n.input[:]
+        n.input.extend(kept)
+        done += len(empty)
+        if len(kept) == 1:
+            n.op_type = "Identity"
+            del n.attribute[:]
+    if done:  # the nodes that only made the dropped inputs
+        outputs = {o.name for o in g.output}
+        while True:
+            used = {i for m in g.node for i in m.input} | outputs
+            dead = [m for m in g.node if m.output and not any(o in used for o in m.output)]
+            if not dead:
+                break
+            for m in dead:
+                g.node.remove(m)
     return done

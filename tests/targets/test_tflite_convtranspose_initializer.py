@@ -116,3 +116,67 @@ def test_pad2_value_added_back_same_values():
     after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(before, after)
     assert pad_values(model(0.0)) == 0
+
+
+def test_an_8d_window_partition_is_transposed_on_merged_axes_same_values():
+    """swin3d_t's window partition, ``x.view(B, D/2, 2, H/2, 2, W/2, 2, C).permute(0, 1, 3, 5, 2, 4, 6, 7)``
+    then a reshape to windows: onnx2tf failed on the 8-D Reshape and Transpose (TFLite's TRANSPOSE takes at most
+    6).  ``high_rank_transposes`` does it on merged axes (B and D/2, the last window axis and C): no tensor of more
+    than 6 dimensions is left, ONNX Runtime gives the same values bit for bit, and a permutation no merging
+    brings down to 6 axes is left alone."""
+    from edgeopt.targets.tflite.onnx_fixes import high_rank_transposes
+
+    def model(perm: list[int], dims: list[int]) -> onnx.ModelProto:
+        out = [dims[a] for a in perm]
+        nodes = [helper.make_node("Reshape", ["x", "s8"], ["x8"], name="view"),
+                 helper.make_node("Transpose", ["x8"], ["t8"], name="permute", perm=perm),
+                 helper.make_node("Reshape", ["t8", "sw"], ["y"], name="windows")]
+        n = int(np.prod(dims))
+        inits = [numpy_helper.from_array(np.array(dims, np.int64), "s8"),
+                 numpy_helper.from_array(np.array([-1, out[-1]], np.int64), "sw")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n // out[-1], out[-1]])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    def ranks(m: onnx.ModelProto) -> int:
+        inferred = onnx.shape_inference.infer_shapes(m)
+        return max(len(v.type.tensor_type.shape.dim) for v in inferred.graph.value_info)
+
+    dims = [1, 2, 2, 4, 2, 4, 2, 3]  # B, D/2, 2, H/2, 2, W/2, 2, C
+    m = model([0, 1, 3, 5, 2, 4, 6, 7], dims)
+    x = np.random.default_rng(0).standard_normal((1, int(np.prod(dims)))).astype(np.float32)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert ranks(m) == 8 and high_rank_transposes(m) == 1 and high_rank_transposes(m) == 0
+    onnx.checker.check_model(m)
+    assert ranks(m) <= 6 and [n.op_type for n in m.graph.node] == ["Reshape", "Transpose", "Reshape"]
+    assert {i.name for i in m.graph.initializer} >= {"sw"} and "s8" not in {i.name for i in m.graph.initializer}
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(before, after)
+    # every axis moves alone: no merging brings it to 6, the model is left as it is
+    stuck = model([7, 6, 5, 4, 3, 2, 1, 0], [2] * 8)
+    assert high_rank_transposes(stuck) == 0 and ranks(stuck) == 8
+
+
+def test_an_empty_concat_input_is_dropped_same_values():
+    """torch.roll by a whole dimension exports as Concat(x, Slice(x, 0:0)) (swin3d_t's shifted windows over 4
+    frames); onnx2tf sized the empty slice as the whole axis.  ``empty_concat_inputs`` drops it and the Slice
+    that only made it; ONNX Runtime gives the same values, and a Concat without an empty input is left alone."""
+    from edgeopt.targets.tflite.onnx_fixes import empty_concat_inputs
+
+    def model(end: int) -> onnx.ModelProto:
+        nodes = [helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["part"], name="shifted"),
+                 helper.make_node("Concat", ["x", "part"], ["c"], name="roll", axis=1),
+                 helper.make_node("Relu", ["c"], ["y"], name="next")]
+        inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+                 (("s0", [0]), ("s1", [end]), ("ax", [1]))]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 + end, 3])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    x = np.random.default_rng(0).standard_normal((1, 4, 3)).astype(np.float32)
+    m = model(0)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert empty_concat_inputs(m) == 1 and [n.op_type for n in m.graph.node] == ["Identity", "Relu"]
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(before, after)
+    assert empty_concat_inputs(model(2)) == 0
