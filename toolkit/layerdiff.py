@@ -767,27 +767,26 @@ def attention_blocks(nodes: list[Node]) -> list[tuple[str, str]]:
         for i in n.inputs:
             consumers.setdefault(i, []).append(n)
     blocks = []
-    for s in (n for n in nodes if n.op == "Softmax" and n.inputs and n.outputs):
-        scores, stack, seen = set(), [s.inputs[0]], set()
-        while stack:  # back through the scaling and the mask to the product(s) the Softmax reads
-            p = by_output.get(stack.pop())
-            if p is None or p.name in seen:
-                continue
-            seen.add(p.name)
-            if p.op in _PRODUCTS:
-                scores.add(p.name)
-            elif p.op in _BEFORE_SOFTMAX:
-                stack.extend(p.inputs)
-        outs, stack, seen = set(), list(s.outputs), set()
-        while stack:  # forward through casts and dropout to the product that takes the probabilities
-            for c in consumers.get(stack.pop(), []):
-                if c.name in seen:
+    def reach(start: list[str], step: Callable[[str], list[Node]], through: frozenset[str], onward: str) -> set[str]:
+        """The products reached from ``start`` through ``through`` ops, one ``step`` (producers or consumers) at a
+        time, going on through a node's ``onward`` tensors (its inputs or outputs)."""
+        found, stack, seen = set(), list(start), set()
+        while stack:
+            for n in step(stack.pop()):
+                if n.name in seen:
                     continue
-                seen.add(c.name)
-                if c.op in _PRODUCTS:
-                    outs.add(c.name)
-                elif c.op in _AFTER_SOFTMAX:
-                    stack.extend(c.outputs)
+                seen.add(n.name)
+                if n.op in _PRODUCTS:
+                    found.add(n.name)
+                elif n.op in through:
+                    stack.extend(getattr(n, onward))
+        return found
+
+    for s in (n for n in nodes if n.op == "Softmax" and n.inputs and n.outputs):
+        # back through the scaling and the mask to the product the Softmax reads; forward through casts and
+        # dropout to the product that takes the probabilities
+        scores = reach([s.inputs[0]], lambda t: [by_output[t]] if t in by_output else [], _BEFORE_SOFTMAX, "inputs")
+        outs = reach(list(s.outputs), lambda t: consumers.get(t, []), _AFTER_SOFTMAX, "outputs")
         if len(scores) == 1 and len(outs) == 1:
             blocks.append((scores.pop(), outs.pop()))
     return blocks
