@@ -49,7 +49,11 @@ def test_without_calib_the_candidate_is_built_on_the_baselines_data(gate_bundles
     same = tmp_path / "new" / src.name
     same.parent.mkdir()
     same.write_bytes(src.read_bytes())  # the same model as a new version: the gate must not call it regressed
-    p = _gate_model(same, gate_bundles["base"], tmp_path, "--json", "-q")
+    # what is tested is the data the candidate is built on: latency ungated (two equal models' latencies are
+    # "regressed" at the gate's level, 5%, of the time by design; CI at 34c0bdb saw p90 once)
+    quiet = tmp_path / "gate.yaml"
+    quiet.write_text("p50: off\np90: off\n")
+    p = _gate_model(same, gate_bundles["base"], tmp_path, "--json", "-q", "--gate", str(quiet))
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads(p.stdout)
     base = json.loads((Path(gate_bundles["base"]) / "manifest.json").read_text())["validation"]["source"]
