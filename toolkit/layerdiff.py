@@ -766,7 +766,7 @@ def attention_blocks(nodes: list[Node]) -> list[tuple[str, str]]:
     for n in nodes:
         for i in n.inputs:
             consumers.setdefault(i, []).append(n)
-    blocks = []
+
     def reach(start: list[str], step: Callable[[str], list[Node]], through: frozenset[str], onward: str) -> set[str]:
         """The products reached from ``start`` through ``through`` ops, one ``step`` (producers or consumers) at a
         time, going on through a node's ``onward`` tensors (its inputs or outputs)."""
@@ -782,6 +782,7 @@ def attention_blocks(nodes: list[Node]) -> list[tuple[str, str]]:
                     stack.extend(getattr(n, onward))
         return found
 
+    blocks = []
     for s in (n for n in nodes if n.op == "Softmax" and n.inputs and n.outputs):
         # back through the scaling and the mask to the product the Softmax reads; forward through casts and
         # dropout to the product that takes the probabilities

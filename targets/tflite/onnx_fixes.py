@@ -392,6 +392,8 @@ def high_rank_transposes(model: Any) -> int:
     .permute(0, 1, 3, 5, 2, 4, 6, 7)``, 6-D once B and D/wd, ww and C are merged); returns how many."""
     from onnx import helper, numpy_helper
 
+    from edgeopt.model import constant_tensors
+
     if not any(n.op_type == "Transpose" for n in model.graph.node):
         return 0
     g = model.graph
@@ -402,12 +404,8 @@ def high_rank_transposes(model: Any) -> int:
             consumers.setdefault(i, []).append(n)
     producer = {o: n for n in g.node for o in n.output}
     outputs = {o.name for o in g.output}
-    consts = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
     names = _Names(g)
-    drop: set[int] = set()
-    orphans: set[str] = set()  # the shapes of the Reshapes folded away
     extra: dict[int, list[Any]] = {}  # id(node) -> the nodes that replace it
-    done = 0
     for t in g.node:
         if t.op_type != "Transpose":
             continue
@@ -416,49 +414,54 @@ def high_rank_transposes(model: Any) -> int:
             continue
         perm = next((list(a.ints) for a in t.attribute if a.name == "perm"), list(range(len(shape)))[::-1])
         sizes, small = _coalesced(shape, perm)
-        out_shape = [shape[a] for a in perm]
         if len(sizes) > MAX_TRANSPOSE_RANK:
             continue
         src = t.input[0]
         before = producer.get(src)
         if (before is not None and before.op_type == "Reshape" and len(consumers.get(src, [])) == 1
                 and src not in outputs):
-            drop.add(id(before))  # Reshape(Reshape(x)) is one Reshape
-            orphans.update(before.input[1:])
-            src = before.input[0]
-        new: list[Any] = []
+            src = before.input[0]  # Reshape(Reshape(x)) is one Reshape: the first is left unused
         in_shape = numpy_helper.from_array(np.array(sizes, np.int64), names(f"{t.name}_merged_shape"))
+        merged, moved = names(f"{t.input[0]}_merged"), names(f"{t.output[0]}_merged")
+        new = [helper.make_node("Reshape", [src, in_shape.name], [merged], name=names(f"{t.name}_merge")),
+               helper.make_node("Transpose", [merged], [moved], name=t.name, perm=small)]
         g.initializer.append(in_shape)
-        merged = names(f"{t.input[0]}_merged")
-        new.append(helper.make_node("Reshape", [src, in_shape.name], [merged], name=names(f"{t.name}_merge")))
-        moved = names(f"{t.output[0]}_merged")
-        new.append(helper.make_node("Transpose", [merged], [moved], name=t.name, perm=small))
         after = consumers.get(t.output[0], [])
-        target = (after[0].input[1] if len(after) == 1 and after[0].op_type == "Reshape" and len(after[0].input) > 1
-                  else None)
-        value = numpy_helper.to_array(next(x for x in g.initializer if x.name == target)) if (
-            target in consts and any(x.name == target for x in g.initializer)) else None
-        allowzero = next((a.i for a in after[0].attribute if a.name == "allowzero"), 0) if after else 0
-        if (t.output[0] not in outputs and value is not None and (allowzero or 0 not in value.tolist())):
-            after[0].input[0] = moved  # the next Reshape's target needs nothing of the 8-D shape
+        nxt = after[0] if len(after) == 1 and after[0].op_type == "Reshape" and len(after[0].input) > 1 else None
+        target = constant_tensors(g, {nxt.input[1]}).get(nxt.input[1]) if nxt is not None else None
+        allowzero = next((a.i for a in nxt.attribute if a.name == "allowzero"), 0) if nxt is not None else 0
+        if t.output[0] not in outputs and target is not None and (allowzero or 0 not in target.tolist()):
+            nxt.input[0] = moved  # the next Reshape's target needs nothing of the high-rank shape
         else:
-            out = numpy_helper.from_array(np.array(out_shape, np.int64), names(f"{t.name}_out_shape"))
+            out = numpy_helper.from_array(np.array([shape[a] for a in perm], np.int64), names(f"{t.name}_out_shape"))
             g.initializer.append(out)
             new.append(helper.make_node("Reshape", [moved, out.name], [t.output[0]], name=names(f"{t.name}_split")))
         extra[id(t)] = new
-        done += 1
-    if done:
-        nodes = [m for n in g.node if id(n) not in drop for m in extra.get(id(n), [n])]
+    if extra:
+        nodes = [m for n in g.node for m in extra.get(id(n), [n])]
         del g.node[:]
         g.node.extend(nodes)
-        live = {i for n in g.node for i in n.input} | outputs | {o for n in g.node for o in n.output}
-        keep = [v for v in g.value_info if v.name in live]
-        del g.value_info[:]
-        g.value_info.extend(keep)
-        used = [t for t in g.initializer if t.name not in orphans or t.name in live]
-        del g.initializer[:]
-        g.initializer.extend(used)
-    return done
+        _drop_unused(g)
+    return len(extra)
+
+
+def _drop_unused(g: Any) -> None:
+    """Nodes none of whose outputs anything uses (repeatedly: what only fed them goes too), then the initializers
+    and value_info entries of tensors no node or graph output names any more (an initializer listed as a graph
+    input stays: it would become a required input)."""
+    outputs = {o.name for o in g.output}
+    while True:
+        used = {i for m in g.node for i in m.input} | outputs
+        dead = [m for m in g.node if m.output and not any(o in used for o in m.output)]
+        if not dead:
+            break
+        for m in dead:
+            g.node.remove(m)
+    live = used | {o for m in g.node for o in m.output} | {i.name for i in g.input}
+    for field in (g.initializer, g.value_info):
+        keep = [x for x in field if x.name in live]
+        del field[:]
+        field.extend(keep)
 
 
 def empty_concat_inputs(model: Any) -> int:
@@ -488,12 +491,5 @@ def empty_concat_inputs(model: Any) -> int:
             n.op_type = "Identity"
             del n.attribute[:]
     if done:  # the nodes that only made the dropped inputs
-        outputs = {o.name for o in g.output}
-        while True:
-            used = {i for m in g.node for i in m.input} | outputs
-            dead = [m for m in g.node if m.output and not any(o in used for o in m.output)]
-            if not dead:
-                break
-            for m in dead:
-                g.node.remove(m)
+        _drop_unused(g)
     return done
