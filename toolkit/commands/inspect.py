@@ -49,6 +49,9 @@ def command(**kw) -> int:
     return run(ns(**kw))
 
 
+SHOW_NAMES = 3  # node names shown per "probably not" reason before "and N more"
+
+
 def inspect_kinds(*a, **kw) -> dict:
     from edgeopt.api import inspect_kinds as _kinds
 
@@ -138,17 +141,51 @@ def run(args) -> int:
             refusals.setdefault((r["format"]["message"], r["format"]["hint"]), []).append(r["target"])
     for (msg, hint), names in refusals.items():
         print(f"\n{', '.join(names)}: {msg}\n  hint: {hint}")
-    for r in matrix:
+    for r in matrix:  # one entry per distinct op label (it carries the rule's reason), every node named
         if r["unsupported"]:
             print(f"\n{r['target']}: unsupported nodes" + (f" ({r['why']})" if r.get("why") else ""))
-            for u in r["unsupported"]:
-                print(f"  {u['op']:<24} {u['node']}")
-    for r in matrix:
+            for (op,), names in _grouped(r["unsupported"], ("op",)).items():
+                print(f"  {op:<24} {names[0]}" if len(names) == 1 else _wrapped(
+                    f"  {op:<24} {len(names)} nodes: " if len(op) <= 24 else f"  {op}\n    {len(names)} nodes: ", names))
+    for r in matrix:  # one line per (op, reason), the first names only: --json keeps one entry per node
         if r["supported"] and r.get("probably"):
             print(f"\n{r['target']}: probably not (only converting can tell)")
-            for p in r["probably"]:
-                print(f"  {p['op']:<24} {p['node']}: {p['why']}")
+            cut = False
+            for (op, why), names in _grouped(r["probably"], ("op", "why")).items():
+                shown = names if len(names) <= SHOW_NAMES + 1 else names[:SHOW_NAMES]
+                cut |= len(shown) < len(names)
+                more = f" and {len(names) - len(shown)} more" if len(shown) < len(names) else ""
+                print(f"  {op:<24} {names[0]}: {why}" if len(names) == 1 else
+                      f"  {op:<24} {len(names)} nodes ({', '.join(shown)}{more}): {why}")
+            if cut:
+                print("  (--json lists every node)")
     return 0
+
+
+def _grouped(entries: list[dict], keys: tuple[str, ...]) -> dict[tuple[str, ...], list[str]]:
+    """The node names of ``entries`` by their values at ``keys``, in the order each key first appears."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for e in entries:
+        out.setdefault(tuple(e[k] for k in keys), []).append(e["node"])
+    return out
+
+
+def _wrapped(prefix: str, names: list[str]) -> str:
+    """``prefix`` and every name, comma-separated; on a terminal, wrapped at its width between names (a pipe
+    gets one line, for grep)."""
+    from edgeopt.ui import terminal_width
+
+    width = terminal_width()
+    lines, line = [], prefix
+    for i, name in enumerate(names):
+        item = name + ("," if i < len(names) - 1 else "")
+        last = line.rsplit("\n", 1)[-1]
+        if width is not None and not line.endswith(": ") and len(last) + 1 + len(item) > width:
+            lines.append(line)
+            line = "      " + item
+        else:
+            line += ("" if line.endswith(": ") else " ") + item
+    return "\n".join([*lines, line])
 
 
 def _print_kinds(kinds: dict) -> None:
