@@ -33,6 +33,9 @@ Runtime computes the same values before and after.
 - ``empty_concat_inputs``: torch.roll by a whole dimension exports as ``Concat(x, Slice(x, 0:0))``; onnx2tf sized
   the empty slice as the whole axis (swin3d_t's shifted windows over 4 frames: a Reshape of twice the elements
   failed).  Inputs empty along the concat axis are dropped, with the nodes that only made them.
+- ``vector_dots``: a MatMul of two 1-D vectors (a dot product, a scalar out) failed inside onnx2tf
+  (``tf.linalg.matmul`` needs rank >= 2: matmul_1d_1d, a node test onnx 1.23 added).  It becomes
+  ``ReduceSum(Mul(a, b), keepdims=0)``, the same sum.
 - ``rnn_biases``: a GRU without its optional bias B failed inside onnx2tf ("'NoneType' object is not
   subscriptable": gru_defaults with W and R initializers; with B it converts).  The spec's default, zeros of
   ``[num_directions, k * hidden_size]`` (k = 6 GRU, 8 LSTM, 2 RNN), is written in.
@@ -91,6 +94,8 @@ def rewrite(model: Any) -> list[str]:
                     "the value attribute)")
     if n := rnn_biases(model):
         done.append(f"{n} GRU/LSTM/RNN given their default zero bias (onnx2tf needs the input)")
+    if n := vector_dots(model):
+        done.append(f"{n} MatMul(s) of two vectors as ReduceSum(Mul) (onnx2tf's matmul needs rank >= 2)")
     if n := empty_concat_inputs(model):
         done.append(f"{n} empty Concat input(s) dropped (onnx2tf sizes an empty slice as the whole axis)")
     if n := high_rank_transposes(model):
@@ -492,4 +497,29 @@ def empty_concat_inputs(model: Any) -> int:
             del n.attribute[:]
     if done:  # the nodes that only made the dropped inputs
         _drop_unused(g)
+    return done
+
+
+def vector_dots(model: Any) -> int:
+    """Every MatMul whose two inputs are 1-D (shape inference says so) as ``ReduceSum(Mul(a, b), keepdims=0)``;
+    returns how many."""
+    from onnx import helper
+
+    if not any(n.op_type == "MatMul" for n in model.graph.node):
+        return 0
+    g = model.graph
+    known = {**_dims(model), **{i.name: list(i.dims) for i in g.initializer}}  # a weight vector: an initializer
+    names = _Names(g)
+    nodes, done = [], 0
+    for n in g.node:
+        if n.op_type == "MatMul" and all(len(known.get(x) or []) == 1 for x in n.input[:2]):
+            prod = names(f"{n.output[0]}_products")
+            nodes += [helper.make_node("Mul", list(n.input[:2]), [prod], name=names(f"{n.name or 'matmul'}_mul")),
+                      helper.make_node("ReduceSum", [prod], [n.output[0]], keepdims=0, name=n.name)]
+            done += 1
+        else:
+            nodes.append(n)
+    if done:
+        del g.node[:]
+        g.node.extend(nodes)
     return done

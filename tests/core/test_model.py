@@ -43,6 +43,45 @@ def test_load_refuses_model_failing_checker(tmp_path):
         load(p)
 
 
+def _one_node(tmp_path, node, x_shape, y_shape, opset):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)])
+    p = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), str(p))
+    return p
+
+
+def test_load_refuses_a_node_shape_inference_rejects_as_onnx_runtime_would(tmp_path):
+    """onnx 1.23's DFT-19 test sets onesided and inverse together: the checker passes it, ONNX's strict shape
+    inference -- which ONNX Runtime runs when it loads a model -- does not, so no FP32 reference can be computed
+    (the build used to fail later with 'no ONNX Runtime graph of this model loads again')."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    p = _one_node(tmp_path, helper.make_node("DFT", ["x"], ["y"], axis=1, inverse=1, onesided=1),
+                  [1, 8, 1], [1, 8, 2], 19)
+    with pytest.raises(Exception, match="is_onesided and inverse"):  # the fact the refusal stands on
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+    with pytest.raises(ModelError, match="shape inference rejects a node.*DFT.*is_onesided and inverse"):
+        load(p)
+
+
+def test_load_keeps_a_declared_shape_onnx_runtime_merges_leniently(tmp_path):
+    """A declared output shape that disagrees with the inferred one: ONNX Runtime warns and loads it, so load
+    does too (only a node's own inference error is a refusal)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import helper
+
+    p = _one_node(tmp_path, helper.make_node("Relu", ["x"], ["y"]), [1, 3], [1, 2], 17)
+    got = ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": np.ones((1, 3), "f")})
+    assert got[0].shape == (1, 3)
+    assert load(p).graph.node[0].op_type == "Relu"
+
+
 def test_inspect_reports_real_model():
     info = inspect(fixture("ocr-rec"))
     assert info.opset == 12

@@ -457,3 +457,44 @@ def test_mobile_doubts_a_transpose_past_six_dimensions_only_where_axes_cannot_me
     assert [p["node"] for p in doubt] == ["windows"] and "8 dimensions (8 after merging)" in doubt[0]["why"], doubt
     assert tfl.probable_refusals(inspect(model([0, 1, 3, 5, 2, 4, 6, 7])), {}) == []  # merges to 6
     assert get_backend("openvino").probable_refusals(inspect(model([7, 6, 5, 4, 3, 2, 1, 0])), {}) == []
+
+
+def test_attention_softcap_with_a_mask_is_doubted_everywhere_as_onnx_moved_the_mask(tmp_path):
+    """onnx 1.23 caps Attention's scores before adding attn_mask; ONNX Runtime 1.23 (every build's FP32 reference)
+    and onnx 1.19 add it first: a -inf mask becomes -softcap and masked positions get weight.  With softcap and a
+    mask inspect doubts it on every backend; softcap alone or a mask alone is no doubt."""
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    from edgeopt.model import inspect
+    from edgeopt.targets.registry import get_backend
+
+    def model(name: str, softcap: float, mask: bool) -> str:
+        ins = ["Q", "K", "V"] + (["M"] if mask else [])
+        node = helper.make_node("Attention", ins, ["Y"], name="attn", **({"softcap": softcap} if softcap else {}))
+        shapes = [("Q", [1, 1, 4, 8]), ("K", [1, 1, 6, 8]), ("V", [1, 1, 6, 8])] + ([("M", [4, 6])] if mask else [])
+        return _one_node(tmp_path / name, node, shapes, [("Y", TensorProto.FLOAT, [1, 1, 4, 8])], opset=23)
+
+    both = model("both.onnx", 0.5, True)
+    rng = np.random.default_rng(0)
+    feed = {k: rng.random(s).astype(np.float32) for k, s in (("Q", (1, 1, 4, 8)), ("K", (1, 1, 6, 8)),
+                                                                ("V", (1, 1, 6, 8)))}
+    feed["M"] = np.where(np.tril(np.ones((4, 6))) > 0, 0, -np.inf).astype(np.float32)
+    got = ort.InferenceSession(both, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(got, ReferenceEvaluator(both).run(None, feed)[0], rtol=1e-5)  # the old order...
+    s = feed["Q"] @ feed["K"].transpose(0, 1, 3, 2) / np.sqrt(8)
+    s = 0.5 * np.tanh(s / 0.5) + feed["M"]  # ...and the new one: cap, then mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ feed["V"]
+    assert np.abs(got - want).max() > 0.01  # the fact the doubt stands on
+    info = inspect(both)
+    for backend in ("onnxruntime", "openvino", "tensorrt", "tflite", "coreml"):
+        be = get_backend(backend)
+        if "attn" in {n for _, n in be.unsupported_nodes(info, {})}:
+            continue  # Core ML's translator has no Attention: a refusal already
+        doubt = be.probable_refusals(info, {})
+        assert any(d["node"] == "attn" and "softcap with an attn_mask" in d["why"] for d in doubt), (backend, doubt)
+    for name, cap, mask in (("cap.onnx", 0.5, False), ("mask.onnx", 0.0, True)):
+        info = inspect(model(name, cap, mask))
+        assert not any("softcap with an attn_mask" in d["why"] for d in
+                       get_backend("onnxruntime").probable_refusals(info, {})), name

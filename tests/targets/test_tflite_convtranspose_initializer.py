@@ -180,3 +180,50 @@ def test_an_empty_concat_input_is_dropped_same_values():
     after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(before, after)
     assert empty_concat_inputs(model(2)) == 0
+
+
+def _dot(path: Path) -> onnx.ModelProto:
+    node = helper.make_node("MatMul", ["a", "b"], ["c"], name="dot")
+    g = helper.make_graph([node], "dot", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(np.arange(5, dtype=np.float32) / 5, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(m, str(path))
+    return m
+
+
+def test_a_vector_dot_matmul_becomes_reduce_sum_of_mul_same_values(tmp_path):
+    """MatMul of two 1-D vectors (onnx 1.23's matmul_1d_1d: onnx2tf's tf.linalg.matmul needs rank >= 2) as
+    ReduceSum(Mul(a, b), keepdims=0): a scalar, the same sum; a MatMul with a 2-D side is left alone."""
+    from edgeopt.targets.tflite.onnx_fixes import rewrite, vector_dots
+
+    m = _dot(tmp_path / "dot.onnx")
+    a = np.random.default_rng(2).standard_normal(5).astype(np.float32)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    done = rewrite(m)
+    assert any("vectors as ReduceSum(Mul)" in d for d in done), done
+    assert [n.op_type for n in m.graph.node] == ["Mul", "ReduceSum"] and m.graph.node[1].output[0] == "c"
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert after.shape == before.shape == ()
+    np.testing.assert_allclose(after, before, rtol=1e-6)
+    assert vector_dots(m) == 0
+    m2 = _model(tmp_path / "ct.onnx")  # no MatMul at all
+    assert vector_dots(m2) == 0
+    mm = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["c"])], "mv",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.ones((5, 3), np.float32), "w")]), opset_imports=[helper.make_opsetid("", 13)])
+    assert vector_dots(mm) == 0  # vector x matrix: onnx2tf converts it (matmul_1d_3d passed)
+
+
+def test_mobile_builds_a_vector_dot(tmp_path):  # ~15 s (one onnx2tf run)
+    pytest.importorskip("onnx2tf")
+    from edgeopt import api
+
+    _dot(tmp_path / "dot.onnx")
+    rep = api.build(str(tmp_path / "dot.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
+                    raise_on_failure=False, val_count=4, calib_count=4)
+    r = rep.results[0]
+    assert r.status == "built", (r.status, r.error)
+    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
