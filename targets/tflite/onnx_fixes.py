@@ -33,6 +33,11 @@ Runtime computes the same values before and after.
 - ``empty_concat_inputs``: torch.roll by a whole dimension exports as ``Concat(x, Slice(x, 0:0))``; onnx2tf sized
   the empty slice as the whole axis (swin3d_t's shifted windows over 4 frames: a Reshape of twice the elements
   failed).  Inputs empty along the concat axis are dropped, with the nodes that only made them.
+- ``lstm_initial_states``: an LSTM run backwards (``direction`` reverse or bidirectional) without ``initial_h``
+  failed inside onnx2tf: its bidirectional branch indexes ``initial_h[1]`` unconditionally ("'NoneType' object is
+  not subscriptable") and its reverse one passes an empty initial state (lstm_bidirectional, lstm_reverse with W
+  and R initializers: node tests onnx 1.23 added).  The spec's default, zeros of ``[num_directions, batch,
+  hidden_size]``, is written in for ``initial_h`` and ``initial_c`` (a static batch only).
 - ``vector_dots``: a MatMul of two 1-D vectors (a dot product, a scalar out) failed inside onnx2tf
   (``tf.linalg.matmul`` needs rank >= 2: matmul_1d_1d, a node test onnx 1.23 added).  It becomes
   ``ReduceSum(Mul(a, b), keepdims=0)``, the same sum.
@@ -94,6 +99,9 @@ def rewrite(model: Any) -> list[str]:
                     "the value attribute)")
     if n := rnn_biases(model):
         done.append(f"{n} GRU/LSTM/RNN given their default zero bias (onnx2tf needs the input)")
+    if n := lstm_initial_states(model):
+        done.append(f"{n} reverse/bidirectional LSTM(s) given their default zero initial states (onnx2tf needs "
+                    "initial_h there)")
     if n := vector_dots(model):
         done.append(f"{n} MatMul(s) of two vectors as ReduceSum(Mul) (onnx2tf's matmul needs rank >= 2)")
     if n := empty_concat_inputs(model):
@@ -522,4 +530,36 @@ def vector_dots(model: Any) -> int:
     if done:
         del g.node[:]
         g.node.extend(nodes)
+    return done
+
+
+def lstm_initial_states(model: Any) -> int:
+    """Write the spec's zero ``initial_h`` (and ``initial_c`` where missing too) into every LSTM that runs
+    backwards, has no ``initial_h`` and a static batch; returns how many."""
+    from onnx import helper, numpy_helper
+
+    lstms = [n for n in model.graph.node if n.op_type == "LSTM" and not (len(n.input) > 5 and n.input[5])]
+    if not lstms:
+        return 0
+    g = model.graph
+    known = {**_dims(model), **{i.name: list(i.dims) for i in g.initializer}}
+    names = _Names(g)
+    done = 0
+    for n in lstms:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        direction = attrs.get("direction", b"forward")
+        direction = direction.decode() if isinstance(direction, bytes) else direction
+        x = known.get(n.input[0]) or []
+        batch = x[1 if attrs.get("layout", 0) == 0 else 0] if len(x) == 3 else None
+        if direction == "forward" or not batch or not attrs.get("hidden_size"):
+            continue
+        zeros = np.zeros([2 if direction == "bidirectional" else 1, batch, int(attrs["hidden_size"])], np.float32)
+        ins = list(n.input) + [""] * max(0, 7 - len(n.input))
+        for k, what in ((5, "initial_h"), (6, "initial_c")):
+            if not ins[k]:
+                ins[k] = names(f"{n.name or 'lstm'}_default_{what}")
+                g.initializer.append(numpy_helper.from_array(zeros, ins[k]))
+        del n.input[:]
+        n.input.extend(ins)
+        done += 1
     return done

@@ -227,3 +227,51 @@ def test_mobile_builds_a_vector_dot(tmp_path):  # ~15 s (one onnx2tf run)
     r = rep.results[0]
     assert r.status == "built", (r.status, r.error)
     assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+
+
+def _lstm(path: Path, direction: str) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    h, x_in, dirs = 3, 2, 2 if direction == "bidirectional" else 1
+    w = rng.standard_normal((dirs, 4 * h, x_in)).astype(np.float32)
+    r = rng.standard_normal((dirs, 4 * h, h)).astype(np.float32)
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["", "y_h", "y_c"], hidden_size=h, direction=direction,
+                            name="rnn")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1, x_in])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, [dirs, 1, h]) for n in ("y_h", "y_c")],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    onnx.save(m, str(path))
+    return m
+
+
+@pytest.mark.parametrize("direction", ["reverse", "bidirectional", "forward"])
+def test_a_backward_lstm_gets_its_default_initial_states_same_values(tmp_path, direction):
+    """onnx2tf's bidirectional LSTM indexes initial_h[1] whether or not there is one, its reverse one passes an
+    empty initial state (onnx 1.23's lstm_bidirectional / lstm_reverse with W and R initializers): the spec's zero
+    initial_h and initial_c are written in; ONNX Runtime gives the same values; a forward LSTM is left alone."""
+    from edgeopt.targets.tflite.onnx_fixes import lstm_initial_states
+
+    m = _lstm(tmp_path / "l.onnx", direction)
+    x = np.random.default_rng(4).standard_normal((3, 1, 2)).astype(np.float32)
+    before = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    n = lstm_initial_states(m)
+    assert n == (0 if direction == "forward" else 1) and lstm_initial_states(m) == 0
+    if n:
+        inits = {i.name: list(i.dims) for i in m.graph.initializer}
+        dirs = 2 if direction == "bidirectional" else 1
+        assert [inits[m.graph.node[0].input[k]] for k in (5, 6)] == [[dirs, 1, 3]] * 2
+    after = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mobile_builds_a_bidirectional_lstm_without_initial_states(tmp_path):  # ~20 s (onnx2tf, then a retry)
+    pytest.importorskip("onnx2tf")
+    from edgeopt import api
+
+    _lstm(tmp_path / "l.onnx", "bidirectional")
+    rep = api.build(str(tmp_path / "l.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
+                    raise_on_failure=False, val_count=4, calib_count=4)
+    r = rep.results[0]
+    assert r.status == "built", (r.status, r.error)
+    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
