@@ -38,6 +38,13 @@ Runtime computes the same values before and after.
   not subscriptable") and its reverse one passes an empty initial state (lstm_bidirectional, lstm_reverse with W
   and R initializers: node tests onnx 1.23 added).  The spec's default, zeros of ``[num_directions, batch,
   hidden_size]``, is written in for ``initial_h`` and ``initial_c`` (a static batch only).
+- ``flat_softmaxes``: before opset 13 Softmax, LogSoftmax and Hardmax flatten their input to 2-D at ``axis`` and
+  normalize over everything after it.  onnx2tf's conversion of the zoo's squeezenet (opset 9: a Softmax(axis=1)
+  over ``[1, 1000, 1, 1]`` after the last fire module's pooling) was wrong, rel_l2 62.5 (edgeopt's check refused
+  it); a small head of the same ops (Conv, Relu, GlobalAveragePool, Softmax) converts either way, so the trigger
+  lies in the layout onnx2tf carries to that tensor through the graph.  Such a node on an input of rank > 2
+  becomes Flatten(axis), the op over axis 1 of that 2-D tensor, and a Reshape back to the input's shape -- the
+  old semantics spelled out, which leave onnx2tf no axis to move: squeezenet then converts, cos 1.0000.
 - ``vector_dots``: a MatMul of two 1-D vectors (a dot product, a scalar out) failed inside onnx2tf
   (``tf.linalg.matmul`` needs rank >= 2: matmul_1d_1d, a node test onnx 1.23 added).  It becomes
   ``ReduceSum(Mul(a, b), keepdims=0)``, the same sum.
@@ -102,6 +109,9 @@ def rewrite(model: Any) -> list[str]:
     if n := lstm_initial_states(model):
         done.append(f"{n} reverse/bidirectional LSTM(s) given their default zero initial states (onnx2tf needs "
                     "initial_h there)")
+    if n := flat_softmaxes(model):
+        done.append(f"{n} Softmax/LogSoftmax/Hardmax of opset < 13 as Flatten, the op over one axis, Reshape "
+                    "(onnx2tf takes their axis as one axis, not 'everything after it')")
     if n := vector_dots(model):
         done.append(f"{n} MatMul(s) of two vectors as ReduceSum(Mul) (onnx2tf's matmul needs rank >= 2)")
     if n := empty_concat_inputs(model):
@@ -562,4 +572,36 @@ def lstm_initial_states(model: Any) -> int:
         del n.input[:]
         n.input.extend(ins)
         done += 1
+    return done
+
+
+def flat_softmaxes(model: Any) -> int:
+    """Every Softmax/LogSoftmax/Hardmax of a model below opset 13 whose input has rank > 2 (shape inference says
+    so), as ``Reshape(op(Flatten(x, axis), axis=1), Shape(x))``; returns how many."""
+    from onnx import helper
+
+    ops = ("Softmax", "LogSoftmax", "Hardmax")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if opset >= 13 or not any(n.op_type in ops for n in model.graph.node):
+        return 0
+    g = model.graph
+    known = _dims(model)
+    names = _Names(g)
+    nodes, done = [], 0
+    for n in g.node:
+        rank = len(known.get(n.input[0]) or [])
+        if n.op_type not in ops or rank <= 2:
+            nodes.append(n)
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        base = n.name or n.op_type.lower()
+        flat, out2d, shape = (names(f"{n.output[0]}_{x}") for x in ("2d_in", "2d", "shape"))
+        nodes += [helper.make_node("Flatten", [n.input[0]], [flat], axis=axis % rank, name=names(f"{base}_flatten")),
+                  helper.make_node(n.op_type, [flat], [out2d], axis=1, name=names(f"{base}_2d")),
+                  helper.make_node("Shape", [n.input[0]], [shape], name=names(f"{base}_shape")),
+                  helper.make_node("Reshape", [out2d, shape], [n.output[0]], name=n.name)]
+        done += 1
+    if done:
+        del g.node[:]
+        g.node.extend(nodes)
     return done
