@@ -45,6 +45,11 @@ Runtime computes the same values before and after.
   lies in the layout onnx2tf carries to that tensor through the graph.  Such a node on an input of rank > 2
   becomes Flatten(axis), the op over axis 1 of that 2-D tensor, and a Reshape back to the input's shape -- the
   old semantics spelled out, which leave onnx2tf no axis to move: squeezenet then converts, cos 1.0000.
+- ``exclusive_avgpools``: an AveragePool that excludes its padding from the average (``count_include_pad=0``, the
+  default) with uneven padding came out of onnx2tf averaging the padded zeros too (the zoo's inception_v1: a 7x7
+  pool over 6x6 with pads ``[0, 0, 1, 1]`` gave 36/49 of each mean, rel_l2 0.265 -- ``edgeopt debug`` named it;
+  the check refused the file).  It becomes an explicit zero Pad, the pool over the padded tensor, and a Mul by the
+  constant window area / real elements per output position: the spec's average, spelled out.
 - ``vector_dots``: a MatMul of two 1-D vectors (a dot product, a scalar out) failed inside onnx2tf
   (``tf.linalg.matmul`` needs rank >= 2: matmul_1d_1d, a node test onnx 1.23 added).  It becomes
   ``ReduceSum(Mul(a, b), keepdims=0)``, the same sum.
@@ -109,6 +114,9 @@ def rewrite(model: Any) -> list[str]:
     if n := lstm_initial_states(model):
         done.append(f"{n} reverse/bidirectional LSTM(s) given their default zero initial states (onnx2tf needs "
                     "initial_h there)")
+    if n := exclusive_avgpools(model):
+        done.append(f"{n} AveragePool(s) with uneven padding excluded from the mean as Pad, pool, Mul by the "
+                    "window's share of real elements (onnx2tf averaged the padded zeros)")
     if n := flat_softmaxes(model):
         done.append(f"{n} Softmax/LogSoftmax/Hardmax of opset < 13 as Flatten, the op over one axis, Reshape "
                     "(onnx2tf takes their axis as one axis, not 'everything after it')")
@@ -122,6 +130,12 @@ def rewrite(model: Any) -> list[str]:
     if clips["computed"]:
         done.append(f"{clips['computed']} Clip(s) with a bound computed at run time as Max/Min (onnx2tf drops "
                     "such a bound)")
+    if done and model.ir_version < 4:  # IR 3 lists every initializer as a graph input too (the zoo's files)
+        from onnx import helper
+
+        listed = {i.name for i in model.graph.input}
+        model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                                 for t in model.graph.initializer if t.name not in listed)
     return done
 
 
@@ -605,3 +619,67 @@ def flat_softmaxes(model: Any) -> int:
         del g.node[:]
         g.node.extend(nodes)
     return done
+
+
+def _real_share(size: list[int], kernel: list[int], strides: list[int], pads: list[int], ceil: bool) -> np.ndarray:
+    """Per output position of a pool over ``size`` (spatial dims), window area / elements of the window inside the
+    unpadded input, shaped ``[1, 1, *out]``."""
+    nd = len(size)
+    axes = []
+    for i in range(nd):
+        span = size[i] + pads[i] + pads[nd + i] - kernel[i]
+        out = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        starts = np.arange(out) * strides[i] - pads[i]
+        inside = np.minimum(starts + kernel[i], size[i]) - np.maximum(starts, 0)
+        axes.append(np.maximum(inside, 0))
+    count = axes[0].astype(np.float64)
+    for a in axes[1:]:
+        count = np.multiply.outer(count, a)
+    share = np.prod(kernel) / np.maximum(count, 1)
+    return share.reshape([1, 1, *share.shape]).astype(np.float32)
+
+
+def exclusive_avgpools(model: Any) -> int:
+    """Every AveragePool with ``count_include_pad=0``, explicit uneven ``pads``, no dilation and a static input, as
+    ``Mul(AveragePool(Pad(x)), share)`` (see the module doc); returns how many."""
+    from onnx import helper, numpy_helper
+
+    pools = [n for n in model.graph.node if n.op_type == "AveragePool"]
+    if not pools:
+        return 0
+    g = model.graph
+    known = _dims(model)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    names = _Names(g)
+    extra: dict[int, list[Any]] = {}
+    for n in pools:
+        a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+        shape = known.get(n.input[0]) or []
+        k = list(a.get("kernel_shape", []))
+        nd = len(k)
+        pads = list(a.get("pads", [0] * 2 * nd))
+        if (a.get("count_include_pad", 0) or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"", "")
+                or any(d != 1 for d in a.get("dilations", [])) or len(shape) != nd + 2
+                or any(d is None for d in shape[2:]) or pads[:nd] == pads[nd:]):
+            continue
+        strides = list(a.get("strides", [1] * nd))
+        share = _real_share(shape[2:], k, strides, pads, bool(a.get("ceil_mode", 0)))
+        base = n.name or "avgpool"
+        padded, pooled = names(f"{n.output[0]}_padded"), names(f"{n.output[0]}_pooled")
+        onnx_pads = [0, 0, *pads[:nd], 0, 0, *pads[nd:]]
+        if opset >= 11:
+            pads_name = names(f"{base}_pads")
+            g.initializer.append(numpy_helper.from_array(np.array(onnx_pads, np.int64), pads_name))
+            pad = helper.make_node("Pad", [n.input[0], pads_name], [padded], name=names(f"{base}_pad"))
+        else:
+            pad = helper.make_node("Pad", [n.input[0]], [padded], pads=onnx_pads, name=names(f"{base}_pad"))
+        share_name = names(f"{base}_real_share")
+        g.initializer.append(numpy_helper.from_array(share, share_name))
+        pool = helper.make_node("AveragePool", [padded], [pooled], name=names(f"{base}_padded_pool"), kernel_shape=k,
+                                strides=strides, **({"ceil_mode": 1} if a.get("ceil_mode", 0) else {}))
+        extra[id(n)] = [pad, pool, helper.make_node("Mul", [pooled, share_name], [n.output[0]], name=n.name)]
+    if extra:
+        nodes = [m for n in g.node for m in extra.get(id(n), [n])]
+        del g.node[:]
+        g.node.extend(nodes)
+    return len(extra)
