@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeopt import __version__, cluster, spec_check
+from edgeopt import __version__, cluster, killed, spec_check
 from edgeopt.errors import UsageError
 from edgeopt.targets.base import CHECK_FAILED_MARK, debug_command, with_debug_hint
 
@@ -1057,6 +1057,11 @@ def _build_job(res: TargetResult, job: dict[str, Any], final: Path, work: Path, 
     if proc.returncode in (-signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP):
         res.status, res.error = "failed", (f"interrupted ({signal.Signals(-proc.returncode).name}) after "
                                            f"{res.time_s:.0f}s: the build was stopped, not crashed")
+        progress(f"{tag}: {res.error}")
+        return
+    oom = killed.sigkill_words(proc.returncode, "the build worker") if not result_file.exists() else None
+    if oom:
+        res.status, res.error = "failed", f"{oom[0]}; {oom[1]}"
         progress(f"{tag}: {res.error}")
         return
     if proc.returncode != 0 or not result_file.exists():

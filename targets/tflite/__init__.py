@@ -478,6 +478,11 @@ def run_converter(request: dict[str, Any], work: Path, timeout: float,
         if stopped:  # someone stopped it (kill, a CI cancel, timeout): not a converter crash
             raise BuildFailed(f"the TFLite conversion was interrupted ({stopped}) after {time.monotonic() - t0:.0f}s",
                               hint="nothing was built; run the build again to convert") from None
+        from edgeopt.killed import model_size, sigkill_words
+
+        oom = sigkill_words(proc.returncode, "the TFLite converter (onnx2tf)", model_size(request.get("prepared_path")))
+        if oom:
+            raise BuildFailed(oom[0], hint=oom[1] + "; last output: " + " | ".join(log_tail(log_path, 3))) from None
         sig = f" (signal {-proc.returncode})" if proc.returncode < 0 else ""
         raise BuildFailed(f"the TFLite converter crashed: exit code {proc.returncode}{sig}",
                           hint="last output: " + " | ".join(log_tail(log_path, 5))) from None
