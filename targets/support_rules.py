@@ -707,3 +707,27 @@ def doubts(path: str | os.PathLike, backend: str) -> list[dict[str, str]]:
     """The "probably not" findings: ``{"op", "node", "why"}`` (why names the feature and the converter)."""
     return [{"op": f["op"], "node": f["node"], "why": f"{f['feature']}: {f['why']} ({f['converter']})"}
             for f in findings(path, backend) if not f["certain"]]
+
+
+def reference_doubts(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The doubts about the FP32 reference itself (``REFERENCE`` rules that are not certain) that no build step
+    settles: where ``spec_check`` recomputes the reference from the spec (its ``SUSPECTS``), the build does so and
+    needs no warning.  A build that passes its check against such a reference may still be off the spec, so the
+    build says so (softcap with an attn_mask: onnx 1.23 moved the mask, ONNX Runtime did not)."""
+    from edgeopt.spec_check import SUSPECTS
+
+    g = _graph(path)
+    if g is None:
+        return []
+    out = []
+    for n in g.nodes:
+        for rule in REFERENCE:
+            if rule.certain or n.op_type not in rule.ops or n.op_type in SUSPECTS:
+                continue
+            try:
+                feature = rule.test(n, g)
+            except Exception:  # noqa: BLE001 - a rule that cannot read this node says nothing
+                feature = None
+            if feature:
+                out.append({"op": n.op_type, "node": n.name or n.output[0], "feature": feature, "why": rule.why})
+    return out

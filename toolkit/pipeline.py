@@ -333,6 +333,12 @@ def build(
                                    convert, batch)
             if non_tensor:
                 data_source["prepare_warnings"] = [_non_tensor_warning(name, what) for name, what in non_tensor.items()]
+            from edgeopt.targets.support_rules import reference_doubts
+
+            for d in reference_doubts(model):  # a check that passes against this reference may still be off the spec
+                data_source.setdefault("prepare_warnings", []).append(
+                    f"the FP32 reference every check compares with may be off the ONNX spec at node {d['node']!r} "
+                    f"({d['op']}, {d['feature']}): {d['why']}")
             for w in ([data_source["warning"]] if data_source.get("warning") else []) + data_source.get(
                     "prepare_warnings", []):
                 warnings.append(w)

@@ -498,3 +498,35 @@ def test_attention_softcap_with_a_mask_is_doubted_everywhere_as_onnx_moved_the_m
         info = inspect(model(name, cap, mask))
         assert not any("softcap with an attn_mask" in d["why"] for d in
                        get_backend("onnxruntime").probable_refusals(info, {})), name
+
+
+def test_a_build_with_softcap_and_a_mask_warns_that_its_reference_may_be_off_the_spec(tmp_path):
+    """The cpu artifact of an Attention with softcap and an attn_mask matches ONNX Runtime's reference and passes its
+    check, and both follow the order onnx 1.23 revised: the build says so in its warnings (a softcap alone does
+    not warn; Resize align_corners, which spec_check settles, does not either)."""
+    from edgeopt.pipeline import build
+    from edgeopt.targets.support_rules import reference_doubts
+
+    def model(name: str, mask: bool) -> str:
+        ins = ["Q", "K", "V"] + (["M"] if mask else [])
+        shapes = [("Q", [1, 1, 4, 8]), ("K", [1, 1, 6, 8]), ("V", [1, 1, 6, 8])] + ([("M", [4, 6])] if mask else [])
+        return _one_node(tmp_path / name, helper.make_node("Attention", ins, ["Y"], name="attn", softcap=0.5),
+                         shapes, [("Y", TensorProto.FLOAT, [1, 1, 4, 8])], opset=23)
+
+    both = model("both.onnx", True)
+    assert [d["node"] for d in reference_doubts(both)] == ["attn"]
+    assert reference_doubts(model("cap.onnx", False)) == []
+    from onnx import numpy_helper
+
+    from edgeopt.targets.support_rules import doubts
+
+    scales = numpy_helper.from_array(np.array([1, 1, 0.6, 0.6], np.float32), "scales")
+    resize = _one_node(tmp_path / "r.onnx", helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                                                             coordinate_transformation_mode="align_corners"),
+                       [("x", [1, 1, 4, 4])], [("y", TensorProto.FLOAT, [1, 1, 2, 2])], inits=[scales])
+    assert doubts(resize, "onnxruntime") and reference_doubts(resize) == []  # spec_check settles it in the build
+    rep = build(both, "cpu", ["fp32"], out=tmp_path / "out", jobs=1)
+    r = rep.results[0]
+    assert r.status == "built", (r.status, r.error)
+    assert any("may be off the ONNX spec at node 'attn'" in w and "softcap with an attn_mask" in w
+               for w in rep.warnings), rep.warnings
