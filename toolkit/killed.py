@@ -42,7 +42,7 @@ def sigkill_words(returncode: int | None, what: str, model_bytes: int | None = N
         said.append(f"a child of this build reached {peak:.1f} GB resident")
     if model_bytes:
         said.append(f"the model is {model_bytes / 2**20:.0f} MB")
-    msg = (f"{what} was killed (SIGKILL), most likely by the kernel's out-of-memory killer"
+    msg = (f"{what} was killed (SIGKILL, signal 9), most likely by the kernel's out-of-memory killer"
            + (": " + "; ".join(said) if said else ""))
     hint = ("build this target on a machine with more memory, or one target at a time (-j 1) with nothing else "
             "running; `dmesg | grep -i 'out of memory'` confirms it")

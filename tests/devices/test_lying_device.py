@@ -76,8 +76,10 @@ def liar(tmp_path: Path, mode: str, verb: str = "bench") -> str:
 
 
 def _edgeopt(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    # the report's rows are read at an 80-column width (the model column dropped first): said here, not taken
+    # from whatever COLUMNS the runner's environment had (a test that monkeypatches COLUMNS unsets it after)
     return subprocess.run([sys.executable, "-m", "edgeopt", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env={**os.environ, "COLUMNS": "80"})
 
 
 @pytest.mark.parametrize("mode, field", [

@@ -17,7 +17,7 @@ def test_sigkill_words_name_the_oom_killer_and_the_machines_memory():
 
     assert sigkill_words(0, "x") is None and sigkill_words(-signal.SIGTERM, "x") is None and sigkill_words(None, "x") is None
     msg, hint = sigkill_words(-signal.SIGKILL, "the TFLite converter (onnx2tf)", 548 * 2**20)
-    assert msg.startswith("the TFLite converter (onnx2tf) was killed (SIGKILL), most likely by the kernel's "
+    assert msg.startswith("the TFLite converter (onnx2tf) was killed (SIGKILL, signal 9), most likely by the kernel's "
                           "out-of-memory killer") and "GB of memory" in msg and "the model is 548 MB" in msg
     assert "more memory" in hint and "-j 1" in hint
 
@@ -70,5 +70,5 @@ def test_a_mobile_build_whose_converter_is_sigkilled_says_out_of_memory(tmp_path
     assert killed, "the converter was never seen running: the test did not test anything"
     r = rep.results[0]
     assert r.status == "failed", (r.status, r.error)
-    assert "was killed (SIGKILL), most likely by the kernel's out-of-memory killer" in (r.error or ""), r.error
+    assert "was killed (SIGKILL, signal 9), most likely by the kernel's out-of-memory killer" in (r.error or ""), r.error
     assert "GB of memory" in r.error and "exit code -9" not in r.error
