@@ -716,18 +716,5 @@ def reference_doubts(path: str | os.PathLike) -> list[dict[str, Any]]:
     build says so (softcap with an attn_mask: onnx 1.23 moved the mask, ONNX Runtime did not)."""
     from edgeopt.spec_check import SUSPECTS
 
-    g = _graph(path)
-    if g is None:
-        return []
-    out = []
-    for n in g.nodes:
-        for rule in REFERENCE:
-            if rule.certain or n.op_type not in rule.ops or n.op_type in SUSPECTS:
-                continue
-            try:
-                feature = rule.test(n, g)
-            except Exception:  # noqa: BLE001 - a rule that cannot read this node says nothing
-                feature = None
-            if feature:
-                out.append({"op": n.op_type, "node": n.name or n.output[0], "feature": feature, "why": rule.why})
-    return out
+    # a backend without a table of its own: findings are the reference's rules (and certain model-level ones)
+    return [f for f in findings(path, "reference") if not f["certain"] and f["op"] not in SUSPECTS]

@@ -537,10 +537,13 @@ def vector_dots(model: Any) -> int:
     returns how many."""
     from onnx import helper
 
-    if not any(n.op_type == "MatMul" for n in model.graph.node):
-        return 0
     g = model.graph
-    known = {**_dims(model), **{i.name: list(i.dims) for i in g.initializer}}  # a weight vector: an initializer
+    weights = {i.name: list(i.dims) for i in g.initializer}
+    # a MatMul with a weight of rank >= 2 (every Linear layer) is no dot product: no shape inference for those
+    if not any(n.op_type == "MatMul" and not any(len(weights.get(x, [0])) >= 2 for x in n.input[:2])
+               for n in g.node):
+        return 0
+    known = {**_dims(model), **weights}  # a weight vector: an initializer
     names = _Names(g)
     nodes, done = [], 0
     for n in g.node:
@@ -644,7 +647,12 @@ def exclusive_avgpools(model: Any) -> int:
     ``Mul(AveragePool(Pad(x)), share)`` (see the module doc); returns how many."""
     from onnx import helper, numpy_helper
 
-    pools = [n for n in model.graph.node if n.op_type == "AveragePool"]
+    def uneven_exclusive(n) -> bool:  # read off the attributes before any shape inference
+        a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+        pads = list(a.get("pads", []))
+        return not a.get("count_include_pad", 0) and bool(pads) and pads[:len(pads) // 2] != pads[len(pads) // 2:]
+
+    pools = [n for n in model.graph.node if n.op_type == "AveragePool" and uneven_exclusive(n)]
     if not pools:
         return 0
     g = model.graph

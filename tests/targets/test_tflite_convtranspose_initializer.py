@@ -29,6 +29,31 @@ def _model(path: Path, rank: int = 2) -> onnx.ModelProto:
     return m
 
 
+def _built_for_mobile(path: Path, tmp_path: Path, samples: int = 4):
+    """``path`` built for mobile fp32 by the real pipeline: the result, asserted built and its host check passed."""
+    pytest.importorskip("onnx2tf")
+    from edgeopt import api
+
+    rep = api.build(str(path), "mobile", precision="fp32", dist=str(tmp_path / "d"), raise_on_failure=False,
+                    val_count=samples, calib_count=samples)
+    r = rep.results[0]
+    assert r.status == "built", (r.status, r.error)
+    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    return r
+
+
+def _zoo(tmp_path: Path, name: str, seed: int) -> Path:
+    """onnx's light zoo model ``name`` with its weights seeded back as initializers (bench/onnx_new_suite.py)."""
+    from bench.onnx_new_suite import zoo_model
+
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not light.exists():
+        pytest.skip("this onnx wheel ships no light models")
+    out = tmp_path / f"{name}.onnx"
+    onnx.save(zoo_model(light, seed=seed), str(out))
+    return out
+
+
 def test_kernel_shape_written_from_the_weight_same_values(tmp_path):
     from edgeopt.targets.tflite.onnx_fixes import kernel_shapes, rewrite
 
@@ -45,15 +70,8 @@ def test_kernel_shape_written_from_the_weight_same_values(tmp_path):
 
 
 def test_mobile_builds_a_convtranspose_without_kernel_shape(tmp_path):  # ~30 s (one onnx2tf run)
-    pytest.importorskip("onnx2tf")
-    from edgeopt import api
-
     _model(tmp_path / "ct.onnx")
-    rep = api.build(str(tmp_path / "ct.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    raise_on_failure=False, val_count=4, calib_count=4)
-    r = rep.results[0]
-    assert r.status == "built", (r.status, r.error)
-    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    _built_for_mobile(tmp_path / "ct.onnx", tmp_path)
 
 
 def test_gemm_one_element_bias_written_out_same_values():
@@ -219,15 +237,8 @@ def test_a_vector_dot_matmul_becomes_reduce_sum_of_mul_same_values(tmp_path):
 
 
 def test_mobile_builds_a_vector_dot(tmp_path):  # ~15 s (one onnx2tf run)
-    pytest.importorskip("onnx2tf")
-    from edgeopt import api
-
     _dot(tmp_path / "dot.onnx")
-    rep = api.build(str(tmp_path / "dot.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    raise_on_failure=False, val_count=4, calib_count=4)
-    r = rep.results[0]
-    assert r.status == "built", (r.status, r.error)
-    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    _built_for_mobile(tmp_path / "dot.onnx", tmp_path)
 
 
 def _lstm(path: Path, direction: str) -> onnx.ModelProto:
@@ -267,15 +278,8 @@ def test_a_backward_lstm_gets_its_default_initial_states_same_values(tmp_path, d
 
 
 def test_mobile_builds_a_bidirectional_lstm_without_initial_states(tmp_path):  # ~20 s (onnx2tf, then a retry)
-    pytest.importorskip("onnx2tf")
-    from edgeopt import api
-
     _lstm(tmp_path / "l.onnx", "bidirectional")
-    rep = api.build(str(tmp_path / "l.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    raise_on_failure=False, val_count=4, calib_count=4)
-    r = rep.results[0]
-    assert r.status == "built", (r.status, r.error)
-    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    _built_for_mobile(tmp_path / "l.onnx", tmp_path)
 
 
 def _scores(path: Path, op: str = "Softmax", opset: int = 9) -> onnx.ModelProto:
@@ -315,18 +319,7 @@ def test_mobile_builds_the_zoo_squeezenet_whose_old_softmax_onnx2tf_got_wrong(tm
     bench/onnx_new_suite.py does: without ``flat_softmaxes`` onnx2tf's file was wrong (rel_l2 62.5, refused by the
     check); with it the file converts and passes."""
     pytest.importorskip("onnx2tf")
-    from bench.onnx_new_suite import zoo_model
-    from edgeopt import api
-
-    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
-    if not light.exists():
-        pytest.skip("this onnx wheel ships no light models")
-    onnx.save(zoo_model(light, seed=6), str(tmp_path / "squeezenet.onnx"))
-    rep = api.build(str(tmp_path / "squeezenet.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    raise_on_failure=False, val_count=2, calib_count=2)
-    r = rep.results[0]
-    assert r.status == "built", (r.status, r.error)
-    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    r = _built_for_mobile(_zoo(tmp_path, "squeezenet", seed=6), tmp_path, samples=2)
     assert "Softmax/LogSoftmax/Hardmax of opset < 13" in json.dumps(r.manifest), "the rewrite is not in the manifest"
 
 
@@ -362,16 +355,5 @@ def test_mobile_builds_the_zoo_inception_v1_whose_exclusive_avgpool_onnx2tf_got_
     AveragePool), refused by the check; with it the file converts and passes.  (A small Conv-Relu-pool-Gemm model
     with the same pool converts either way: the trigger lies in how onnx2tf carries that tensor's layout.)"""
     pytest.importorskip("onnx2tf")
-    from bench.onnx_new_suite import zoo_model
-    from edgeopt import api
-
-    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_inception_v1.onnx"
-    if not light.exists():
-        pytest.skip("this onnx wheel ships no light models")
-    onnx.save(zoo_model(light, seed=2), str(tmp_path / "inception_v1.onnx"))
-    rep = api.build(str(tmp_path / "inception_v1.onnx"), "mobile", precision="fp32", dist=str(tmp_path / "d"),
-                    raise_on_failure=False, val_count=2, calib_count=2)
-    r = rep.results[0]
-    assert r.status == "built", (r.status, r.error)
-    assert (r.manifest or {}).get("host_check", {}).get("passed") is True
+    r = _built_for_mobile(_zoo(tmp_path, "inception_v1", seed=2), tmp_path, samples=2)
     assert "AveragePool(s) with uneven padding" in json.dumps(r.manifest)
